@@ -1,0 +1,126 @@
+"""CLI: serve | migrate | audit receipts | version."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from . import __version__
+
+log = logging.getLogger("qledge")
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("QLEDGE_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"qledge: {message}", file=sys.stderr)
+    return code
+
+
+def serve() -> int:
+    """Run the HTTP worker in ONE process (no forking supervisor of its own)."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    from . import paths, settings
+    from .db import migrate
+    from .http.app import create_app
+    from .receipts.store import UnsupportedVolume, probe
+
+    try:
+        conf = settings.load()
+        paths.prepare_roots(conf)
+        lock_fd = paths.acquire_runtime_lock(conf)
+        migrate.apply(conf.db_path)
+        probe(conf.receipts_path)
+        token, generated = paths.admin_token(conf)
+    except paths.AlreadyRunning as exc:
+        return _fail(str(exc), 3)
+    except (settings.SettingsError, migrate.MigrationError, paths.RootError,
+            UnsupportedVolume, OSError) as exc:
+        return _fail(str(exc))
+    if generated:
+        # Shown once, at generation; afterwards only the file holds it.
+        log.warning("generated admin token (shown once, also stored in %s): %s",
+                    conf.data_path / "secrets" / "admin.token", token)
+
+    config = Config()
+    config.bind = [f"{conf.host}:{conf.port}"]
+    config.accesslog = None
+    config.startup_timeout = 120.0
+    config.shutdown_timeout = conf.shutdown_drain_s + 5.0
+    config.graceful_timeout = 5.0
+    app = create_app(conf, token)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    log.info("qledge %s serving on %s (pid %d)", __version__, config.bind[0], os.getpid())
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(main())
+    os.close(lock_fd)
+    return 0
+
+
+def _loop_factory() -> object:
+    try:
+        import uvloop
+    except ImportError:  # non-Linux development machines
+        return None
+    return uvloop.new_event_loop
+
+
+def migrate_cmd() -> int:
+    from . import paths, settings
+    from .db import migrate
+
+    try:
+        conf = settings.load()
+        paths.prepare_roots(conf)
+        done = migrate.apply(conf.db_path)
+    except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"migrations applied: {done or 'none (up to date)'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="qledge")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("serve", help="run the HTTP worker and the runtime")
+    sub.add_parser("migrate", help="apply database migrations and exit")
+    sub.add_parser("version", help="print the version")
+    audit = sub.add_parser("audit", help="operator audits")
+    audit_sub = audit.add_subparsers(dest="what", required=True)
+    receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files")
+    receipts.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    _setup_logging()
+    if args.cmd == "serve":
+        return serve()
+    if args.cmd == "migrate":
+        return migrate_cmd()
+    if args.cmd == "version":
+        print(f"qledge {__version__}")
+        return 0
+    from . import audit as audit_mod
+
+    return audit_mod.main(args.rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

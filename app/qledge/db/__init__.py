@@ -1,0 +1,1 @@
+"""The only package that holds SQL strings and database connections."""

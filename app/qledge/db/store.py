@@ -1,0 +1,453 @@
+"""Typed repository functions: every SQL string of the run model lives here.
+
+Functions take an open `Tx` from `Database.write()`/`read()` and return
+msgspec Structs. State changes go through `apply()`, which writes a pure
+`Transition` with compare-and-set on the run's version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from ..model import (
+    Attempt,
+    AttemptStatus,
+    CancelReason,
+    Concurrency,
+    Event,
+    NewEvent,
+    Run,
+    RunStatus,
+    Task,
+    Trigger,
+)
+from ..transitions import Transition
+from .connection import Tx
+
+_json = msgspec.json.Encoder()
+_ACTIVE_RUN = "('queued', 'running')"
+
+
+class Conflict(Exception):
+    """Compare-and-set lost: the row changed since it was read."""
+
+
+class NotFound(Exception):
+    pass
+
+
+def _task(row: sqlite3.Row) -> Task:
+    return Task(
+        id=row["id"], num=row["num"], name=row["name"], command=row["command"],
+        schedule=row["schedule"], timeout_s=row["timeout_s"],
+        env=msgspec.json.decode(row["env_json"], type=dict[str, str]),
+        enabled=bool(row["enabled"]), concurrency=Concurrency(row["concurrency"]),
+        labels=msgspec.json.decode(row["labels_json"], type=list[str]),
+        created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
+        version=row["version"],
+    )
+
+
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
+        id=row["id"], task_id=row["task_id"], trigger=Trigger(row["trigger"]),
+        status=RunStatus(row["status"]), version=row["version"], event_seq=row["event_seq"],
+        cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
+        cancel_requested_at_ms=row["cancel_requested_at_ms"],
+        created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
+        finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
+        reason_code=row["reason_code"],
+    )
+
+
+def _attempt(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        id=row["id"], run_id=row["run_id"], attempt_no=row["attempt_no"],
+        executor_type=row["executor_type"], runtime_owner=row["runtime_owner"],
+        status=AttemptStatus(row["status"]), callback_token_hash=row["callback_token_hash"],
+        callback_sequence=row["callback_sequence"], log_artifact_id=row["log_artifact_id"],
+        log_path=row["log_path"], pid=row["pid"], proc_start_time=row["proc_start_time"],
+        boot_id=row["boot_id"], exit_code=row["exit_code"], reason_code=row["reason_code"],
+        created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
+        finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],
+    )
+
+
+# -- node identity ---------------------------------------------------------------
+
+async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
+    """The node id generated once and kept forever (the runtime owner of attempts)."""
+    await tx.execute(
+        "INSERT OR IGNORE INTO node (singleton, node_id, created_at_ms) VALUES (1, ?, ?)",
+        (candidate, now_ms),
+    )
+    row = await tx.one("SELECT node_id FROM node WHERE singleton = 1")
+    assert row is not None
+    return str(row["node_id"])
+
+
+# -- tasks -----------------------------------------------------------------------
+
+_TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
+                 "labels")
+
+
+def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
+    out = dict(fields)
+    if "env" in out:
+        out["env_json"] = _json.encode(out.pop("env")).decode()
+    if "labels" in out:
+        out["labels_json"] = _json.encode(out.pop("labels")).decode()
+    if "concurrency" in out:
+        out["concurrency"] = str(out["concurrency"])
+    if "enabled" in out:
+        out["enabled"] = int(bool(out["enabled"]))
+    return out
+
+
+async def create_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+    values = _task_values(fields)
+    values.update(id=task_id, created_at_ms=now_ms, updated_at_ms=now_ms)
+    cols = ", ".join(values)
+    marks = ", ".join(f":{c}" for c in values)
+    await tx.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", values)  # noqa: S608
+    return await get_task(tx, task_id)
+
+
+async def get_task(tx: Tx, task_id: str) -> Task:
+    row = await tx.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    if row is None:
+        raise NotFound("task")
+    return _task(row)
+
+
+async def get_task_by_num(tx: Tx, num: int) -> Task:
+    row = await tx.one("SELECT * FROM tasks WHERE num = ?", (num,))
+    if row is None:
+        raise NotFound("task")
+    return _task(row)
+
+
+async def list_tasks(
+    tx: Tx, *, after_num: int = 0, limit: int = 100, search: str = ""
+) -> list[Task]:
+    if search:
+        like = f"%{search}%"
+        rows = await tx.all(
+            "SELECT * FROM tasks WHERE num > ? AND (name LIKE ? OR command LIKE ?)"
+            " ORDER BY num LIMIT ?", (after_num, like, like, limit))
+    else:
+        rows = await tx.all(
+            "SELECT * FROM tasks WHERE num > ? ORDER BY num LIMIT ?", (after_num, limit))
+    return [_task(r) for r in rows]
+
+
+async def count_tasks(tx: Tx, search: str = "") -> int:
+    like = f"%{search}%"
+    row = await tx.one(
+        "SELECT COUNT(*) AS n FROM tasks WHERE ? = '' OR name LIKE ? OR command LIKE ?",
+        (search, like, like))
+    return int(row["n"]) if row else 0
+
+
+async def update_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+    values = _task_values(fields)
+    if values:
+        sets = ", ".join(f"{c} = :{c}" for c in values)
+        values.update(id=task_id, now=now_ms)
+        changed = await tx.execute(
+            f"UPDATE tasks SET {sets}, updated_at_ms = :now, version = version + 1"  # noqa: S608
+            " WHERE id = :id", values)
+        if not changed:
+            raise NotFound("task")
+    return await get_task(tx, task_id)
+
+
+async def delete_task(tx: Tx, task_id: str) -> list[str]:
+    """Delete a task and its (terminal) runs; returns their log paths for removal after commit."""
+    await get_task(tx, task_id)
+    logs = await tx.all(
+        "SELECT l.relative_path FROM log_artifacts l JOIN run_attempts a"
+        " ON a.log_artifact_id = l.id JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?",
+        (task_id,))
+    ids = [r["log_artifact_id"] for r in await tx.all(
+        "SELECT a.log_artifact_id FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+        " WHERE r.task_id = ?", (task_id,))]
+    await tx.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+    for art in ids:
+        await tx.execute("DELETE FROM log_artifacts WHERE id = ?", (art,))
+    return [str(r["relative_path"]) for r in logs]
+
+
+async def tasks_by_ids(tx: Tx, task_ids: list[str]) -> dict[str, Task]:
+    if not task_ids:
+        return {}
+    marks = ",".join("?" * len(task_ids))
+    rows = await tx.all(f"SELECT * FROM tasks WHERE id IN ({marks})", task_ids)  # noqa: S608
+    return {r["id"]: _task(r) for r in rows}
+
+
+# -- runs ------------------------------------------------------------------------
+
+async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int) -> Run:
+    await tx.execute(
+        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms))
+    run = await get_run(tx, run_id)
+    await append_events(tx, run, [NewEvent(type="run.created", data={"trigger": trigger.value})],
+                        now_ms)
+    return await get_run(tx, run_id)
+
+
+async def get_run(tx: Tx, run_id: str) -> Run:
+    row = await tx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+    if row is None:
+        raise NotFound("run")
+    return _run(row)
+
+
+async def active_run_of_task(tx: Tx, task_id: str) -> Run | None:
+    row = await tx.one(
+        f"SELECT * FROM runs WHERE task_id = ? AND status IN {_ACTIVE_RUN}"  # noqa: S608
+        " ORDER BY id LIMIT 1", (task_id,))
+    return _run(row) if row else None
+
+
+async def list_runs(
+    tx: Tx, *, task_id: str | None, status: str | None, before: str | None, limit: int
+) -> list[Run]:
+    """Newest first; `before` is the last id of the previous page (ids sort by time)."""
+    clauses, params = [], []
+    if task_id:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if status:
+        clauses.append("status = ?")
+        params.append(status)
+    if before:
+        clauses.append("id < ?")
+        params.append(before)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = await tx.all(
+        f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*params, limit])  # noqa: S608
+    return [_run(r) for r in rows]
+
+
+async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
+    out: dict[str, Run] = {}
+    for tid in task_ids:
+        row = await tx.one(
+            "SELECT * FROM runs WHERE task_id = ? ORDER BY id DESC LIMIT 1", (tid,))
+        if row:
+            out[tid] = _run(row)
+    return out
+
+
+async def queued_runs(tx: Tx, limit: int) -> list[Run]:
+    rows = await tx.all(
+        "SELECT * FROM runs WHERE status = 'queued' ORDER BY id LIMIT ?", (limit,))
+    return [_run(r) for r in rows]
+
+
+async def count_active_attempts(tx: Tx, owner: str) -> int:
+    row = await tx.one(
+        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"
+        " AND status IN ('preparing', 'running')", (owner,))
+    return int(row["n"]) if row else 0
+
+
+async def task_has_running_attempt(tx: Tx, task_id: str) -> bool:
+    row = await tx.one(
+        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?"
+        " AND a.status IN ('preparing', 'running') LIMIT 1", (task_id,))
+    return row is not None
+
+
+# -- events ----------------------------------------------------------------------
+
+async def append_events(tx: Tx, run: Run, events: list[NewEvent], now_ms: int) -> None:
+    """Append in order with the run's next sequence numbers (caller holds the write tx)."""
+    if not events:
+        return
+    seq = run.event_seq
+    for ev in events:
+        seq += 1
+        await tx.execute(
+            "INSERT INTO run_events (run_id, seq, type, at_ms, attempt_id, data_json)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (run.id, seq, ev.type, now_ms, ev.attempt_id, _json.encode(ev.data).decode()))
+    await tx.execute("UPDATE runs SET event_seq = ? WHERE id = ?", (seq, run.id))
+
+
+async def list_events(tx: Tx, run_id: str, after_seq: int = 0, limit: int = 500) -> list[Event]:
+    rows = await tx.all(
+        "SELECT * FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (run_id, after_seq, limit))
+    return [
+        Event(run_id=r["run_id"], seq=r["seq"], type=r["type"], at_ms=r["at_ms"],
+              attempt_id=r["attempt_id"],
+              data=msgspec.json.decode(r["data_json"], type=dict[str, str | int | None]))
+        for r in rows
+    ]
+
+
+# -- attempts --------------------------------------------------------------------
+
+_ATTEMPT_SELECT = (
+    "SELECT a.*, l.relative_path AS log_path FROM run_attempts a"
+    " JOIN log_artifacts l ON l.id = a.log_artifact_id"
+)
+
+
+async def prepare_attempt(
+    tx: Tx, run: Run, *, attempt_id: str, owner: str, executor_type: str, token_hash: bytes,
+    deadline_at_ms: int | None, log_artifact_id: str, log_path: str, receipt_path: str,
+    now_ms: int,
+) -> Attempt:
+    """SPEC §3 step 1: attempt, log artifact, token hash, deadline and journal row together."""
+    row = await tx.one(
+        "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
+    attempt_no = int(row["n"]) + 1 if row else 1
+    await tx.execute(
+        "INSERT INTO log_artifacts (id, relative_path, created_at_ms) VALUES (?, ?, ?)",
+        (log_artifact_id, log_path, now_ms))
+    await tx.execute(
+        "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
+        " callback_token_hash, callback_sequence, log_artifact_id, created_at_ms,"
+        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, 'preparing', ?, ?, ?, ?, ?)",
+        (attempt_id, run.id, attempt_no, executor_type, owner, token_hash, 1,
+         log_artifact_id, now_ms, deadline_at_ms))
+    await journal_register(tx, attempt_id, receipt_path, now_ms)
+    await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
+                        now_ms)
+    return await get_attempt(tx, attempt_id)
+
+
+async def get_attempt(tx: Tx, attempt_id: str) -> Attempt:
+    row = await tx.one(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (attempt_id,))
+    if row is None:
+        raise NotFound("attempt")
+    return _attempt(row)
+
+
+async def find_attempt(tx: Tx, attempt_id: str) -> Attempt | None:
+    row = await tx.one(f"{_ATTEMPT_SELECT} WHERE a.id = ?", (attempt_id,))
+    return _attempt(row) if row else None
+
+
+async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
+    rows = await tx.all(f"{_ATTEMPT_SELECT} WHERE a.run_id = ? ORDER BY a.attempt_no", (run_id,))
+    return [_attempt(r) for r in rows]
+
+
+async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
+    """A stable cursor over this node's active attempts (recovery never lists directories)."""
+    rows = await tx.all(
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status IN ('preparing', 'running')"
+        " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
+    return [_attempt(r) for r in rows]
+
+
+async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
+    rows = await tx.all(
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status = 'running'"
+        " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
+        " LIMIT ?", (owner, now_ms, limit))
+    return [_attempt(r) for r in rows]
+
+
+async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
+    """Write a transition with CAS on the run version; raises Conflict if it moved."""
+    new = transition.run
+    changed = await tx.execute(
+        "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"
+        " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?"
+        " WHERE id = ? AND version = ?",
+        (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
+         new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
+         new.reason_code, old.id, old.version))
+    if changed != 1:
+        raise Conflict(f"run {old.id} version {old.version}")
+    att = transition.attempt
+    if att is not None:
+        await tx.execute(
+            "UPDATE run_attempts SET status = ?, pid = ?, proc_start_time = ?, boot_id = ?,"
+            " exit_code = ?, reason_code = ?, started_at_ms = ?, finished_at_ms = ?,"
+            " callback_sequence = ? WHERE id = ?",
+            (att.status.value, att.pid, att.proc_start_time, att.boot_id, att.exit_code,
+             att.reason_code, att.started_at_ms, att.finished_at_ms, att.callback_sequence,
+             att.id))
+    await append_events(tx, old, transition.events, now_ms)
+    return new
+
+
+# -- receipt journal -------------------------------------------------------------
+
+class JournalRow(msgspec.Struct, frozen=True, kw_only=True):
+    attempt_id: str
+    state: str
+    relative_path: str
+    reason_code: str | None
+    retain_until_ms: int | None
+    attempt_status: AttemptStatus
+
+
+async def journal_register(tx: Tx, attempt_id: str, receipt_path: str, now_ms: int) -> bool:
+    """Idempotent: True when a row was created."""
+    return await tx.execute(
+        "INSERT OR IGNORE INTO receipt_journal (attempt_id, state, relative_path, created_at_ms,"
+        " updated_at_ms) VALUES (?, 'pending', ?, ?, ?)",
+        (attempt_id, receipt_path, now_ms, now_ms)) == 1
+
+
+async def journal_quarantine(
+    tx: Tx, attempt_id: str, reason: str, retain_until_ms: int, now_ms: int
+) -> None:
+    await tx.execute(
+        "UPDATE receipt_journal SET state = 'quarantined', reason_code = ?, updated_at_ms = ?,"
+        " retain_until_ms = ? WHERE attempt_id = ?",
+        (reason, now_ms, retain_until_ms, attempt_id))
+
+
+async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
+    rows = await tx.all(
+        "SELECT j.*, a.status AS attempt_status FROM receipt_journal j"
+        " JOIN run_attempts a ON a.id = j.attempt_id WHERE j.attempt_id > ?"
+        " ORDER BY j.attempt_id LIMIT ?", (after_id, limit))
+    return [
+        JournalRow(attempt_id=r["attempt_id"], state=r["state"],
+                   relative_path=r["relative_path"], reason_code=r["reason_code"],
+                   retain_until_ms=r["retain_until_ms"],
+                   attempt_status=AttemptStatus(r["attempt_status"]))
+        for r in rows
+    ]
+
+
+async def journal_set_retention(tx: Tx, attempt_id: str, retain_until_ms: int) -> None:
+    await tx.execute(
+        "UPDATE receipt_journal SET retain_until_ms = ? WHERE attempt_id = ?"
+        " AND retain_until_ms IS NULL", (retain_until_ms, attempt_id))
+
+
+async def journal_delete(tx: Tx, attempt_id: str) -> None:
+    await tx.execute("DELETE FROM receipt_journal WHERE attempt_id = ?", (attempt_id,))
+
+
+async def journal_counts(tx: Tx) -> dict[str, int]:
+    rows = await tx.all(
+        "SELECT j.state AS state, COUNT(*) AS n FROM receipt_journal j"
+        " JOIN run_attempts a ON a.id = j.attempt_id"
+        " WHERE j.state = 'quarantined' OR a.status IN ('preparing', 'running')"
+        " OR j.retain_until_ms IS NULL GROUP BY j.state")
+    return {str(r["state"]): int(r["n"]) for r in rows}
+
+
+async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    rows = await tx.all(
+        f"{_ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
+        " WHERE a.runtime_owner = ? AND a.status IN ('preparing', 'running')"
+        " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
+    return [_attempt(r) for r in rows]

@@ -1,0 +1,39 @@
+"""create_app(settings): routes, middleware, lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount
+
+from ..runtime.lifecycle import Runtime
+from ..settings import Settings
+from . import system, tasks
+from .auth import AdminAuth
+from .errors import HANDLERS
+
+
+def create_app(settings: Settings, admin_token: str) -> Starlette:
+    runtime = Runtime(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.stop()
+
+    api = [*tasks.routes, *system.routes]
+    app = Starlette(
+        routes=[*system.health_routes, Mount("/api/v1", routes=api)],
+        middleware=[Middleware(AdminAuth)],
+        exception_handlers=dict(HANDLERS),  # type: ignore[arg-type]
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.state.admin_token = admin_token
+    return app

@@ -1,0 +1,123 @@
+"""Named errors and their one mapping to JSON responses."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..db.store import Conflict, NotFound
+
+
+class ApiError(Exception):
+    status = 400
+    code = "BAD_REQUEST"
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 extra: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.extra = extra or {}
+
+
+class BadRequest(ApiError):
+    pass
+
+
+class Invalid(ApiError):
+    status = 422
+    code = "INVALID"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "UNAUTHORIZED"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "FORBIDDEN"
+
+
+class Missing(ApiError):
+    status = 404
+    code = "NOT_FOUND"
+
+
+class StateConflict(ApiError):
+    status = 409
+    code = "CONFLICT"
+
+
+class Unavailable(ApiError):
+    status = 503
+    code = "UNAVAILABLE"
+
+
+_enc = msgspec.json.Encoder()
+T = TypeVar("T")
+
+
+def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None
+                  ) -> Response:
+    return Response(_enc.encode(body), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _body(exc: ApiError) -> dict[str, object]:
+    body: dict[str, object] = {"error": exc.code, "message": exc.message}
+    if exc.field is not None:
+        body["field"] = exc.field
+    body.update(exc.extra)
+    return body
+
+
+async def handle_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    if request.url.path.startswith("/open/"):
+        # QingLong's shape: {"code": <status>, "message": ...}
+        return json_response({"code": exc.status, "message": exc.message}, exc.status)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return json_response(_body(exc), exc.status, headers)
+
+
+async def handle_not_found(request: Request, exc: Exception) -> Response:
+    return await handle_api_error(request, Missing(f"{exc} not found"))
+
+
+async def handle_conflict(request: Request, exc: Exception) -> Response:
+    return await handle_api_error(request, StateConflict("changed concurrently, retry"))
+
+
+async def handle_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    mapped = ApiError(exc.detail or "error")
+    mapped.status = exc.status_code
+    mapped.code = "HTTP_ERROR"
+    return await handle_api_error(request, mapped)
+
+
+HANDLERS = {
+    ApiError: handle_api_error,
+    NotFound: handle_not_found,
+    Conflict: handle_conflict,
+    HTTPException: handle_http,
+}
+
+
+def decode_body(data: bytes, kind: type[T]) -> T:
+    """Strict JSON decode; the error names the offending field."""
+    try:
+        return msgspec.json.decode(data, type=kind, strict=True)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        field = text.rsplit("at `$.", 1)[1].rstrip("`").split("[")[0] if "at `$." in text else None
+        if field is None and "field `" in text:
+            field = text.split("field `", 1)[1].split("`", 1)[0]
+        raise Invalid(text, field=field) from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from exc

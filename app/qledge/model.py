@@ -1,0 +1,146 @@
+"""The run model of SPEC §2 as msgspec Structs and enums. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+    BLOCKED = "blocked"
+
+
+class AttemptStatus(enum.StrEnum):
+    PREPARING = "preparing"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"
+    BLOCKED = "blocked"
+
+
+TERMINAL_RUN = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
+     RunStatus.LOST, RunStatus.BLOCKED}
+)
+ACTIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING})
+
+
+class CancelReason(enum.StrEnum):
+    USER = "user"
+    TIMEOUT = "timeout"
+    POLICY = "policy"
+    SHUTDOWN = "shutdown"
+
+
+class Trigger(enum.StrEnum):
+    MANUAL = "manual"
+    SCHEDULE = "schedule"
+    API = "api"
+
+
+class Reason(enum.StrEnum):
+    """Stable terminal reason codes (docs/recovery.md explains each)."""
+
+    EXITED = "EXITED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED_BEFORE_START = "CANCELLED_BEFORE_START"
+    SPAWN_FAILED = "SPAWN_FAILED"
+    SPAWN_HANDLE_PERSIST_FAILED = "SPAWN_HANDLE_PERSIST_FAILED"
+    PROCESS_EXITED_WITHOUT_RECEIPT = "PROCESS_EXITED_WITHOUT_RECEIPT"
+    RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT = "RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT"
+    RECOVERY_SPAWN_UNCONFIRMED = "RECOVERY_SPAWN_UNCONFIRMED"
+    RECOVERY_IDENTITY_MISMATCH = "RECOVERY_IDENTITY_MISMATCH"
+    RECOVERY_IDENTITY_MISSING = "RECOVERY_IDENTITY_MISSING"
+    RECOVERY_BOOT_CHANGED = "RECOVERY_BOOT_CHANGED"
+    RECOVERY_IDENTITY_UNSUPPORTED = "RECOVERY_IDENTITY_UNSUPPORTED"
+    RECOVERY_FOREIGN_OWNER = "RECOVERY_FOREIGN_OWNER"
+
+
+class Concurrency(enum.StrEnum):
+    FORBID = "forbid"
+    ALLOW = "allow"
+
+
+class Task(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    num: int
+    name: str
+    command: str
+    schedule: str | None
+    timeout_s: int | None
+    env: dict[str, str]
+    enabled: bool
+    concurrency: Concurrency
+    labels: list[str]
+    created_at_ms: int
+    updated_at_ms: int
+    version: int
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    task_id: str
+    trigger: Trigger
+    status: RunStatus
+    version: int
+    event_seq: int
+    cancel_reason: CancelReason | None
+    cancel_requested_at_ms: int | None
+    created_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    exit_code: int | None
+    reason_code: str | None
+
+
+class Attempt(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    run_id: str
+    attempt_no: int
+    executor_type: str
+    runtime_owner: str
+    status: AttemptStatus
+    callback_token_hash: bytes
+    callback_sequence: int
+    log_artifact_id: str
+    log_path: str
+    pid: int | None
+    proc_start_time: int | None
+    boot_id: str | None
+    exit_code: int | None
+    reason_code: str | None
+    created_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    deadline_at_ms: int | None
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """A low-sensitivity fact: never a command, env value, secret or output."""
+
+    run_id: str
+    seq: int
+    type: str
+    at_ms: int
+    attempt_id: str | None = None
+    data: dict[str, str | int | None] = {}
+
+
+class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event before the store assigns its per-run sequence number."""
+
+    type: str
+    attempt_id: str | None = None
+    data: dict[str, str | int | None] = {}

@@ -1,0 +1,88 @@
+"""The three roots (data, receipts, logs), private and confined."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+from pathlib import Path
+
+from .settings import Settings
+
+
+class RootError(Exception):
+    pass
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create 0700 if missing; refuse a symlink or a non-directory."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise RootError(f"{path} is not a directory")
+    if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def prepare_roots(settings: Settings) -> None:
+    for root in (settings.data_path, settings.receipts_path, settings.logs_path):
+        ensure_private_dir(root)
+    ensure_private_dir(settings.data_path / "secrets")
+
+
+def confined(root: Path, relative: str) -> Path:
+    """Resolve `relative` under `root`, proving no `..` or symlink leads outside it."""
+    if not relative or relative.startswith("/") or "\x00" in relative:
+        raise RootError("bad relative path")
+    if any(part in ("..", ".", "") for part in relative.split("/")):
+        raise RootError("relative path must not contain '..', '.' or empty parts")
+    base = root.resolve()
+    full = (base / relative).resolve()
+    if full != base and base not in full.parents:
+        raise RootError("path escapes its root")
+    return full
+
+
+def acquire_runtime_lock(settings: Settings) -> int:
+    """An exclusive flock held for the life of the process: one runtime per data dir."""
+    path = settings.data_path / "runtime.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise AlreadyRunning(
+                f"another qledge runtime holds {path}: only one may use a data directory"
+            ) from exc
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def admin_token(settings: Settings) -> tuple[str, bool]:
+    """(token, generated_now). Generated once into data/secrets/admin.token, mode 0600."""
+    if settings.admin_token:
+        return settings.admin_token, False
+    path = settings.data_path / "secrets" / "admin.token"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise RootError(f"{path} holds no usable token; remove it to generate one") from None
+        return token, False
+    token = secrets.token_urlsafe(32)
+    try:
+        os.write(fd, (token + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return token, True

@@ -1,0 +1,1 @@
+"""Long-lived loops inside the HTTP worker."""

@@ -1,0 +1,156 @@
+"""Settings: one frozen Struct, read from QLEDGE_* env vars and an optional TOML file.
+
+Unknown keys fail start-up naming the key, so a typo never silently falls
+back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+ProfileName = Literal["edge", "standalone"]
+_CLUSTER = ("cluster-control", "cluster-worker")
+
+
+class SettingsError(Exception):
+    """A configuration problem that must stop start-up with this message."""
+
+
+class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Resource limits of the periodic loops (SPEC §6)."""
+
+    name: ProfileName
+    round_interval_s: float
+    pages: int
+    page_size: int
+    publish_grace_ms: int
+    journal_retention_s: float
+    quarantine_retention_s: float
+    max_concurrent_attempts: int
+    kill_grace_s: float
+
+
+PROFILES: dict[str, Profile] = {
+    "edge": Profile(
+        name="edge",
+        round_interval_s=30.0,
+        pages=2,
+        page_size=8,
+        publish_grace_ms=50,
+        journal_retention_s=120.0,
+        quarantine_retention_s=300.0,
+        # A Pi has 4 small cores and often 1 GiB: a few parallel scripts at most.
+        max_concurrent_attempts=4,
+        kill_grace_s=10.0,
+    ),
+    "standalone": Profile(
+        name="standalone",
+        round_interval_s=5.0,
+        pages=4,
+        page_size=32,
+        publish_grace_ms=100,
+        journal_retention_s=60.0,
+        quarantine_retention_s=3600.0,
+        max_concurrent_attempts=16,
+        kill_grace_s=10.0,
+    ),
+}
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    profile: ProfileName = "edge"
+    state_dir: str = "./var"
+    data_dir: str = ""
+    receipts_dir: str = ""
+    logs_dir: str = ""
+    host: str = "0.0.0.0"  # noqa: S104 - an appliance listens on its LAN address
+    port: int = 5700
+    admin_token: str = ""
+    launcher: str = ""
+    # Overrides of single profile numbers (tests and operators); 0 = profile value.
+    round_interval_s: float = 0.0
+    publish_grace_ms: int = 0
+    max_concurrent_attempts: int = 0
+    kill_grace_s: float = 0.0
+    # What SIGTERM to the worker does with running tasks: "leave" them for the
+    # next worker (default; they do not depend on it) or "cancel" them.
+    shutdown_policy: Literal["leave", "cancel"] = "leave"
+    shutdown_drain_s: float = 15.0
+    log_read_limit: int = 1 << 20
+
+    @property
+    def profile_limits(self) -> Profile:
+        base = PROFILES[self.profile]
+        changes: dict[str, float | int] = {}
+        if self.round_interval_s:
+            changes["round_interval_s"] = self.round_interval_s
+        if self.publish_grace_ms:
+            changes["publish_grace_ms"] = self.publish_grace_ms
+        if self.max_concurrent_attempts:
+            changes["max_concurrent_attempts"] = self.max_concurrent_attempts
+        if self.kill_grace_s:
+            changes["kill_grace_s"] = self.kill_grace_s
+        return msgspec.structs.replace(base, **changes) if changes else base
+
+    def _root(self, explicit: str, name: str) -> Path:
+        return Path(explicit or os.path.join(self.state_dir, name)).absolute()
+
+    @property
+    def data_path(self) -> Path:
+        return self._root(self.data_dir, "data")
+
+    @property
+    def receipts_path(self) -> Path:
+        return self._root(self.receipts_dir, "receipts")
+
+    @property
+    def logs_path(self) -> Path:
+        return self._root(self.logs_dir, "logs")
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_path / "qledge.sqlite3"
+
+
+_FIELDS = {f.name: f.type for f in msgspec.structs.fields(Settings)}
+
+
+def load(environ: dict[str, str] | None = None) -> Settings:
+    """Settings from an optional TOML file (QLEDGE_CONFIG) overlaid by QLEDGE_* env vars."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, object] = {}
+    config = env.get("QLEDGE_CONFIG", "")
+    if config:
+        try:
+            with open(config, "rb") as f:
+                raw.update(tomllib.load(f))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"cannot read config file {config}: {exc}") from exc
+    for key, value in env.items():
+        if not key.startswith("QLEDGE_") or key in _IGNORED_ENV:
+            continue
+        name = key[len("QLEDGE_"):].lower()
+        if name not in _FIELDS:
+            raise SettingsError(f"unknown setting {key} (no field {name!r})")
+        raw[name] = value
+    profile = raw.get("profile", "edge")
+    if profile in _CLUSTER:
+        raise SettingsError(
+            f"profile {profile!r} is not supported by this SQLite local stack: "
+            "qledge runs only as 'edge' or 'standalone' on one node"
+        )
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"invalid settings: {exc}") from exc
+
+
+# Variables that configure tooling around the worker, not the worker itself.
+_IGNORED_ENV = frozenset(
+    {"QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_FAILPOINTS", "QLEDGE_LAUNCHER_ARCH"}
+)

@@ -1,0 +1,177 @@
+"""Pure state transitions of runs and attempts.
+
+Each function takes the current Structs and returns the next ones plus the
+events to append, or raises `InvalidTransition`. The store applies a
+transition with compare-and-set on `Run.version`, so two writers that start
+from the same version can never both win.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .model import (
+    ACTIVE_ATTEMPT,
+    TERMINAL_RUN,
+    Attempt,
+    AttemptStatus,
+    CancelReason,
+    NewEvent,
+    Reason,
+    Run,
+    RunStatus,
+)
+
+replace = msgspec.structs.replace
+
+
+class InvalidTransition(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Transition(msgspec.Struct, frozen=True, kw_only=True):
+    run: Run
+    attempt: Attempt | None
+    events: list[NewEvent]
+
+
+def _bump(run: Run, **changes: object) -> Run:
+    return replace(run, version=run.version + 1, **changes)
+
+
+def _require_active(run: Run) -> None:
+    if run.status in TERMINAL_RUN:
+        raise InvalidTransition("RUN_TERMINAL")
+
+
+def attempt_started(
+    run: Run, attempt: Attempt, *, pid: int, start_time: int, boot_id: str, now_ms: int
+) -> Transition:
+    """The launcher runs and its durable identity is known."""
+    _require_active(run)
+    if attempt.status is not AttemptStatus.PREPARING:
+        raise InvalidTransition("ATTEMPT_NOT_PREPARING")
+    new_attempt = replace(
+        attempt, status=AttemptStatus.RUNNING, pid=pid, proc_start_time=start_time,
+        boot_id=boot_id, started_at_ms=now_ms,
+    )
+    new_run = _bump(run, status=RunStatus.RUNNING, started_at_ms=run.started_at_ms or now_ms)
+    events = [NewEvent(type="attempt.started", attempt_id=attempt.id, data={"pid": pid})]
+    if run.status is RunStatus.QUEUED:
+        events.append(NewEvent(type="run.started", attempt_id=attempt.id))
+    return Transition(run=new_run, attempt=new_attempt, events=events)
+
+
+def request_cancel(run: Run, reason: CancelReason, now_ms: int) -> Transition | None:
+    """Commit the cancel intent; None when one is already committed (idempotent)."""
+    _require_active(run)
+    if run.cancel_reason is not None:
+        return None
+    new_run = _bump(run, cancel_reason=reason, cancel_requested_at_ms=now_ms)
+    event = NewEvent(type="run.cancel_requested", data={"reason": reason.value})
+    return Transition(run=new_run, attempt=None, events=[event])
+
+
+def cancel_queued(run: Run, now_ms: int) -> Transition:
+    """A run that never spawned ends `cancelled` (or `timed_out`) without a process."""
+    _require_active(run)
+    if run.status is not RunStatus.QUEUED:
+        raise InvalidTransition("RUN_NOT_QUEUED")
+    reason = run.cancel_reason or CancelReason.USER
+    status = RunStatus.TIMED_OUT if reason is CancelReason.TIMEOUT else RunStatus.CANCELLED
+    new_run = _bump(
+        run, status=status, finished_at_ms=now_ms,
+        reason_code=Reason.CANCELLED_BEFORE_START.value,
+    )
+    data: dict[str, str | int | None] = {
+        "status": status.value, "reason_code": Reason.CANCELLED_BEFORE_START.value,
+    }
+    return Transition(run=new_run, attempt=None, events=[NewEvent(type="run.finished", data=data)])
+
+
+def _intent_wins(run: Run, attempt: Attempt, finished_at_ms: int | None) -> bool:
+    """The convergence rule of docs/recovery.md.
+
+    A committed cancel intent decides the result, unless the receipt proves
+    the command had already finished before the intent could apply: before the
+    deadline (timeout) or before the intent was committed (user/policy/shutdown).
+    """
+    if run.cancel_reason is None:
+        return False
+    if finished_at_ms is None:
+        return True
+    if run.cancel_reason is CancelReason.TIMEOUT:
+        cutoff = attempt.deadline_at_ms
+    else:
+        cutoff = run.cancel_requested_at_ms
+    return cutoff is None or finished_at_ms >= cutoff
+
+
+def _cancelled_status(run: Run) -> AttemptStatus:
+    if run.cancel_reason is CancelReason.TIMEOUT:
+        return AttemptStatus.TIMED_OUT
+    return AttemptStatus.CANCELLED
+
+
+def _finish(
+    run: Run, attempt: Attempt, status: AttemptStatus, *, exit_code: int | None,
+    reason: str, finished_at_ms: int,
+) -> Transition:
+    if attempt.status not in ACTIVE_ATTEMPT:
+        raise InvalidTransition("ATTEMPT_TERMINAL")
+    _require_active(run)
+    # Times from the launcher's clock never precede what the DB already committed.
+    floor = max(attempt.started_at_ms or 0, attempt.created_at_ms)
+    finished = max(finished_at_ms, floor)
+    new_attempt = replace(
+        attempt, status=status, exit_code=exit_code, reason_code=reason, finished_at_ms=finished
+    )
+    new_run = _bump(
+        run, status=RunStatus(status.value), exit_code=exit_code, reason_code=reason,
+        finished_at_ms=finished,
+    )
+    data: dict[str, str | int | None] = {
+        "status": status.value, "exit_code": exit_code, "reason_code": reason,
+    }
+    return Transition(
+        run=new_run,
+        attempt=new_attempt,
+        events=[
+            NewEvent(type="attempt.finished", attempt_id=attempt.id, data=data),
+            NewEvent(type="run.finished", attempt_id=attempt.id, data=data),
+        ],
+    )
+
+
+def complete(
+    run: Run, attempt: Attempt, *, exit_code: int, finished_at_ms: int
+) -> Transition:
+    """A receipt's facts: exit code decides unless a committed intent wins."""
+    if _intent_wins(run, attempt, finished_at_ms):
+        reason = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
+                  else Reason.CANCEL_REQUESTED)
+        return _finish(run, attempt, _cancelled_status(run), exit_code=exit_code,
+                       reason=reason.value, finished_at_ms=finished_at_ms)
+    status = AttemptStatus.SUCCEEDED if exit_code == 0 else AttemptStatus.FAILED
+    return _finish(run, attempt, status, exit_code=exit_code, reason=Reason.EXITED.value,
+                   finished_at_ms=finished_at_ms)
+
+
+def without_receipt(
+    run: Run, attempt: Attempt, reason: Reason, now_ms: int,
+    *, status: AttemptStatus = AttemptStatus.LOST,
+) -> Transition:
+    """No receipt will ever come: `lost`/`blocked` — or the committed intent's result.
+
+    A process killed for a cancel/timeout has no receipt by design; the intent,
+    not the missing evidence, decides (and the exit code stays unknown).
+    """
+    if run.cancel_reason is not None and attempt.status is AttemptStatus.RUNNING:
+        code = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
+                else Reason.CANCEL_REQUESTED)
+        return _finish(run, attempt, _cancelled_status(run), exit_code=None,
+                       reason=code.value, finished_at_ms=now_ms)
+    return _finish(run, attempt, status, exit_code=None, reason=reason.value,
+                   finished_at_ms=now_ms)

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from starlette.testclient import TestClient
+
+TASK = {"name": "hello", "command": "echo hi", "schedule": "*/5 * * * *", "timeout_s": 60,
+        "env": {"GREETING": "hi"}}
+
+
+def test_auth_required(client: TestClient) -> None:
+    for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong-token-xxxxxxxx"},
+                    {"Authorization": "Basic abc"}):
+        r = client.get("/api/v1/tasks", headers=headers)
+        assert r.status_code == 401, headers
+        assert r.json()["error"] == "UNAUTHORIZED"
+    assert client.get("/healthz", headers={"Authorization": ""}).status_code == 200
+    assert client.get("/readyz", headers={"Authorization": ""}).status_code == 200
+
+
+def test_crud_round_trip(client: TestClient) -> None:
+    r = client.post("/api/v1/tasks", json=TASK)
+    assert r.status_code == 201, r.text
+    task = r.json()
+    assert task["name"] == "hello" and task["concurrency"] == "forbid" and task["enabled"]
+    assert task["next_fire_at_ms"] is not None
+    assert client.get(f"/api/v1/tasks/{task['id']}").json()["command"] == "echo hi"
+    r = client.put(f"/api/v1/tasks/{task['id']}", json={"enabled": False, "schedule": None})
+    assert r.status_code == 200 and r.json()["enabled"] is False and r.json()["schedule"] is None
+    assert r.json()["version"] == task["version"] + 1
+    listed = client.get("/api/v1/tasks").json()["items"]
+    assert [t["id"] for t in listed] == [task["id"]]
+    assert client.delete(f"/api/v1/tasks/{task['id']}").status_code == 204
+    r = client.get(f"/api/v1/tasks/{task['id']}")
+    assert r.status_code == 404 and r.json()["error"] == "NOT_FOUND"
+
+
+def test_bad_input_names_the_field(client: TestClient) -> None:
+    cases = [
+        ({**TASK, "bogus": 1}, "bogus"),
+        ({**TASK, "timeout_s": "ten"}, "timeout_s"),
+        ({**TASK, "command": "   "}, "command"),
+        ({**TASK, "schedule": "61 * * * *"}, "schedule"),
+        ({**TASK, "schedule": "* *"}, "schedule"),
+        ({**TASK, "env": {"1BAD": "x"}}, "env"),
+        ({**TASK, "concurrency": "sometimes"}, "concurrency"),
+        ({k: v for k, v in TASK.items() if k != "command"}, "command"),
+    ]
+    for body, field in cases:
+        r = client.post("/api/v1/tasks", json=body)
+        assert r.status_code in (400, 422), (body, r.text)
+        assert r.json().get("field") == field, (body, r.json())
+    r = client.post("/api/v1/tasks", content=b"{not json")
+    assert r.status_code == 400
+    assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+def test_six_field_schedule_is_accepted(client: TestClient) -> None:
+    r = client.post("/api/v1/tasks", json={**TASK, "schedule": "30 */5 * * * *"})
+    assert r.status_code == 201 and r.json()["schedule"] == "30 */5 * * * *"

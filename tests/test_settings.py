@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qledge import settings
+
+
+def test_defaults_are_edge() -> None:
+    s = settings.load({})
+    assert s.profile == "edge"
+    assert s.port == 5700
+    assert s.data_path == Path("./var/data").absolute()
+
+
+def test_profile_numbers() -> None:
+    edge = settings.load({}).profile_limits
+    assert (edge.round_interval_s, edge.pages, edge.page_size, edge.publish_grace_ms) == (
+        30.0, 2, 8, 50)
+    assert (edge.journal_retention_s, edge.quarantine_retention_s) == (120.0, 300.0)
+    sa = settings.load({"QLEDGE_PROFILE": "standalone"}).profile_limits
+    assert (sa.round_interval_s, sa.pages, sa.page_size, sa.publish_grace_ms) == (5.0, 4, 32, 100)
+    assert (sa.journal_retention_s, sa.quarantine_retention_s) == (60.0, 3600.0)
+    assert sa.max_concurrent_attempts > edge.max_concurrent_attempts >= 1
+
+
+def test_unknown_env_key_names_it() -> None:
+    with pytest.raises(settings.SettingsError, match="QLEDGE_PROFLE"):
+        settings.load({"QLEDGE_PROFLE": "edge"})
+
+
+def test_unknown_toml_key_names_it(tmp_path: Path) -> None:
+    cfg = tmp_path / "q.toml"
+    cfg.write_text('profile = "edge"\nprot = 80\n')
+    with pytest.raises(settings.SettingsError, match="prot"):
+        settings.load({"QLEDGE_CONFIG": str(cfg)})
+
+
+def test_toml_then_env_override(tmp_path: Path) -> None:
+    cfg = tmp_path / "q.toml"
+    cfg.write_text('profile = "standalone"\nport = 8080\n')
+    s = settings.load({"QLEDGE_CONFIG": str(cfg), "QLEDGE_PORT": "9090"})
+    assert (s.profile, s.port) == ("standalone", 9090)
+
+
+@pytest.mark.parametrize("name", ["cluster-control", "cluster-worker"])
+def test_cluster_profiles_refused(name: str) -> None:
+    with pytest.raises(settings.SettingsError, match="not supported by this SQLite local stack"):
+        settings.load({"QLEDGE_PROFILE": name})
+
+
+def test_bad_values_refused() -> None:
+    with pytest.raises(settings.SettingsError, match="profile"):
+        settings.load({"QLEDGE_PROFILE": "tiny"})
+    with pytest.raises(settings.SettingsError, match="port"):
+        settings.load({"QLEDGE_PORT": "eighty"})
