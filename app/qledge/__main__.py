@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from . import __version__
 
@@ -76,7 +77,7 @@ def serve() -> int:
     return 0
 
 
-def _loop_factory() -> object:
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
     except ImportError:  # non-Linux development machines

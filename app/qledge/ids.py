@@ -27,7 +27,7 @@ def uuid7(now_ms: int | None = None) -> str:
 
 def is_uuid7(text: str) -> bool:
     """True only for canonical lower-case UUIDv7 text."""
-    return bool(_CANONICAL.match(text))
+    return _CANONICAL.fullmatch(text) is not None
 
 
 def shard_key(attempt_id: str) -> str:

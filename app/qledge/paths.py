@@ -31,7 +31,8 @@ def ensure_private_dir(path: Path) -> Path:
 
 
 def prepare_roots(settings: Settings) -> None:
-    for root in (settings.data_path, settings.receipts_path, settings.logs_path):
+    for root in (settings.data_path, settings.receipts_path, settings.logs_path,
+                 settings.work_path):
         ensure_private_dir(root)
     ensure_private_dir(settings.data_path / "secrets")
 

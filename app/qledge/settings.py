@@ -68,6 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     data_dir: str = ""
     receipts_dir: str = ""
     logs_dir: str = ""
+    work_dir: str = ""
     host: str = "0.0.0.0"  # noqa: S104 - an appliance listens on its LAN address
     port: int = 5700
     admin_token: str = ""
@@ -113,6 +114,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return self._root(self.logs_dir, "logs")
 
     @property
+    def work_path(self) -> Path:
+        """The tasks' working directory and HOME (their scripts live here)."""
+        return self._root(self.work_dir, "work")
+
+    @property
     def db_path(self) -> Path:
         return self.data_path / "qledge.sqlite3"
 
@@ -151,6 +157,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
 
 
 # Variables that configure tooling around the worker, not the worker itself.
-_IGNORED_ENV = frozenset(
-    {"QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_FAILPOINTS", "QLEDGE_LAUNCHER_ARCH"}
-)
+_IGNORED_ENV = frozenset({
+    "QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_FAILPOINTS",
+    "QLEDGE_LAUNCHER_ARCH", "QLEDGE_LOG_LEVEL",
+})

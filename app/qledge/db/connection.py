@@ -49,6 +49,18 @@ class Tx:
         await cur.close()
         return row
 
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A nested unit inside the transaction: rolled back alone if it raises."""
+        await self._conn.execute("SAVEPOINT unit")
+        try:
+            yield
+        except BaseException:
+            await self._conn.execute("ROLLBACK TO unit")
+            await self._conn.execute("RELEASE unit")
+            raise
+        await self._conn.execute("RELEASE unit")
+
     async def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
         cur = await self._conn.execute(sql, params)
         rows = await cur.fetchall()

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from ..model import (
+    ACTIVE_ATTEMPT,
     Attempt,
     AttemptStatus,
     CancelReason,
@@ -272,7 +273,10 @@ async def append_events(tx: Tx, run: Run, events: list[NewEvent], now_ms: int) -
     """Append in order with the run's next sequence numbers (caller holds the write tx)."""
     if not events:
         return
-    seq = run.event_seq
+    # Read the sequence inside this transaction: signal events append without a
+    # version bump, so a Run read earlier may carry a stale event_seq.
+    row = await tx.one("SELECT event_seq FROM runs WHERE id = ?", (run.id,))
+    seq = int(row["event_seq"]) if row else run.event_seq
     for ev in events:
         seq += 1
         await tx.execute(
@@ -380,6 +384,8 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
             (att.status.value, att.pid, att.proc_start_time, att.boot_id, att.exit_code,
              att.reason_code, att.started_at_ms, att.finished_at_ms, att.callback_sequence,
              att.id))
+        if att.status not in ACTIVE_ATTEMPT:
+            await journal_mark_terminal(tx, att.id, now_ms)
     await append_events(tx, old, transition.events, now_ms)
     return new
 
@@ -391,7 +397,7 @@ class JournalRow(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     relative_path: str
     reason_code: str | None
-    retain_until_ms: int | None
+    retention_since_ms: int | None
     attempt_status: AttemptStatus
 
 
@@ -403,13 +409,11 @@ async def journal_register(tx: Tx, attempt_id: str, receipt_path: str, now_ms: i
         (attempt_id, receipt_path, now_ms, now_ms)) == 1
 
 
-async def journal_quarantine(
-    tx: Tx, attempt_id: str, reason: str, retain_until_ms: int, now_ms: int
-) -> None:
+async def journal_quarantine(tx: Tx, attempt_id: str, reason: str, now_ms: int) -> None:
     await tx.execute(
         "UPDATE receipt_journal SET state = 'quarantined', reason_code = ?, updated_at_ms = ?,"
-        " retain_until_ms = ? WHERE attempt_id = ?",
-        (reason, now_ms, retain_until_ms, attempt_id))
+        " retention_since_ms = ? WHERE attempt_id = ? AND state = 'pending'",
+        (reason, now_ms, now_ms, attempt_id))
 
 
 async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
@@ -420,16 +424,17 @@ async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
     return [
         JournalRow(attempt_id=r["attempt_id"], state=r["state"],
                    relative_path=r["relative_path"], reason_code=r["reason_code"],
-                   retain_until_ms=r["retain_until_ms"],
+                   retention_since_ms=r["retention_since_ms"],
                    attempt_status=AttemptStatus(r["attempt_status"]))
         for r in rows
     ]
 
 
-async def journal_set_retention(tx: Tx, attempt_id: str, retain_until_ms: int) -> None:
+async def journal_mark_terminal(tx: Tx, attempt_id: str, now_ms: int) -> None:
+    """Start the row's retention clock (the column holds 'terminal/quarantined since')."""
     await tx.execute(
-        "UPDATE receipt_journal SET retain_until_ms = ? WHERE attempt_id = ?"
-        " AND retain_until_ms IS NULL", (retain_until_ms, attempt_id))
+        "UPDATE receipt_journal SET retention_since_ms = ? WHERE attempt_id = ?"
+        " AND retention_since_ms IS NULL", (now_ms, attempt_id))
 
 
 async def journal_delete(tx: Tx, attempt_id: str) -> None:
@@ -437,12 +442,15 @@ async def journal_delete(tx: Tx, attempt_id: str) -> None:
 
 
 async def journal_counts(tx: Tx) -> dict[str, int]:
-    rows = await tx.all(
-        "SELECT j.state AS state, COUNT(*) AS n FROM receipt_journal j"
-        " JOIN run_attempts a ON a.id = j.attempt_id"
-        " WHERE j.state = 'quarantined' OR a.status IN ('preparing', 'running')"
-        " OR j.retain_until_ms IS NULL GROUP BY j.state")
-    return {str(r["state"]): int(r["n"]) for r in rows}
+    """active: awaiting a result; terminal: ageing out; quarantined: awaiting purge."""
+    row = await tx.one(
+        "SELECT SUM(j.state = 'pending' AND a.status IN ('preparing', 'running')) AS active,"
+        " SUM(j.state = 'pending' AND a.status NOT IN ('preparing', 'running')) AS terminal,"
+        " SUM(j.state = 'quarantined') AS quarantined"
+        " FROM receipt_journal j JOIN run_attempts a ON a.id = j.attempt_id")
+    if row is None:
+        return {}
+    return {k: int(row[k] or 0) for k in ("active", "terminal", "quarantined")}
 
 
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:

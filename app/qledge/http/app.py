@@ -11,7 +11,7 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import system, tasks
+from . import logs_sse, runs, system, tasks
 from .auth import AdminAuth
 from .errors import HANDLERS
 
@@ -27,11 +27,11 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
         finally:
             await runtime.stop()
 
-    api = [*tasks.routes, *system.routes]
+    api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes]
     app = Starlette(
         routes=[*system.health_routes, Mount("/api/v1", routes=api)],
         middleware=[Middleware(AdminAuth)],
-        exception_handlers=dict(HANDLERS),  # type: ignore[arg-type]
+        exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )
     app.state.runtime = runtime

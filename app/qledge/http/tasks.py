@@ -35,8 +35,8 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     name: str | msgspec.UnsetType = UNSET
     command: str | msgspec.UnsetType = UNSET
-    schedule: str | None | msgspec.UnsetType = UNSET
-    timeout_s: int | None | msgspec.UnsetType = UNSET
+    schedule: str | msgspec.UnsetType | None = UNSET
+    timeout_s: int | msgspec.UnsetType | None = UNSET
     env: dict[str, str] | msgspec.UnsetType = UNSET
     enabled: bool | msgspec.UnsetType = UNSET
     concurrency: Literal["forbid", "allow"] | msgspec.UnsetType = UNSET
@@ -75,7 +75,7 @@ def validated(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def task_view(task: Task) -> dict[str, Any]:
-    body = msgspec.to_builtins(task)
+    body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
     if task.schedule and task.enabled:
         nxt = cron.next_after(task.schedule, datetime.now().astimezone())

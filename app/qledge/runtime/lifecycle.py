@@ -1,16 +1,34 @@
-"""The Runtime: opens the store, recovers, then starts and stops every loop explicitly."""
+"""The Runtime: opens the store, recovers, then starts and stops every loop explicitly.
+
+Start order: database → node id → receipts volume → start-up reconciler
+(before /readyz turns 200) → exit watcher, dispatcher, supervisor,
+cancellation, scheduler. Stop order is the reverse, each within a bound;
+running launchers are left alone (they don't depend on this process).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
 from pathlib import Path
 
 from .. import ids
 from ..db import store
-from ..db.connection import Database
-from ..paths import RootError, confined
+from ..db.connection import Database, Tx
+from ..launch import logs
+from ..launch.executor import LocalExecutor, SpawnResult
+from ..receipts.store import ReceiptStore
 from ..settings import Settings
+from .cancellation import Cancellation
+from .completion import CompletionService
+from .consumer import Consumed, Consumer
+from .dispatcher import Dispatcher
+from .loop import PeriodicLoop
+from .reconciler import Reconciler, RoundReport
+from .supervisor import Supervisor
+from .watcher import ExitWatcher
 
 log = logging.getLogger("qledge.runtime")
 
@@ -23,6 +41,10 @@ def read_boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+async def no_global_env(tx: Tx) -> dict[str, str]:
+    return {}
+
+
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -33,31 +55,161 @@ class Runtime:
         self.boot_id = read_boot_id()
         self.started_at_ms = now_ms()
         self.ready = False
+        self.startup_report: RoundReport | None = None
+        self.global_env = no_global_env
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._spawning: set[str] = set()
+        self.log_streams = 0
+
+    # -- start / stop ------------------------------------------------------------
 
     async def start(self) -> None:
+        s = self.settings
+        work_dir = s.work_path
+        # Tasks inherit the worker's cwd (posix_spawn has no chdir action).
+        os.chdir(work_dir)
         await self.db.open()
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
-        log.info("runtime started node=%s incarnation=%s profile=%s",
+        self.receipts = ReceiptStore(s.receipts_path)
+        self.completion = CompletionService(self.db, self.node_id)
+        self.consumer = Consumer(self.db, self.receipts, self.completion)
+        self.watcher = ExitWatcher(self._exited)
+        self.executor = LocalExecutor(
+            db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
+            launcher=s.launcher or default_launcher(), node_id=self.node_id,
+            boot_id=self.boot_id, global_env=self._env)
+        self.cancellation = Cancellation(
+            db=self.db, node_id=self.node_id, incarnation=self.incarnation,
+            boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
+            completion=self.completion)
+        self.reconciler = Reconciler(
+            db=self.db, consumer=self.consumer, completion=self.completion,
+            node_id=self.node_id, boot_id=self.boot_id,
+            publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
+            in_flight=lambda a: a in self._spawning or self.watcher.watching(a))
+        self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
+                                     self.profile.max_concurrent_attempts, self._spawned)
+        self.supervisor = Supervisor(
+            db=self.db, consumer=self.consumer, reconciler=self.reconciler,
+            receipts=self.receipts, node_id=self.node_id, profile=self.profile,
+            on_expired=self.cancellation.expire_deadlines)
+        self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
+                                        self._supervise)
+        log.info("runtime starting node=%s incarnation=%s profile=%s",
                  self.node_id, self.incarnation, self.profile.name)
+        self.startup_report = await self.reconciler.startup(
+            page_size=max(self.profile.page_size, 64))
+        log.info("start-up recovery: %s", self.startup_report.counts)
+        # Deadlines that expired while no worker was running fire before anything else.
+        await self.cancellation.expire_deadlines(1_000_000)
+        await self.cancellation.start()
+        self.dispatcher.start()
+        self.supervision.start()
         self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self.settings.shutdown_policy == "cancel":
+            await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
+        await self.supervision.stop()
+        await self.dispatcher.stop()
+        await self.cancellation.stop()
+        if self._finishing:
+            await asyncio.wait(self._finishing, timeout=5.0)
+        self.watcher.close()
+        await self.db.close()
+
+    # -- attempts ----------------------------------------------------------------
+
+    async def _env(self, tx: Tx) -> dict[str, str]:
+        return await self.global_env(tx)
+
+    def _spawned(self, result: SpawnResult) -> None:
+        self.watcher.watch(result.attempt.id, result.pidfd)
+        self.cancellation.track(result.attempt)
+
+    def _reattach(self, attempt_id: str, pidfd: int) -> None:
+        self.watcher.watch(attempt_id, pidfd)
+
+    def _exited(self, attempt_id: str) -> None:
+        task = asyncio.create_task(self._finish(attempt_id), name=f"finish:{attempt_id}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _finish(self, attempt_id: str) -> None:
+        """The live fast path: the launcher exited; its receipt is already published."""
+        try:
+            got = await self.consumer.consume(attempt_id)
+            delay = 0.1
+            while got is Consumed.RETRY and delay < 5:
+                await asyncio.sleep(delay)
+                delay *= 3
+                got = await self.consumer.consume(attempt_id)
+            if got in (Consumed.MISSING, Consumed.QUARANTINED):
+                await asyncio.sleep(self.profile.publish_grace_ms / 1000)
+                got = await self.consumer.consume(attempt_id)
+                if got in (Consumed.MISSING, Consumed.QUARANTINED):
+                    from ..model import Reason
+
+                    result = await self.completion.without_receipt(
+                        attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT)
+                    log.warning("attempt %s exited without a receipt: %s", attempt_id,
+                                result.status)
+        except Exception:
+            log.exception("completing attempt %s failed; the supervisor will retry", attempt_id)
+        finally:
+            self.cancellation.untrack(attempt_id)
+            self.dispatcher.wake()
+
+    async def _supervise(self) -> None:
+        await self.supervisor.round()
+        self.dispatcher.wake()
+
+    def kick(self) -> None:
+        """A run was queued: let the dispatcher look."""
+        self.dispatcher.wake()
+
+    # -- housekeeping ------------------------------------------------------------
 
     def remove_logs(self, relative_paths: list[str]) -> None:
         """Delete log files after their rows are gone (retention, task deletion)."""
         for rel in relative_paths:
             try:
-                confined(self.settings.logs_path, rel).unlink(missing_ok=True)
-            except (OSError, RootError) as exc:
+                logs.remove(self.settings.logs_path, rel)
+            except (OSError, logs.LogPathError) as exc:
                 log.warning("could not remove a log file: %s", type(exc).__name__)
 
     async def report(self) -> dict[str, object]:
+        async with self.db.read() as tx:
+            journal = await store.journal_counts(tx)
+        last = self.supervisor.last or self.startup_report
         return {
             "profile": self.profile.name,
             "node_id": self.node_id,
             "incarnation": self.incarnation,
             "uptime_s": (now_ms() - self.started_at_ms) // 1000,
+            "ready": self.ready,
+            "watched_attempts": len(self.watcher),
+            "journal": journal,
+            "journal_backlog": journal.get("active", 0),
+            "startup_recovery": _report(self.startup_report),
+            "last_round": _report(last),
+            "rounds": self.supervision.rounds,
         }
 
-    async def stop(self) -> None:
-        self.ready = False
-        await self.db.close()
+
+def _report(r: RoundReport | None) -> dict[str, object] | None:
+    if r is None:
+        return None
+    return {"kind": r.kind, "started_at_ms": r.started_at_ms, "finished_at_ms": r.finished_at_ms,
+            "examined": r.examined, "counts": dict(r.counts)}
+
+
+def default_launcher() -> str:
+    here = Path(__file__).resolve().parents[3]
+    for candidate in ("/usr/local/bin/ql-launch",
+                      str(here / "build" / "launcher" / os.uname().machine / "ql-launch")):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError("ql-launch not found: set QLEDGE_LAUNCHER")

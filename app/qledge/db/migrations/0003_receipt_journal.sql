@@ -7,7 +7,8 @@ CREATE TABLE receipt_journal (
     reason_code TEXT,
     created_at_ms INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL,
-    -- retention cursor: when the row may be dropped / the quarantined file purged
-    retain_until_ms INTEGER
+    -- retention clock: when the attempt turned terminal or the receipt was
+    -- quarantined; rows age out by the profile's windows counted from here
+    retention_since_ms INTEGER
 ) STRICT;
 CREATE INDEX journal_state ON receipt_journal (state, attempt_id);

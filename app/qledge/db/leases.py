@@ -1,0 +1,65 @@
+"""SQL of the cancellation leases (fencing epochs)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..model import Attempt
+from .connection import Tx
+from .store import _ATTEMPT_SELECT, _attempt
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    attempt_id: str
+    holder: str
+    epoch: int
+    expires_at_ms: int
+
+
+async def acquire(tx: Tx, attempt_id: str, holder: str, now_ms: int, ttl_ms: int) -> Lease | None:
+    """Take, renew or take over (when expired, with epoch + 1); None if another holds it."""
+    row = await tx.one("SELECT holder, epoch, expires_at_ms FROM cancel_leases"
+                       " WHERE attempt_id = ?", (attempt_id,))
+    expires = now_ms + ttl_ms
+    if row is None:
+        await tx.execute("INSERT INTO cancel_leases (attempt_id, holder, epoch, expires_at_ms)"
+                         " VALUES (?, ?, 1, ?)", (attempt_id, holder, expires))
+        return Lease(attempt_id=attempt_id, holder=holder, epoch=1, expires_at_ms=expires)
+    epoch = int(row["epoch"])
+    if row["holder"] != holder:
+        if int(row["expires_at_ms"]) > now_ms:
+            return None
+        epoch += 1
+    await tx.execute("UPDATE cancel_leases SET holder = ?, epoch = ?, expires_at_ms = ?"
+                     " WHERE attempt_id = ?", (holder, epoch, expires, attempt_id))
+    return Lease(attempt_id=attempt_id, holder=holder, epoch=epoch, expires_at_ms=expires)
+
+
+async def holds(tx: Tx, lease: Lease, now_ms: int) -> bool:
+    """The fencing check: the row still carries this holder's epoch and is unexpired."""
+    row = await tx.one("SELECT holder, epoch, expires_at_ms FROM cancel_leases"
+                       " WHERE attempt_id = ?", (lease.attempt_id,))
+    return (row is not None and row["holder"] == lease.holder and int(row["epoch"]) == lease.epoch
+            and int(row["expires_at_ms"]) > now_ms)
+
+
+async def record_signal(tx: Tx, attempt_id: str, column: str, now_ms: int) -> None:
+    assert column in ("term_sent_at_ms", "kill_sent_at_ms")
+    await tx.execute(f"UPDATE cancel_leases SET {column} = ? WHERE attempt_id = ?",  # noqa: S608
+                     (now_ms, attempt_id))
+
+
+async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    """Running attempts of this node whose run has a committed cancel intent."""
+    rows = await tx.all(
+        f"{_ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
+        " AND a.status = 'running' AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
+        (owner, limit))
+    return [_attempt(r) for r in rows]
+
+
+async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    rows = await tx.all(
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status = 'running'"
+        " ORDER BY a.id LIMIT ?", (owner, limit))
+    return [_attempt(r) for r in rows]

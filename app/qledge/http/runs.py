@@ -1,0 +1,130 @@
+"""Runs API: trigger, list, detail, events, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import ids
+from ..db import store
+from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, RunStatus, Trigger
+from ..runtime.cancellation import RunTerminal
+from ..runtime.lifecycle import Runtime, now_ms
+from .errors import Invalid, Missing, StateConflict, json_response
+
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def run_view(run: Run) -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(run)
+    body["terminal"] = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    return body
+
+
+def attempt_view(a: Attempt) -> dict[str, Any]:
+    # No token hash, no pid/boot internals beyond what an operator needs.
+    return {
+        "id": a.id, "attempt_no": a.attempt_no, "status": a.status.value,
+        "exit_code": a.exit_code, "reason_code": a.reason_code, "pid": a.pid,
+        "created_at_ms": a.created_at_ms, "started_at_ms": a.started_at_ms,
+        "finished_at_ms": a.finished_at_ms, "deadline_at_ms": a.deadline_at_ms,
+        "active": a.status in ACTIVE_ATTEMPT,
+    }
+
+
+async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
+    """Queue a run; `forbid` tasks answer 409 with the active run's id."""
+    async with rt.db.write() as tx:
+        task = await store.get_task(tx, task_id)
+        if task.concurrency is Concurrency.FORBID:
+            active = await store.active_run_of_task(tx, task.id)
+            if active is not None:
+                raise StateConflict("task already has an active run (concurrency: forbid)",
+                                    extra={"active_run_id": active.id})
+        run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
+    rt.kick()
+    return run
+
+
+async def create(request: Request) -> Response:
+    run = await trigger_run(_rt(request), request.path_params["task_id"], Trigger.API)
+    return json_response({"run": run_view(run)}, 202)
+
+
+def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise Invalid(f"{name} must be an integer", field=name) from exc
+    if not lo <= value <= hi:
+        raise Invalid(f"{name} must be between {lo} and {hi}", field=name)
+    return value
+
+
+async def list_(request: Request) -> Response:
+    q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in RunStatus.__members__.values():
+        raise Invalid(f"unknown status {status!r}", field="status")
+    cursor = q.get("cursor") or None
+    if cursor is not None and not ids.is_uuid7(cursor):
+        raise Invalid("cursor must be a run id from next_cursor", field="cursor")
+    limit = _int(request, "limit", 50, 1, 200)
+    async with _rt(request).db.read() as tx:
+        runs = await store.list_runs(tx, task_id=q.get("task_id") or None, status=status,
+                                     before=cursor, limit=limit)
+    nxt = runs[-1].id if len(runs) == limit else None
+    return json_response({"items": [run_view(r) for r in runs], "next_cursor": nxt})
+
+
+async def _run_id(request: Request) -> str:
+    run_id: str = request.path_params["run_id"]
+    if not ids.is_uuid7(run_id):
+        raise Missing("run not found")
+    return run_id
+
+
+async def get(request: Request) -> Response:
+    run_id = await _run_id(request)
+    async with _rt(request).db.read() as tx:
+        run = await store.get_run(tx, run_id)
+        attempts = await store.attempts_of_run(tx, run_id)
+    return json_response({**run_view(run), "attempts": [attempt_view(a) for a in attempts]})
+
+
+async def events(request: Request) -> Response:
+    run_id = await _run_id(request)
+    after = _int(request, "after", 0, 0, 1 << 62)
+    async with _rt(request).db.read() as tx:
+        await store.get_run(tx, run_id)
+        evs = await store.list_events(tx, run_id, after_seq=after)
+    return json_response({"items": msgspec.to_builtins(evs)})
+
+
+async def cancel(request: Request) -> Response:
+    run_id = await _run_id(request)
+    try:
+        status = await _rt(request).cancellation.request(run_id, CancelReason.USER)
+    except RunTerminal as exc:
+        raise StateConflict(f"run is already terminal ({exc})") from exc
+    return json_response({"run_id": run_id, "status": status.value, "cancel_requested": True},
+                         202)
+
+
+routes = [
+    Route("/tasks/{task_id}/runs", create, methods=["POST"]),
+    Route("/runs", list_, methods=["GET"]),
+    Route("/runs/{run_id}", get, methods=["GET"]),
+    Route("/runs/{run_id}/events", events, methods=["GET"]),
+    Route("/runs/{run_id}/cancel", cancel, methods=["POST"]),
+]

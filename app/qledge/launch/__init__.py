@@ -1,0 +1,1 @@
+"""Touching the processes and files of one attempt."""

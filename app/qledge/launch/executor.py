@@ -1,0 +1,173 @@
+"""LocalProcess executor: the spawn protocol of SPEC §3, in that order.
+
+1. one transaction: attempt (preparing), token hash, sequence, deadline, log
+   artifact and journal row — if it fails, nothing is spawned;
+2. the log file, O_CREAT|O_EXCL|O_APPEND 0600, inside the logs root;
+3. ql-launch in a new session, the token over an inherited pipe, stdin
+   /dev/null, stdout/stderr on the log;
+4. the durable identity persisted — or the process group stopped and the
+   attempt marked lost (never an unrecorded process left running).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from .. import failpoints, ids, transitions
+from ..db import store
+from ..db.connection import Database, Tx
+from ..model import Attempt, Reason, Run, RunStatus, Task
+from ..receipts.codec import new_token, token_hash
+from ..receipts.store import ReceiptStore
+from . import identity, logs
+
+log = logging.getLogger("qledge.executor")
+EXECUTOR_TYPE = "local_process"
+TOKEN_FD = 3
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def base_env(work_dir: Path) -> dict[str, str]:
+    """The documented minimal environment every task starts from (docs/tasks.md)."""
+    env = {"PATH": BASE_PATH, "HOME": str(work_dir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    if "TZ" in os.environ:
+        env["TZ"] = os.environ["TZ"]
+    return env
+
+
+class SpawnResult:
+    __slots__ = ("attempt", "pidfd")
+
+    def __init__(self, attempt: Attempt, pidfd: int) -> None:
+        self.attempt = attempt
+        self.pidfd = pidfd
+
+
+class LocalExecutor:
+    def __init__(
+        self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
+        launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
+    ) -> None:
+        self.db = db
+        self.receipts = receipts
+        self.logs_root = logs_root
+        self.work_dir = work_dir
+        self.launcher = launcher
+        self.node_id = node_id
+        self.boot_id = boot_id
+        self.global_env = global_env
+
+    async def spawn(self, run: Run) -> SpawnResult | None:
+        """Start one attempt of a queued run; None if the run is no longer startable."""
+        token = new_token()
+        attempt_id = ids.uuid7()
+        # Step 1 — nothing exists outside the database yet.
+        async with self.db.write() as tx:
+            run = await store.get_run(tx, run.id)
+            if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
+                return None
+            task = await store.get_task(tx, run.task_id)
+            env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+            now = now_ms()
+            deadline = now + task.timeout_s * 1000 if task.timeout_s else None
+            attempt = await store.prepare_attempt(
+                tx, run, attempt_id=attempt_id, owner=self.node_id,
+                executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
+                deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
+                log_path=logs.relative_path(attempt_id),
+                receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
+        failpoints.hit("spawn.after_prepare")
+        # Steps 2 and 3.
+        try:
+            pid = self._launch(attempt, run, task, token, env)
+        except Exception as exc:
+            log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
+            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
+            return None
+        # Step 4.
+        pidfd = os.pidfd_open(pid)
+        try:
+            ident = identity.capture(pid, self.boot_id)
+            if ident is None:
+                raise ProcessLookupError(pid)
+            failpoints.hit("spawn.before_persist")
+            async with self.db.write() as tx:
+                run = await store.get_run(tx, run.id)
+                attempt = await store.get_attempt(tx, attempt_id)
+                tr = transitions.attempt_started(
+                    run, attempt, pid=pid, start_time=ident.start_time, boot_id=self.boot_id,
+                    now_ms=now_ms())
+                await store.apply(tx, run, tr, now_ms())
+                assert tr.attempt is not None
+                return SpawnResult(tr.attempt, pidfd)
+        except Exception as exc:
+            log.error("could not persist the identity of attempt %s (%s): stopping it",
+                      attempt_id, type(exc).__name__)
+            self._stop_group(pid, pidfd)
+            os.close(pidfd)
+            await self._finish_without_process(attempt_id, Reason.SPAWN_HANDLE_PERSIST_FAILED)
+            return None
+
+    def _launch(self, attempt: Attempt, run: Run, task: Task, token: str,
+                env: dict[str, str]) -> int:
+        log_fd, _ = logs.create(self.logs_root, attempt.id)
+        shard = self.receipts.ensure_shard(attempt.id)
+        read_end, write_end = os.pipe()
+        try:
+            # 43 bytes fit in any pipe buffer: write before spawn, close, EOF for the reader.
+            os.write(write_end, token.encode())
+            os.close(write_end)
+            write_end = -1
+            argv = [
+                self.launcher, "--receipt-dir", str(shard), "--run-id", run.id,
+                "--attempt-id", attempt.id, "--sequence", str(attempt.callback_sequence),
+                "--token-fd", str(TOKEN_FD), "--", "/bin/sh", "-c", task.command,
+            ]
+            actions = [
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                (os.POSIX_SPAWN_DUP2, read_end, TOKEN_FD),
+            ]
+            # Every other fd of the worker is O_CLOEXEC and stays behind; the
+            # worker's cwd is the work dir (set at start), which the task inherits.
+            return os.posix_spawn(self.launcher, argv, env, file_actions=actions, setsid=True)
+        finally:
+            os.close(read_end)
+            os.close(log_fd)
+            if write_end >= 0:
+                os.close(write_end)
+
+    def _stop_group(self, pid: int, pidfd: int) -> None:
+        """Compensation for an unrecorded process: TERM, then KILL, its whole group."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG) is not None:
+                        return
+                except ChildProcessError:
+                    return
+                time.sleep(0.01)
+
+    async def _finish_without_process(self, attempt_id: str, reason: Reason) -> None:
+        async with self.db.write() as tx:
+            attempt = await store.get_attempt(tx, attempt_id)
+            run = await store.get_run(tx, attempt.run_id)
+            tr = transitions.without_receipt(run, attempt, reason, now_ms())
+            await store.apply(tx, run, tr, now_ms())

@@ -1,0 +1,83 @@
+"""Durable process identity: pid + start time (/proc/<pid>/stat field 22) + boot id.
+
+A pid alone is never trusted: after a restart it may belong to somebody else.
+The start time pins the exact process; the boot id pins the kernel instance.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+import msgspec
+
+
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    pid: int
+    start_time: int
+    boot_id: str
+
+
+class Liveness(enum.StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"  # gone, or a zombie waiting to be reaped
+    MISMATCH = "mismatch"  # the pid now names another process
+    BOOT_CHANGED = "boot_changed"
+    UNSUPPORTED = "unsupported"  # no /proc or no identity recorded
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm may contain spaces and ')' — split after the LAST ')'
+    rest = raw[raw.rindex(")") + 2:].split()
+    return rest  # rest[0] is field 3 (state)
+
+
+def start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None  # field 22
+
+
+def state(pid: int) -> str | None:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def capture(pid: int, boot_id: str) -> Identity | None:
+    st = start_time(pid)
+    return Identity(pid=pid, start_time=st, boot_id=boot_id) if st is not None else None
+
+
+def check(ident: Identity | None, boot_id: str) -> Liveness:
+    if ident is None or not os.path.isdir("/proc/self"):
+        return Liveness.UNSUPPORTED
+    if ident.boot_id != boot_id:
+        return Liveness.BOOT_CHANGED
+    fields = _stat_fields(ident.pid)
+    if fields is None:
+        return Liveness.EXITED
+    if int(fields[19]) != ident.start_time:
+        return Liveness.MISMATCH
+    if fields[0] in ("Z", "X"):
+        return Liveness.EXITED
+    return Liveness.RUNNING
+
+
+def open_pidfd(ident: Identity, boot_id: str) -> tuple[int | None, Liveness]:
+    """Open a pidfd, THEN re-check the identity: a pidfd taken after the check
+    could point at a recycled pid; one taken before it cannot change target."""
+    try:
+        fd = os.pidfd_open(ident.pid)
+    except ProcessLookupError:
+        return None, Liveness.EXITED
+    except OSError:
+        return None, check(ident, boot_id)
+    live = check(ident, boot_id)
+    if live is not Liveness.RUNNING:
+        os.close(fd)
+        return None, live
+    return fd, live

@@ -1,0 +1,220 @@
+"""Timeouts and cancellation: committed intent first, then fenced signals.
+
+Every cancel — user, timeout, policy, shutdown — first commits
+`run.cancel_requested(reason)`; only then may a driver holding the attempt's
+lease signal it: TERM to the launcher (which forwards it to the task's
+process group), KILL to the group after the profile's grace. Before each
+signal the lease row must still carry the driver's epoch (checked inside the
+write transaction, so no takeover can slip in between) and the launcher's
+identity must still match (a pidfd opened before the re-check). The result is
+decided by the committed intent (transitions._intent_wins), never by which
+signal or receipt came first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import signal
+from collections.abc import Callable
+
+from .. import transitions
+from ..db import leases, store
+from ..db.connection import Database
+from ..launch import identity
+from ..launch.executor import now_ms
+from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
+from .completion import CompletionService
+
+log = logging.getLogger("qledge.cancellation")
+
+
+class RunTerminal(Exception):
+    """Cancel of a run that already ended (HTTP 409)."""
+
+
+class Cancellation:
+    def __init__(self, *, db: Database, node_id: str, incarnation: str, boot_id: str,
+                 kill_grace_s: float, completion: CompletionService) -> None:
+        self.db = db
+        self.node_id = node_id
+        self.incarnation = incarnation
+        self.boot_id = boot_id
+        self.kill_grace_s = kill_grace_s
+        self.completion = completion
+        self.lease_ttl_ms = int((kill_grace_s * 2 + 10) * 1000)
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._drivers: dict[str, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        await self.sweep(1_000_000)
+
+    async def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        drivers = list(self._drivers.values())
+        for task in drivers:
+            task.cancel()
+        for task in drivers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- intents ---------------------------------------------------------------
+
+    async def request(self, run_id: str, reason: CancelReason) -> RunStatus:
+        """Commit the intent (idempotent); a queued run ends at once, a running one is signalled."""
+        async with self.db.write() as tx:
+            run = await store.get_run(tx, run_id)
+            if run.status in TERMINAL_RUN:
+                raise RunTerminal(run.status.value)
+            tr = transitions.request_cancel(run, reason, now_ms())
+            if tr is not None:
+                run = await store.apply(tx, run, tr, now_ms())
+            if run.status is RunStatus.QUEUED:
+                tr = transitions.cancel_queued(run, now_ms())
+                run = await store.apply(tx, run, tr, now_ms())
+                return run.status
+        await self.sweep(64)
+        return run.status
+
+    def track(self, attempt: Attempt) -> None:
+        """In-memory fast path for a deadline; the DB sweep is the authority after restarts."""
+        if attempt.deadline_at_ms is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (attempt.deadline_at_ms - now_ms()) / 1000)
+        self._timers[attempt.id] = loop.call_later(
+            delay, lambda: asyncio.ensure_future(self.expire_deadlines(64)))
+
+    def untrack(self, attempt_id: str) -> None:
+        timer = self._timers.pop(attempt_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    async def expire_deadlines(self, limit: int) -> int:
+        """Commit timeout intents for expired deadlines, then drive their signals."""
+        async with self.db.read() as tx:
+            expired = await store.expired_attempts(tx, self.node_id, now_ms(), limit)
+        committed = 0
+        for attempt in expired:
+            async with self.db.write() as tx:
+                run = await store.get_run(tx, attempt.run_id)
+                if run.status in TERMINAL_RUN:
+                    continue
+                tr = transitions.request_cancel(run, CancelReason.TIMEOUT, now_ms())
+                if tr is not None:
+                    await store.apply(tx, run, tr, now_ms())
+                    committed += 1
+        await self.sweep(limit)
+        return committed
+
+    async def sweep(self, limit: int) -> None:
+        """Make sure every running attempt with a committed intent has a driver."""
+        async with self.db.read() as tx:
+            attempts = await leases.cancelling_attempts(tx, self.node_id, limit)
+        for attempt in attempts:
+            if attempt.id not in self._drivers:
+                task = asyncio.create_task(self._drive(attempt), name=f"cancel:{attempt.id}")
+                self._drivers[attempt.id] = task
+                task.add_done_callback(self._forget(attempt.id))
+
+    def _forget(self, attempt_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._drivers.pop(attempt_id, None)
+        return done
+
+    async def cancel_all_for_shutdown(self, drain_s: float) -> None:
+        async with self.db.read() as tx:
+            running = await leases.running_attempts(tx, self.node_id, 1_000_000)
+        for attempt in running:
+            with contextlib.suppress(RunTerminal, store.Conflict):
+                await self.request(attempt.run_id, CancelReason.SHUTDOWN)
+        if self._drivers:
+            await asyncio.wait(list(self._drivers.values()), timeout=drain_s)
+
+    # -- fenced signals ----------------------------------------------------------
+
+    async def _drive(self, attempt: Attempt) -> None:
+        try:
+            async with self.db.write() as tx:
+                lease = await leases.acquire(tx, attempt.id, self.incarnation, now_ms(),
+                                             self.lease_ttl_ms)
+            if lease is None:
+                return  # another live incarnation drives it
+            pidfd = self._open(attempt)
+            if pidfd is None:
+                return  # already gone: the exit path (receipt or intent) decides
+            try:
+                if not await self.signal(lease, attempt, pidfd, signal.SIGTERM):
+                    return
+                if await _wait_exit(pidfd, self.kill_grace_s):
+                    return
+                await self.signal(lease, attempt, pidfd, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("cancellation of attempt %s failed; the next sweep retries", attempt.id)
+
+    def _open(self, attempt: Attempt) -> int | None:
+        if attempt.pid is None or attempt.proc_start_time is None or not attempt.boot_id:
+            return None
+        ident = identity.Identity(pid=attempt.pid, start_time=attempt.proc_start_time,
+                                  boot_id=attempt.boot_id)
+        pidfd, _ = identity.open_pidfd(ident, self.boot_id)
+        return pidfd
+
+    async def signal(self, lease: leases.Lease, attempt: Attempt, pidfd: int,
+                     sig: signal.Signals) -> bool:
+        """Send `sig` only while the lease row carries our epoch (inside the write lock)."""
+        async with self.db.write() as tx:
+            if not await leases.holds(tx, lease, now_ms()):
+                log.warning("lease of attempt %s fenced off (epoch %d): no signal",
+                            attempt.id, lease.epoch)
+                return False
+            if _exited(pidfd):
+                return False
+            assert attempt.pid is not None
+            if sig is signal.SIGTERM:
+                # The launcher forwards TERM to the task's group and stays to write the receipt.
+                signal.pidfd_send_signal(pidfd, sig)
+            else:
+                # The pidfd is open and the launcher not yet reaped: its pid, which is
+                # also the group id, cannot have been recycled.
+                os.killpg(attempt.pid, sig)
+            column = "term_sent_at_ms" if sig is signal.SIGTERM else "kill_sent_at_ms"
+            await leases.record_signal(tx, attempt.id, column, now_ms())
+            run = await store.get_run(tx, attempt.run_id)
+            await store.append_events(tx, run, [NewEvent(
+                type="attempt.signal_sent", attempt_id=attempt.id,
+                data={"signal": sig.name, "epoch": lease.epoch})], now_ms())
+        return True
+
+
+def _exited(pidfd: int) -> bool:
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def _wait_exit(pidfd: int, timeout_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(True)
+
+    loop.add_reader(pidfd, ready)
+    try:
+        await asyncio.wait_for(done, timeout_s)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)

@@ -1,0 +1,110 @@
+"""CompletionService: the one door through which every result becomes a fact.
+
+The live path (the worker sees its launcher exit) and every recovery path hand
+receipts here. In one transaction it validates the receipt against the
+attempt, returns `already_terminal` without a new event for a finished
+attempt, lets a committed cancel intent decide, and appends the attempt and
+run terminal events in order with CAS on the run version.
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+
+import msgspec
+
+from .. import failpoints, transitions
+from ..db import store
+from ..db.connection import Database, Tx
+from ..launch.executor import EXECUTOR_TYPE, now_ms
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason
+from ..receipts.codec import Receipt, token_matches
+
+
+class Outcome(enum.StrEnum):
+    APPLIED = "applied"
+    ALREADY_TERMINAL = "already_terminal"
+    REJECTED = "rejected"
+    RETRY = "retry"
+
+
+class Rejection(enum.StrEnum):
+    UNKNOWN_ATTEMPT = "COMPLETION_UNKNOWN_ATTEMPT"
+    RUN_MISMATCH = "COMPLETION_RUN_MISMATCH"
+    FOREIGN_OWNER = "COMPLETION_FOREIGN_OWNER"
+    WRONG_EXECUTOR = "COMPLETION_WRONG_EXECUTOR"
+    BAD_TOKEN = "COMPLETION_BAD_TOKEN"  # noqa: S105 - a reason code, not a secret
+    BAD_SEQUENCE = "COMPLETION_BAD_SEQUENCE"
+
+
+class Result(msgspec.Struct, frozen=True, kw_only=True):
+    outcome: Outcome
+    reason: str | None = None
+    status: str | None = None
+
+
+def _rejected(reason: Rejection) -> Result:
+    return Result(outcome=Outcome.REJECTED, reason=reason.value)
+
+
+class CompletionService:
+    def __init__(self, db: Database, node_id: str) -> None:
+        self.db = db
+        self.node_id = node_id
+
+    async def complete(self, receipt: Receipt) -> Result:
+        try:
+            async with self.db.write() as tx:
+                result = await self.complete_in(tx, receipt)
+                failpoints.hit("completion.before_commit")
+            return result
+        except (store.Conflict, sqlite3.OperationalError) as exc:
+            return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
+
+    async def complete_in(self, tx: Tx, receipt: Receipt) -> Result:
+        """The checks and the transition inside the caller's transaction (batched consumers)."""
+        attempt = await store.find_attempt(tx, receipt.attempt_id)
+        if attempt is None:
+            return _rejected(Rejection.UNKNOWN_ATTEMPT)
+        if attempt.run_id != receipt.run_id:
+            return _rejected(Rejection.RUN_MISMATCH)
+        if attempt.runtime_owner != self.node_id:
+            return _rejected(Rejection.FOREIGN_OWNER)
+        if attempt.executor_type != EXECUTOR_TYPE:
+            return _rejected(Rejection.WRONG_EXECUTOR)
+        if not token_matches(receipt.token, attempt.callback_token_hash):
+            return _rejected(Rejection.BAD_TOKEN)
+        if attempt.status not in ACTIVE_ATTEMPT:
+            # A replay of the receipt that already decided (or one that lost the
+            # race to a cancel/lost decision): no second terminal event.
+            if receipt.callback_sequence > attempt.callback_sequence:
+                return _rejected(Rejection.BAD_SEQUENCE)
+            return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
+        if receipt.callback_sequence != attempt.callback_sequence:
+            return _rejected(Rejection.BAD_SEQUENCE)
+        run = await store.get_run(tx, attempt.run_id)
+        if run.status in TERMINAL_RUN:
+            return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
+        tr = transitions.complete(run, attempt, exit_code=receipt.exit_code,
+                                  finished_at_ms=receipt.finished_at_ms)
+        await store.apply(tx, run, tr, now_ms())
+        return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
+
+    async def without_receipt(
+        self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST
+    ) -> Result:
+        """The process is gone and no receipt will come: `lost`, or the intent's result."""
+        try:
+            async with self.db.write() as tx:
+                attempt = await store.get_attempt(tx, attempt_id)
+                if attempt.status not in ACTIVE_ATTEMPT:
+                    return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
+                run = await store.get_run(tx, attempt.run_id)
+                if run.status in TERMINAL_RUN:
+                    return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
+                tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
+                await store.apply(tx, run, tr, now_ms())
+                return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
+        except (store.Conflict, sqlite3.OperationalError) as exc:
+            return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)

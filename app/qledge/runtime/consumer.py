@@ -1,0 +1,138 @@
+"""Receipt consumer: receipt file → CompletionService → delete, quarantine or keep.
+
+Order is the whole point: the receipt is deleted only after the transaction
+that consumed it committed (durably: synchronous=FULL). A crash before the
+commit replays the receipt once; a crash after it replays into
+`already_terminal` and cleans up. Deterministic rejections of a DB-known
+attempt are recorded in the journal first, then the file is moved to
+quarantine. Transient errors leave the file for the next pass. Receipt
+contents are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import sqlite3
+
+import msgspec
+
+from .. import failpoints
+from ..db import store
+from ..db.connection import Database
+from ..launch.executor import now_ms
+from ..receipts.codec import Receipt, Rejected, decode
+from ..receipts.store import ReceiptStore
+from .completion import CompletionService, Outcome, Result
+
+log = logging.getLogger("qledge.consumer")
+ATTEMPT_MISMATCH = "RECEIPT_ATTEMPT_MISMATCH"
+
+
+class Consumed(enum.StrEnum):
+    APPLIED = "applied"
+    ALREADY_TERMINAL = "already_terminal"
+    QUARANTINED = "quarantined"
+    MISSING = "missing"
+    RETRY = "retry"
+
+
+class Report(msgspec.Struct, kw_only=True):
+    counts: dict[str, int] = {}
+
+    def add(self, what: Consumed) -> None:
+        self.counts[what.value] = self.counts.get(what.value, 0) + 1
+
+
+class Consumer:
+    def __init__(self, db: Database, receipts: ReceiptStore, completion: CompletionService
+                 ) -> None:
+        self.db = db
+        self.receipts = receipts
+        self.completion = completion
+
+    async def consume(self, attempt_id: str) -> Consumed:
+        return (await self.consume_many([attempt_id]))[attempt_id]
+
+    async def consume_many(self, attempt_ids: list[str]) -> dict[str, Consumed]:
+        """Consume a batch in ONE transaction (one fsync), each receipt in its own savepoint."""
+        out: dict[str, Consumed] = {}
+        valid: list[Receipt] = []
+        for attempt_id in attempt_ids:
+            try:
+                data = self.receipts.read(attempt_id)
+            except OSError:
+                out[attempt_id] = Consumed.RETRY
+                continue
+            if data is None:
+                out[attempt_id] = Consumed.MISSING
+                continue
+            decoded = data if isinstance(data, Rejected) else decode(data)
+            if isinstance(decoded, Rejected):
+                out[attempt_id] = await self.quarantine(attempt_id, decoded.reason.value)
+            elif decoded.attempt_id != attempt_id:
+                out[attempt_id] = await self.quarantine(attempt_id, ATTEMPT_MISMATCH)
+            else:
+                valid.append(decoded)
+        if not valid:
+            return out
+        results: dict[str, Result] = {}
+        try:
+            async with self.db.write() as tx:
+                for receipt in valid:
+                    try:
+                        async with tx.savepoint():
+                            results[receipt.attempt_id] = await self.completion.complete_in(
+                                tx, receipt)
+                    except store.Conflict:
+                        results[receipt.attempt_id] = Result(outcome=Outcome.RETRY)
+                failpoints.hit("consumer.before_commit")
+        except (sqlite3.OperationalError, store.Conflict) as exc:
+            log.warning("completion batch of %d kept for retry: %s", len(valid),
+                        type(exc).__name__)
+            return {**out, **{r.attempt_id: Consumed.RETRY for r in valid}}
+        failpoints.hit("consumer.after_commit")
+        done = [a for a, r in results.items()
+                if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_TERMINAL)]
+        await asyncio.to_thread(self._remove_all, done)
+        for attempt_id, result in results.items():
+            if result.outcome is Outcome.APPLIED:
+                out[attempt_id] = Consumed.APPLIED
+            elif result.outcome is Outcome.ALREADY_TERMINAL:
+                out[attempt_id] = Consumed.ALREADY_TERMINAL
+            elif result.outcome is Outcome.REJECTED:
+                out[attempt_id] = await self.quarantine(attempt_id, result.reason or "REJECTED")
+            else:
+                out[attempt_id] = Consumed.RETRY
+        return out
+
+    def _remove_all(self, attempt_ids: list[str]) -> None:
+        for attempt_id in attempt_ids:
+            try:
+                self.receipts.remove(attempt_id)
+            except OSError as exc:
+                # Left behind: the journal-driven scan replays it into already_terminal.
+                log.warning("could not remove a consumed receipt: %s", type(exc).__name__)
+
+    async def quarantine(self, attempt_id: str, reason: str) -> Consumed:
+        """Record the deterministic rejection first, then move the file (never read it again)."""
+        try:
+            async with self.db.write() as tx:
+                known = await store.find_attempt(tx, attempt_id) is not None
+                if known:
+                    await store.journal_quarantine(tx, attempt_id, reason, now_ms())
+        except sqlite3.OperationalError:
+            return Consumed.RETRY
+        if not known:
+            # Not ours to move: the orphan audit (`qledge audit receipts`) handles it.
+            return Consumed.RETRY
+        try:
+            ref = await asyncio.to_thread(self.receipts.quarantine, attempt_id, reason)
+        except (OSError, ValueError) as exc:
+            log.warning("quarantine move pending for attempt %s: %s", attempt_id,
+                        type(exc).__name__)
+            return Consumed.RETRY
+        log.warning("receipt of attempt %s quarantined (%s) at %s", attempt_id, reason, ref)
+        return Consumed.QUARANTINED
+

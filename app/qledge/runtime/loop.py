@@ -1,0 +1,81 @@
+"""A periodic loop with the lifecycle rules of SPEC §6.
+
+Explicit start/stop; one round at a time (the next is scheduled only after
+the previous finished); stop waits for a running round within a bound, then
+cancels it. `poke()` runs a round early (e.g. under disk pressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("qledge.loop")
+
+
+class PeriodicLoop:
+    def __init__(self, name: str, interval_s: float, round_fn: Callable[[], Awaitable[None]],
+                 stop_timeout_s: float = 5.0) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self.round_fn = round_fn
+        self.stop_timeout_s = stop_timeout_s
+        self.rounds = 0
+        self.next_round_at: float | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._poke = asyncio.Event()
+        self._stopping = False
+        self._in_round = False
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        if self.running:
+            raise RuntimeError(f"loop {self.name} already started")
+        self._stopping = False
+        self._task = asyncio.create_task(self._run(), name=f"loop:{self.name}")
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            self.next_round_at = loop.time() + self.interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), self.interval_s)
+            self._poke.clear()
+            if self._stopping:
+                break
+            self._in_round = True
+            try:
+                await self.round_fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s round failed; next round as scheduled", self.name)
+            finally:
+                self._in_round = False
+                self.rounds += 1
+
+    async def stop(self) -> None:
+        """Let a running round finish within the bound, then cancel it."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._poke.set()
+        if not self._in_round:
+            task.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.stop_timeout_s)
+        except TimeoutError:
+            task.cancel()
+        except asyncio.CancelledError:
+            pass
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,128 @@
+"""Recovery of active attempts from the database (never from a directory listing).
+
+Per attempt: a receipt present → the consumer (one door); else the durable
+identity decides: running → keep and re-attach a pidfd; exited → one bounded
+publish grace, look again, else `lost`; unsupported/mismatched/other boot →
+fail closed with a stable reason. A bare pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import msgspec
+
+from ..db import store
+from ..db.connection import Database
+from ..launch import identity
+from ..launch.executor import now_ms
+from ..model import Attempt, AttemptStatus, Reason
+from .completion import CompletionService
+from .consumer import Consumed, Consumer
+
+log = logging.getLogger("qledge.reconciler")
+
+_FAIL_CLOSED = {
+    identity.Liveness.MISMATCH: (Reason.RECOVERY_IDENTITY_MISMATCH, AttemptStatus.LOST),
+    identity.Liveness.BOOT_CHANGED: (Reason.RECOVERY_BOOT_CHANGED, AttemptStatus.LOST),
+    identity.Liveness.UNSUPPORTED: (Reason.RECOVERY_IDENTITY_UNSUPPORTED, AttemptStatus.BLOCKED),
+}
+
+
+class RoundReport(msgspec.Struct, kw_only=True):
+    kind: str
+    started_at_ms: int
+    finished_at_ms: int = 0
+    examined: int = 0
+    counts: dict[str, int] = {}
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + n
+
+
+class Reconciler:
+    def __init__(self, *, db: Database, consumer: Consumer, completion: CompletionService,
+                 node_id: str, boot_id: str, publish_grace_ms: int,
+                 reattach: Callable[[str, int], None],
+                 in_flight: Callable[[str], bool]) -> None:
+        self.db = db
+        self.consumer = consumer
+        self.completion = completion
+        self.node_id = node_id
+        self.boot_id = boot_id
+        self.grace_s = publish_grace_ms / 1000
+        self.reattach = reattach  # hands a pidfd to the exit watcher
+        self.in_flight = in_flight  # attempts this worker is spawning or already watches
+
+    async def startup(self, page_size: int = 64, max_pages: int = 100_000) -> RoundReport:
+        """Every active attempt of this node, before /readyz turns 200."""
+        report = RoundReport(kind="startup", started_at_ms=now_ms())
+        async with self.db.write() as tx:
+            # Attempts from before the journal existed get their row, idempotently.
+            for attempt in await store.attempts_without_journal(tx, self.node_id, 1_000_000):
+                shard_rel = self.consumer.receipts.relative_path(attempt.id)
+                if await store.journal_register(tx, attempt.id, shard_rel, now_ms()):
+                    report.add("journal_registered")
+        cursor = ""
+        for _ in range(max_pages):
+            async with self.db.read() as tx:
+                page = await store.active_attempts_page(tx, self.node_id, cursor, page_size)
+            if not page:
+                break
+            cursor = page[-1].id
+            await self.check(page, report, startup=True)
+        report.finished_at_ms = now_ms()
+        return report
+
+    async def check(self, attempts: list[Attempt], report: RoundReport, *,
+                    startup: bool) -> None:
+        """Decide a page of active attempts; the publish grace is waited once per page."""
+        if not startup:
+            attempts = [a for a in attempts if not self.in_flight(a.id)]
+        if not attempts:
+            return
+        report.examined += len(attempts)
+        results = await self.consumer.consume_many([a.id for a in attempts])
+        exited: list[tuple[Attempt, Reason, AttemptStatus]] = []
+        for attempt in attempts:
+            got = results[attempt.id]
+            if got in (Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY):
+                report.add(f"receipt_{got.value}")
+                continue
+            if got is Consumed.QUARANTINED:
+                report.add("receipt_quarantined")
+            if attempt.status is AttemptStatus.PREPARING:
+                # Spawn never confirmed: no identity to check, so never a signal.
+                exited.append((attempt, Reason.RECOVERY_SPAWN_UNCONFIRMED, AttemptStatus.LOST))
+                continue
+            if attempt.pid is None or attempt.proc_start_time is None or not attempt.boot_id:
+                exited.append((attempt, Reason.RECOVERY_IDENTITY_MISSING, AttemptStatus.LOST))
+                continue
+            ident = identity.Identity(pid=attempt.pid, start_time=attempt.proc_start_time,
+                                      boot_id=attempt.boot_id)
+            pidfd, live = identity.open_pidfd(ident, self.boot_id)
+            if pidfd is not None:
+                self.reattach(attempt.id, pidfd)
+                report.add("reattached")
+            elif live is identity.Liveness.EXITED:
+                exited.append((attempt, Reason.RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT,
+                               AttemptStatus.LOST))
+            else:
+                reason, status = _FAIL_CLOSED[live]
+                exited.append((attempt, reason, status))
+        if not exited:
+            return
+        # The launcher publishes before it exits, but give a racing publish one grace.
+        await asyncio.sleep(self.grace_s)
+        again = await self.consumer.consume_many([a.id for a, _, _ in exited])
+        for attempt, reason, status in exited:
+            got = again[attempt.id]
+            if got in (Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY):
+                report.add(f"receipt_{got.value}")
+                continue
+            result = await self.completion.without_receipt(attempt.id, reason, status)
+            report.add(f"{result.outcome.value}:{reason.value}")
+            log.warning("attempt %s has no receipt: %s (%s)", attempt.id, reason.value,
+                        result.status)

@@ -1,0 +1,121 @@
+"""Periodic supervision rounds: bounded pages, a cursor that resumes, no overlap.
+
+Each round (the profile's interval; pages × page size caps):
+1. active attempts not watched by this worker → the reconciler's check
+   (receipt → consumer; identity → keep/re-attach/lost);
+2. the receipt journal: a terminal attempt's left-over receipt is consumed
+   into `already_terminal` and removed; rows whose receipt is gone age out
+   after the journal retention; quarantined files are purged exactly after
+   the quarantine retention, then their rows dropped;
+3. expired deadlines are handed to the cancellation side (timeouts).
+Reports carry counts and bounded relative references, never file contents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ..db import store
+from ..db.connection import Database
+from ..launch.executor import now_ms
+from ..model import ACTIVE_ATTEMPT
+from ..receipts.store import MAX_QUARANTINE_SUFFIX, QUARANTINE_DIR, ReceiptStore
+from ..settings import Profile
+from .consumer import Consumed, Consumer
+from .reconciler import Reconciler, RoundReport
+
+log = logging.getLogger("qledge.supervisor")
+
+
+class Supervisor:
+    def __init__(self, *, db: Database, consumer: Consumer, reconciler: Reconciler,
+                 receipts: ReceiptStore, node_id: str, profile: Profile,
+                 on_expired: Callable[[int], Awaitable[int]]) -> None:
+        self.db = db
+        self.consumer = consumer
+        self.reconciler = reconciler
+        self.receipts = receipts
+        self.node_id = node_id
+        self.profile = profile
+        self.on_expired = on_expired
+        self.active_cursor = ""
+        self.journal_cursor = ""
+        self.last: RoundReport | None = None
+
+    async def round(self) -> RoundReport:
+        report = RoundReport(kind="periodic", started_at_ms=now_ms())
+        size, pages = self.profile.page_size, self.profile.pages
+        for _ in range(pages):
+            async with self.db.read() as tx:
+                page = await store.active_attempts_page(tx, self.node_id, self.active_cursor,
+                                                        size)
+            self.active_cursor = page[-1].id if len(page) == size else ""
+            await self.reconciler.check(page, report, startup=False)
+            if len(page) < size:
+                break
+        for _ in range(pages):
+            async with self.db.read() as tx:
+                rows = await store.journal_page(tx, self.journal_cursor, size)
+            self.journal_cursor = rows[-1].attempt_id if len(rows) == size else ""
+            await self._journal(rows, report)
+            if len(rows) < size:
+                break
+        expired = await self.on_expired(size)
+        if expired:
+            report.add("deadline_expired", expired)
+        report.finished_at_ms = now_ms()
+        self.last = report
+        if report.counts:
+            log.info("supervision round: %s", report.counts)
+        return report
+
+    async def _journal(self, rows: list[store.JournalRow], report: RoundReport) -> None:
+        now = now_ms()
+        keep_ms = int(self.profile.journal_retention_s * 1000)
+        purge_ms = int(self.profile.quarantine_retention_s * 1000)
+        terminal = [r for r in rows
+                    if r.state == "pending" and r.attempt_status not in ACTIVE_ATTEMPT]
+        results = await self.consumer.consume_many([r.attempt_id for r in terminal])
+        for row in terminal:
+            got = results[row.attempt_id]
+            if got is not Consumed.MISSING:
+                report.add(f"late_receipt_{got.value}")
+                continue
+            async with self.db.write() as tx:
+                if row.retention_since_ms is None:
+                    await store.journal_mark_terminal(tx, row.attempt_id, now)
+                elif row.retention_since_ms + keep_ms <= now:
+                    await store.journal_delete(tx, row.attempt_id)
+                    report.add("journal_dropped")
+        for row in rows:
+            if row.state != "quarantined":
+                continue
+            if await asyncio.to_thread(self._still_in_place, row.attempt_id):
+                moved = await self.consumer.quarantine(
+                    row.attempt_id, row.reason_code or "QUARANTINED")
+                report.add(f"quarantine_{moved.value}")
+            elif row.retention_since_ms is not None and row.retention_since_ms + purge_ms <= now:
+                purged = await asyncio.to_thread(self._purge, row.attempt_id)
+                async with self.db.write() as tx:
+                    await store.journal_delete(tx, row.attempt_id)
+                report.add("quarantine_purged", purged)
+
+    def _still_in_place(self, attempt_id: str) -> bool:
+        try:
+            return self.receipts.read(attempt_id) is not None
+        except OSError:
+            return False
+
+    def _purge(self, attempt_id: str) -> int:
+        shard = self.receipts.relative_path(attempt_id).split("/", 1)[0]
+        names = [f"{attempt_id}.json"] + [
+            f"{attempt_id}.{n}.json" for n in range(1, MAX_QUARANTINE_SUFFIX + 1)]
+        purged = 0
+        for name in names:
+            try:
+                purged += self.receipts.purge_quarantined(f"{QUARANTINE_DIR}/{shard}/{name}")
+            except OSError:
+                break
+        return purged
