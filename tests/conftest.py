@@ -71,3 +71,69 @@ def client(conf: settings.Settings) -> Iterator[TestClient]:
 
 def run(coro: object) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+class Server:
+    """`python -m qledge serve` on a real port (no supervisord), for HTTP-level tests."""
+
+    def __init__(self, state: Path, **settings_env: str) -> None:
+        import subprocess
+        import sys
+
+        import httpx
+
+        self.state = state
+        self.port = free_port()
+        self.env = {**os.environ, "QLEDGE_STATE_DIR": str(state), "QLEDGE_HOST": "127.0.0.1",
+                    "QLEDGE_PORT": str(self.port), "QLEDGE_ADMIN_TOKEN": ADMIN,
+                    "QLEDGE_LAUNCHER": launcher_path(), "QLEDGE_PUBLISH_GRACE_MS": "200",
+                    **{f"QLEDGE_{k.upper()}": v for k, v in settings_env.items()}}
+        self.output = state.parent / f"{state.name}.out"
+        state.mkdir(parents=True, exist_ok=True)
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "qledge", "serve"], env=self.env,
+                                         stdout=out, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(base_url=self.url, timeout=30,
+                                 headers={"Authorization": f"Bearer {ADMIN}"})
+        import time
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(self.output.read_text())
+            try:
+                if self.http.get("/readyz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("server not ready")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        self.http.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(tmp_path / "state")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def wait_terminal(http: object, run_id: str, timeout: float = 30.0) -> dict[str, object]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, object] = http.get(f"/api/v1/runs/{run_id}").json()  # type: ignore[attr-defined]
+        if run["terminal"] or time.monotonic() > deadline:
+            return run
+        time.sleep(0.02)

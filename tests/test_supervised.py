@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from _appliance import ADMIN, Appliance
 from conftest import free_port
 

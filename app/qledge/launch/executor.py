@@ -134,6 +134,9 @@ class LocalExecutor:
                 "--attempt-id", attempt.id, "--sequence", str(attempt.callback_sequence),
                 "--token-fd", str(TOKEN_FD), "--", "/bin/sh", "-c", task.command,
             ]
+            if read_end == TOKEN_FD:
+                # dup2 onto itself would keep O_CLOEXEC on older libcs.
+                os.set_inheritable(read_end, True)
             actions = [
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, log_fd, 1),

@@ -1,0 +1,253 @@
+"""Helpers for the black-box ql-launch tests: find the binary, start attempts.
+
+The binary for arch A is `$QLEDGE_LAUNCHER_<A>` (e.g. QLEDGE_LAUNCHER_AARCH64),
+or `$QLEDGE_LAUNCHER` for the host arch, or build/launcher/<A>/ql-launch. The
+default paths are (re)built with scripts/build-launcher when missing or older
+than the C source. A foreign arch runs through /usr/bin/qemu-<A>-static.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = (REPO / "image/launcher/ql-launch.c", REPO / "image/launcher/Makefile")
+ARCHES = ("x86_64", "aarch64")
+_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "armv7l": "armv7"}
+HOST_ARCH = _ALIASES.get(platform.machine(), platform.machine())
+RECEIPT_KEYS = (
+    "schemaVersion",
+    "runId",
+    "attemptId",
+    "callbackSequence",
+    "token",
+    "startedAtMs",
+    "finishedAtMs",
+    "exitCode",
+)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    arch: str
+    path: Path
+    prefix: tuple[str, ...] = ()  # () when native, (qemu,) when emulated
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.prefix)
+
+    def argv(self, *args: str) -> list[str]:
+        return [*self.prefix, str(self.path), *args]
+
+
+def _stale(binary: Path) -> bool:
+    if not binary.exists():
+        return True
+    built = binary.stat().st_mtime
+    return any(src.stat().st_mtime > built for src in SOURCES)
+
+
+def locate(arch: str) -> Launcher | str:
+    """The launcher for `arch`, or a human-readable reason why there is none."""
+    prefix: tuple[str, ...] = ()
+    if arch != HOST_ARCH:
+        qemu = Path(f"/usr/bin/qemu-{arch}-static")
+        if not qemu.exists():
+            return f"{qemu} is not installed (apt-get install qemu-user-static)"
+        prefix = (str(qemu),)
+    override = os.environ.get(f"QLEDGE_LAUNCHER_{arch.upper()}") or (
+        os.environ.get("QLEDGE_LAUNCHER") if arch == HOST_ARCH else None
+    )
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            return f"launcher {path} (from the environment) does not exist"
+        return Launcher(arch, path, prefix)
+    path = REPO / "build/launcher" / arch / "ql-launch"
+    if _stale(path):
+        build = subprocess.run(
+            [str(REPO / "scripts/build-launcher"), arch],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if build.returncode != 0 or not path.exists():
+            tail = (build.stderr or build.stdout).strip().splitlines()[-1:]
+            return f"no {arch} launcher and scripts/build-launcher {arch} failed: {tail}"
+    return Launcher(arch, path, prefix)
+
+
+def new_token(length: int = 43) -> str:
+    return secrets.token_urlsafe(96)[:length]
+
+
+@dataclass
+class Attempt:
+    """One attempt's files: a 0700 receipt shard directory and a log."""
+
+    root: Path
+    receipt_dir: Path = field(init=False)
+    log: Path = field(init=False)
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    attempt_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    sequence: int = 1
+    token: str = field(default_factory=new_token)
+
+    def __post_init__(self) -> None:
+        self.receipt_dir = self.root / "receipts" / self.attempt_id[-2:]
+        self.receipt_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log = self.root / "logs" / f"{self.attempt_id}.log"
+        self.log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    @property
+    def receipt(self) -> Path:
+        return self.receipt_dir / f"{self.attempt_id}.json"
+
+    def args(self) -> list[str]:
+        return [
+            "--receipt-dir", str(self.receipt_dir),
+            "--run-id", self.run_id,
+            "--attempt-id", self.attempt_id,
+            "--sequence", str(self.sequence),
+        ]  # fmt: skip
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def entries(self) -> list[str]:
+        return sorted(os.listdir(self.receipt_dir))
+
+
+def token_pipe(payload: bytes) -> int:
+    """A pipe read end holding `payload` followed by EOF."""
+    r, w = os.pipe()
+    try:
+        os.write(w, payload)
+    finally:
+        os.close(w)
+    return r
+
+
+def start(
+    launcher: Launcher,
+    attempt: Attempt,
+    command: Sequence[str],
+    *,
+    token: bytes | None = None,
+    argv: list[str] | None = None,
+    pass_fds: Sequence[int] = (),
+    **popen: object,
+) -> subprocess.Popen[bytes]:
+    """Start the launcher the way the control plane does (own session, log fds).
+
+    `argv`, when given, replaces the whole argument list (command included);
+    "{fd}" in it stands for the token pipe's descriptor number.
+    """
+    r = token_pipe(attempt.token.encode() if token is None else token)
+    try:
+        if argv is None:
+            args = [*attempt.args(), "--token-fd", str(r), "--", *command]
+        else:
+            args = [a.replace("{fd}", str(r)) for a in argv]
+        with open(attempt.log, "ab") as log:
+            options: dict[str, object] = {"start_new_session": True, "cwd": attempt.root, **popen}
+            return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+                launcher.argv(*args),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(r, *pass_fds),
+                **options,
+            )
+    finally:
+        os.close(r)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        kill_group(proc.pid)
+
+
+def run(launcher: Launcher, attempt: Attempt, command: Sequence[str], **kw: object) -> int:
+    return finish(start(launcher, attempt, command, **kw))  # type: ignore[arg-type]
+
+
+def kill_group(pgid: int) -> None:
+    """Clean up whatever is left in an attempt's process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
+
+
+def deny_hard_links() -> Callable[[], None] | None:
+    """A preexec_fn that makes link()/linkat() fail with EPERM (seccomp filter).
+
+    This simulates a filesystem without hard links on any filesystem, so the
+    launcher's renameat2(RENAME_NOREPLACE) fallback can be tested where it
+    works. The filter is keyed on the *host* syscall table, so it also holds
+    for a binary running under qemu-user. x86_64 hosts only (None otherwise).
+    """
+    if HOST_ARCH != "x86_64":
+        return None
+    audit_arch_x86_64, nr_link, nr_linkat = 0xC000003E, 86, 265
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06
+    errno_eperm, allow = 0x00050000 | 1, 0x7FFF0000
+
+    class Filter(ctypes.Structure):
+        _fields_ = (
+            ("code", ctypes.c_uint16),
+            ("jt", ctypes.c_uint8),
+            ("jf", ctypes.c_uint8),
+            ("k", ctypes.c_uint32),
+        )
+
+    class Program(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter)))
+
+    code = (Filter * 7)(
+        Filter(ld_abs, 0, 0, 4),  # seccomp_data.arch
+        Filter(jeq, 0, 4, audit_arch_x86_64),  # other arch: allow
+        Filter(ld_abs, 0, 0, 0),  # seccomp_data.nr
+        Filter(jeq, 1, 0, nr_linkat),
+        Filter(jeq, 0, 1, nr_link),
+        Filter(ret, 0, 0, errno_eperm),
+        Filter(ret, 0, 0, allow),
+    )
+    program = Program(len(code), code)
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+
+    def preexec() -> None:
+        if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+        if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(program)) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+
+    preexec.keep = (code, program)  # type: ignore[attr-defined]
+    return preexec

@@ -1,0 +1,644 @@
+"""Black-box tests for the static launcher `ql-launch` (image/launcher).
+
+Every test runs once per arch: natively for the host arch, and through
+qemu-user for the other one (skipped, with the reason shown by -ra, when the
+binary cannot be built or qemu is missing). The launcher is driven the way the
+control plane drives it: own session, stdin /dev/null, stdout+stderr on the
+attempt's log, the token through an inherited pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from _launcher import (
+    ARCHES,
+    HOST_ARCH,
+    RECEIPT_KEYS,
+    REPO,
+    Attempt,
+    Launcher,
+    deny_hard_links,
+    finish,
+    kill_group,
+    locate,
+    new_token,
+    run,
+    start,
+    wait_until,
+)
+
+RECEIPT_RE = re.compile(
+    rb'\{"schemaVersion":1,"runId":"[0-9a-f-]{36}","attemptId":"[0-9a-f-]{36}",'
+    rb'"callbackSequence":[1-9][0-9]*,"token":"[A-Za-z0-9_-]{16,128}",'
+    rb'"startedAtMs":(?:0|[1-9][0-9]*),"finishedAtMs":(?:0|[1-9][0-9]*),'
+    rb'"exitCode":(?:0|[1-9][0-9]{0,2})\}'
+)
+IS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module", params=ARCHES)
+def launcher(request: pytest.FixtureRequest) -> Launcher:
+    found = locate(request.param)
+    if isinstance(found, str):
+        if request.param == HOST_ARCH:
+            pytest.fail(f"host launcher unavailable: {found}")
+        pytest.skip(f"{request.param}: {found}")
+    return found
+
+
+@pytest.fixture
+def attempt(tmp_path: Path) -> Attempt:
+    return Attempt(tmp_path)
+
+
+def sh(script: str) -> list[str]:
+    return ["/bin/sh", "-c", script]
+
+
+def receipt_of(attempt: Attempt) -> dict[str, object]:
+    raw = attempt.receipt.read_bytes()
+    assert RECEIPT_RE.fullmatch(raw), raw.replace(attempt.token.encode(), b"<token>")
+    pairs = json.loads(raw, object_pairs_hook=lambda kv: kv)
+    assert tuple(k for k, _ in pairs) == RECEIPT_KEYS
+    return dict(pairs)
+
+
+def assert_one_diagnostic(attempt: Attempt, needle: str = "") -> str:
+    text = attempt.log_text()
+    lines = [line for line in text.splitlines() if line.startswith("ql-launch: ")]
+    assert len(lines) == 1, text
+    assert needle in lines[0], text
+    assert attempt.token not in text
+    return lines[0]
+
+
+def proc_stat(pid: int) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session..."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+# ---- command line -----------------------------------------------------------
+
+
+def test_version(launcher: Launcher) -> None:
+    out = subprocess.run(launcher.argv("--version"), capture_output=True, text=True, check=False)
+    assert out.returncode == 0
+    assert re.fullmatch(r"ql-launch \S+\n", out.stdout)
+    if not os.environ.get("QLEDGE_LAUNCHER") and "build/launcher" in str(launcher.path):
+        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+        assert out.stdout == f"ql-launch {version}\n"
+
+
+def test_no_arguments_prints_usage_and_exits_125(launcher: Launcher) -> None:
+    out = subprocess.run(launcher.argv(), capture_output=True, text=True, check=False)
+    assert out.returncode == 125
+    assert out.stdout == ""
+    assert out.stderr.startswith("usage: ql-launch --receipt-dir DIR")
+
+
+def _drop(name: str) -> Callable[[list[str], Attempt], list[str]]:
+    def edit(argv: list[str], _: Attempt) -> list[str]:
+        i = argv.index(name)
+        return argv[:i] + argv[i + 2 :]
+
+    return edit
+
+
+def _set(name: str, value: Callable[[str], str]) -> Callable[[list[str], Attempt], list[str]]:
+    def edit(argv: list[str], _: Attempt) -> list[str]:
+        argv = list(argv)
+        i = argv.index(name)
+        argv[i + 1] = value(argv[i + 1])
+        return argv
+
+    return edit
+
+
+def _dir(make: Callable[[Path], Path]) -> Callable[[list[str], Attempt], list[str]]:
+    return _set("--receipt-dir", lambda d: str(make(Path(d))))
+
+
+def _symlinked(d: Path) -> Path:
+    (d.parent / "link").symlink_to(d)
+    return d.parent / "link"
+
+
+def _a_file(d: Path) -> Path:
+    (d.parent / "file").write_text("")
+    return d.parent / "file"
+
+
+def _same(argv: list[str], _: Attempt) -> list[str]:
+    return argv
+
+
+BAD_ARGS: dict[str, tuple[Callable[[list[str], Attempt], list[str]], bytes | None]] = {
+    "missing-receipt-dir": (_drop("--receipt-dir"), None),
+    "missing-run-id": (_drop("--run-id"), None),
+    "missing-attempt-id": (_drop("--attempt-id"), None),
+    "missing-sequence": (_drop("--sequence"), None),
+    "missing-token-fd": (_drop("--token-fd"), None),
+    "unknown-option": (lambda a, _: ["--verbose", *a], None),
+    "option-twice": (lambda a, _: ["--sequence", "2", *a], None),
+    "option-without-value": (lambda a, _: a[: a.index("--")][:-1], None),
+    "run-id-upper-case": (_set("--run-id", str.upper), None),
+    "run-id-no-hyphens": (_set("--run-id", lambda v: v.replace("-", "")), None),
+    "run-id-braced": (_set("--run-id", lambda v: "{" + v + "}"), None),
+    "attempt-id-short": (_set("--attempt-id", lambda v: v[:-1]), None),
+    "attempt-id-long": (_set("--attempt-id", lambda v: v + "0"), None),
+    "attempt-id-urn": (_set("--attempt-id", lambda v: "urn:uuid:" + v), None),
+    "attempt-id-not-hex": (_set("--attempt-id", lambda v: "g" + v[1:]), None),
+    "sequence-zero": (_set("--sequence", lambda _: "0"), None),
+    "sequence-negative": (_set("--sequence", lambda _: "-1"), None),
+    "sequence-leading-zero": (_set("--sequence", lambda _: "01"), None),
+    "sequence-plus": (_set("--sequence", lambda _: "+1"), None),
+    "sequence-float": (_set("--sequence", lambda _: "1.0"), None),
+    "sequence-empty": (_set("--sequence", lambda _: ""), None),
+    "sequence-overflow": (_set("--sequence", lambda _: str(2**63)), None),
+    "token-fd-stdin": (_set("--token-fd", lambda _: "0"), None),
+    "token-fd-stderr": (_set("--token-fd", lambda _: "2"), None),
+    "token-fd-not-open": (_set("--token-fd", lambda _: "987"), None),
+    "token-fd-text": (_set("--token-fd", lambda _: "three"), None),
+    "token-empty": (_same, b""),
+    "token-too-short": (_same, b"a" * 15),
+    "token-too-long": (_same, b"a" * 129),
+    "token-over-read-cap": (_same, b"a" * 300),
+    "token-bad-char": (_same, b"a" * 20 + b"+"),
+    "token-space": (_same, b"a" * 10 + b" " + b"a" * 10),
+    "token-nul": (_same, b"a" * 20 + b"\0"),
+    "token-two-newlines": (_same, b"a" * 20 + b"\n\n"),
+    "no-double-dash": (lambda a, _: [x for x in a if x != "--"], None),
+    "no-command": (lambda a, _: a[: a.index("--") + 1], None),
+    "empty-command": (lambda a, _: [*a[: a.index("--") + 1], ""], None),
+    "receipt-dir-empty": (_set("--receipt-dir", lambda _: ""), None),
+    "receipt-dir-missing": (_dir(lambda d: d / "nope"), None),
+    "receipt-dir-is-a-file": (_dir(_a_file), None),
+    "receipt-dir-symlink": (_dir(_symlinked), None),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ARGS)
+def test_bad_arguments_exit_125_and_spawn_nothing(
+    launcher: Launcher, attempt: Attempt, case: str
+) -> None:
+    edit, token = BAD_ARGS[case]
+    marker = attempt.root / "spawned"
+    good = [*attempt.args(), "--token-fd", "{fd}", "--", *sh(f"touch {marker}")]
+    code = run(launcher, attempt, [], argv=edit(good, attempt), token=token)
+    assert code == 125
+    assert not marker.exists()
+    assert attempt.entries() == []
+    assert_one_diagnostic(attempt)
+
+
+def test_group_leader_that_is_not_session_leader_is_refused(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    marker = attempt.root / "spawned"
+    code = run(launcher, attempt, sh(f"touch {marker}"), start_new_session=False, process_group=0)
+    assert code == 125
+    assert not marker.exists()
+    assert_one_diagnostic(attempt, "setsid")
+
+
+# ---- exit codes ---------------------------------------------------------------
+
+
+def test_every_exit_code_round_trips(launcher: Launcher, tmp_path: Path) -> None:
+    # All 256 codes on every arch: under qemu-user this costs ~2 s with 16 in flight,
+    # so no sampling is needed.
+    codes = range(256)
+
+    def one(code: int) -> tuple[int, int, object]:
+        a = Attempt(tmp_path / str(code))
+        got = run(launcher, a, sh(f"exit {code}"))
+        return code, got, receipt_of(a)["exitCode"]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for code, got, in_receipt in pool.map(one, codes):
+            assert (got, in_receipt) == (code, code)
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM], ids=lambda s: s.name
+)
+def test_child_killed_by_signal_is_128_plus_n(
+    launcher: Launcher, attempt: Attempt, sig: signal.Signals
+) -> None:
+    code = run(launcher, attempt, sh(f"ulimit -c 0; kill -{sig.name[3:]} $$; exit 3"))
+    assert code == 128 + sig
+    assert receipt_of(attempt)["exitCode"] == 128 + sig
+
+
+@pytest.mark.parametrize(
+    ("command", "expected", "needle"),
+    [
+        (["/nonexistent/ql-missing"], 127, "exec /nonexistent/ql-missing: No such file"),
+        (["ql-launch-test-no-such-command"], 127, "No such file"),
+        (["/etc/passwd/x"], 127, "Not a directory"),
+        (sh("ql-launch-test-no-such-command"), 127, ""),
+        (["{root}/not-executable"], 126, "Permission denied"),
+        (["{root}/garbage"], 126, "Exec format error"),
+        (["{root}"], 126, "Permission denied"),
+    ],
+    ids=["absolute", "path-search", "enotdir", "via-sh", "no-x-bit", "enoexec", "directory"],
+)
+def test_exec_failures_are_127_or_126(
+    launcher: Launcher, attempt: Attempt, command: list[str], expected: int, needle: str
+) -> None:
+    (attempt.root / "not-executable").write_text("#!/bin/sh\nexit 0\n")
+    (attempt.root / "not-executable").chmod(0o644)
+    (attempt.root / "garbage").write_bytes(b"\x7fNOT-AN-ELF\0\0\0\0")
+    (attempt.root / "garbage").chmod(0o755)
+    command = [c.replace("{root}", str(attempt.root)) for c in command]
+    assert run(launcher, attempt, command) == expected
+    assert receipt_of(attempt)["exitCode"] == expected
+    if needle:
+        assert_one_diagnostic(attempt, needle)
+
+
+def test_only_the_direct_child_counts(launcher: Launcher, attempt: Attempt) -> None:
+    # A background grandchild still holding the log must not keep the launcher waiting.
+    t0 = time.monotonic()
+    proc = start(launcher, attempt, sh("sleep 30 & exit 4"))
+    try:
+        assert proc.wait(timeout=10) == 4
+        assert time.monotonic() - t0 < 10
+    finally:
+        kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 4
+
+
+def test_orphaned_grandchildren_are_reaped(launcher: Launcher, attempt: Attempt) -> None:
+    if launcher.emulated:
+        pytest.skip("qemu-user does not implement PR_SET_CHILD_SUBREAPER")
+    proc = start(launcher, attempt, sh("(sleep 0.2 &); echo ready; sleep 2; exit 0"))
+    try:
+        wait_until(lambda: "ready" in attempt.log_text(), what="ready")
+        time.sleep(0.8)  # the orphaned sleep has exited and was re-parented to us
+        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        states = [proc_stat(int(k))[0] for k in kids]
+        assert "Z" not in states
+        assert finish(proc) == 0
+    finally:
+        kill_group(proc.pid)
+
+
+# ---- signals ---------------------------------------------------------------
+
+
+def _wait_ready(attempt: Attempt) -> None:
+    wait_until(lambda: "ready" in attempt.log_text(), what="the child to be ready")
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT], ids=lambda s: s.name
+)
+def test_signal_to_launcher_reaches_trapping_child(
+    launcher: Launcher, attempt: Attempt, sig: signal.Signals
+) -> None:
+    name = sig.name[3:]
+    script = f'trap "exit 7" {name}; echo ready; while :; do sleep 0.05; done'
+    proc = start(launcher, attempt, sh(script))
+    try:
+        _wait_ready(attempt)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == 7  # the launcher survived and reports the child
+    finally:
+        kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 7
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_signal_to_launcher_kills_default_child(
+    launcher: Launcher, attempt: Attempt, sig: signal.Signals
+) -> None:
+    proc = start(launcher, attempt, sh("echo ready; sleep 30; exit 0"))
+    try:
+        _wait_ready(attempt)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == 128 + sig
+    finally:
+        kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 128 + sig
+
+
+def test_term_to_whole_group_from_control_plane(launcher: Launcher, attempt: Attempt) -> None:
+    proc = start(launcher, attempt, sh("echo ready; sleep 30; exit 0"))
+    try:
+        _wait_ready(attempt)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+    finally:
+        kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 143
+
+
+# ---- session -----------------------------------------------------------------
+
+PARENT = """
+import os, subprocess, sys, time
+fd, pidfile = int(sys.argv[1]), sys.argv[2]
+p = subprocess.Popen(sys.argv[3:], stdin=subprocess.DEVNULL, pass_fds=(fd,))
+os.close(fd)
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(p.pid))
+os.rename(pidfile + ".tmp", pidfile)
+time.sleep(120)
+"""
+
+
+def test_own_session_survives_killing_the_parents_group(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    pidfile = attempt.root / "launcher.pid"
+    r, w = os.pipe()
+    os.write(w, attempt.token.encode())
+    os.close(w)
+    command = sh("echo ready; sleep 1; exit 3")
+    args = launcher.argv(*attempt.args(), "--token-fd", str(r), "--", *command)
+    with open(attempt.log, "ab") as log:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", PARENT, str(r), str(pidfile), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(r,),
+            start_new_session=True,  # the "control plane" group we are going to kill
+        )
+    os.close(r)
+    lpid = 0
+    try:
+        wait_until(pidfile.exists, what="the launcher pid")
+        lpid = int(pidfile.read_text())
+        _wait_ready(attempt)
+        _, _, pgrp, session = proc_stat(lpid)[:4]
+        assert (int(pgrp), int(session)) == (lpid, lpid)
+        assert os.getpgid(parent.pid) == parent.pid != lpid
+        children = Path(f"/proc/{lpid}/task/{lpid}/children")
+        for kid in children.read_text().split() if children.exists() else []:
+            assert int(proc_stat(int(kid))[2]) == lpid  # the user command shares our group
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        wait_until(attempt.receipt.exists, what="the receipt after the parent died")
+    finally:
+        kill_group(parent.pid)
+        parent.wait(timeout=10)
+        if lpid:
+            wait_until(lambda: not Path(f"/proc/{lpid}").exists()
+                       or proc_stat(lpid)[0] == "Z", what="launcher exit")  # fmt: skip
+    assert receipt_of(attempt)["exitCode"] == 3
+
+
+# ---- secrecy and descriptors ----------------------------------------------------
+
+
+def test_token_stays_out_of_argv_env_log_and_child_fds(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    stray = os.open("/dev/null", os.O_RDONLY)  # inherited by the launcher, not the child
+    env = {**os.environ, "QLEDGE_TEST_MARK": "visible"}
+    try:
+        proc = start(
+            launcher, attempt, sh('echo "child=$$"; sleep 1; exit 0'), pass_fds=(stray,), env=env
+        )
+    finally:
+        os.close(stray)
+    token = attempt.token.encode()
+    try:
+        wait_until(lambda: "child=" in attempt.log_text(), what="the child pid")
+        child = int(re.search(r"child=(\d+)", attempt.log_text()).group(1))  # type: ignore[union-attr]
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{child}/fd")) == [0, 1, 2]
+        child_env = Path(f"/proc/{child}/environ").read_bytes()
+        assert b"QLEDGE_TEST_MARK=visible" in child_env
+        assert token not in child_env
+        assert token not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert token not in Path(f"/proc/{proc.pid}/environ").read_bytes()
+        assert int(proc_stat(child)[2]) == proc.pid  # child in the launcher's group
+        assert finish(proc) == 0
+    finally:
+        kill_group(proc.pid)
+    assert token not in attempt.log.read_bytes()
+    assert receipt_of(attempt)["token"] == attempt.token
+
+
+def test_token_with_one_trailing_newline_is_accepted(launcher: Launcher, attempt: Attempt) -> None:
+    assert run(launcher, attempt, ["true"], token=attempt.token.encode() + b"\n") == 0
+    assert receipt_of(attempt)["token"] == attempt.token
+
+
+# ---- the receipt -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_receipt_is_canonical(launcher: Launcher, tmp_path: Path, umask: int) -> None:
+    attempt = Attempt(tmp_path, sequence=2**63 - 1, token=new_token(128))
+    before = int(time.time() * 1000)
+    assert run(launcher, attempt, sh("sleep 0.05; exit 42"), umask=umask) == 42
+    after = int(time.time() * 1000)
+    receipt = receipt_of(attempt)
+    assert receipt == {
+        "schemaVersion": 1,
+        "runId": attempt.run_id,
+        "attemptId": attempt.attempt_id,
+        "callbackSequence": 2**63 - 1,
+        "token": attempt.token,
+        "startedAtMs": receipt["startedAtMs"],
+        "finishedAtMs": receipt["finishedAtMs"],
+        "exitCode": 42,
+    }
+    started, finished = receipt["startedAtMs"], receipt["finishedAtMs"]
+    assert isinstance(started, int) and isinstance(finished, int)
+    assert before <= started <= finished <= after
+    assert finished - started >= 40
+    raw = attempt.receipt.read_bytes()
+    assert len(raw) <= 4096 and not raw.endswith(b"\n")
+    assert stat.S_IMODE(attempt.receipt.stat().st_mode) == 0o600
+    assert attempt.entries() == [attempt.receipt.name]  # no temp file left behind
+
+
+def test_existing_receipt_is_not_overwritten(launcher: Launcher, attempt: Attempt) -> None:
+    attempt.receipt.write_bytes(b"earlier receipt")
+    attempt.receipt.chmod(0o600)
+    assert run(launcher, attempt, sh("exit 9")) == 9
+    assert attempt.receipt.read_bytes() == b"earlier receipt"
+    assert attempt.entries() == [attempt.receipt.name]
+    assert_one_diagnostic(attempt, "already exists, not overwritten: File exists")
+
+
+# ---- publication failures (root: mounts) --------------------------------------------
+
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to mount test filesystems")
+
+
+@contextlib.contextmanager
+def mounted(args: list[str], where: Path, what: str) -> Iterator[Path]:
+    where.mkdir(exist_ok=True)
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not os.path.ismount(where):
+        pytest.skip(f"cannot mount {what}: {done.stderr.strip() or done.returncode}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True, check=False)
+        if os.path.ismount(where):
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def _tmpfs(where: Path, options: str) -> contextlib.AbstractContextManager[Path]:
+    return mounted(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], where, "tmpfs")
+
+
+def _assert_failed_cleanly(attempt: Attempt, code: int, needle: str) -> None:
+    assert code == 5  # the user command's own exit code survives
+    assert attempt.entries() == []  # no final receipt, no temp file
+    assert_one_diagnostic(attempt, needle)
+
+
+@needs_root
+def test_enospc_leaves_nothing_and_keeps_exit_code(launcher: Launcher, attempt: Attempt) -> None:
+    with _tmpfs(attempt.root / "full", "size=4k,mode=0700") as mnt:
+        (mnt / "shard").mkdir(mode=0o700)
+        filler = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(filler, b"\0" * 4096)
+        finally:
+            os.close(filler)
+        with pytest.raises(OSError) as full:
+            (mnt / "probe").write_bytes(b"x")
+        assert full.value.errno == errno.ENOSPC
+        (mnt / "probe").unlink(missing_ok=True)
+        attempt.receipt_dir = mnt / "shard"
+        _assert_failed_cleanly(attempt, run(launcher, attempt, sh("exit 5")), "No space left")
+
+
+@needs_root
+def test_read_only_dir_leaves_nothing_and_keeps_exit_code(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    with _tmpfs(attempt.root / "ro", "size=64k,mode=0700") as mnt:
+        (mnt / "shard").mkdir(mode=0o700)
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        attempt.receipt_dir = mnt / "shard"
+        _assert_failed_cleanly(attempt, run(launcher, attempt, sh("exit 5")), "Read-only")
+
+
+def _renameat2_noreplace_works(directory: Path) -> bool:
+    a, b = directory / "probe-a", directory / "probe-b"
+    a.write_bytes(b"probe")
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_fdcwd, rename_noreplace = -100, 1
+        rc = libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_noreplace)
+        return bool(rc == 0)
+    finally:
+        a.unlink(missing_ok=True)
+        b.unlink(missing_ok=True)
+
+
+def _links_work(directory: Path) -> bool:
+    a, b = directory / "probe-a", directory / "probe-b"
+    a.write_bytes(b"probe")
+    try:
+        os.link(a, b)
+        return True
+    except OSError:
+        return False
+    finally:
+        a.unlink(missing_ok=True)
+        b.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def vfat(image: Path, where: Path) -> Iterator[str]:
+    subprocess.run(["truncate", "-s", "4M", str(image)], check=True)
+    mkfs = subprocess.run(["mkfs.vfat", str(image)], capture_output=True, text=True, check=False)
+    if mkfs.returncode != 0:
+        pytest.skip(f"mkfs.vfat unavailable: {mkfs.stderr.strip()}")
+    where.mkdir()
+    reasons = []
+    for how, args in (
+        ("kernel vfat", ["mount", "-o", "loop", str(image), str(where)]),
+        ("fusefat", ["fusefat", "-o", "rw+", str(image), str(where)]),
+    ):
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, check=False)
+        except FileNotFoundError as e:
+            reasons.append(f"{how}: {e}")
+            continue
+        if done.returncode == 0 and os.path.ismount(where):
+            break
+        reasons.append(f"{how}: {done.stderr.strip().splitlines()[-1:]}")
+    else:
+        pytest.skip(f"cannot mount a vfat image: {reasons}")
+    try:
+        yield how
+    finally:
+        for umount in (["umount", str(where)], ["fusermount", "-u", str(where)]):
+            if os.path.ismount(where):
+                subprocess.run(umount, capture_output=True, check=False)
+        if os.path.ismount(where):
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+@needs_root
+def test_filesystem_without_hard_links(launcher: Launcher, attempt: Attempt) -> None:
+    with vfat(attempt.root / "fat.img", attempt.root / "fat") as how:
+        shard = attempt.root / "fat" / "shard"
+        shard.mkdir()
+        links = _links_work(shard)
+        noreplace = _renameat2_noreplace_works(shard)
+        attempt.receipt_dir = shard
+        code = run(launcher, attempt, sh("exit 5"))
+        assert code == 5, how
+        if links or noreplace:
+            # Published by link() or by the renameat2(RENAME_NOREPLACE) fallback.
+            assert attempt.entries() == [attempt.receipt.name], how
+            assert receipt_of(attempt)["exitCode"] == 5
+        else:
+            # Neither primitive exists here (e.g. fusefat: link → EPERM,
+            # RENAME_NOREPLACE → EINVAL): publication must fail cleanly.
+            _assert_failed_cleanly(attempt, code, "publish receipt")
+
+
+def _links_denied() -> Callable[[], None]:
+    preexec = deny_hard_links()
+    if preexec is None:
+        pytest.skip(f"the seccomp link() filter is written for x86_64 hosts, not {HOST_ARCH}")
+    return preexec
+
+
+def test_renameat2_fallback_publishes_when_links_fail(launcher: Launcher, attempt: Attempt) -> None:
+    assert run(launcher, attempt, sh("exit 6"), preexec_fn=_links_denied()) == 6
+    assert receipt_of(attempt)["exitCode"] == 6
+    assert stat.S_IMODE(attempt.receipt.stat().st_mode) == 0o600
+    assert attempt.entries() == [attempt.receipt.name]
+    assert "ql-launch:" not in attempt.log_text()
+
+
+def test_renameat2_fallback_does_not_overwrite(launcher: Launcher, attempt: Attempt) -> None:
+    attempt.receipt.write_bytes(b"earlier receipt")
+    assert run(launcher, attempt, sh("exit 6"), preexec_fn=_links_denied()) == 6
+    assert attempt.receipt.read_bytes() == b"earlier receipt"
+    assert attempt.entries() == [attempt.receipt.name]
+    assert_one_diagnostic(attempt, "already exists, not overwritten: File exists")

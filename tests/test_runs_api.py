@@ -1,0 +1,142 @@
+"""Runs end to end through the API: real worker, real launcher, real log files."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from conftest import Server, wait_terminal
+
+
+def _task(http: httpx.Client, command: str, **extra: object) -> str:
+    r = http.post("/api/v1/tasks", json={"name": "t", "command": command, **extra})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _run(http: httpx.Client, task_id: str) -> str:
+    r = http.post(f"/api/v1/tasks/{task_id}/runs")
+    assert r.status_code == 202, r.text
+    return str(r.json()["run"]["id"])
+
+
+def _terminal_events(http: httpx.Client, run_id: str) -> list[str]:
+    items = http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
+    return [e["type"] for e in items if e["type"] in ("attempt.finished", "run.finished")]
+
+
+def test_lines_and_exit_code(server: Server) -> None:
+    http = server.http
+    run_id = _run(http, _task(http, 'i=1; while [ $i -le 200 ]; do echo "line $i"; '
+                                    "i=$((i+1)); done; exit 3"))
+    run = wait_terminal(http, run_id)
+    assert (run["status"], run["exit_code"], run["reason_code"]) == ("failed", 3, "EXITED")
+    assert _terminal_events(http, run_id) == ["attempt.finished", "run.finished"]
+    log = http.get(f"/api/v1/runs/{run_id}/log")
+    assert log.content == b"".join(f"line {i}\n".encode() for i in range(1, 201))
+    assert log.headers["x-run-terminal"] == "true"
+    assert int(log.headers["x-log-next-offset"]) == len(log.content)
+    part = http.get(f"/api/v1/runs/{run_id}/log", params={"offset": 7, "limit": 6})
+    assert part.content == b"line 2" and part.headers["x-log-next-offset"] == "13"
+    events = http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["type"] for e in events] == [
+        "run.created", "attempt.created", "attempt.started", "run.started",
+        "attempt.finished", "run.finished"]
+
+
+@pytest.mark.parametrize(("command", "status", "code"), [
+    ("true", "succeeded", 0),
+    ("exit 1", "failed", 1),
+    ("kill -9 $$", "failed", 137),
+    ("no-such-command-qledge", "failed", 127),
+])
+def test_exit_code_mapping(server: Server, command: str, status: str, code: int) -> None:
+    run_id = _run(server.http, _task(server.http, command))
+    run = wait_terminal(server.http, run_id)
+    assert (run["status"], run["exit_code"]) == (status, code)
+    assert run["attempts"][0]["exit_code"] == code
+    assert _terminal_events(server.http, run_id) == ["attempt.finished", "run.finished"]
+
+
+def test_forbid_answers_409_with_active_run(server: Server) -> None:
+    task = _task(server.http, "sleep 1")
+    first = _run(server.http, task)
+    r = server.http.post(f"/api/v1/tasks/{task}/runs")
+    assert r.status_code == 409 and r.json()["active_run_id"] == first
+    assert wait_terminal(server.http, first)["status"] == "succeeded"
+    second = _run(server.http, task)
+    assert wait_terminal(server.http, second)["status"] == "succeeded"
+
+
+def test_max_concurrent_limit_queues(tmp_path: object) -> None:
+    from pathlib import Path
+
+    srv = Server(Path(str(tmp_path)) / "s", max_concurrent_attempts="2")
+    try:
+        task = _task(srv.http, "sleep 0.4", concurrency="allow")
+        runs = [_run(srv.http, task) for _ in range(5)]
+        peak = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            statuses = [srv.http.get(f"/api/v1/runs/{r}").json()["status"] for r in runs]
+            peak = max(peak, statuses.count("running"))
+            if all(s == "succeeded" for s in statuses):
+                break
+            time.sleep(0.05)
+        assert statuses == ["succeeded"] * 5
+        assert 1 <= peak <= 2
+    finally:
+        srv.stop()
+
+
+def test_bad_ids_and_states(server: Server) -> None:
+    http = server.http
+    assert http.get("/api/v1/runs/not-a-uuid").status_code == 404
+    assert http.get("/api/v1/runs/01a22c6f-dc91-7024-a839-591fbcd14523").status_code == 404
+    assert http.get("/api/v1/runs", params={"status": "weird"}).status_code == 422
+    assert http.get("/api/v1/runs", params={"limit": 0}).status_code == 422
+    assert http.get("/api/v1/runs", params={"cursor": "x"}).status_code == 422
+    run_id = _run(http, _task(http, "echo hi"))
+    wait_terminal(http, run_id)
+    assert http.get(f"/api/v1/runs/{run_id}/log", params={"offset": -1}).status_code == 422
+    assert http.get(f"/api/v1/runs/{run_id}/log", params={"offset": 999}).status_code == 422
+    r = http.post(f"/api/v1/runs/{run_id}/cancel")
+    assert r.status_code == 409
+    assert http.post("/api/v1/tasks/01a22c6f-dc91-7024-a839-591fbcd14523/runs").status_code == 404
+
+
+def test_runs_pagination_and_filters(server: Server) -> None:
+    http = server.http
+    ok = _task(http, "true", concurrency="allow")
+    bad = _task(http, "false", concurrency="allow")
+    ids = [_run(http, ok) for _ in range(3)] + [_run(http, bad) for _ in range(2)]
+    for run_id in ids:
+        wait_terminal(http, run_id)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = http.get("/api/v1/runs", params=params).json()
+        seen += [r["id"] for r in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == sorted(ids, reverse=True)
+    failed = http.get("/api/v1/runs", params={"status": "failed"}).json()["items"]
+    assert sorted(r["id"] for r in failed) == sorted(ids[3:])
+    mine = http.get("/api/v1/runs", params={"task_id": ok}).json()["items"]
+    assert len(mine) == 3
+
+
+def test_events_carry_no_command_env_or_output(server: Server) -> None:
+    secret = "s3cr3t-VALUE-4711"
+    task = _task(server.http, f"echo {secret}-out; exit 2", env={"MY_SECRET": secret})
+    run_id = _run(server.http, task)
+    wait_terminal(server.http, run_id)
+    body = server.http.get(f"/api/v1/runs/{run_id}/events").text
+    assert secret not in body and "MY_SECRET" not in body and "echo" not in body
+    assert server.http.get(f"/api/v1/runs/{run_id}/log").content == f"{secret}-out\n".encode()
+    assert secret not in server.output.read_text()
