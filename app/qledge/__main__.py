@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("version", help="print the version")
     audit = sub.add_parser("audit", help="operator audits")
     audit_sub = audit.add_subparsers(dest="what", required=True)
-    receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files")
+    # prefix_chars="+": every -/-- option (and -h) passes through to audit.main.
+    receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files",
+                                    prefix_chars="+", add_help=False)
     receipts.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     _setup_logging()

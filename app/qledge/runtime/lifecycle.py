@@ -196,6 +196,7 @@ class Runtime:
             "startup_recovery": _report(self.startup_report),
             "last_round": _report(last),
             "rounds": self.supervision.rounds,
+            "log_streams": self.log_streams,
         }
 
 

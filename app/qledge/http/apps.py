@@ -1,0 +1,121 @@
+"""OpenAPI apps (QingLong's "应用设置"), native admin API: /api/v1/apps.
+
+An app is a client_id/client_secret pair with scopes; a client trades the pair
+for a Bearer token at GET /open/auth/token. The secret is shown once, at
+creation; only its SHA-256 is stored (it is 32 random bytes, so a plain hash
+is enough) and it is compared in constant time. Deleting an app revokes its
+tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import string
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import ids
+from ..db import qinglong_store as qstore
+from ..runtime.lifecycle import Runtime, now_ms
+from .errors import Invalid, Missing, StateConflict, decode_body, json_response
+
+SCOPES = ("crons", "envs", "logs")
+_ALNUM = string.ascii_letters + string.digits
+
+
+class AppIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str
+    scopes: list[str]
+
+
+def new_client_id() -> str:
+    return "".join(secrets.choice(_ALNUM) for _ in range(12))
+
+
+def new_secret() -> str:
+    """32 random bytes, URL-safe text (also used for tokens)."""
+    return secrets.token_urlsafe(32)
+
+
+def digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def app_view(app: qstore.App) -> dict[str, Any]:
+    return {"id": app.id, "name": app.name, "client_id": app.client_id, "scopes": app.scopes,
+            "created_at_ms": app.created_at_ms, "live_tokens": app.live_tokens}
+
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def _validated(body: AppIn) -> tuple[str, list[str]]:
+    name = body.name.strip()
+    if not name or len(name) > 100:
+        raise Invalid("name must be 1-100 characters", field="name")
+    scopes: list[str] = []
+    for scope in body.scopes:
+        if scope not in SCOPES:
+            raise Invalid(f"unsupported scope {scope!r} (supported: {', '.join(SCOPES)})",
+                          field="scopes")
+        if scope not in scopes:
+            scopes.append(scope)
+    if not scopes:
+        raise Invalid("scopes must name at least one of: " + ", ".join(SCOPES), field="scopes")
+    return name, scopes
+
+
+async def create(request: Request) -> Response:
+    name, scopes = _validated(decode_body(await request.body(), AppIn))
+    secret = new_secret()
+    async with _rt(request).db.write() as tx:
+        if await qstore.app_name_taken(tx, name):
+            raise StateConflict(f"an app named {name!r} exists", field="name")
+        app = await qstore.create_app(tx, app_id=ids.uuid7(), name=name,
+                                      client_id=new_client_id(), secret_hash=digest(secret),
+                                      scopes=scopes, now_ms=now_ms())
+    # The only time the secret leaves the appliance.
+    return json_response({**app_view(app), "client_secret": secret}, 201,
+                         headers={"Cache-Control": "no-store"})
+
+
+async def list_(request: Request) -> Response:
+    async with _rt(request).db.read() as tx:
+        apps = await qstore.list_apps(tx, now_ms())
+    return json_response({"items": [app_view(a) for a in apps]})
+
+
+def _app_id(request: Request) -> str:
+    app_id: str = request.path_params["app_id"]
+    if not ids.is_uuid7(app_id):
+        raise Missing("app not found")
+    return app_id
+
+
+async def get(request: Request) -> Response:
+    app_id = _app_id(request)
+    async with _rt(request).db.read() as tx:
+        app = await qstore.get_app(tx, app_id, now_ms())
+    return json_response(app_view(app))
+
+
+async def delete(request: Request) -> Response:
+    app_id = _app_id(request)
+    async with _rt(request).db.write() as tx:
+        await qstore.delete_app(tx, app_id)
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/apps", create, methods=["POST"]),
+    Route("/apps", list_, methods=["GET"]),
+    Route("/apps/{app_id}", get, methods=["GET"]),
+    Route("/apps/{app_id}", delete, methods=["DELETE"]),
+]

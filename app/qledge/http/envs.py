@@ -1,0 +1,126 @@
+"""Environment variables (QingLong "envs"), native admin API: /api/v1/envs.
+
+Enabled envs are injected into every task's environment (a task's own `env`
+wins); several enabled envs with one name are joined with '&' like QingLong.
+Values are returned here (this is the admin API) but never logged or put in
+events.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import ids
+from ..db import qinglong_store as qstore
+from ..runtime.lifecycle import Runtime, now_ms
+from .errors import ApiError, Invalid, Missing, decode_body, json_response
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NAME = 256
+MAX_VALUE = 65536
+MAX_REMARKS = 4096
+UNSET = msgspec.UNSET
+
+
+class EnvIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str
+    value: str
+    remarks: str | None = ""
+    enabled: bool = True
+
+
+class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str | msgspec.UnsetType = UNSET
+    value: str | msgspec.UnsetType = UNSET
+    remarks: str | msgspec.UnsetType | None = UNSET
+    enabled: bool | msgspec.UnsetType = UNSET
+
+
+def validate_env(fields: dict[str, Any], error: type[ApiError] = Invalid,
+                 prefix: str = "") -> dict[str, Any]:
+    """Checks beyond types; the error names its field and never echoes a value."""
+    out = dict(fields)
+    if "name" in out:
+        name = out["name"].strip()
+        if not ENV_NAME.match(name) or len(name) > MAX_NAME:
+            raise error(f"{prefix}name must be a shell identifier ([A-Za-z_][A-Za-z0-9_]*,"
+                        f" at most {MAX_NAME} characters)", field=f"{prefix}name")
+        out["name"] = name
+    if "value" in out and ("\x00" in out["value"] or len(out["value"]) > MAX_VALUE):
+        raise error(f"{prefix}value contains NUL or is longer than {MAX_VALUE} characters",
+                    field=f"{prefix}value")
+    if out.get("remarks") is not None and len(out["remarks"]) > MAX_REMARKS:
+        raise error(f"{prefix}remarks longer than {MAX_REMARKS} characters",
+                    field=f"{prefix}remarks")
+    return out
+
+
+def env_view(env: qstore.EnvVar) -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(env)
+    return body
+
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def _env_id(request: Request) -> str:
+    env_id: str = request.path_params["env_id"]
+    if not ids.is_uuid7(env_id):
+        raise Missing("env not found")
+    return env_id
+
+
+async def list_(request: Request) -> Response:
+    search = request.query_params.get("search", "")
+    async with _rt(request).db.read() as tx:
+        envs = await qstore.list_envs(tx, search)
+    return json_response({"items": [env_view(e) for e in envs]})
+
+
+async def create(request: Request) -> Response:
+    body = decode_body(await request.body(), EnvIn)
+    fields = validate_env(msgspec.structs.asdict(body))
+    async with _rt(request).db.write() as tx:
+        env = await qstore.create_env(tx, ids.uuid7(), fields, now_ms())
+    return json_response(env_view(env), 201)
+
+
+async def get(request: Request) -> Response:
+    env_id = _env_id(request)
+    async with _rt(request).db.read() as tx:
+        env = await qstore.get_env(tx, env_id)
+    return json_response(env_view(env))
+
+
+async def update(request: Request) -> Response:
+    env_id = _env_id(request)
+    patch = decode_body(await request.body(), EnvPatch)
+    fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
+    fields = validate_env(fields)
+    async with _rt(request).db.write() as tx:
+        env = await qstore.update_env(tx, env_id, fields, now_ms())
+    return json_response(env_view(env))
+
+
+async def delete(request: Request) -> Response:
+    env_id = _env_id(request)
+    async with _rt(request).db.write() as tx:
+        await qstore.delete_env(tx, env_id)
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/envs", list_, methods=["GET"]),
+    Route("/envs", create, methods=["POST"]),
+    Route("/envs/{env_id}", get, methods=["GET"]),
+    Route("/envs/{env_id}", update, methods=["PUT", "PATCH"]),
+    Route("/envs/{env_id}", delete, methods=["DELETE"]),
+]

@@ -1,0 +1,47 @@
+"""GET /api/v1/cron/preview?schedule=...&n=5: the next fire times of an expression.
+
+Computed in the worker's local time zone (the container's TZ), exactly as the
+scheduler computes them; a bad expression answers 422 naming the problem.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import cron
+from .errors import Invalid, json_response
+
+MAX_N = 50
+
+
+async def preview(request: Request) -> Response:
+    raw = request.query_params.get("schedule")
+    if raw is None or not raw.strip():
+        raise Invalid("schedule is required", field="schedule")
+    try:
+        expr = cron.validate(raw)
+    except cron.CronError as exc:
+        raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
+    try:
+        n = int(request.query_params.get("n", "5"))
+    except ValueError as exc:
+        raise Invalid("n must be an integer", field="n") from exc
+    if not 1 <= n <= MAX_N:
+        raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
+    now = datetime.now().astimezone()
+    offset = now.utcoffset()
+    times = cron.next_n(expr, now, n)
+    return json_response({
+        "schedule": expr,
+        "seconds_field": len(expr.split()) == 6,
+        "timezone": now.tzname(),
+        "utc_offset_s": int(offset.total_seconds()) if offset is not None else 0,
+        "next": [{"at_ms": int(t.timestamp() * 1000), "at": t.isoformat()} for t in times],
+    })
+
+
+routes = [Route("/cron/preview", preview, methods=["GET"])]

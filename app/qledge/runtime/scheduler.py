@@ -1,0 +1,241 @@
+"""Cron schedules → queued runs (trigger `schedule`).
+
+Rules (docs/scheduling.md and docs/qinglong-compat.md explain them to operators):
+
+* Times are computed in the worker's local time zone (the container's TZ),
+  5 fields or QingLong's 6 with a leading seconds field (qledge.cron).
+* Per task the database keeps the last due time the scheduler consumed
+  (`task_schedule_state.last_due_ms`). Consuming a tick — creating its run,
+  or recording why it was skipped — and moving that cursor commit in ONE
+  transaction, after re-reading the cursor inside it: a worker killed at any
+  instant, or a second Scheduler on the same database, never fires a tick twice.
+* A tick is due when it lies after max(cursor, the task's last change) and at
+  or before now. Ticks before the task's last change (creation, edit, enable)
+  never fire, so disabling and re-enabling a task does not replay the time it
+  was off, and a disabled task never fires.
+* No replay storm: however many ticks passed while no worker ran, a task fires
+  at most once when the scheduler looks again — for the latest due tick —
+  and its `run.scheduled` event carries `catch_up: 1`.
+* `concurrency: forbid` and a run still active → no run; the tick is consumed
+  and a `schedule.skipped` event (due time, reason) goes on the active run.
+  `allow` tasks never pile up more than one queued run per task the same way.
+* No busy polling: the loop sleeps until the earliest next due time across
+  enabled tasks, at most MAX_SLEEP_S, and `wake()` re-reads at once after a
+  task changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from cronsim import CronSim, CronSimError
+
+from .. import cron, ids
+from ..db import qinglong_store as qstore
+from ..db import store
+from ..db.connection import Database, Tx
+from ..model import Concurrency, NewEvent, Task, Trigger
+
+log = logging.getLogger("qledge.scheduler")
+
+MAX_SLEEP_S = 60.0
+MAX_FIRES_PER_ROUND = 256
+LATE_MS = 60_000  # a tick fired later than this counts as a catch-up
+WAKE_SLACK_S = 0.005  # timers may fire a hair early: look just after the due time
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000).astimezone()
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def first_due_after(schedule: str, after_ms: int) -> int | None:
+    """The first tick strictly after `after_ms`."""
+    nxt = cron.next_after(schedule, _dt(after_ms))
+    return _ms(nxt) if nxt else None
+
+
+def last_due_at_or_before(schedule: str, at_ms: int) -> int | None:
+    """The latest tick at or before `at_ms` (ticks fall on whole seconds)."""
+    whole = _dt(at_ms - at_ms % 1000) + timedelta(seconds=1)
+    try:
+        return _ms(next(CronSim(schedule, whole, reverse=True)))
+    except (CronSimError, StopIteration):
+        return None
+
+
+class Outcome:
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    NOT_DUE = "not_due"
+
+
+def _since(task: Task, last_due_ms: int | None) -> int:
+    return max(last_due_ms if last_due_ms is not None else task.updated_at_ms,
+               task.updated_at_ms)
+
+
+class Scheduler:
+    def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
+                 clock: Callable[[], int] = wall_ms, max_sleep_s: float = MAX_SLEEP_S,
+                 stop_timeout_s: float = 5.0) -> None:
+        self.db = db
+        self.on_queued = on_queued
+        self.clock = clock
+        self.max_sleep_s = max_sleep_s
+        self.stop_timeout_s = stop_timeout_s
+        self.fired = 0
+        self.skipped = 0
+        self.rounds = 0
+        self.next_due_ms: int | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._in_round = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        if self.running:
+            raise RuntimeError("scheduler already started")
+        self._stopping = False
+        self._task = asyncio.create_task(self._run(), name="scheduler")
+
+    def wake(self) -> None:
+        """A task was created/changed/enabled: re-read schedules now."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Let a running round finish within the bound, then cancel it."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._wake.set()
+        if not self._in_round:
+            task.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.stop_timeout_s)
+        except TimeoutError:
+            task.cancel()
+        except asyncio.CancelledError:
+            pass
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            self._in_round = True
+            try:
+                next_ms = await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduler round failed; retrying within %ss", self.max_sleep_s)
+                next_ms = None
+            finally:
+                self._in_round = False
+            if self._stopping:
+                break
+            delay = self.max_sleep_s
+            if next_ms is not None:
+                delay = min(max((next_ms - self.clock()) / 1000 + WAKE_SLACK_S, 0.0), delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    # -- one round -----------------------------------------------------------------
+
+    async def round(self) -> int | None:
+        """Fire every due tick; returns the earliest next due time (ms) or None."""
+        now = self.clock()
+        async with self.db.read() as tx:
+            rows = await qstore.scheduled_tasks(tx)
+        due: list[str] = []
+        next_ms: int | None = None
+        for task, last in rows:
+            assert task.schedule is not None
+            first = first_due_after(task.schedule, _since(task, last))
+            if first is None:
+                continue
+            if first <= now:
+                due.append(task.id)
+            elif next_ms is None or first < next_ms:
+                next_ms = first
+        queued = 0
+        for task_id in due[:MAX_FIRES_PER_ROUND]:
+            async with self.db.write() as tx:
+                outcome, nxt = await self.fire(tx, task_id, now)
+            if outcome == Outcome.FIRED:
+                queued += 1
+            if nxt is not None and (next_ms is None or nxt < next_ms):
+                next_ms = nxt
+        if len(due) > MAX_FIRES_PER_ROUND:
+            next_ms = now  # more are due: another round right away
+        self.rounds += 1
+        self.next_due_ms = next_ms
+        if queued:
+            self.on_queued()
+        return next_ms
+
+    async def fire(self, tx: Tx, task_id: str, now: int) -> tuple[str, int | None]:
+        """Decide and commit one task's due tick inside the caller's write transaction.
+
+        Returns the outcome and the task's next due time after this tick.
+        """
+        try:
+            task = await store.get_task(tx, task_id)
+        except store.NotFound:
+            return Outcome.NOT_DUE, None
+        if not task.enabled or not task.schedule:
+            return Outcome.NOT_DUE, None
+        last = await qstore.last_due(tx, task.id)  # re-read under the write lock
+        first = first_due_after(task.schedule, _since(task, last))
+        if first is None or first > now:
+            return Outcome.NOT_DUE, first
+        due = last_due_at_or_before(task.schedule, now)
+        if due is None or due < first:
+            due = first
+        nxt = first_due_after(task.schedule, due)
+        await qstore.record_due(tx, task.id, due, now)
+        catch_up = int(due != first or now - due > LATE_MS)
+        blocking = (await store.active_run_of_task(tx, task.id)
+                    if task.concurrency is Concurrency.FORBID
+                    else await qstore.queued_run_of_task(tx, task.id))
+        if blocking is not None:
+            reason = ("active_run" if task.concurrency is Concurrency.FORBID
+                      else "queued_run")
+            await store.append_events(tx, blocking, [NewEvent(
+                type="schedule.skipped",
+                data={"scheduled_for_ms": due, "reason": reason, "catch_up": catch_up})], now)
+            self.skipped += 1
+            log.info("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
+                     blocking.id)
+            return Outcome.SKIPPED, nxt
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
+        await store.append_events(tx, run, [NewEvent(
+            type="run.scheduled",
+            data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
+        self.fired += 1
+        if catch_up:
+            log.info("schedule: task %d catch-up run %s for tick %d (%d ms late)", task.num,
+                     run.id, due, now - due)
+        else:
+            log.debug("schedule: task %d run %s for tick %d", task.num, run.id, due)
+        return Outcome.FIRED, nxt

@@ -1,0 +1,395 @@
+"""Recovery drills: real supervisord, real worker, real ql-launch, real kill -9.
+
+Each drill starts the supervised appliance in a temp state dir, breaks the
+control plane at a chosen moment and checks the promise only through the API
+and the files: a running task, its log and its real exit code survive; a
+result is never invented; every run ends with exactly one terminal event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import (
+    Factory,
+    alive,
+    api,
+    assert_one_terminal,
+    events_of,
+    full_log,
+    get_run,
+    is_ready,
+    kill_worker,
+    make_task,
+    output,
+    proc_state,
+    quarantine_file,
+    receipt_file,
+    start_worker,
+    stop_worker,
+    system,
+    terminal_events,
+    trigger,
+    wait_backlog_drained,
+    wait_ready,
+    wait_running,
+    wait_terminal,
+    wait_until,
+)
+
+pytestmark = pytest.mark.drill
+
+
+def counter(lines: int, code: int, step: str = "0.05") -> str:
+    """A task that prints `line 1..lines`, one every `step` seconds, then exits `code`."""
+    return (f'i=1; while [ "$i" -le {lines} ]; do echo "line $i"; i=$((i+1)); '
+            f"sleep {step}; done; exit {code}")
+
+
+def expected_lines(n: int) -> list[str]:
+    return [f"line {k}" for k in range(1, n + 1)]
+
+
+def log_file(app: Any, attempt_id: str) -> Path:
+    return Path(app.state) / "logs" / attempt_id[-2:] / f"{attempt_id}.log"
+
+
+def lines_in(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def status_for(code: int) -> str:
+    return "succeeded" if code == 0 else "failed"
+
+
+def assert_exited(run: dict[str, Any], code: int) -> None:
+    assert run["status"] == status_for(code), run
+    assert run["exit_code"] == code and run["reason_code"] == "EXITED", run
+    assert len(run["attempts"]) == 1, run
+    attempt = run["attempts"][0]
+    assert attempt["status"] == status_for(code) and attempt["exit_code"] == code, run
+
+
+# -- 1. the worker dies while tasks run ---------------------------------------------
+
+
+def test_worker_killed_mid_run_tasks_keep_log_and_exit_code(appliance: Factory) -> None:
+    app = appliance()
+    lines = 100  # ~5.5 s of output at 50 ms a line
+    codes = [0, 3, 42, 255]
+    runs = {trigger(app, make_task(app, counter(lines, c))["id"]): c for c in codes}
+    started = {rid: wait_running(app, rid) for rid in runs}
+    attempts = {rid: run["attempts"][0] for rid, run in started.items()}
+    logs = {rid: log_file(app, a["id"]) for rid, a in attempts.items()}
+
+    wait_until(lambda: all(lines_in(p) >= 8 for p in logs.values()), 20, "output flowing")
+    kills = []  # (lines written when the worker died, seconds until ready again)
+    for _ in range(2):
+        before = min(lines_in(p) for p in logs.values())
+        if before >= lines - 10:
+            break  # too close to the end for a second mid-run kill
+        kills.append((before, round(kill_worker(app), 2)))
+        # the launchers outlived the worker, the output keeps flowing into the same files
+        wait_until(lambda b=before: all(lines_in(p) >= min(b + 10, lines)
+                                        for p in logs.values()), 20, "output after the kill")
+    print(f"kills (lines written at the kill, s to ready): {kills}")
+    assert kills, "the worker must die while the tasks run"
+
+    for rid, code in runs.items():
+        run = wait_terminal(app, rid)
+        assert_exited(run, code)
+        assert run["attempts"][0]["id"] == attempts[rid]["id"]
+        assert run["attempts"][0]["pid"] == attempts[rid]["pid"]
+        assert_one_terminal(app, rid)
+        text = full_log(app, rid).decode()
+        assert text.splitlines() == expected_lines(lines), text[-400:]
+        assert not receipt_file(app, attempts[rid]["id"]).exists()
+    wait_backlog_drained(app)
+
+
+def test_restarted_worker_serves_while_old_tasks_still_run(appliance: Factory) -> None:
+    """A killed worker's replacement must come up at once, not when the old tasks end.
+
+    Anything the worker leaks into ql-launch (e.g. an inheritable listening
+    socket) outlives the worker and can block its successor.
+    """
+    app = appliance()
+    run_id = trigger(app, make_task(app, "sleep 60; exit 9")["id"])
+    pid = wait_running(app, run_id)["attempts"][0]["pid"]
+    worker = app.worker_pid()
+    def sockets(p: int) -> set[str]:
+        links = {os.readlink(f"/proc/{p}/fd/{fd}") for fd in os.listdir(f"/proc/{p}/fd")}
+        return {link for link in links if link.startswith("socket:")}
+    leaked = sorted(sockets(pid) & sockets(worker))
+    app.kill_worker()
+    t0 = time.monotonic()
+    wait_until(lambda: is_ready(app), 20, "the new worker ready while the old task runs")
+    took = time.monotonic() - t0
+    assert alive(pid)
+    run = get_run(app, run_id)
+    assert run["status"] == "running" and run["attempts"][0]["pid"] == pid
+    assert took < 10, f"restart took {took:.1f}s"
+    assert not leaked, f"ql-launch holds the worker's sockets: {leaked}"
+    ok_cancel = api(app, "POST", f"/runs/{run_id}/cancel")
+    assert ok_cancel.status_code == 202, ok_cancel.text
+    assert wait_terminal(app, run_id)["status"] == "cancelled"
+
+
+# -- 2. tasks finish while no worker runs ---------------------------------------------
+
+
+def test_tasks_finishing_while_worker_is_down_are_recovered_from_receipts(
+        appliance: Factory) -> None:
+    app = appliance()
+    cases = {"sleep 1; exit 0": 0, "sleep 1; exit 1": 1, "sleep 1.2; exit 77": 77,
+             "sleep 1; exit 200": 200, "sleep 1; kill -TERM $$": 128 + signal.SIGTERM,
+             "sleep 1.1; kill -KILL $$": 128 + signal.SIGKILL}
+    runs = {trigger(app, make_task(app, cmd)["id"]): code for cmd, code in cases.items()}
+    attempts = {rid: wait_running(app, rid)["attempts"][0] for rid in runs}
+    stop_worker(app)
+    receipts = {rid: receipt_file(app, a["id"]) for rid, a in attempts.items()}
+    wait_until(lambda: all(p.exists() for p in receipts.values()), 30, "receipts published")
+    wait_until(lambda: not any(alive(a["pid"]) for a in attempts.values()), 10,
+               "launchers exited")
+
+    start_worker(app)
+    for rid, code in runs.items():
+        run = get_run(app, rid)  # decided by start-up recovery, before /readyz said 200
+        assert run["terminal"], run
+        assert_exited(run, code)
+        assert_one_terminal(app, rid)
+        assert not receipts[rid].exists()
+    info = system(app)
+    assert info["startup_recovery"]["counts"].get("receipt_applied") == len(runs), info
+    assert info["journal_backlog"] == 0, info
+
+
+# -- 3. crash windows around the completion commit ------------------------------------
+
+
+def crash_at(appliance: Factory, failpoint: str, command: str
+             ) -> tuple[Any, str, dict[str, Any]]:
+    """Start with `failpoint=exit`, run `command` until the worker dies there, stop all."""
+    app = appliance(failpoints=f"{failpoint}=exit")
+    assert "exit status 86" not in output(app)
+    run_id = trigger(app, make_task(app, command)["id"])
+    attempt = wait_running(app, run_id)["attempts"][0]
+    wait_until(lambda: "exit status 86" in output(app), 30, f"worker exit at {failpoint}")
+    assert receipt_file(app, attempt["id"]).exists(), "the receipt is kept until consumed"
+    app.stop()
+    return app, run_id, attempt
+
+
+def test_crash_before_completion_commit_replays_once(appliance: Factory) -> None:
+    first, run_id, attempt = crash_at(appliance, "consumer.before_commit", "sleep 1.5; exit 7")
+    app = appliance(first.state)  # same state, no failpoint
+    run = get_run(app, run_id)
+    assert_exited(run, 7)
+    assert_one_terminal(app, run_id)
+    assert system(app)["startup_recovery"]["counts"].get("receipt_applied") == 1
+    assert not receipt_file(app, attempt["id"]).exists()
+    wait_backlog_drained(app)
+
+
+def test_crash_after_completion_commit_replays_into_already_terminal(
+        appliance: Factory) -> None:
+    first, run_id, attempt = crash_at(appliance, "consumer.after_commit", "sleep 1.5; exit 0")
+    app = appliance(first.state)
+    receipt = receipt_file(app, attempt["id"])
+    run = get_run(app, run_id)
+    assert_exited(run, 0)  # committed before the crash
+    # the next supervision round replays the left-over receipt: no new event, file gone
+    wait_until(lambda: not receipt.exists(), 30, "left-over receipt cleaned")
+    wait_until(lambda: "late_receipt_already_terminal" in output(app), 10,
+               "the replay reported as already_terminal")
+    assert_one_terminal(app, run_id)
+    assert_exited(get_run(app, run_id), 0)
+
+
+def test_crash_after_prepare_is_lost_without_a_process(appliance: Factory) -> None:
+    app = appliance(failpoints="spawn.after_prepare=exit")
+    marker = app.state / "work" / "ran"
+    run_id = trigger(app, make_task(app, f"touch {marker}; exit 0")["id"])
+    wait_until(lambda: "exit status 86" in output(app), 30, "worker exit at spawn")
+    wait_ready(app)
+    run = wait_terminal(app, run_id)
+    assert run["status"] == "lost" and run["reason_code"] == "RECOVERY_SPAWN_UNCONFIRMED", run
+    assert_one_terminal(app, run_id)
+    assert not marker.exists(), "nothing was spawned"
+
+
+def test_crash_before_identity_persist_never_turns_lost_into_success(
+        appliance: Factory) -> None:
+    """The launcher runs but its identity never reached the DB: fail closed (lost);
+    the receipt it publishes later is a replay into already_terminal, not a success."""
+    app = appliance(failpoints="spawn.before_persist=exit")
+    marker = app.state / "work" / "finished"
+    run_id = trigger(app, make_task(app, f"sleep 2; touch {marker}; exit 0")["id"])
+    wait_until(lambda: "exit status 86" in output(app), 30, "worker exit before persist")
+    wait_ready(app)
+    run = wait_terminal(app, run_id)
+    assert run["status"] == "lost" and run["reason_code"] == "RECOVERY_SPAWN_UNCONFIRMED", run
+    attempt_id = run["attempts"][0]["id"]
+    wait_until(marker.exists, 20, "the untracked task finished")
+    receipt = receipt_file(app, attempt_id)
+    wait_until(lambda: not receipt.exists(), 30, "its late receipt consumed")
+    run = get_run(app, run_id)
+    assert run["status"] == "lost" and run["exit_code"] is None, run
+    assert_one_terminal(app, run_id)
+
+
+# -- 4. the launcher itself is killed while no worker runs ----------------------------
+
+
+def test_launcher_killed_while_worker_down_is_lost_never_succeeded(appliance: Factory) -> None:
+    app = appliance()
+    run_id = trigger(app, make_task(app, "sleep 30; exit 0")["id"])
+    attempt = wait_running(app, run_id)["attempts"][0]
+    pid = attempt["pid"]
+    stop_worker(app)
+    assert alive(pid)
+    assert os.getpgid(pid) == pid, "the launcher leads its own process group"
+    os.killpg(pid, signal.SIGKILL)  # the launcher and the task under it
+    wait_until(lambda: not alive(pid), 10, "launcher dead")
+    start_worker(app)
+    run = get_run(app, run_id)
+    assert run["status"] == "lost", run
+    assert run["reason_code"] == "RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT", run
+    assert run["exit_code"] is None, run
+    assert run["attempts"][0]["status"] == "lost", run
+    evs = assert_one_terminal(app, run_id)
+    assert all(e["data"].get("status") != "succeeded" for e in evs), evs
+    assert not receipt_file(app, attempt["id"]).exists()
+    wait_backlog_drained(app)
+
+
+# -- 5. invalid receipts planted for known attempts -----------------------------------
+
+
+def receipt_doc(run_id: str, attempt_id: str, **over: Any) -> dict[str, Any]:
+    doc = {"schemaVersion": 1, "runId": run_id, "attemptId": attempt_id,
+           "callbackSequence": 1, "token": "x" * 43, "startedAtMs": 1, "finishedAtMs": 2,
+           "exitCode": 0}
+    doc.update(over)
+    return doc
+
+
+def planted(kind: str, marker: str, run_id: str, attempt_id: str, other: str) -> bytes:
+    """An invalid receipt claiming success, carrying `marker` somewhere in its bytes."""
+    body = json.dumps(receipt_doc(run_id, attempt_id, token=marker), separators=(",", ":"))
+    if kind == "duplicate_key":
+        return (body[:-1] + ',"exitCode":0}').encode()
+    if kind == "unknown_field":
+        return json.dumps(receipt_doc(run_id, attempt_id, note=marker)).encode()
+    if kind == "wrong_token":
+        return body.encode()  # well-formed, but not the attempt's token
+    if kind == "wrong_sequence":
+        return json.dumps(receipt_doc(run_id, attempt_id, token=marker,
+                                      callbackSequence=0)).encode()
+    if kind == "oversize":
+        return json.dumps(receipt_doc(run_id, attempt_id, token=marker,
+                                      pad=marker * (5000 // len(marker)))).encode()
+    if kind == "other_attempt":
+        return json.dumps(receipt_doc(run_id, other, token=marker)).encode()
+    raise ValueError(kind)
+
+
+REASONS = {
+    "duplicate_key": "RECEIPT_DUPLICATE_KEY",
+    "unknown_field": "RECEIPT_UNKNOWN_FIELD",
+    "wrong_token": "COMPLETION_BAD_TOKEN",
+    "wrong_sequence": "RECEIPT_BAD_SEQUENCE",
+    "oversize": "RECEIPT_TOO_LARGE",
+    "other_attempt": "RECEIPT_ATTEMPT_MISMATCH",
+}
+
+
+def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
+        appliance: Factory) -> None:
+    app = appliance()
+    kinds = list(REASONS)
+    codes = {kind: 10 + i for i, kind in enumerate(kinds)}
+    runs = {kind: trigger(app, make_task(app, f"sleep 7; exit {codes[kind]}")["id"])
+            for kind in kinds}
+    attempts = {kind: wait_running(app, rid)["attempts"][0] for kind, rid in runs.items()}
+    t_started = time.monotonic()
+    stop_worker(app)
+    contents = {}
+    for i, kind in enumerate(kinds):
+        attempt_id = attempts[kind]["id"]
+        other = attempts[kinds[(i + 1) % len(kinds)]]["id"]
+        marker = f"PLANTED{kind.replace('_', '')}{os.urandom(6).hex()}"
+        data = planted(kind, marker, runs[kind], attempt_id, other)
+        assert (len(data) > 4096) == (kind == "oversize")
+        path = receipt_file(app, attempt_id)
+        assert not path.exists()
+        path.write_bytes(data)
+        contents[kind] = (marker, data)
+    start_worker(app)
+    assert time.monotonic() - t_started < 6, "the tasks must still run at the restart"
+
+    info = system(app)
+    counts = info["startup_recovery"]["counts"]
+    assert counts.get("receipt_quarantined") == len(kinds), info
+    assert counts.get("reattached") == len(kinds), info
+    assert info["journal"]["quarantined"] == len(kinds), info
+    log_text = output(app)
+    for kind in kinds:
+        attempt_id = attempts[kind]["id"]
+        assert not receipt_file(app, attempt_id).exists()
+        moved = quarantine_file(app, attempt_id)
+        assert moved.read_bytes() == contents[kind][1], kind
+        assert oct(moved.parent.stat().st_mode & 0o777) == "0o700"
+        assert f"attempt {attempt_id} quarantined ({REASONS[kind]})" in log_text, kind
+        run = get_run(app, runs[kind])
+        assert run["status"] == "running" and run["attempts"][0]["status"] == "running", run
+        assert terminal_events(events_of(app, runs[kind])) == {
+            "attempt.finished": 0, "run.finished": 0}
+
+    for kind in kinds:
+        run = wait_terminal(app, runs[kind])
+        assert_exited(run, codes[kind])
+        assert_one_terminal(app, runs[kind])
+        assert not receipt_file(app, attempts[kind]["id"]).exists()
+    log_text = output(app)
+    for kind, (marker, _) in contents.items():
+        assert marker not in log_text, f"{kind} receipt content leaked into the log"
+    wait_backlog_drained(app)
+
+
+# -- the worker's process group is not the tasks' -------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["KILL", "TERM"])
+def test_signal_to_worker_process_group_does_not_reach_tasks(
+        appliance: Factory, sig: signal.Signals) -> None:
+    app = appliance()
+    codes = [0, 5, 130]
+    runs = {trigger(app, make_task(app, counter(60, c))["id"]): c for c in codes}
+    attempts = {rid: wait_running(app, rid)["attempts"][0] for rid in runs}
+    worker = app.worker_pid()
+    pgid = os.getpgid(worker)
+    assert pgid == worker, "supervisord starts the worker as its own group leader"
+    for a in attempts.values():
+        assert os.getpgid(a["pid"]) == a["pid"] != pgid
+        assert os.getsid(a["pid"]) == a["pid"] != os.getsid(worker)
+    os.killpg(pgid, sig)
+    wait_until(lambda: proc_state(worker) in (None, "Z"), 20, "worker gone")
+    assert all(alive(a["pid"]) for a in attempts.values()), "a task died with the worker"
+    wait_ready(app)
+    assert app.worker_pid() != worker
+    for rid, code in runs.items():
+        run = wait_terminal(app, rid)
+        assert_exited(run, code)
+        assert_one_terminal(app, rid)
+        assert full_log(app, rid).decode().splitlines() == expected_lines(60)

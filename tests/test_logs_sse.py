@@ -1,0 +1,120 @@
+"""Live log tails over SSE: on demand, resumable, never back-pressuring the task."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from conftest import Server, wait_terminal
+
+
+def _start(server: Server, command: str) -> str:
+    task = server.http.post("/api/v1/tasks", json={"name": "s", "command": command}).json()
+    r = server.http.post(f"/api/v1/tasks/{task['id']}/runs")
+    return str(r.json()["run"]["id"])
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, int | None, str]]:
+    event, ident, data = "message", None, []
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, ident, "\n".join(data)
+            event, ident, data = "message", None, []
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("id: "):
+            ident = int(line[4:])
+        elif line.startswith("data: "):
+            data.append(line[6:])
+
+
+def _follow(server: Server, run_id: str, offset: int = 0, stop_after: int | None = None
+            ) -> tuple[str, dict[str, object] | None, int]:
+    text, end, last = "", None, offset
+    with httpx.stream("GET", f"{server.url}/api/v1/runs/{run_id}/log/stream",
+                      params={"offset": offset}, headers=server.http.headers,
+                      timeout=30) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for event, ident, data in _events(r.iter_lines()):
+            if event == "log":
+                text += json.loads(data)["text"]
+                assert ident is not None and ident > last
+                last = ident
+                if stop_after is not None and text.count("\n") >= stop_after:
+                    break
+            elif event == "end":
+                end = json.loads(data)
+                break
+    return text, end, last
+
+
+def test_stream_follows_lines_live_and_ends_with_status(server: Server) -> None:
+    run_id = _start(server, 'for i in $(seq 1 30); do echo "n $i"; sleep 0.02; done; exit 4')
+    text, end, _ = _follow(server, run_id)
+    assert text == "".join(f"n {i}\n" for i in range(1, 31))
+    assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED"}
+
+
+def test_resume_from_offset_without_gap_or_duplicate(server: Server) -> None:
+    run_id = _start(server, 'for i in $(seq 1 40); do echo "row $i"; sleep 0.02; done')
+    first, end, offset = _follow(server, run_id, stop_after=5)
+    assert end is None and first.startswith("row 1\n")
+    rest, end, _ = _follow(server, run_id, offset=offset)
+    assert first + rest == "".join(f"row {i}\n" for i in range(1, 41))
+    assert end is not None and end["status"] == "succeeded"
+
+
+def test_two_subscribers_see_the_same_bytes(server: Server) -> None:
+    run_id = _start(server, 'for i in $(seq 1 50); do echo "x $i é"; sleep 0.01; done')
+    results: list[str] = []
+
+    def sub() -> None:
+        results.append(_follow(server, run_id)[0])
+
+    threads = [threading.Thread(target=sub) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2 and results[0] == results[1]
+    assert results[0] == "".join(f"x {i} é\n" for i in range(1, 51))
+
+
+def test_a_stalled_subscriber_never_slows_the_task(server: Server) -> None:
+    # 50 MB written while one subscriber holds its stream open and reads nothing.
+    run_id = _start(server, "head -c 50000000 /dev/zero | tr '\\0' 'a'; echo")
+    stalled = httpx.Client(timeout=60, headers=server.http.headers)
+    with stalled.stream("GET", f"{server.url}/api/v1/runs/{run_id}/log/stream") as r:
+        assert r.status_code == 200
+        run = wait_terminal(server.http, run_id, timeout=60)
+        assert run["status"] == "succeeded"
+        size = int(server.http.get(f"/api/v1/runs/{run_id}/log",
+                                   params={"limit": 1}).headers["x-log-size"])
+        assert size == 50_000_001
+    stalled.close()
+
+
+def test_no_tail_is_left_after_the_last_subscriber(server: Server) -> None:
+    run_id = _start(server, "sleep 30")
+    with httpx.stream("GET", f"{server.url}/api/v1/runs/{run_id}/log/stream",
+                      headers=server.http.headers, timeout=10) as r:
+        assert r.status_code == 200, r.read()
+        lines = r.iter_lines()  # keep a reference: a collected iterator closes the stream
+        assert next(lines) == "retry: 1000"
+        assert server.http.get("/api/v1/system").json()["log_streams"] == 1
+    deadline = time.monotonic() + 10
+    while server.http.get("/api/v1/system").json()["log_streams"] != 0:
+        assert time.monotonic() < deadline, "tail still running after the client left"
+        time.sleep(0.1)
+    server.http.post(f"/api/v1/runs/{run_id}/cancel")
+
+
+def test_stream_unknown_run_is_404(server: Server) -> None:
+    r = server.http.get("/api/v1/runs/01a22c6f-dc91-7024-a839-591fbcd14523/log/stream")
+    assert r.status_code == 404
