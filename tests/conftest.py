@@ -24,9 +24,20 @@ def launcher_path() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A random free port below the ephemeral range, so no outgoing connection and no
+    concurrently started test server (which would get sequential kernel picks) takes it
+    between this check and the server's bind."""
+    import random
+
+    for _ in range(100):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
 
 
 def make_settings(state: Path, **overrides: str) -> settings.Settings:

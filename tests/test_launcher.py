@@ -427,6 +427,12 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
         wait_until(lambda: "child=" in attempt.log_text(), what="the child pid")
         child = int(re.search(r"child=(\d+)", attempt.log_text()).group(1))  # type: ignore[union-attr]
         assert sorted(int(fd) for fd in os.listdir(f"/proc/{child}/fd")) == [0, 1, 2]
+        if not launcher.emulated:  # qemu-user holds fds of its own
+            # The launcher dropped the stray fd too: besides stdio it keeps only the
+            # receipt directory (a leaked listening socket would pin the port).
+            held = [os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                    for fd in os.listdir(f"/proc/{proc.pid}/fd") if int(fd) > 2]
+            assert held == [str(attempt.receipt_dir)], held
         child_env = Path(f"/proc/{child}/environ").read_bytes()
         assert b"QLEDGE_TEST_MARK=visible" in child_env
         assert token not in child_env

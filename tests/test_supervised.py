@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,5 +72,25 @@ def test_generated_admin_token_is_private_and_printed_once(tmp_path: Path) -> No
         app.kill_worker()
         app.wait_ready()
         assert app.output.read_text().count(token) == 1
+    finally:
+        app.stop()
+
+
+def test_restarted_worker_binds_while_tasks_still_run(tmp_path: Path) -> None:
+    # A leaked listening socket in a launcher would keep the port busy until the
+    # task ends, and the restarted worker could never serve again.
+    app = Appliance(tmp_path / "state", free_port())
+    app.start()
+    try:
+        task = app.api("POST", "/tasks", json={"name": "long", "command": "sleep 30"}).json()
+        run = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]
+        deadline = time.monotonic() + 20
+        while app.api("GET", f"/runs/{run['id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        app.kill_worker()
+        app.wait_ready(20)
+        assert app.api("GET", f"/runs/{run['id']}").json()["status"] == "running"
+        assert app.api("POST", f"/runs/{run['id']}/cancel").status_code == 202
     finally:
         app.stop()

@@ -31,7 +31,7 @@ def _fail(message: str, code: int = 2) -> int:
 def serve() -> int:
     """Run the HTTP worker in ONE process (no forking supervisor of its own)."""
     from hypercorn.asyncio import serve as hypercorn_serve
-    from hypercorn.config import Config
+    from hypercorn.config import Config, Sockets
 
     from . import paths, settings
     from .db import migrate
@@ -55,7 +55,17 @@ def serve() -> int:
         log.warning("generated admin token (shown once, also stored in %s): %s",
                     conf.data_path / "secrets" / "admin.token", token)
 
-    config = Config()
+    class _Config(Config):
+        # Hypercorn marks listening sockets inheritable (for its forking mode). A
+        # launcher must never hold the port: a restarted worker could not bind.
+        def create_sockets(self) -> Sockets:
+            sockets = super().create_sockets()
+            for sock in (*sockets.secure_sockets, *sockets.insecure_sockets,
+                         *sockets.quic_sockets):
+                sock.set_inheritable(False)
+            return sockets
+
+    config = _Config()
     config.bind = [f"{conf.host}:{conf.port}"]
     config.accesslog = None
     config.startup_timeout = 120.0

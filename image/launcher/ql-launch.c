@@ -459,6 +459,9 @@ int main(int argc, char **argv)
     /* 1. arguments, 2. token (then its fd is closed) */
     if (parse_args(argc, argv, &o) < 0 || read_token(o.token_fd) < 0)
         return EXIT_LAUNCHER;
+    /* Hold nothing the caller leaked (a listening socket would keep the port
+     * busy for the task's whole life and block a restarted control plane). */
+    close_inherited_fds();
     /* The receipt directory must exist before anything is spawned. */
     dir_fd = open(o.receipt_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir_fd < 0) {

@@ -1,0 +1,209 @@
+"""Timeouts and cancellation: committed intent first, fenced signals, intent decides."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from _appliance import Appliance
+from conftest import Server, free_port, wait_terminal
+
+from qledge import ids, transitions
+from qledge.db import leases, store
+from qledge.db.connection import Database
+from qledge.model import Trigger
+
+
+def _start(http: httpx.Client, command: str, **extra: object) -> str:
+    task = http.post("/api/v1/tasks", json={"name": "c", "command": command, **extra})
+    assert task.status_code == 201, task.text
+    r = http.post(f"/api/v1/tasks/{task.json()['id']}/runs")
+    assert r.status_code == 202
+    return str(r.json()["run"]["id"])
+
+
+def _types(http: httpx.Client, run_id: str) -> list[str]:
+    return [e["type"] for e in http.get(f"/api/v1/runs/{run_id}/events").json()["items"]]
+
+
+def _signals(http: httpx.Client, run_id: str) -> list[str]:
+    return [e["data"]["signal"] for e in http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
+            if e["type"] == "attempt.signal_sent"]
+
+
+def _procs_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd and b"pytest" not in cmd:
+            found.append(int(pid))
+    return found
+
+
+def _wait_running(http: httpx.Client, run_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while http.get(f"/api/v1/runs/{run_id}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_timeout_kills_the_group_including_grandchildren(server: Server) -> None:
+    marker = "4711.4242"
+    run_id = _start(server.http, f"sleep {marker} & sleep {marker}; wait", timeout_s=1)
+    run = wait_terminal(server.http, run_id, 30)
+    assert (run["status"], run["reason_code"]) == ("timed_out", "TIMEOUT")
+    types = _types(server.http, run_id)
+    assert types.index("run.cancel_requested") < types.index("attempt.signal_sent") \
+        < types.index("attempt.finished") < types.index("run.finished")
+    assert types.count("run.finished") == 1
+    assert _signals(server.http, run_id) == ["SIGTERM"]
+    deadline = time.monotonic() + 5
+    while _procs_with(marker):
+        assert time.monotonic() < deadline, "grandchildren survived the timeout"
+        time.sleep(0.05)
+
+
+def test_user_cancel_of_a_running_run(server: Server) -> None:
+    run_id = _start(server.http, "sleep 60")
+    _wait_running(server.http, run_id)
+    r = server.http.post(f"/api/v1/runs/{run_id}/cancel")
+    assert r.status_code == 202
+    run = wait_terminal(server.http, run_id)
+    assert (run["status"], run["reason_code"]) == ("cancelled", "CANCEL_REQUESTED")
+    assert server.http.post(f"/api/v1/runs/{run_id}/cancel").status_code == 409
+    ev = server.http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
+    cancel = next(e for e in ev if e["type"] == "run.cancel_requested")
+    assert cancel["data"] == {"reason": "user"}
+
+
+def test_queued_run_is_cancelled_without_spawning(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "s", max_concurrent_attempts="1")
+    try:
+        blocker = _start(srv.http, "sleep 30")
+        _wait_running(srv.http, blocker)
+        queued = _start(srv.http, "echo never")
+        assert srv.http.get(f"/api/v1/runs/{queued}").json()["status"] == "queued"
+        assert srv.http.post(f"/api/v1/runs/{queued}/cancel").status_code == 202
+        run = srv.http.get(f"/api/v1/runs/{queued}").json()
+        assert (run["status"], run["reason_code"], run["attempts"]) == (
+            "cancelled", "CANCELLED_BEFORE_START", [])
+        srv.http.post(f"/api/v1/runs/{blocker}/cancel")
+        assert wait_terminal(srv.http, blocker)["status"] == "cancelled"
+    finally:
+        srv.stop()
+
+
+def test_term_ignoring_task_dies_by_kill_after_grace(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "s", kill_grace_s="1")
+    try:
+        run_id = _start(srv.http, "trap '' TERM; sleep 1000", timeout_s=1)
+        run = wait_terminal(srv.http, run_id, 30)
+        assert run["status"] == "timed_out"
+        assert _signals(srv.http, run_id) == ["SIGTERM", "SIGKILL"]
+        assert _types(srv.http, run_id).count("run.finished") == 1
+    finally:
+        srv.stop()
+
+
+def test_late_receipt_after_cancel_is_consumed_not_quarantined(server: Server) -> None:
+    # The task catches TERM and exits 0: its receipt arrives after the intent.
+    run_id = _start(server.http, "trap 'exit 0' TERM; sleep 60 & wait")
+    _wait_running(server.http, run_id)
+    server.http.post(f"/api/v1/runs/{run_id}/cancel")
+    run = wait_terminal(server.http, run_id)
+    assert (run["status"], run["exit_code"]) == ("cancelled", 0)
+    receipts = server.state / "receipts"
+    assert not list(receipts.glob("*/*.json"))
+    assert not (receipts / ".quarantine").exists() or not list(
+        (receipts / ".quarantine").rglob("*.json"))
+    system = server.http.get("/api/v1/system").json()
+    assert system["journal"]["quarantined"] == 0
+
+
+@pytest.mark.drill
+def test_deadline_expiring_while_the_worker_is_down(tmp_path: Path) -> None:
+    app = Appliance(tmp_path / "state", free_port(), round_interval_s="1")
+    app.start()
+    try:
+        run_id = _start(app.http, "sleep 60", timeout_s=2)
+        _wait_running(app.http, run_id)
+        app.kill_worker()
+        app.ctl("stop", "http")
+        time.sleep(3)  # the deadline passes with no worker alive
+        assert app.ctl("status", "http").split()[1] == "STOPPED"
+        app.ctl("start", "http")
+        app.wait_ready()
+        run = wait_terminal(app.http, run_id, 30)
+        assert (run["status"], run["reason_code"]) == ("timed_out", "TIMEOUT")
+        types = _types(app.http, run_id)
+        assert types.index("run.cancel_requested") < types.index("attempt.signal_sent")
+        assert types.count("run.finished") == 1
+    finally:
+        app.stop()
+
+
+async def test_stale_epoch_cannot_signal(db: Database) -> None:
+    from qledge.runtime.cancellation import Cancellation
+    from qledge.runtime.completion import CompletionService
+
+    node = ids.uuid7()
+    async with db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {"name": "f", "command": "x",
+                                                         "env": {}, "labels": []}, 1)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
+        aid = ids.uuid7()
+        att = await store.prepare_attempt(
+            tx, run, attempt_id=aid, owner=node, executor_type="local_process",
+            token_hash=b"x", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
+            log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
+    # A real process to aim at, in its own group, so a wrongly sent signal would show.
+    import subprocess
+
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        from qledge.launch import identity
+
+        ident = identity.capture(victim.pid, identity.Identity.__name__)
+        assert ident is not None
+        async with db.write() as tx:
+            run = await store.get_run(tx, att.run_id)
+            tr = transitions.attempt_started(run, att, pid=victim.pid, start_time=ident.start_time,
+                                             boot_id="boot", now_ms=2)
+            await store.apply(tx, run, tr, 2)
+            att = await store.get_attempt(tx, aid)
+        comp = CompletionService(db, node)
+        old = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
+                           kill_grace_s=1, completion=comp)
+        new = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
+                           kill_grace_s=1, completion=comp)
+        async with db.write() as tx:
+            stale = await leases.acquire(tx, aid, old.incarnation, now_ms=10, ttl_ms=5)
+        assert stale is not None and stale.epoch == 1
+        async with db.write() as tx:
+            assert await leases.acquire(tx, aid, new.incarnation, now_ms=12, ttl_ms=5) is None
+            fresh = await leases.acquire(tx, aid, new.incarnation, now_ms=20, ttl_ms=10**13)
+        assert fresh is not None and fresh.epoch == 2
+        pidfd = os.pidfd_open(victim.pid)
+        try:
+            assert not await old.signal(stale, att, pidfd, signal.SIGTERM)
+            assert victim.poll() is None  # the stale holder sent nothing
+            assert await new.signal(fresh, att, pidfd, signal.SIGTERM)
+            assert victim.wait(5) == -signal.SIGTERM
+        finally:
+            os.close(pidfd)
+        async with db.read() as tx:
+            events = await store.list_events(tx, att.run_id)
+        sent = [e for e in events if e.type == "attempt.signal_sent"]
+        assert [(e.data["signal"], e.data["epoch"]) for e in sent] == [("SIGTERM", 2)]
+    finally:
+        victim.kill()
+        victim.wait()
