@@ -9,13 +9,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _appliance import Appliance
-from conftest import Server, free_port, wait_terminal
 
 from qledge import ids, transitions
 from qledge.db import leases, store
 from qledge.db.connection import Database
 from qledge.model import Trigger
+
+from _appliance import Appliance
+from conftest import Server, free_port, wait_terminal
 
 
 def _start(http: httpx.Client, command: str, **extra: object) -> str:

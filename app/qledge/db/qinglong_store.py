@@ -255,6 +255,12 @@ async def record_due(tx: Tx, task_id: str, due_ms: int, now_ms: int) -> None:
         " updated_at_ms = excluded.updated_at_ms", (task_id, due_ms, now_ms))
 
 
+async def count_events(tx: Tx, run_id: str, event_type: str) -> int:
+    row = await tx.one("SELECT COUNT(*) AS n FROM run_events WHERE run_id = ? AND type = ?",
+                       (run_id, event_type))
+    return int(row["n"]) if row else 0
+
+
 async def queued_run_of_task(tx: Tx, task_id: str) -> Run | None:
     row = await tx.one(
         "SELECT * FROM runs WHERE task_id = ? AND status = 'queued' ORDER BY id LIMIT 1",

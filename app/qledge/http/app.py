@@ -11,7 +11,7 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import logs_sse, runs, system, tasks
+from . import apps, envs, logs_sse, qinglong, runs, schedule, system, tasks
 from .auth import AdminAuth
 from .errors import HANDLERS
 
@@ -27,9 +27,12 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
         finally:
             await runtime.stop()
 
-    api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes]
+    api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
+           *apps.routes, *schedule.routes]
     app = Starlette(
-        routes=[*system.health_routes, Mount("/api/v1", routes=api)],
+        # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
+        routes=[*system.health_routes, Mount("/api/v1", routes=api),
+                Mount("/open", routes=qinglong.routes)],
         middleware=[Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

@@ -1,11 +1,12 @@
 """GET /api/v1/cron/preview?schedule=...&n=5: the next fire times of an expression.
 
-Computed in the worker's local time zone (the container's TZ), exactly as the
+Computed in the container's time zone (with its DST rules), exactly as the
 scheduler computes them; a bad expression answers 422 naming the problem.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from starlette.requests import Request
@@ -13,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
+from ..runtime.scheduler import local_zone, next_ticks
 from .errors import Invalid, json_response
 
 MAX_N = 50
@@ -32,13 +34,15 @@ async def preview(request: Request) -> Response:
         raise Invalid("n must be an integer", field="n") from exc
     if not 1 <= n <= MAX_N:
         raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
-    now = datetime.now().astimezone()
+    now_ms = int(time.time() * 1000)
+    now = datetime.fromtimestamp(now_ms / 1000, local_zone())
     offset = now.utcoffset()
-    times = cron.next_n(expr, now, n)
+    times = next_ticks(expr, now_ms, n)
     return json_response({
         "schedule": expr,
         "seconds_field": len(expr.split()) == 6,
-        "timezone": now.tzname(),
+        "timezone": str(getattr(now.tzinfo, "key", None) or now.tzname()),
+        "abbreviation": now.tzname(),
         "utc_offset_s": int(offset.total_seconds()) if offset is not None else 0,
         "next": [{"at_ms": int(t.timestamp() * 1000), "at": t.isoformat()} for t in times],
     })

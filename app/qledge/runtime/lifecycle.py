@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .. import ids
-from ..db import store
+from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..launch.executor import LocalExecutor, SpawnResult
@@ -27,6 +27,7 @@ from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop
 from .reconciler import Reconciler, RoundReport
+from .scheduler import Scheduler
 from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
@@ -56,7 +57,8 @@ class Runtime:
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
-        self.global_env = no_global_env
+        # Enabled QingLong envs (same name joined with '&'); a task's own env wins.
+        self.global_env = qinglong_store.global_env
         self._finishing: set[asyncio.Task[None]] = set()
         self._spawning: set[str] = set()
         self.log_streams = 0
@@ -105,6 +107,8 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
+        self.scheduler = Scheduler(self.db, on_queued=self.kick)
+        self.scheduler.start()
         self.supervision.start()
         self.ready = True
 
@@ -112,6 +116,7 @@ class Runtime:
         self.ready = False
         if self.settings.shutdown_policy == "cancel":
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
+        await self.scheduler.stop()
         await self.supervision.stop()
         await self.dispatcher.stop()
         await self.cancellation.stop()

@@ -1,9 +1,11 @@
 """Cron schedules → queued runs (trigger `schedule`).
 
-Rules (docs/scheduling.md and docs/qinglong-compat.md explain them to operators):
+Rules (docs/qinglong-compat.md explains them to operators):
 
-* Times are computed in the worker's local time zone (the container's TZ),
-  5 fields or QingLong's 6 with a leading seconds field (qledge.cron).
+* Times are computed in the container's time zone (TZ, else /etc/localtime)
+  with its DST rules (cronsim's Debian-cron semantics: a time skipped by a
+  spring-forward fires right after the gap, a repeated hour fires once for
+  fixed-time jobs), 5 fields or QingLong's 6 with a leading seconds field.
 * Per task the database keeps the last due time the scheduler consumed
   (`task_schedule_state.last_due_ms`). Consuming a tick — creating its run,
   or recording why it was skipped — and moving that cursor commit in ONE
@@ -28,14 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .. import cron, ids
+from .. import ids
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
@@ -45,6 +50,8 @@ log = logging.getLogger("qledge.scheduler")
 
 MAX_SLEEP_S = 60.0
 MAX_FIRES_PER_ROUND = 256
+FIRES_PER_TX = 16
+MAX_SKIP_EVENTS = 100  # schedule.skipped events recorded per blocking run
 LATE_MS = 60_000  # a tick fired later than this counts as a catch-up
 WAKE_SLACK_S = 0.005  # timers may fire a hair early: look just after the due time
 
@@ -53,18 +60,61 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+def local_zone() -> tzinfo:
+    """The container's time zone as a real zone (DST rules included), not a fixed offset.
+
+    TZ names a zone (TZ=Asia/Shanghai; tzdata must be installed) → that zone;
+    TZ unset → /etc/localtime; anything else (a POSIX TZ string) → the current
+    fixed offset.
+    """
+    return _zone(os.environ.get("TZ"))
+
+
+@functools.lru_cache(maxsize=8)
+def _zone(tz: str | None) -> tzinfo:
+    name = (tz or "").lstrip(":")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    elif tz is None:
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+                return ZoneInfo(target.split("/zoneinfo/", 1)[1])
+        try:
+            with open("/etc/localtime", "rb") as f:
+                return ZoneInfo.from_file(f, key="localtime")
+        except (OSError, ValueError):
+            pass
+    return datetime.now().astimezone().tzinfo or UTC
+
+
 def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000).astimezone()
+    return datetime.fromtimestamp(ms / 1000, local_zone())
 
 
 def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
+def next_ticks(schedule: str, after_ms: int, n: int) -> list[datetime]:
+    """Up to n ticks strictly after `after_ms`, as aware local datetimes."""
+    out: list[datetime] = []
+    try:
+        it = CronSim(schedule, _dt(after_ms))
+        for _ in range(n):
+            out.append(next(it))
+    except (CronSimError, StopIteration):
+        pass
+    return out
+
+
 def first_due_after(schedule: str, after_ms: int) -> int | None:
     """The first tick strictly after `after_ms`."""
-    nxt = cron.next_after(schedule, _dt(after_ms))
-    return _ms(nxt) if nxt else None
+    ticks = next_ticks(schedule, after_ms, 1)
+    return _ms(ticks[0]) if ticks else None
 
 
 def last_due_at_or_before(schedule: str, at_ms: int) -> int | None:
@@ -179,13 +229,25 @@ class Scheduler:
             elif next_ms is None or first < next_ms:
                 next_ms = first
         queued = 0
-        for task_id in due[:MAX_FIRES_PER_ROUND]:
+        batch = due[:MAX_FIRES_PER_ROUND]
+        for start in range(0, len(batch), FIRES_PER_TX):
+            # Several ticks per transaction (one fsync), each in its own savepoint.
+            results: list[tuple[str, int | None]] = []
             async with self.db.write() as tx:
-                outcome, nxt = await self.fire(tx, task_id, now)
-            if outcome == Outcome.FIRED:
-                queued += 1
-            if nxt is not None and (next_ms is None or nxt < next_ms):
-                next_ms = nxt
+                for task_id in batch[start:start + FIRES_PER_TX]:
+                    try:
+                        async with tx.savepoint():
+                            results.append(await self.fire(tx, task_id, now))
+                    except (store.Conflict, store.NotFound, ValueError):
+                        log.exception("schedule: task %s not fired this round", task_id)
+            for outcome, nxt in results:  # committed: count them
+                if outcome == Outcome.FIRED:
+                    queued += 1
+                    self.fired += 1
+                elif outcome == Outcome.SKIPPED:
+                    self.skipped += 1
+                if nxt is not None and (next_ms is None or nxt < next_ms):
+                    next_ms = nxt
         if len(due) > MAX_FIRES_PER_ROUND:
             next_ms = now  # more are due: another round right away
         self.rounds += 1
@@ -221,18 +283,20 @@ class Scheduler:
         if blocking is not None:
             reason = ("active_run" if task.concurrency is Concurrency.FORBID
                       else "queued_run")
-            await store.append_events(tx, blocking, [NewEvent(
-                type="schedule.skipped",
-                data={"scheduled_for_ms": due, "reason": reason, "catch_up": catch_up})], now)
-            self.skipped += 1
-            log.info("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
-                     blocking.id)
+            # Bounded: an every-second schedule beside a day-long run must not grow its
+            # event list without limit (the tick is consumed either way).
+            if await qstore.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
+                await store.append_events(tx, blocking, [NewEvent(
+                    type="schedule.skipped",
+                    data={"scheduled_for_ms": due, "reason": reason, "catch_up": catch_up})],
+                    now)
+            log.debug("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
+                      blocking.id)
             return Outcome.SKIPPED, nxt
         run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
         await store.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
-        self.fired += 1
         if catch_up:
             log.info("schedule: task %d catch-up run %s for tick %d (%d ms late)", task.num,
                      run.id, due, now - due)
