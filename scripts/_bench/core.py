@@ -38,7 +38,7 @@ from qledge.runtime.lifecycle import Runtime  # noqa: E402
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def _runtime(state: Path, **env: str) -> Runtime:
