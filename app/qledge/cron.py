@@ -5,7 +5,11 @@ Times are computed in the container's local time zone (TZ), like QingLong.
 
 from __future__ import annotations
 
-from datetime import datetime
+import contextlib
+import functools
+import os
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
@@ -21,7 +25,7 @@ def validate(expr: str) -> str:
         raise CronError(f"expected 5 fields (or 6 with leading seconds), got {len(parts)}")
     text = " ".join(parts)
     try:
-        it = CronSim(text, datetime.now().astimezone())
+        it = CronSim(text, datetime.now(local_zone()))
         next(it)
     except CronSimError as exc:
         raise CronError(str(exc)) from exc
@@ -30,10 +34,41 @@ def validate(expr: str) -> str:
     return text
 
 
+def local_zone() -> tzinfo:
+    """The container's time zone as a real zone (DST rules included), not a fixed offset.
+
+    TZ names a zone (TZ=Asia/Shanghai; tzdata must be installed) → that zone;
+    TZ unset → /etc/localtime; anything else (a POSIX TZ string) → the current
+    fixed offset.
+    """
+    return _zone(os.environ.get("TZ"))
+
+
+@functools.lru_cache(maxsize=8)
+def _zone(tz: str | None) -> tzinfo:
+    name = (tz or "").lstrip(":")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    elif tz is None:
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+                return ZoneInfo(target.split("/zoneinfo/", 1)[1])
+        try:
+            with open("/etc/localtime", "rb") as f:
+                return ZoneInfo.from_file(f, key="localtime")
+        except (OSError, ValueError):
+            pass
+    return datetime.now().astimezone().tzinfo or UTC
+
+
 def next_after(expr: str, after: datetime) -> datetime | None:
     """First fire time strictly after `after` (aware datetime), or None if never."""
     try:
-        return next(CronSim(expr, after.astimezone()))
+        return next(CronSim(expr, after.astimezone(local_zone())))
     except (CronSimError, StopIteration):
         return None
 
@@ -41,7 +76,7 @@ def next_after(expr: str, after: datetime) -> datetime | None:
 def next_n(expr: str, after: datetime, n: int) -> list[datetime]:
     out: list[datetime] = []
     try:
-        it = CronSim(expr, after.astimezone())
+        it = CronSim(expr, after.astimezone(local_zone()))
         for _ in range(n):
             out.append(next(it))
     except (CronSimError, StopIteration):

@@ -14,7 +14,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
-from ..runtime.scheduler import local_zone, next_ticks
+from ..cron import local_zone
+from ..runtime.scheduler import next_ticks
 from .errors import Invalid, json_response
 
 MAX_N = 50

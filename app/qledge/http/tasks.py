@@ -78,7 +78,7 @@ def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
     if task.schedule and task.enabled:
-        nxt = cron.next_after(task.schedule, datetime.now().astimezone())
+        nxt = cron.next_after(task.schedule, datetime.now(cron.local_zone()))
         body["next_fire_at_ms"] = int(nxt.timestamp() * 1000) if nxt else None
     return body
 
@@ -93,6 +93,7 @@ async def create(request: Request) -> Response:
     fields = validated(msgspec.structs.asdict(body))
     async with _rt(request).db.write() as tx:
         task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+    _rt(request).scheduler.wake()
     return json_response(task_view(task), 201)
 
 
@@ -121,6 +122,7 @@ async def update(request: Request) -> Response:
     fields = validated(fields)
     async with _rt(request).db.write() as tx:
         task = await store.update_task(tx, request.path_params["task_id"], fields, now_ms())
+    _rt(request).scheduler.wake()
     return json_response(task_view(task))
 
 
@@ -134,6 +136,7 @@ async def delete(request: Request) -> Response:
                                 extra={"active_run_id": active.id})
         logs = await store.delete_task(tx, task_id)
     rt.remove_logs(logs)
+    rt.scheduler.wake()
     return Response(status_code=204)
 
 

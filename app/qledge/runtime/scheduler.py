@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import datetime, timedelta
 
 from cronsim import CronSim, CronSimError
 
 from .. import ids
+from ..cron import local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
@@ -58,37 +56,6 @@ WAKE_SLACK_S = 0.005  # timers may fire a hair early: look just after the due ti
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
-
-
-def local_zone() -> tzinfo:
-    """The container's time zone as a real zone (DST rules included), not a fixed offset.
-
-    TZ names a zone (TZ=Asia/Shanghai; tzdata must be installed) → that zone;
-    TZ unset → /etc/localtime; anything else (a POSIX TZ string) → the current
-    fixed offset.
-    """
-    return _zone(os.environ.get("TZ"))
-
-
-@functools.lru_cache(maxsize=8)
-def _zone(tz: str | None) -> tzinfo:
-    name = (tz or "").lstrip(":")
-    if name:
-        try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError, OSError):
-            pass
-    elif tz is None:
-        target = os.path.realpath("/etc/localtime")
-        if "/zoneinfo/" in target:
-            with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
-                return ZoneInfo(target.split("/zoneinfo/", 1)[1])
-        try:
-            with open("/etc/localtime", "rb") as f:
-                return ZoneInfo.from_file(f, key="localtime")
-        except (OSError, ValueError):
-            pass
-    return datetime.now().astimezone().tzinfo or UTC
 
 
 def _dt(ms: int) -> datetime:
@@ -150,6 +117,8 @@ class Scheduler:
         self.skipped = 0
         self.rounds = 0
         self.next_due_ms: int | None = None
+        # task id -> (schedule, since, first due after since): cron arithmetic only on change
+        self._first_due: dict[str, tuple[str, int, int | None]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -219,9 +188,16 @@ class Scheduler:
             rows = await qstore.scheduled_tasks(tx)
         due: list[str] = []
         next_ms: int | None = None
+        cache: dict[str, tuple[str, int, int | None]] = {}
         for task, last in rows:
             assert task.schedule is not None
-            first = first_due_after(task.schedule, _since(task, last))
+            since = _since(task, last)
+            hit = self._first_due.get(task.id)
+            if hit is not None and hit[0] == task.schedule and hit[1] == since:
+                first = hit[2]
+            else:
+                first = first_due_after(task.schedule, since)
+            cache[task.id] = (task.schedule, since, first)
             if first is None:
                 continue
             if first <= now:
@@ -248,6 +224,7 @@ class Scheduler:
                     self.skipped += 1
                 if nxt is not None and (next_ms is None or nxt < next_ms):
                     next_ms = nxt
+        self._first_due = cache  # tasks no longer scheduled drop out
         if len(due) > MAX_FIRES_PER_ROUND:
             next_ms = now  # more are due: another round right away
         self.rounds += 1

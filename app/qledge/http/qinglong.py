@@ -1,0 +1,589 @@
+"""The QingLong OpenAPI subset under /open/* (docs/qinglong-compat.md).
+
+Same shapes as QingLong: `{"code": 200, "data": ...}` on success and
+`{"code": <HTTP status>, "message": ...}` on errors (errors.handle_api_error).
+Integer ids are the tasks' / envs' `num`; the native UUIDv7 ids are shown as
+`qledge_id`. Authentication: `Authorization: Bearer <token>` with a token from
+GET /open/auth/token (scopes of its app), or the admin token (every scope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import ids
+from ..db import qinglong_store as qstore
+from ..db import store
+from ..launch import logs
+from ..model import CancelReason, Concurrency, RunStatus, Task, Trigger
+from ..runtime.cancellation import RunTerminal
+from ..runtime.lifecycle import Runtime, now_ms
+from . import tasks as native_tasks
+from .apps import digest, new_secret
+from .envs import validate_env
+from .errors import (
+    BadRequest,
+    Forbidden,
+    Invalid,
+    Missing,
+    StateConflict,
+    Unauthorized,
+    decode_body,
+    json_response,
+)
+from .runs import trigger_run
+
+TOKEN_TTL_S = 30 * 86400  # like QingLong
+MAX_LIVE_TOKENS = 20  # per app; the oldest is revoked beyond this
+MAX_LIST = 5000  # crons returned when no page/size is given
+T = TypeVar("T")
+Handler = Callable[[Request], Awaitable[Response]]
+_DUMMY_HASH = digest("qledge-no-such-client")
+
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def ok(data: Any = msgspec.UNSET) -> Response:
+    if data is msgspec.UNSET:
+        return json_response({"code": 200})
+    return json_response({"code": 200, "data": data})
+
+
+def _decode(data: bytes, kind: type[T]) -> T:
+    """QingLong answers bad input with 400; the message names the field."""
+    try:
+        return decode_body(data, kind)
+    except Invalid as exc:
+        raise BadRequest(exc.message, field=exc.field) from exc
+
+
+def _bad(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except Invalid as exc:
+        raise BadRequest(exc.message, field=exc.field) from exc
+
+
+# -- authentication ------------------------------------------------------------------
+
+async def authorize(request: Request, scopes: tuple[str, ...]) -> None:
+    """401 without a valid, unexpired token; 403 when its app lacks every one of `scopes`."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    admin: str = request.app.state.admin_token
+    if hmac.compare_digest(token.encode(), admin.encode()):
+        return
+    async with _rt(request).db.read() as tx:
+        grant = await qstore.token_grant(tx, digest(token))
+    if grant is None:
+        raise Unauthorized("invalid token")
+    if grant.expires_at_ms <= now_ms():
+        raise Unauthorized("token expired")
+    if not any(s in grant.scopes for s in scopes):
+        raise Forbidden(f"this app has no {scopes[0]!r} scope")
+
+
+def scoped(*scopes: str) -> Callable[[Handler], Handler]:
+    def wrap(fn: Handler) -> Handler:
+        async def handler(request: Request) -> Response:
+            await authorize(request, scopes)
+            return await fn(request)
+        handler.__name__ = fn.__name__
+        return handler
+    return wrap
+
+
+async def auth_token(request: Request) -> Response:
+    q = request.query_params
+    client_id, secret = q.get("client_id", ""), q.get("client_secret", "")
+    if not client_id:
+        raise BadRequest("client_id is required", field="client_id")
+    if not secret:
+        raise BadRequest("client_secret is required", field="client_secret")
+    now = now_ms()
+    expiration = now // 1000 + TOKEN_TTL_S
+    token = new_secret()
+    async with _rt(request).db.write() as tx:
+        found = await qstore.app_secret(tx, client_id)
+        expected = found[1] if found else _DUMMY_HASH
+        if not hmac.compare_digest(digest(secret), expected) or found is None:
+            raise BadRequest("client_id or client_secret is wrong")
+        await qstore.issue_token(tx, found[0], digest(token), expiration * 1000, now,
+                                 MAX_LIVE_TOKENS)
+    return json_response(
+        {"code": 200, "data": {"token": token, "token_type": "Bearer",
+                               "expiration": expiration}},
+        headers={"Cache-Control": "no-store"})
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
+        f"{ms % 1000:03d}Z"
+
+
+def _timestamp(ms: int) -> str:
+    """QingLong's `timestamp` is JavaScript's Date.toString() of the last save."""
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime(
+        "%a %b %d %Y %H:%M:%S GMT%z (%Z)")
+
+
+def _id_list(raw: list[int | str], field: str = "ids") -> list[int]:
+    """QingLong (Joi.number()) also accepts numeric strings."""
+    out: list[int] = []
+    for item in raw:
+        if isinstance(item, int) and not isinstance(item, bool):
+            out.append(item)
+        elif isinstance(item, str) and item.strip().isdigit():
+            out.append(int(item.strip()))
+        else:
+            raise BadRequest(f"{field} must be an array of integer ids", field=field)
+    return list(dict.fromkeys(out))
+
+
+async def _ids_body(request: Request) -> list[int]:
+    raw = _decode(await request.body(), list[int | str])
+    return _id_list(raw)
+
+
+def _unsupported(body: msgspec.Struct, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(body, name)
+        if value not in (None, "", [], msgspec.UNSET):
+            raise BadRequest(f"{name} is not supported by qledge", field=name)
+
+
+# -- crons -------------------------------------------------------------------------------
+
+STATUS_RUNNING, STATUS_IDLE, STATUS_DISABLED, STATUS_QUEUED = 0, 1, 2, 3
+_UNSUPPORTED_CRON = ("sub_id", "extra_schedules", "task_before", "task_after", "log_name",
+                     "work_dir")
+
+
+class CronIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    command: str
+    schedule: str
+    name: str | None = None
+    labels: list[str] | None = None
+    allow_multiple_instances: int | None = None
+    sub_id: int | None = None
+    extra_schedules: list[Any] | None = None
+    task_before: str | None = None
+    task_after: str | None = None
+    log_name: str | None = None
+    work_dir: str | None = None
+
+
+class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: int | str
+    command: str | None = None
+    schedule: str | None = None
+    name: str | None = None
+    labels: list[str] | None = None
+    allow_multiple_instances: int | None = None
+    sub_id: int | None = None
+    extra_schedules: list[Any] | None = None
+    task_before: str | None = None
+    task_after: str | None = None
+    log_name: str | None = None
+    work_dir: str | None = None
+
+
+def cron_view(task: Task, summary: qstore.RunSummary | None) -> dict[str, Any]:
+    s = summary or qstore.RunSummary()
+    if s.running:
+        status = STATUS_RUNNING
+    elif s.queued:
+        status = STATUS_QUEUED
+    elif not task.enabled:
+        status = STATUS_DISABLED
+    else:
+        status = STATUS_IDLE
+    return {
+        "id": task.num,
+        "name": task.name,
+        "command": task.command,
+        "schedule": task.schedule,
+        "timestamp": _timestamp(task.updated_at_ms),
+        "saved": True,
+        "status": status,
+        "isSystem": 0,
+        "pid": s.pid,
+        "isDisabled": 0 if task.enabled else 1,
+        "isPinned": 0,
+        "log_path": s.log_path or "",
+        "labels": task.labels,
+        "last_running_time": round(s.last_duration_ms / 1000) if s.last_duration_ms else 0,
+        "last_execution_time": s.last_started_at_ms // 1000 if s.last_started_at_ms else 0,
+        "sub_id": None,
+        "extra_schedules": None,
+        "task_before": None,
+        "task_after": None,
+        "log_name": None,
+        "allow_multiple_instances": 1 if task.concurrency is Concurrency.ALLOW else 0,
+        "work_dir": None,
+        "createdAt": _iso(task.created_at_ms),
+        "updatedAt": _iso(task.updated_at_ms),
+        # qledge extras (ignored by QingLong clients)
+        "qledge_id": task.id,
+        "timeout_s": task.timeout_s,
+    }
+
+
+def _default_name(command: str) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    return first[:200] or "cron"
+
+
+def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for key in ("command", "schedule", "name", "labels"):
+        value = getattr(body, key)
+        if value is not None:
+            fields[key] = value
+    if body.allow_multiple_instances is not None:
+        if body.allow_multiple_instances not in (0, 1):
+            raise BadRequest("allow_multiple_instances must be 0 or 1",
+                             field="allow_multiple_instances")
+        fields["concurrency"] = "allow" if body.allow_multiple_instances else "forbid"
+    if "schedule" in fields and not str(fields["schedule"]).strip():
+        raise BadRequest("schedule must not be empty", field="schedule")
+    return _bad(lambda: native_tasks.validated(fields))
+
+
+async def _views(rt: Runtime, tasks: list[Task]) -> list[dict[str, Any]]:
+    async with rt.db.read() as tx:
+        summaries = await qstore.run_summaries(tx, [t.id for t in tasks])
+    return [cron_view(t, summaries.get(t.id)) for t in tasks]
+
+
+def _int_param(request: Request, name: str) -> int:
+    raw = request.query_params.get(name, "") or "0"
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be an integer", field=name) from exc
+    if value < 0:
+        raise BadRequest(f"{name} must not be negative", field=name)
+    return value
+
+
+@scoped("crons")
+async def crons_list(request: Request) -> Response:
+    rt = _rt(request)
+    page, size = _int_param(request, "page"), _int_param(request, "size")
+    offset, limit = 0, MAX_LIST
+    if page and size:
+        limit = min(size, MAX_LIST)
+        offset = (page - 1) * size
+    search = request.query_params.get("searchValue", "").strip()
+    async with rt.db.read() as tx:
+        tasks, total = await qstore.search_tasks(tx, search, offset, limit)
+    return ok({"data": await _views(rt, tasks), "total": total})
+
+
+@scoped("crons")
+async def crons_get(request: Request) -> Response:
+    rt = _rt(request)
+    async with rt.db.read() as tx:
+        task = await store.get_task_by_num(tx, request.path_params["num"])
+    return ok((await _views(rt, [task]))[0])
+
+
+@scoped("crons")
+async def crons_create(request: Request) -> Response:
+    rt = _rt(request)
+    body = _decode(await request.body(), CronIn)
+    _unsupported(body, _UNSUPPORTED_CRON)
+    fields = _task_fields(body)
+    fields.setdefault("name", _default_name(body.command))
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+    rt.scheduler.wake()
+    return ok(cron_view(task, None))
+
+
+@scoped("crons")
+async def crons_update(request: Request) -> Response:
+    rt = _rt(request)
+    body = _decode(await request.body(), CronPatch)
+    _unsupported(body, _UNSUPPORTED_CRON)
+    num = _id_list([body.id], "id")[0]
+    fields = _task_fields(body)
+    async with rt.db.write() as tx:
+        task = await store.get_task_by_num(tx, num)
+        task = await store.update_task(tx, task.id, fields, now_ms())
+    rt.scheduler.wake()
+    return ok((await _views(rt, [task]))[0])
+
+
+async def _tasks_by_nums(rt: Runtime, nums: list[int]) -> list[Task]:
+    """All of them, or 404 naming the missing ids (nothing is done then)."""
+    found: list[Task] = []
+    missing: list[int] = []
+    async with rt.db.read() as tx:
+        for num in nums:
+            try:
+                found.append(await store.get_task_by_num(tx, num))
+            except store.NotFound:
+                missing.append(num)
+    if missing:
+        raise Missing(f"cron {', '.join(map(str, missing))} not found")
+    return found
+
+
+@scoped("crons")
+async def crons_delete(request: Request) -> Response:
+    rt = _rt(request)
+    nums = await _ids_body(request)
+    removed: list[str] = []
+    async with rt.db.write() as tx:
+        for num in nums:
+            try:
+                task = await store.get_task_by_num(tx, num)
+            except store.NotFound:
+                continue  # deleting is idempotent
+            if await store.active_run_of_task(tx, task.id) is not None:
+                raise StateConflict(f"cron {num} has an active run; stop it first")
+            removed += await store.delete_task(tx, task.id)
+    rt.remove_logs(removed)
+    return ok()
+
+
+@scoped("crons")
+async def crons_run(request: Request) -> Response:
+    rt = _rt(request)
+    for task in await _tasks_by_nums(rt, await _ids_body(request)):
+        # concurrency: forbid and already queued/running: like QingLong, no error
+        with contextlib.suppress(StateConflict):
+            await trigger_run(rt, task.id, Trigger.API)
+    return ok()
+
+
+@scoped("crons")
+async def crons_stop(request: Request) -> Response:
+    rt = _rt(request)
+    for task in await _tasks_by_nums(rt, await _ids_body(request)):
+        async with rt.db.read() as tx:
+            active = await qstore.active_runs_of_task(tx, task.id)
+        for run in active:
+            with contextlib.suppress(RunTerminal, store.Conflict):  # it ended meanwhile
+                await rt.cancellation.request(run.id, CancelReason.USER)
+    return ok()
+
+
+async def _set_enabled(request: Request, enabled: bool) -> Response:
+    rt = _rt(request)
+    tasks = await _tasks_by_nums(rt, await _ids_body(request))
+    async with rt.db.write() as tx:
+        for task in tasks:
+            current = await store.get_task(tx, task.id)
+            if current.enabled != enabled:
+                await store.update_task(tx, task.id, {"enabled": enabled}, now_ms())
+    rt.scheduler.wake()
+    return ok()
+
+
+@scoped("crons")
+async def crons_disable(request: Request) -> Response:
+    return await _set_enabled(request, False)
+
+
+@scoped("crons")
+async def crons_enable(request: Request) -> Response:
+    return await _set_enabled(request, True)
+
+
+def _utf8_start(data: bytes) -> bytes:
+    """Drop continuation bytes a tail cut may have left at the front."""
+    cut = 0
+    while cut < len(data) and cut < 3 and data[cut] & 0xC0 == 0x80:
+        cut += 1
+    return data[cut:]
+
+
+@scoped("crons", "logs")
+async def crons_log(request: Request) -> Response:
+    """The latest run's log: its last `log_read_limit` bytes (1 MiB by default)."""
+    rt = _rt(request)
+    async with rt.db.read() as tx:
+        task = await store.get_task_by_num(tx, request.path_params["num"])
+        latest = (await store.latest_runs_by_task(tx, [task.id])).get(task.id)
+        attempts = await store.attempts_of_run(tx, latest.id) if latest else []
+    if latest is None:
+        return json_response({"code": 200, "data": "", "logStatus": "notFound"})
+    active = latest.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    status = "running" if active else "completed"
+    if not attempts:
+        return json_response({"code": 200, "data": "", "logStatus": status})
+    limit = rt.settings.log_read_limit
+    root, rel = rt.settings.logs_path, attempts[-1].log_path
+
+    def tail() -> bytes:
+        size = logs.size(root, rel)
+        offset = max(0, size - limit)
+        data, _ = logs.read(root, rel, offset, limit)
+        return _utf8_start(data) if offset else data
+
+    data = await asyncio.to_thread(tail)
+    return json_response({"code": 200, "data": data.decode("utf-8", "replace"),
+                          "logStatus": status})
+
+
+# -- envs ----------------------------------------------------------------------------------
+
+class EnvIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str
+    value: str
+    remarks: str | None = ""
+    labels: list[str] | None = None
+
+
+class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: int | str
+    name: str | None = None
+    value: str | None = None
+    remarks: str | None = None
+    labels: list[str] | None = None
+
+
+def env_view(env: qstore.EnvVar) -> dict[str, Any]:
+    return {
+        "id": env.num,
+        "name": env.name,
+        "value": env.value,
+        "remarks": env.remarks,
+        "status": 0 if env.enabled else 1,
+        "position": env.position,
+        "timestamp": _timestamp(env.updated_at_ms),
+        "isPinned": 0,
+        "labels": [],
+        "createdAt": _iso(env.created_at_ms),
+        "updatedAt": _iso(env.updated_at_ms),
+        "qledge_id": env.id,
+    }
+
+
+def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    return validate_env(fields, BadRequest, prefix)
+
+
+@scoped("envs")
+async def envs_list(request: Request) -> Response:
+    search = request.query_params.get("searchValue", "").strip()
+    async with _rt(request).db.read() as tx:
+        envs = await qstore.list_envs(tx, search)
+    return ok([env_view(e) for e in envs])
+
+
+@scoped("envs")
+async def envs_get(request: Request) -> Response:
+    async with _rt(request).db.read() as tx:
+        found = await qstore.envs_by_nums(tx, [request.path_params["num"]])
+    if not found:
+        raise Missing("env not found")
+    return ok(env_view(found[0]))
+
+
+@scoped("envs")
+async def envs_create(request: Request) -> Response:
+    items = _decode(await request.body(), list[EnvIn])
+    if not items:
+        raise BadRequest("body must be a non-empty array of {name, value, remarks}")
+    checked = []
+    for i, item in enumerate(items):
+        _unsupported(item, ("labels",))
+        fields = {"name": item.name, "value": item.value, "remarks": item.remarks or ""}
+        checked.append(_env_fields(fields, f"[{i}]." if len(items) > 1 else ""))
+    async with _rt(request).db.write() as tx:
+        created = [await qstore.create_env(tx, ids.uuid7(), f, now_ms()) for f in checked]
+    return ok([env_view(e) for e in created])
+
+
+@scoped("envs")
+async def envs_update(request: Request) -> Response:
+    body = _decode(await request.body(), EnvPatch)
+    _unsupported(body, ("labels",))
+    num = _id_list([body.id], "id")[0]
+    fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
+                          if getattr(body, k) is not None})
+    async with _rt(request).db.write() as tx:
+        found = await qstore.envs_by_nums(tx, [num])
+        if not found:
+            raise Missing(f"env {num} not found")
+        env = await qstore.update_env(tx, found[0].id, fields, now_ms())
+    return ok(env_view(env))
+
+
+@scoped("envs")
+async def envs_delete(request: Request) -> Response:
+    nums = await _ids_body(request)
+    async with _rt(request).db.write() as tx:
+        await qstore.delete_envs_by_nums(tx, nums)  # unknown ids: nothing to do
+    return ok()
+
+
+async def _envs_enabled(request: Request, enabled: bool) -> Response:
+    nums = await _ids_body(request)
+    async with _rt(request).db.write() as tx:
+        found = {e.num for e in await qstore.envs_by_nums(tx, nums)}
+        missing = [n for n in nums if n not in found]
+        if missing:
+            raise Missing(f"env {', '.join(map(str, missing))} not found")
+        await qstore.set_envs_enabled(tx, nums, enabled, now_ms())
+    return ok()
+
+
+@scoped("envs")
+async def envs_disable(request: Request) -> Response:
+    return await _envs_enabled(request, False)
+
+
+@scoped("envs")
+async def envs_enable(request: Request) -> Response:
+    return await _envs_enabled(request, True)
+
+
+def _both(path: str, endpoint: Handler, methods: list[str]) -> list[Route]:
+    """QingLong clients call collections with and without a trailing slash."""
+    return [Route(path, endpoint, methods=methods),
+            Route(f"{path}/", endpoint, methods=methods)]
+
+
+routes = [
+    Route("/auth/token", auth_token, methods=["GET"]),
+    *_both("/crons", crons_list, ["GET"]),
+    *_both("/crons", crons_create, ["POST"]),
+    *_both("/crons", crons_update, ["PUT"]),
+    *_both("/crons", crons_delete, ["DELETE"]),
+    Route("/crons/run", crons_run, methods=["PUT"]),
+    Route("/crons/stop", crons_stop, methods=["PUT"]),
+    Route("/crons/disable", crons_disable, methods=["PUT"]),
+    Route("/crons/enable", crons_enable, methods=["PUT"]),
+    Route("/crons/{num:int}", crons_get, methods=["GET"]),
+    Route("/crons/{num:int}/log", crons_log, methods=["GET"]),
+    *_both("/envs", envs_list, ["GET"]),
+    *_both("/envs", envs_create, ["POST"]),
+    *_both("/envs", envs_update, ["PUT"]),
+    *_both("/envs", envs_delete, ["DELETE"]),
+    Route("/envs/disable", envs_disable, methods=["PUT"]),
+    Route("/envs/enable", envs_enable, methods=["PUT"]),
+    Route("/envs/{num:int}", envs_get, methods=["GET"]),
+]

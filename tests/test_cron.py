@@ -1,0 +1,143 @@
+"""Cron parsing (5 fields, QingLong's 6 with leading seconds) and next-fire computation."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from qledge import cron
+from qledge.runtime import scheduler as sch
+
+SHANGHAI = timezone(timedelta(hours=8))
+
+
+@pytest.fixture
+def tz() -> Iterator[None]:
+    """Run in a fixed zone without DST (Asia/Shanghai, QingLong's usual TZ)."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Shanghai"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+@pytest.mark.parametrize(("expr", "normal"), [
+    ("*/5 * * * *", "*/5 * * * *"),
+    ("  0   3 * * 1-5 ", "0 3 * * 1-5"),
+    ("30 */5 * * * *", "30 */5 * * * *"),  # QingLong: leading seconds
+    ("0 0 12 * * *", "0 0 12 * * *"),
+    ("15 10 1,15 * *", "15 10 1,15 * *"),
+    ("0 9 * * MON", "0 9 * * MON"),
+])
+def test_valid_forms_are_normalised(expr: str, normal: str) -> None:
+    assert cron.validate(expr) == normal
+
+
+@pytest.mark.parametrize(("expr", "why"), [
+    ("", "expected 5 fields"),
+    ("* * * *", "got 4"),
+    ("* * * * * * *", "got 7"),
+    ("@daily", "got 1"),
+    ("61 * * * *", ""),
+    ("* 24 * * *", ""),
+    ("* * 32 * *", ""),
+    ("* * * 13 *", ""),
+    ("70 * * * * *", ""),  # seconds out of range
+    ("a b c d e", ""),
+    ("*/0 * * * *", ""),
+    ("0 0 30 2 *", ""),  # February 30th never comes
+])
+def test_invalid_forms_are_refused_with_a_reason(expr: str, why: str) -> None:
+    with pytest.raises(cron.CronError) as err:
+        cron.validate(expr)
+    assert str(err.value)
+    assert why in str(err.value)
+
+
+def test_next_after_five_fields(tz: None) -> None:
+    after = datetime(2024, 1, 1, 10, 0, 30, tzinfo=SHANGHAI)
+    assert cron.next_after("* * * * *", after) == datetime(2024, 1, 1, 10, 1, tzinfo=SHANGHAI)
+    assert cron.next_after("*/15 * * * *", after) == datetime(2024, 1, 1, 10, 15,
+                                                              tzinfo=SHANGHAI)
+    assert cron.next_after("0 3 * * *", after) == datetime(2024, 1, 2, 3, 0, tzinfo=SHANGHAI)
+    # strictly after: a tick equal to `after` is not returned
+    on_tick = datetime(2024, 1, 1, 10, 15, tzinfo=SHANGHAI)
+    assert cron.next_after("*/15 * * * *", on_tick) == datetime(2024, 1, 1, 10, 30,
+                                                                tzinfo=SHANGHAI)
+
+
+def test_six_fields_have_leading_seconds(tz: None) -> None:
+    after = datetime(2024, 1, 1, 10, 0, 0, tzinfo=SHANGHAI)
+    got = cron.next_n("30 */5 * * * *", after, 3)
+    assert got == [datetime(2024, 1, 1, 10, 0, 30, tzinfo=SHANGHAI),
+                   datetime(2024, 1, 1, 10, 5, 30, tzinfo=SHANGHAI),
+                   datetime(2024, 1, 1, 10, 10, 30, tzinfo=SHANGHAI)]
+    every_second = cron.next_n("* * * * * *", after, 2)
+    assert [d.second for d in every_second] == [1, 2]
+
+
+def test_next_is_in_the_local_zone(tz: None) -> None:
+    # 02:00 UTC is 10:00 in Shanghai: "0 10 * * *" is due at that instant.
+    utc_after = datetime(2024, 1, 1, 1, 59, tzinfo=UTC)
+    got = cron.next_after("0 10 * * *", utc_after)
+    assert got is not None and got.astimezone(UTC) == datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
+
+
+def test_next_n_and_never() -> None:
+    after = datetime(2024, 1, 1, tzinfo=SHANGHAI)
+    assert len(cron.next_n("0 0 1 1 *", after, 3)) == 3
+    assert cron.next_after("not a cron", after) is None
+    assert cron.next_n("not a cron", after, 3) == []
+
+
+# -- the scheduler's zone-aware tick arithmetic ------------------------------------------
+
+def _ms(*args: int, tzinfo: timezone = SHANGHAI) -> int:
+    return int(datetime(*args, tzinfo=tzinfo).timestamp() * 1000)  # type: ignore[misc]
+
+
+def test_first_due_after_and_last_due_at_or_before(tz: None) -> None:
+    t = _ms(2024, 1, 1, 10, 0, 30)
+    assert sch.first_due_after("* * * * *", t) == _ms(2024, 1, 1, 10, 1)
+    assert sch.last_due_at_or_before("* * * * *", t) == _ms(2024, 1, 1, 10, 0)
+    # exactly on a tick: it is "at or before", and not "after"
+    on = _ms(2024, 1, 1, 10, 1)
+    assert sch.last_due_at_or_before("* * * * *", on) == on
+    assert sch.last_due_at_or_before("* * * * *", on + 999) == on
+    assert sch.first_due_after("* * * * *", on) == _ms(2024, 1, 1, 10, 2)
+    assert sch.last_due_at_or_before("30 */5 * * * *", _ms(2024, 1, 1, 10, 7)) == \
+        _ms(2024, 1, 1, 10, 5, 30)
+    assert sch.first_due_after("bad", t) is None
+    assert sch.last_due_at_or_before("bad", t) is None
+
+
+def test_zone_rules_follow_dst() -> None:
+    """A fixed UTC offset would fire an hour off after a DST change; the zone does not."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Europe/Berlin"
+    time.tzset()
+    try:
+        cet, cest = timezone(timedelta(hours=1)), timezone(timedelta(hours=2))
+        before = _ms(2024, 3, 30, 12, 0, tzinfo=cet)  # Saturday, still winter time
+        ticks = sch.next_ticks("0 3 * * *", before, 2)
+        assert [int(d.timestamp() * 1000) for d in ticks] == [
+            _ms(2024, 3, 31, 3, 0, tzinfo=cest), _ms(2024, 4, 1, 3, 0, tzinfo=cest)]
+        # 02:30 does not exist on 2024-03-31: Debian-cron semantics fire it right after the gap
+        assert sch.first_due_after("30 2 * * *", before) == _ms(2024, 3, 31, 3, 0, tzinfo=cest)
+        assert str(sch.local_zone()) == "Europe/Berlin"
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
