@@ -119,3 +119,27 @@ class Appliance:
                 self.proc.wait(10)
         self.proc = None
         self.http.close()
+        kill_leftover_tasks(self.state)
+
+
+def kill_leftover_tasks(state: Path) -> int:
+    """Teardown: tasks outlive the appliance by design; tests must not leave them behind.
+
+    Finds launchers by their --receipt-dir under `state` and kills their groups.
+    """
+    marker = str(state).encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--receipt-dir" in argv and any(a.startswith(marker) for a in argv):
+            try:
+                os.killpg(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed

@@ -84,10 +84,16 @@ def one(profile: str, running: int, waiting: int, state: Path) -> dict[str, floa
             events = http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
             fin = next(e for e in events if e["type"] == "run.finished")
             lags.append(fin["at_ms"] - run["finished_at_ms"])
-        return {"ready_s": ready_s, "drain_s": drain_s, "exit_lag_max_ms": max(lags),
-                "exit_lag_p50_ms": sorted(lags)[len(lags) // 2]}
+        result = {"ready_s": ready_s, "drain_s": drain_s, "exit_lag_max_ms": max(lags),
+                        "exit_lag_p50_ms": sorted(lags)[len(lags) // 2]}
+    except BaseException:
+        print(app.log_tail(80), file=sys.stderr)
+        raise
     finally:
-        app.stop()
+        for name in ("go-short", "go-long"):
+            (state / "work" / name).touch()
+        app.stop()  # also kills any task still running under this state dir
+    return result
 
 
 def main() -> int:
