@@ -124,10 +124,13 @@ class Server:
     def stop(self) -> None:
         import signal
 
+        from _appliance import kill_leftover_tasks
+
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(30)
         self.http.close()
+        kill_leftover_tasks(self.state)
 
 
 @pytest.fixture

@@ -87,6 +87,9 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
     updated_at_ms: int
     version: int
+    # Retention overrides (docs/retention.md): None = the settings' value, 0 = no limit.
+    keep_runs: int | None = None
+    keep_days: int | None = None
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

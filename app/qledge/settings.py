@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -33,6 +33,17 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     quarantine_retention_s: float
     max_concurrent_attempts: int
     kill_grace_s: float
+    # Bounded disk (docs/retention.md). keep_*/logs_cap_mb: 0 = no such limit.
+    retention_interval_s: float
+    retention_pages: int
+    retention_page_size: int
+    keep_runs_per_task: int
+    keep_days: int
+    logs_cap_mb: int
+    low_water_mb: int
+    low_water_pct: float
+    vacuum_pages_per_round: int
+    wal_checkpoint_mb: int
 
 
 PROFILES: dict[str, Profile] = {
@@ -47,6 +58,17 @@ PROFILES: dict[str, Profile] = {
         # A Pi has 4 small cores and often 1 GiB: a few parallel scripts at most.
         max_concurrent_attempts=4,
         kill_grace_s=10.0,
+        # A 16-32 GB SD card shared with the OS: small caps, few writes per round.
+        retention_interval_s=120.0,
+        retention_pages=4,
+        retention_page_size=16,
+        keep_runs_per_task=50,
+        keep_days=14,
+        logs_cap_mb=256,
+        low_water_mb=64,
+        low_water_pct=2.0,
+        vacuum_pages_per_round=256,
+        wal_checkpoint_mb=4,
     ),
     "standalone": Profile(
         name="standalone",
@@ -58,6 +80,16 @@ PROFILES: dict[str, Profile] = {
         quarantine_retention_s=3600.0,
         max_concurrent_attempts=16,
         kill_grace_s=10.0,
+        retention_interval_s=30.0,
+        retention_pages=8,
+        retention_page_size=64,
+        keep_runs_per_task=200,
+        keep_days=30,
+        logs_cap_mb=4096,
+        low_water_mb=256,
+        low_water_pct=1.0,
+        vacuum_pages_per_round=2048,
+        wal_checkpoint_mb=16,
     ),
 }
 
@@ -83,6 +115,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     shutdown_policy: Literal["leave", "cancel"] = "leave"
     shutdown_drain_s: float = 15.0
     log_read_limit: int = 1 << 20
+    # Bounded disk (docs/retention.md): 0 = profile value for the interval; for the
+    # others unset = profile value and 0 = no such limit (low_water_*: 0 = off).
+    retention_interval_s: float = 0.0
+    keep_runs_per_task: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    keep_days: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    logs_cap_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    low_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    low_water_pct: Annotated[float, msgspec.Meta(ge=0, le=50)] | None = None
 
     @property
     def profile_limits(self) -> Profile:
@@ -96,6 +136,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             changes["max_concurrent_attempts"] = self.max_concurrent_attempts
         if self.kill_grace_s:
             changes["kill_grace_s"] = self.kill_grace_s
+        if self.retention_interval_s:
+            changes["retention_interval_s"] = self.retention_interval_s
+        for name in ("keep_runs_per_task", "keep_days", "logs_cap_mb", "low_water_mb",
+                     "low_water_pct"):
+            value = getattr(self, name)
+            if value is not None:
+                changes[name] = value
         return msgspec.structs.replace(base, **changes) if changes else base
 
     def _root(self, explicit: str, name: str) -> Path:

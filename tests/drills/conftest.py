@@ -54,13 +54,17 @@ def is_ready(app: Appliance) -> bool:
         return False
 
 
-def wait_ready(app: Appliance, timeout: float = 60) -> float:
+def wait_ready(app: Appliance, timeout: float = 40) -> float:
     t0 = time.monotonic()
     while not is_ready(app):
         if app.proc is not None and app.proc.poll() is not None:
             raise AssertionError(f"supervisord exited:\n{app.log_tail()}")
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not ready after {timeout}s:\n{app.log_tail()}")
+            hint = ""
+            if "Address already in use" in app.log_tail(200):
+                hint = (" - the new worker cannot bind its port: is the old worker's"
+                        " listening socket still open in a launcher?")
+            raise AssertionError(f"not ready after {timeout}s{hint}:\n{app.log_tail()}")
         time.sleep(0.05)
     return time.monotonic() - t0
 
@@ -225,12 +229,12 @@ def stop_worker(app: Appliance) -> None:
     wait_until(lambda: not is_ready(app), 10, "worker gone")
 
 
-def start_worker(app: Appliance, timeout: float = 60) -> float:
+def start_worker(app: Appliance, timeout: float = 40) -> float:
     app.ctl("start", "http")
     return wait_ready(app, timeout)
 
 
-def kill_worker(app: Appliance, timeout: float = 60) -> float:
+def kill_worker(app: Appliance, timeout: float = 40) -> float:
     """kill -9 the HTTP worker; supervisord restarts it. Seconds until ready again."""
     t0 = time.monotonic()
     app.kill_worker()

@@ -20,7 +20,6 @@ import pytest
 from .conftest import (
     Factory,
     alive,
-    api,
     assert_one_terminal,
     events_of,
     full_log,
@@ -47,14 +46,28 @@ from .conftest import (
 pytestmark = pytest.mark.drill
 
 
-def counter(lines: int, code: int, step: str = "0.05") -> str:
-    """A task that prints `line 1..lines`, one every `step` seconds, then exits `code`."""
-    return (f'i=1; while [ "$i" -le {lines} ]; do echo "line $i"; i=$((i+1)); '
+def counter(lines: int, code: int, gate: Path | None = None, step: str = "0.05") -> str:
+    """A task that prints `line 1..N`, one every `step` seconds, then exits `code`;
+    N = `lines`, or more until the `gate` file exists."""
+    more = f' || [ ! -e "{gate}" ]' if gate else ""
+    return (f'i=1; while [ "$i" -le {lines} ]{more}; do echo "line $i"; i=$((i+1)); '
             f"sleep {step}; done; exit {code}")
 
 
-def expected_lines(n: int) -> list[str]:
-    return [f"line {k}" for k in range(1, n + 1)]
+def gated(gate: Path, tail: str) -> str:
+    """A task that waits (quietly) until the test creates `gate`, then runs `tail`."""
+    return f'while [ ! -e "{gate}" ]; do sleep 0.05; done; {tail}'
+
+
+def gate_of(app: Any, name: str = "gate") -> Path:
+    return Path(app.state) / "work" / name
+
+
+def numbered(text: str) -> int:
+    """N if `text` is exactly the lines `line 1` .. `line N` (no gap, no duplicate)."""
+    lines = text.splitlines()
+    assert lines == [f"line {k}" for k in range(1, len(lines) + 1)], text[-400:]
+    return len(lines)
 
 
 def log_file(app: Any, attempt_id: str) -> Path:
@@ -66,6 +79,12 @@ def lines_in(path: Path) -> int:
         return path.read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
+
+
+def sockets(pid: int) -> set[str]:
+    """The sockets (`socket:[inode]`) a process holds open."""
+    links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    return {link for link in links if link.startswith("socket:")}
 
 
 def status_for(code: int) -> str:
@@ -85,25 +104,27 @@ def assert_exited(run: dict[str, Any], code: int) -> None:
 
 def test_worker_killed_mid_run_tasks_keep_log_and_exit_code(appliance: Factory) -> None:
     app = appliance()
-    lines = 100  # ~5.5 s of output at 50 ms a line
+    gate = gate_of(app)
+    lines = 60  # at least ~3 s of output at 50 ms a line; more until the gate opens
     codes = [0, 3, 42, 255]
-    runs = {trigger(app, make_task(app, counter(lines, c))["id"]): c for c in codes}
-    started = {rid: wait_running(app, rid) for rid in runs}
-    attempts = {rid: run["attempts"][0] for rid, run in started.items()}
+    runs = {trigger(app, make_task(app, counter(lines, c, gate))["id"]): c for c in codes}
+    attempts = {rid: wait_running(app, rid)["attempts"][0] for rid in runs}
     logs = {rid: log_file(app, a["id"]) for rid, a in attempts.items()}
 
-    wait_until(lambda: all(lines_in(p) >= 8 for p in logs.values()), 20, "output flowing")
     kills = []  # (lines written when the worker died, seconds until ready again)
     for _ in range(2):
-        before = min(lines_in(p) for p in logs.values())
-        if before >= lines - 10:
-            break  # too close to the end for a second mid-run kill
-        kills.append((before, round(kill_worker(app), 2)))
-        # the launchers outlived the worker, the output keeps flowing into the same files
-        wait_until(lambda b=before: all(lines_in(p) >= min(b + 10, lines)
-                                        for p in logs.values()), 20, "output after the kill")
+        wait_until(lambda: all(lines_in(p) >= 5 for p in logs.values()), 30, "output flowing")
+        before = {rid: lines_in(p) for rid, p in logs.items()}
+        kills.append((min(before.values()), round(kill_worker(app), 2)))
+        for rid, a in attempts.items():
+            assert alive(a["pid"]), f"the launcher of {rid} died with the worker"
+        # the output keeps flowing into the same files, written by the same processes
+        wait_until(lambda b=before: all(lines_in(p) >= b[rid] + 5 for rid, p in logs.items()),
+                   30, "output after the kill")
+        for rid in runs:
+            assert get_run(app, rid)["status"] == "running"
     print(f"kills (lines written at the kill, s to ready): {kills}")
-    assert kills, "the worker must die while the tasks run"
+    gate.touch()
 
     for rid, code in runs.items():
         run = wait_terminal(app, rid)
@@ -111,8 +132,8 @@ def test_worker_killed_mid_run_tasks_keep_log_and_exit_code(appliance: Factory) 
         assert run["attempts"][0]["id"] == attempts[rid]["id"]
         assert run["attempts"][0]["pid"] == attempts[rid]["pid"]
         assert_one_terminal(app, rid)
-        text = full_log(app, rid).decode()
-        assert text.splitlines() == expected_lines(lines), text[-400:]
+        n = numbered(full_log(app, rid).decode())
+        assert n >= lines and n == lines_in(logs[rid])
         assert not receipt_file(app, attempts[rid]["id"]).exists()
     wait_backlog_drained(app)
 
@@ -124,12 +145,9 @@ def test_restarted_worker_serves_while_old_tasks_still_run(appliance: Factory) -
     socket) outlives the worker and can block its successor.
     """
     app = appliance()
-    run_id = trigger(app, make_task(app, "sleep 60; exit 9")["id"])
+    run_id = trigger(app, make_task(app, gated(gate_of(app), "exit 9"))["id"])
     pid = wait_running(app, run_id)["attempts"][0]["pid"]
     worker = app.worker_pid()
-    def sockets(p: int) -> set[str]:
-        links = {os.readlink(f"/proc/{p}/fd/{fd}") for fd in os.listdir(f"/proc/{p}/fd")}
-        return {link for link in links if link.startswith("socket:")}
     leaked = sorted(sockets(pid) & sockets(worker))
     app.kill_worker()
     t0 = time.monotonic()
@@ -140,9 +158,9 @@ def test_restarted_worker_serves_while_old_tasks_still_run(appliance: Factory) -
     assert run["status"] == "running" and run["attempts"][0]["pid"] == pid
     assert took < 10, f"restart took {took:.1f}s"
     assert not leaked, f"ql-launch holds the worker's sockets: {leaked}"
-    ok_cancel = api(app, "POST", f"/runs/{run_id}/cancel")
-    assert ok_cancel.status_code == 202, ok_cancel.text
-    assert wait_terminal(app, run_id)["status"] == "cancelled"
+    gate_of(app).touch()
+    assert_exited(wait_terminal(app, run_id), 9)
+    assert_one_terminal(app, run_id)
 
 
 # -- 2. tasks finish while no worker runs ---------------------------------------------
@@ -151,12 +169,15 @@ def test_restarted_worker_serves_while_old_tasks_still_run(appliance: Factory) -
 def test_tasks_finishing_while_worker_is_down_are_recovered_from_receipts(
         appliance: Factory) -> None:
     app = appliance()
-    cases = {"sleep 1; exit 0": 0, "sleep 1; exit 1": 1, "sleep 1.2; exit 77": 77,
-             "sleep 1; exit 200": 200, "sleep 1; kill -TERM $$": 128 + signal.SIGTERM,
-             "sleep 1.1; kill -KILL $$": 128 + signal.SIGKILL}
-    runs = {trigger(app, make_task(app, cmd)["id"]): code for cmd, code in cases.items()}
+    gate = gate_of(app)
+    cases = {"exit 0": 0, "exit 1": 1, "echo out; exit 77": 77, "exit 200": 200,
+             "kill -TERM $$": 128 + signal.SIGTERM, "kill -KILL $$": 128 + signal.SIGKILL}
+    runs = {trigger(app, make_task(app, gated(gate, cmd))["id"]): code
+            for cmd, code in cases.items()}
     attempts = {rid: wait_running(app, rid)["attempts"][0] for rid in runs}
     stop_worker(app)
+    assert all(alive(a["pid"]) for a in attempts.values())
+    gate.touch()  # the tasks end while no worker runs
     receipts = {rid: receipt_file(app, a["id"]) for rid, a in attempts.items()}
     wait_until(lambda: all(p.exists() for p in receipts.values()), 30, "receipts published")
     wait_until(lambda: not any(alive(a["pid"]) for a in attempts.values()), 10,
@@ -177,13 +198,15 @@ def test_tasks_finishing_while_worker_is_down_are_recovered_from_receipts(
 # -- 3. crash windows around the completion commit ------------------------------------
 
 
-def crash_at(appliance: Factory, failpoint: str, command: str
+def crash_at(appliance: Factory, failpoint: str, tail: str
              ) -> tuple[Any, str, dict[str, Any]]:
-    """Start with `failpoint=exit`, run `command` until the worker dies there, stop all."""
+    """Start with `failpoint=exit`, run a task ending with `tail` until the worker dies
+    there (it keeps dying there while supervisord restarts it), then stop everything."""
     app = appliance(failpoints=f"{failpoint}=exit")
     assert "exit status 86" not in output(app)
-    run_id = trigger(app, make_task(app, command)["id"])
+    run_id = trigger(app, make_task(app, gated(gate_of(app), tail))["id"])
     attempt = wait_running(app, run_id)["attempts"][0]
+    gate_of(app).touch()
     wait_until(lambda: "exit status 86" in output(app), 30, f"worker exit at {failpoint}")
     assert receipt_file(app, attempt["id"]).exists(), "the receipt is kept until consumed"
     app.stop()
@@ -191,7 +214,7 @@ def crash_at(appliance: Factory, failpoint: str, command: str
 
 
 def test_crash_before_completion_commit_replays_once(appliance: Factory) -> None:
-    first, run_id, attempt = crash_at(appliance, "consumer.before_commit", "sleep 1.5; exit 7")
+    first, run_id, attempt = crash_at(appliance, "consumer.before_commit", "exit 7")
     app = appliance(first.state)  # same state, no failpoint
     run = get_run(app, run_id)
     assert_exited(run, 7)
@@ -203,7 +226,7 @@ def test_crash_before_completion_commit_replays_once(appliance: Factory) -> None
 
 def test_crash_after_completion_commit_replays_into_already_terminal(
         appliance: Factory) -> None:
-    first, run_id, attempt = crash_at(appliance, "consumer.after_commit", "sleep 1.5; exit 0")
+    first, run_id, attempt = crash_at(appliance, "consumer.after_commit", "exit 0")
     app = appliance(first.state)
     receipt = receipt_file(app, attempt["id"])
     run = get_run(app, run_id)
@@ -234,12 +257,13 @@ def test_crash_before_identity_persist_never_turns_lost_into_success(
     the receipt it publishes later is a replay into already_terminal, not a success."""
     app = appliance(failpoints="spawn.before_persist=exit")
     marker = app.state / "work" / "finished"
-    run_id = trigger(app, make_task(app, f"sleep 2; touch {marker}; exit 0")["id"])
+    run_id = trigger(app, make_task(app, gated(gate_of(app), f"touch {marker}; exit 0"))["id"])
     wait_until(lambda: "exit status 86" in output(app), 30, "worker exit before persist")
     wait_ready(app)
     run = wait_terminal(app, run_id)
     assert run["status"] == "lost" and run["reason_code"] == "RECOVERY_SPAWN_UNCONFIRMED", run
     attempt_id = run["attempts"][0]["id"]
+    gate_of(app).touch()  # the untracked task was alive all along; now it succeeds
     wait_until(marker.exists, 20, "the untracked task finished")
     receipt = receipt_file(app, attempt_id)
     wait_until(lambda: not receipt.exists(), 30, "its late receipt consumed")
@@ -253,7 +277,7 @@ def test_crash_before_identity_persist_never_turns_lost_into_success(
 
 def test_launcher_killed_while_worker_down_is_lost_never_succeeded(appliance: Factory) -> None:
     app = appliance()
-    run_id = trigger(app, make_task(app, "sleep 30; exit 0")["id"])
+    run_id = trigger(app, make_task(app, gated(gate_of(app), "exit 0"))["id"])  # never opened
     attempt = wait_running(app, run_id)["attempts"][0]
     pid = attempt["pid"]
     stop_worker(app)
@@ -319,10 +343,10 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
     app = appliance()
     kinds = list(REASONS)
     codes = {kind: 10 + i for i, kind in enumerate(kinds)}
-    runs = {kind: trigger(app, make_task(app, f"sleep 8; exit {codes[kind]}")["id"])
+    gate = gate_of(app)
+    runs = {kind: trigger(app, make_task(app, gated(gate, f"exit {codes[kind]}"))["id"])
             for kind in kinds}
     attempts = {kind: wait_running(app, rid)["attempts"][0] for kind, rid in runs.items()}
-    t_started = time.monotonic()
     stop_worker(app)
     contents = {}
     for i, kind in enumerate(kinds):
@@ -336,7 +360,6 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
         path.write_bytes(data)
         contents[kind] = (marker, data)
     start_worker(app)
-    assert time.monotonic() - t_started < 7, "the tasks must still run at the restart"
 
     info = system(app)
     counts = info["startup_recovery"]["counts"]
@@ -356,6 +379,7 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
         assert terminal_events(events_of(app, runs[kind])) == {
             "attempt.finished": 0, "run.finished": 0}
 
+    gate.touch()  # now the real launchers publish under the freed names
     for kind in kinds:
         run = wait_terminal(app, runs[kind])
         assert_exited(run, codes[kind])
@@ -367,6 +391,56 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
     wait_backlog_drained(app)
 
 
+@pytest.mark.slow
+def test_real_receipt_published_after_a_quarantined_plant_is_consumed(
+        appliance: Factory) -> None:
+    """After a plant was quarantined, the journal row stays `quarantined`; the supervision
+    round must not move the launcher's genuine receipt, published later under the freed
+    name, into quarantine before the exit watcher consumes it (that turns a real exit
+    code into `lost`). A race: many staggered exits against rounds every 20 ms."""
+    n = 48
+    # No periodic rounds while spawning (start-up recovery only).
+    app = appliance(round_interval_s="3600", max_concurrent_attempts="64")
+    gates = [gate_of(app, f"gate-{i}") for i in range(n)]
+    task_runs = [trigger(app, make_task(app, gated(g, "exit 3"))["id"]) for g in gates]
+    attempts = [wait_running(app, rid)["attempts"][0] for rid in task_runs]
+    app.stop()  # the tasks keep running
+    for rid, a in zip(task_runs, attempts, strict=True):
+        receipt_file(app, a["id"]).write_bytes(
+            planted("duplicate_key", "PLANTEDxxxxxxxxxxxxx", rid, a["id"], a["id"]))
+    app = appliance(app.state, round_interval_s="0.02", max_concurrent_attempts="64")
+    assert system(app)["startup_recovery"]["counts"].get("receipt_quarantined") == n
+    for g in gates:
+        g.touch()
+        time.sleep(0.1)  # staggered exits (pacing, not waiting for a condition)
+    results = [wait_terminal(app, rid) for rid in task_runs]
+    wrong = [(r["id"], r["status"], r["exit_code"], r["reason_code"]) for r in results
+             if (r["status"], r["exit_code"]) != ("failed", 3)]
+    assert not wrong, f"{len(wrong)} genuine results lost: {wrong}"
+
+
+def test_supervision_round_never_decides_an_attempt_being_spawned(appliance: Factory) -> None:
+    """A periodic round pages active attempts; one the dispatcher is still spawning
+    (`preparing` in the round's read, launcher already started) must be left alone,
+    not marked lost with RECOVERY_SPAWN_UNCONFIRMED while its task runs."""
+    app = appliance(round_interval_s="0.01", max_concurrent_attempts="64")
+    gate = gate_of(app)
+    task = make_task(app, gated(gate, "exit 4"))
+    run_ids = [trigger(app, task["id"]) for _ in range(48)]
+
+    def all_started() -> list[dict[str, Any]] | None:
+        runs = [get_run(app, rid) for rid in run_ids]
+        return runs if all(r["status"] != "queued" and r["attempts"]
+                           and r["attempts"][-1]["status"] != "preparing"
+                           for r in runs) else None
+    runs = wait_until(all_started, 60, "every run started", interval=0.2)
+    gate.touch()
+    early = [(r["id"], r["status"], r["reason_code"]) for r in runs if r["terminal"]]
+    assert not early, f"decided while their tasks were running: {early}"
+    for rid in run_ids:
+        assert_exited(wait_terminal(app, rid), 4)
+
+
 # -- the worker's process group is not the tasks' -------------------------------------
 
 
@@ -374,8 +448,9 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
 def test_signal_to_worker_process_group_does_not_reach_tasks(
         appliance: Factory, sig: signal.Signals) -> None:
     app = appliance()
+    gate = gate_of(app)
     codes = [0, 5, 130]
-    runs = {trigger(app, make_task(app, counter(60, c))["id"]): c for c in codes}
+    runs = {trigger(app, make_task(app, counter(20, c, gate))["id"]): c for c in codes}
     attempts = {rid: wait_running(app, rid)["attempts"][0] for rid in runs}
     worker = app.worker_pid()
     pgid = os.getpgid(worker)
@@ -388,8 +463,10 @@ def test_signal_to_worker_process_group_does_not_reach_tasks(
     assert all(alive(a["pid"]) for a in attempts.values()), "a task died with the worker"
     wait_ready(app)
     assert app.worker_pid() != worker
+    assert all(alive(a["pid"]) for a in attempts.values())
+    gate.touch()
     for rid, code in runs.items():
         run = wait_terminal(app, rid)
         assert_exited(run, code)
         assert_one_terminal(app, rid)
-        assert full_log(app, rid).decode().splitlines() == expected_lines(60)
+        assert numbered(full_log(app, rid).decode()) >= 20

@@ -19,6 +19,7 @@ import aiosqlite
 from .. import failpoints
 
 BUSY_TIMEOUT_MS = 5000
+JOURNAL_SIZE_LIMIT = 4 << 20
 Params = Iterable[Any] | dict[str, Any]
 
 
@@ -78,6 +79,8 @@ async def _connect(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     else:
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=FULL")
+        # After a checkpoint resets the WAL, truncate it back to this size (SD cards).
+        await conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
     return conn
 
 
@@ -126,6 +129,19 @@ class Database:
                 if conn.in_transaction:
                     await conn.execute("ROLLBACK")
                 raise
+
+    async def maintenance(self, pragma: str) -> list[sqlite3.Row]:
+        """A maintenance PRAGMA (wal_checkpoint, incremental_vacuum) on the writer, outside
+        any transaction, under the write lock. Never a full VACUUM (docs/retention.md)."""
+        if self._writer is None:
+            raise RuntimeError("database is not open")
+        if not pragma.startswith("PRAGMA "):
+            raise ValueError("maintenance runs PRAGMAs only")
+        async with self._write_lock:
+            cur = await self._writer.execute(pragma)
+            rows = await cur.fetchall()  # incremental_vacuum works one step per row
+            await cur.close()
+            return list(rows)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Tx]:

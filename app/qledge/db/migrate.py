@@ -15,6 +15,8 @@ from pathlib import Path
 
 import msgspec
 
+from . import upkeep
+
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -93,6 +95,8 @@ def apply(db_path: Path, migrations: list[Migration] | None = None) -> list[int]
         problems = conn.execute("PRAGMA foreign_key_check").fetchall()
         if problems:
             raise MigrationError(f"foreign key check failed after migrating: {len(problems)} rows")
+        # Outside any transaction: e.g. the one-time VACUUM to incremental auto-vacuum.
+        upkeep.apply_storage_settings(conn)
         return done
     finally:
         conn.close()

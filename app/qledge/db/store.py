@@ -48,7 +48,7 @@ def _task(row: sqlite3.Row) -> Task:
         enabled=bool(row["enabled"]), concurrency=Concurrency(row["concurrency"]),
         labels=msgspec.json.decode(row["labels_json"], type=list[str]),
         created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
-        version=row["version"],
+        version=row["version"], keep_runs=row["keep_runs"], keep_days=row["keep_days"],
     )
 
 
@@ -93,7 +93,7 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 # -- tasks -----------------------------------------------------------------------
 
 _TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
-                 "labels")
+                 "labels", "keep_runs", "keep_days")
 
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -167,8 +167,12 @@ async def update_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int)
     return await get_task(tx, task_id)
 
 
-async def delete_task(tx: Tx, task_id: str) -> list[str]:
-    """Delete a task and its (terminal) runs; returns their log paths for removal after commit."""
+async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
+    """Delete a task and its (terminal) runs; returns their log paths for removal after commit.
+
+    The paths are also queued in `file_deletions` in this transaction, so a crash
+    before the unlink leaves no orphan: the next retention round removes them.
+    """
     await get_task(tx, task_id)
     logs = await tx.all(
         "SELECT l.relative_path FROM log_artifacts l JOIN run_attempts a"
@@ -180,7 +184,12 @@ async def delete_task(tx: Tx, task_id: str) -> list[str]:
     await tx.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
     for art in ids:
         await tx.execute("DELETE FROM log_artifacts WHERE id = ?", (art,))
-    return [str(r["relative_path"]) for r in logs]
+    paths = [str(r["relative_path"]) for r in logs]
+    for rel in paths:
+        await tx.execute(
+            "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
+            " VALUES ('logs', ?, ?)", (rel, now_ms))
+    return paths
 
 
 async def tasks_by_ids(tx: Tx, task_ids: list[str]) -> dict[str, Task]:

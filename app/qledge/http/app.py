@@ -11,7 +11,7 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import apps, envs, logs_sse, qinglong, runs, schedule, system, tasks
+from . import apps, envs, logs_sse, panel, qinglong, runs, schedule, system, tasks, tickets
 from .auth import AdminAuth
 from .errors import HANDLERS
 
@@ -28,10 +28,11 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
             await runtime.stop()
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes]
+           *apps.routes, *schedule.routes, *tickets.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
-        routes=[*system.health_routes, Mount("/api/v1", routes=api),
+        # The operator panel (static files) at / and /assets/*.
+        routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", routes=qinglong.routes)],
         middleware=[Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
@@ -39,4 +40,5 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
     )
     app.state.runtime = runtime
     app.state.admin_token = admin_token
+    app.state.stream_tickets = tickets.TicketStore()
     return app

@@ -7,6 +7,7 @@ import hmac
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from . import tickets
 from .errors import Unauthorized, handle_api_error
 
 
@@ -26,7 +27,8 @@ def require_admin(request: Request) -> None:
 
 
 class AdminAuth:
-    """ASGI middleware: every request under /api/ needs the admin bearer token."""
+    """ASGI middleware: every request under /api/ needs the admin bearer token
+    (or, for GET /api/v1/runs/{id}/log/stream only, a valid stream ticket)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -35,7 +37,10 @@ class AdminAuth:
         if scope["type"] == "http" and scope["path"].startswith("/api/"):
             request = Request(scope)
             try:
-                require_admin(request)
+                # The live-log SSE route also accepts a single-use stream ticket
+                # (EventSource cannot send headers; see http/tickets.py).
+                if not tickets.admit_stream(request):
+                    require_admin(request)
             except Unauthorized as exc:
                 response = await handle_api_error(request, exc)
                 await response(scope, receive, send)

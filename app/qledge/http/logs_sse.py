@@ -17,11 +17,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import ids
-from ..db import store
+from ..db import retention_queries, store
 from ..launch import logs
 from ..model import RunStatus
 from ..runtime.lifecycle import Runtime
-from .errors import Invalid, Missing
+from .errors import Invalid, Missing, json_response
 
 CHUNK = 64 * 1024
 POLL_S = 0.2
@@ -67,12 +67,26 @@ async def read(request: Request) -> Response:
     path, terminal, status = await _target(rt, request.path_params["run_id"])
     data, size = (b"", 0) if path is None else await asyncio.to_thread(
         logs.read, rt.settings.logs_path, path, offset, limit)
+    if size == 0 and path is not None:
+        evicted = await _evicted(rt, path)
+        if evicted is not None:  # retention deleted the file; the run row stays
+            return json_response(
+                {"error": "LOG_EVICTED", "message": "this log was deleted by log retention",
+                 "reason": evicted[0], "evicted_at_ms": evicted[1]}, 410,
+                headers={"X-Log-Evicted": evicted[0], "X-Run-Status": status,
+                         "X-Run-Terminal": "true" if terminal else "false"})
     if offset > size:
         raise Invalid(f"offset {offset} is past the end of the log ({size})", field="offset")
     return Response(data, media_type="application/octet-stream", headers={
         "X-Log-Offset": str(offset), "X-Log-Next-Offset": str(offset + len(data)),
         "X-Log-Size": str(size), "X-Run-Terminal": "true" if terminal else "false",
         "X-Run-Status": status, "Cache-Control": "no-store"})
+
+
+async def _evicted(rt: Runtime, path: str) -> tuple[str, int] | None:
+    """(reason, evicted_at_ms) if retention evicted this log (docs/retention.md)."""
+    async with rt.db.read() as tx:
+        return await retention_queries.log_eviction(tx, path)
 
 
 def _complete_utf8(data: bytes) -> int:
@@ -123,6 +137,10 @@ async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
                     yield _sse("log", _enc.encode({"text": text}).decode(), offset)
                     continue  # drain without sleeping while there is backlog
             if terminal and not data:
+                evicted = None if path is None else await _evicted(rt, path)
+                if evicted is not None:
+                    yield _sse("evicted", _enc.encode({"reason": evicted[0],
+                                                       "evicted_at_ms": evicted[1]}).decode())
                 async with rt.db.read() as tx:
                     run = await store.get_run(tx, run_id)
                 yield _sse("end", _enc.encode({"status": run.status.value,

@@ -30,6 +30,8 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     enabled: bool = True
     concurrency: Literal["forbid", "allow"] = "forbid"
     labels: list[str] = []
+    keep_runs: int | None = None  # retention override; None = settings, 0 = no limit
+    keep_days: int | None = None
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -41,6 +43,8 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     enabled: bool | msgspec.UnsetType = UNSET
     concurrency: Literal["forbid", "allow"] | msgspec.UnsetType = UNSET
     labels: list[str] | msgspec.UnsetType = UNSET
+    keep_runs: int | msgspec.UnsetType | None = UNSET
+    keep_days: int | msgspec.UnsetType | None = UNSET
 
 
 def validated(fields: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +75,10 @@ def validated(fields: dict[str, Any]) -> dict[str, Any]:
     for label in out.get("labels") or []:
         if not label.strip() or len(label) > 100:
             raise Invalid("labels must be 1-100 characters", field="labels")
+    if out.get("keep_runs") is not None and not 0 <= out["keep_runs"] <= 1_000_000:
+        raise Invalid("keep_runs must be 0 (no limit) to 1000000", field="keep_runs")
+    if out.get("keep_days") is not None and not 0 <= out["keep_days"] <= 36_500:
+        raise Invalid("keep_days must be 0 (no limit) to 36500", field="keep_days")
     return out
 
 
@@ -134,7 +142,7 @@ async def delete(request: Request) -> Response:
         if active is not None:
             raise StateConflict("task has an active run; cancel it first",
                                 extra={"active_run_id": active.id})
-        logs = await store.delete_task(tx, task_id)
+        logs = await store.delete_task(tx, task_id, now_ms())
     rt.remove_logs(logs)
     rt.scheduler.wake()
     return Response(status_code=204)

@@ -27,6 +27,7 @@ from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop
 from .reconciler import Reconciler, RoundReport
+from .retention import DiskKeeper
 from .scheduler import Scheduler
 from .supervisor import Supervisor
 from .watcher import ExitWatcher
@@ -90,8 +91,12 @@ class Runtime:
             node_id=self.node_id, boot_id=self.boot_id,
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
             in_flight=lambda a: a in self._spawning or self.watcher.watching(a))
+        # Bounded disk: retention rounds, and no new attempt under disk pressure.
+        self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
+                               wake_dispatcher=self.kick)
         self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
-                                     self.profile.max_concurrent_attempts, self._spawned)
+                                     self.profile.max_concurrent_attempts, self._spawned,
+                                     may_spawn=self.disk.may_spawn)
         self.supervisor = Supervisor(
             db=self.db, consumer=self.consumer, reconciler=self.reconciler,
             receipts=self.receipts, node_id=self.node_id, profile=self.profile,
@@ -110,6 +115,7 @@ class Runtime:
         self.scheduler = Scheduler(self.db, on_queued=self.kick)
         self.scheduler.start()
         self.supervision.start()
+        self.disk.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -118,6 +124,7 @@ class Runtime:
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
         await self.supervision.stop()
+        await self.disk.stop()
         await self.dispatcher.stop()
         await self.cancellation.stop()
         if self._finishing:
@@ -202,6 +209,7 @@ class Runtime:
             "last_round": _report(last),
             "rounds": self.supervision.rounds,
             "log_streams": self.log_streams,
+            **await self.disk.report(),
         }
 
 
