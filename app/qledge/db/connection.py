@@ -130,18 +130,24 @@ class Database:
                     await conn.execute("ROLLBACK")
                 raise
 
-    async def maintenance(self, pragma: str) -> list[sqlite3.Row]:
+    async def maintenance(self, pragma: str, *, rows: bool = True) -> list[sqlite3.Row]:
         """A maintenance PRAGMA (wal_checkpoint, incremental_vacuum) on the writer, outside
-        any transaction, under the write lock. Never a full VACUUM (docs/retention.md)."""
+        any transaction, under the write lock. Never a full VACUUM (docs/retention.md).
+
+        rows=False steps the statement to completion without rows (incremental_vacuum
+        frees one page per step; a plain execute would stop after the first)."""
         if self._writer is None:
             raise RuntimeError("database is not open")
         if not pragma.startswith("PRAGMA "):
             raise ValueError("maintenance runs PRAGMAs only")
         async with self._write_lock:
+            if not rows:
+                await self._writer.executescript(pragma)
+                return []
             cur = await self._writer.execute(pragma)
-            rows = await cur.fetchall()  # incremental_vacuum works one step per row
+            result = await cur.fetchall()
             await cur.close()
-            return list(rows)
+            return list(result)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Tx]:

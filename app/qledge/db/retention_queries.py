@@ -1,0 +1,292 @@
+"""SQL of the bounded-disk side (docs/retention.md): retention, log eviction, upkeep.
+
+Every function takes an open `Tx` (or the `Database` for the two maintenance
+pragmas that must run outside a transaction) and stays within the limits its
+caller passes; none of them lists a directory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+
+from ..model import NewEvent
+from . import store
+from .connection import Database, Tx
+
+_TERMINAL = "('succeeded', 'failed', 'cancelled', 'timed_out', 'lost', 'blocked')"
+_ACTIVE = "('preparing', 'running')"
+LOGS = "logs"
+
+
+def _marks(values: list[str]) -> str:
+    return ",".join("?" * len(values))
+
+
+# -- run policy ------------------------------------------------------------------
+
+class TaskPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    num: int
+    id: str
+    keep_runs: int | None
+    keep_days: int | None
+
+
+class RunCandidate(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    rank: int  # 1 = the task's newest terminal run
+    finished_at_ms: int
+
+
+async def tasks_page(tx: Tx, after_num: int, limit: int) -> list[TaskPolicy]:
+    rows = await tx.all(
+        "SELECT num, id, keep_runs, keep_days FROM tasks WHERE num > ? ORDER BY num LIMIT ?",
+        (after_num, limit))
+    return [TaskPolicy(num=r["num"], id=r["id"], keep_runs=r["keep_runs"],
+                       keep_days=r["keep_days"]) for r in rows]
+
+
+async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
+                         limit: int) -> list[RunCandidate]:
+    """Terminal runs of one task past the policy's bounds, oldest first.
+
+    Rank counts every terminal run of the task (newest = 1). A pre-filter only:
+    `retention.verdict` decides. Runs with an active attempt or a receipt-journal
+    row (the supervisor still owns that evidence) are left for a later round.
+    """
+    rows = await tx.all(
+        "SELECT c.id, c.rank, c.fin FROM (SELECT r.id,"  # noqa: S608
+        " COALESCE(r.finished_at_ms, r.created_at_ms) AS fin,"
+        " ROW_NUMBER() OVER (ORDER BY r.id DESC) AS rank"
+        f" FROM runs r WHERE r.task_id = ? AND r.status IN {_TERMINAL}) AS c"
+        " WHERE c.rank > 1 AND (c.rank > ? OR c.fin < ?)"
+        " AND NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = c.id"
+        f"   AND (a.status IN {_ACTIVE}"
+        "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))"
+        " ORDER BY c.id LIMIT ?", (task_id, keep_n, cutoff_ms, limit))
+    return [RunCandidate(id=r["id"], rank=r["rank"], finished_at_ms=r["fin"]) for r in rows]
+
+
+class Deleted(msgspec.Struct, kw_only=True):
+    runs: int = 0
+    attempts: int = 0
+    log_paths: list[str] = []
+
+
+async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
+    """Delete terminal runs with their attempts, events, leases and log artifacts.
+
+    One transaction (the caller's). The log files are queued in `file_deletions`
+    in the same transaction and unlinked only after commit.
+    """
+    if not run_ids:
+        return Deleted()
+    rows = await tx.all(
+        f"SELECT r.id FROM runs r WHERE r.id IN ({_marks(run_ids)})"  # noqa: S608
+        f" AND r.status IN {_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
+        f"   WHERE a.run_id = r.id AND (a.status IN {_ACTIVE}"
+        "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))",
+        run_ids)
+    ids = [str(r["id"]) for r in rows]
+    if not ids:
+        return Deleted()
+    arts = await tx.all(
+        "SELECT l.id, l.relative_path, l.evicted_at_ms FROM run_attempts a"  # noqa: S608
+        f" JOIN log_artifacts l ON l.id = a.log_artifact_id WHERE a.run_id IN ({_marks(ids)})",
+        ids)
+    deleted = await tx.execute(f"DELETE FROM runs WHERE id IN ({_marks(ids)})", ids)  # noqa: S608
+    art_ids = [str(a["id"]) for a in arts]
+    if art_ids:
+        # run_attempts went with their runs (ON DELETE CASCADE), so nothing names these now.
+        await tx.execute(
+            f"DELETE FROM log_artifacts WHERE id IN ({_marks(art_ids)})", art_ids)  # noqa: S608
+    paths = [str(a["relative_path"]) for a in arts if a["evicted_at_ms"] is None]
+    await enqueue_deletions(tx, paths, now_ms)
+    return Deleted(runs=deleted, attempts=len(arts), log_paths=paths)
+
+
+# -- files deleted after commit -------------------------------------------------
+
+async def enqueue_deletions(tx: Tx, relative_paths: list[str], now_ms: int) -> None:
+    """Record log files to unlink after this transaction commits (crash-safe)."""
+    for rel in relative_paths:
+        await tx.execute(
+            "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
+            " VALUES (?, ?, ?)", (LOGS, rel, now_ms))
+
+
+async def pending_deletions(tx: Tx, limit: int) -> list[str]:
+    rows = await tx.all(
+        "SELECT relative_path FROM file_deletions WHERE volume = ? ORDER BY created_at_ms,"
+        " relative_path LIMIT ?", (LOGS, limit))
+    return [str(r["relative_path"]) for r in rows]
+
+
+async def forget_deletions(tx: Tx, relative_paths: list[str]) -> None:
+    for rel in relative_paths:
+        await tx.execute("DELETE FROM file_deletions WHERE volume = ? AND relative_path = ?",
+                         (LOGS, rel))
+
+
+async def count_pending_deletions(tx: Tx) -> int:
+    row = await tx.one("SELECT COUNT(*) AS n FROM file_deletions")
+    return int(row["n"]) if row else 0
+
+
+# -- log sizes and eviction ------------------------------------------------------
+
+class LogRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: str  # the log artifact
+    attempt_id: str
+    relative_path: str
+    size_bytes: int | None
+
+
+# Driven from run_attempts (primary key) into log_artifacts (primary key): no new
+# index on the spawn path, where each would cost a page write per attempt on the
+# card; the scans are bounded by the retention policy itself.
+_LOG_SELECT = (
+    "SELECT l.id, a.id AS attempt_id, l.relative_path, l.size_bytes FROM run_attempts a"
+    " JOIN log_artifacts l ON l.id = a.log_artifact_id"
+)
+
+
+async def unsized_logs(tx: Tx, limit: int) -> list[LogRow]:
+    """Logs of terminal attempts whose final size has not been measured yet."""
+    rows = await tx.all(
+        f"{_LOG_SELECT} WHERE a.status IN {_TERMINAL} AND l.size_bytes IS NULL"
+        " AND l.evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (limit,))
+    return [_log(r) for r in rows]
+
+
+async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
+    for art_id, size in sizes:
+        await tx.execute("UPDATE log_artifacts SET size_bytes = ? WHERE id = ?", (size, art_id))
+
+
+async def active_logs(tx: Tx, limit: int) -> list[str]:
+    rows = await tx.all(
+        f"{_LOG_SELECT} WHERE a.status IN {_ACTIVE} ORDER BY a.id LIMIT ?",
+        (limit,))
+    return [str(r["relative_path"]) for r in rows]
+
+
+class LogTotals(msgspec.Struct, frozen=True, kw_only=True):
+    live: int  # log files that should exist (not evicted, run not deleted)
+    sized_bytes: int  # sum of the measured (terminal) ones
+    unsized: int  # not measured yet: active attempts and the newest terminal ones
+
+
+async def log_totals(tx: Tx) -> LogTotals:
+    row = await tx.one(
+        "SELECT COUNT(*) AS live, COALESCE(SUM(size_bytes), 0) AS bytes,"
+        " SUM(size_bytes IS NULL) AS unsized FROM log_artifacts WHERE evicted_at_ms IS NULL")
+    if row is None:
+        return LogTotals(live=0, sized_bytes=0, unsized=0)
+    return LogTotals(live=int(row["live"]), sized_bytes=int(row["bytes"]),
+                     unsized=int(row["unsized"] or 0))
+
+
+async def eviction_candidates(tx: Tx, after_attempt: str, limit: int) -> list[LogRow]:
+    """Logs of terminal attempts that still exist, oldest attempt first (UUIDv7 ids)."""
+    rows = await tx.all(
+        f"{_LOG_SELECT} WHERE a.id > ? AND a.status IN {_TERMINAL}"
+        " AND l.evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (after_attempt, limit))
+    return [_log(r) for r in rows]
+
+
+async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
+                     now_ms: int) -> list[tuple[str, str]]:
+    """Mark these attempts' logs evicted and queue their files: (attempt id, path) of each.
+
+    Re-checked inside the transaction: a log of an active attempt is never evicted.
+    """
+    if not attempt_ids:
+        return []
+    rows = await tx.all(
+        f"{_LOG_SELECT} WHERE a.id IN ({_marks(attempt_ids)})"
+        f" AND a.status IN {_TERMINAL} AND l.evicted_at_ms IS NULL", attempt_ids)
+    for r in rows:
+        await tx.execute(
+            "UPDATE log_artifacts SET evicted_at_ms = ?, evicted_reason = ? WHERE id = ?",
+            (now_ms, reason, r["id"]))
+    evicted = [(str(r["attempt_id"]), str(r["relative_path"])) for r in rows]
+    await enqueue_deletions(tx, [path for _, path in evicted], now_ms)
+    return evicted
+
+
+async def log_eviction(tx: Tx, relative_path: str) -> tuple[str, int] | None:
+    """(reason, evicted_at_ms) when this log was evicted, for the log API."""
+    row = await tx.one(
+        "SELECT evicted_reason, evicted_at_ms FROM log_artifacts WHERE relative_path = ?"
+        " AND evicted_at_ms IS NOT NULL", (relative_path,))
+    if row is None:
+        return None
+    return str(row["evicted_reason"]), int(row["evicted_at_ms"])
+
+
+def _log(row: sqlite3.Row) -> LogRow:
+    return LogRow(id=row["id"], attempt_id=row["attempt_id"],
+                  relative_path=row["relative_path"], size_bytes=row["size_bytes"])
+
+
+# -- runs held under disk pressure ----------------------------------------------
+
+async def unheld_queued_runs(tx: Tx, limit: int) -> list[str]:
+    """Queued runs whose latest event is not already `run.held` (one event per run)."""
+    rows = await tx.all(
+        "SELECT r.id FROM runs r WHERE r.status = 'queued' AND NOT EXISTS"
+        " (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.seq = r.event_seq"
+        "  AND e.type = 'run.held') ORDER BY r.id LIMIT ?", (limit,))
+    return [str(r["id"]) for r in rows]
+
+
+async def mark_held(tx: Tx, run_id: str, data: dict[str, str | int | None],
+                    now_ms: int) -> bool:
+    run = await store.get_run(tx, run_id)
+    if run.status.value != "queued":
+        return False
+    last = await tx.one("SELECT type FROM run_events WHERE run_id = ? AND seq = ?",
+                        (run.id, run.event_seq))
+    if last is not None and last["type"] == "run.held":
+        return False
+    await store.append_events(tx, run, [NewEvent(type="run.held", data=data)], now_ms)
+    return True
+
+
+# -- counts and database upkeep --------------------------------------------------
+
+async def count_runs(tx: Tx) -> int:
+    row = await tx.one("SELECT COUNT(*) AS n FROM runs")
+    return int(row["n"]) if row else 0
+
+
+class DbStats(msgspec.Struct, frozen=True, kw_only=True):
+    page_size: int
+    page_count: int
+    freelist_pages: int
+    auto_vacuum: int  # 0 none, 1 full, 2 incremental
+
+
+async def db_stats(tx: Tx) -> DbStats:
+    values = []
+    for pragma in ("page_size", "page_count", "freelist_count", "auto_vacuum"):
+        row = await tx.one(f"PRAGMA {pragma}")
+        values.append(int(row[0]) if row is not None else 0)
+    return DbStats(page_size=values[0], page_count=values[1], freelist_pages=values[2],
+                   auto_vacuum=values[3])
+
+
+async def checkpoint_wal(db: Database) -> tuple[int, int, int]:
+    """PRAGMA wal_checkpoint(TRUNCATE) on the writer: (busy, wal frames, checkpointed)."""
+    rows = await db.maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
+    if not rows:
+        return 0, 0, 0
+    busy, frames, done = (int(v) for v in tuple(rows[0]))
+    return busy, frames, done
+
+
+async def incremental_vacuum(db: Database, pages: int) -> None:
+    """Return up to `pages` free pages to the filesystem (auto_vacuum=INCREMENTAL)."""
+    await db.maintenance(f"PRAGMA incremental_vacuum({int(pages)})", rows=False)

@@ -1,0 +1,132 @@
+"""Free space on the three volumes (data, receipts, logs) and the disk-pressure state.
+
+`check()` is one `statvfs` per volume (a few microseconds, no I/O to the card),
+so it runs before every dispatch and in every retention round. A volume is
+under pressure when its free space (`f_bavail`: what an unprivileged writer can
+still use) drops below its low-water mark, the larger of `low_water_mb` and
+`low_water_pct` of its size; it leaves pressure only once free space is back
+above the mark × RELEASE_FACTOR, so spawning does not flap at the edge.
+
+Under pressure no new attempt is spawned (runs stay `queued`, one `run.held`
+event each), retention runs early and evicts old logs; running tasks are left
+alone. The callback hears every change of the overall state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import msgspec
+
+log = logging.getLogger("qledge.diskwatch")
+MIB = 1 << 20
+REASON = "DISK_PRESSURE"
+RELEASE_FACTOR = 1.25
+
+
+class Volume(msgspec.Struct, kw_only=True):
+    name: str
+    total_bytes: int = 0
+    free_bytes: int = 0
+    used_bytes: int = 0
+    low_water_bytes: int = 0
+    device: int = 0
+    pressure: bool = False
+    error: str | None = None
+
+
+def low_water(total_bytes: int, low_water_mb: int, low_water_pct: float) -> int:
+    """The mark below which a volume is under pressure (0 = never)."""
+    return max(low_water_mb * MIB, int(total_bytes * low_water_pct / 100))
+
+
+def under_pressure(free: int, mark: int, was: bool) -> bool:
+    """Enter below the mark; leave only above mark × RELEASE_FACTOR (hysteresis)."""
+    if mark <= 0:
+        return False
+    if was:
+        return free < mark * RELEASE_FACTOR
+    return free < mark
+
+
+class DiskWatch:
+    def __init__(self, roots: Mapping[str, Path], *, low_water_mb: int, low_water_pct: float,
+                 on_change: Callable[[bool], None] | None = None,
+                 statvfs: Callable[[Path], os.statvfs_result] = os.statvfs) -> None:
+        self.roots = dict(roots)
+        self.low_water_mb = low_water_mb
+        self.low_water_pct = low_water_pct
+        self.on_change = on_change
+        self._statvfs = statvfs
+        self.volumes = {name: Volume(name=name) for name in self.roots}
+        self.pressure = False
+        self.since_ms: int | None = None
+        self.checks = 0
+
+    def check(self) -> str | None:
+        """Refresh every volume; returns REASON while any is under pressure."""
+        self.checks += 1
+        for name, root in self.roots.items():
+            vol = self.volumes[name]
+            try:
+                st = self._statvfs(root)
+                device = os.stat(root).st_dev
+            except OSError as exc:
+                # Unknown free space: do not hold work on a guess; the write will tell.
+                vol.error = type(exc).__name__
+                vol.pressure = False
+                continue
+            vol.error = None
+            vol.total_bytes = st.f_blocks * st.f_frsize
+            vol.free_bytes = st.f_bavail * st.f_frsize
+            vol.used_bytes = (st.f_blocks - st.f_bfree) * st.f_frsize
+            vol.device = device
+            vol.low_water_bytes = low_water(vol.total_bytes, self.low_water_mb,
+                                            self.low_water_pct)
+            vol.pressure = under_pressure(vol.free_bytes, vol.low_water_bytes, vol.pressure)
+        now = any(v.pressure for v in self.volumes.values())
+        if now != self.pressure:
+            self.pressure = now
+            self.since_ms = int(time.time() * 1000)
+            if now:
+                log.warning("disk pressure on %s: new attempts are held",
+                            ", ".join(self.pressed()))
+            else:
+                log.info("disk pressure is over: spawning resumes")
+            if self.on_change is not None:
+                self.on_change(now)
+        return REASON if now else None
+
+    def pressed(self) -> list[str]:
+        return [v.name for v in self.volumes.values() if v.pressure]
+
+    def shares_logs_device(self, name: str) -> bool:
+        """Would deleting logs free space on this volume (same filesystem)?"""
+        logs, vol = self.volumes.get("logs"), self.volumes.get(name)
+        return logs is not None and vol is not None and logs.device == vol.device
+
+    def bytes_to_release(self) -> int:
+        """Bytes to free on the logs' filesystem to leave pressure on every volume it backs."""
+        need = 0
+        for vol in self.volumes.values():
+            if vol.pressure and self.shares_logs_device(vol.name):
+                need = max(need, int(vol.low_water_bytes * RELEASE_FACTOR) - vol.free_bytes + 1)
+        return need
+
+    def report(self) -> dict[str, object]:
+        return {
+            "state": "pressure" if self.pressure else "ok",
+            "reason": REASON if self.pressure else None,
+            "since_ms": self.since_ms,
+            "volumes": self.pressed(),
+        }
+
+    def volumes_report(self) -> dict[str, object]:
+        return {v.name: {"total_bytes": v.total_bytes, "used_bytes": v.used_bytes,
+                         "free_bytes": v.free_bytes, "low_water_bytes": v.low_water_bytes,
+                         "pressure": v.pressure, "error": v.error}
+                for v in self.volumes.values()}

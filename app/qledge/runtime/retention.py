@@ -1,0 +1,499 @@
+"""Bounded disk: retention rounds, log eviction, database upkeep (docs/retention.md).
+
+Policies (settings/profile, per-task overrides `keep_runs`/`keep_days`, 0 = no
+limit of that kind): a terminal run is deleted when it is not among its task's
+`keep_runs` newest terminal runs, or finished more than `keep_days` ago — but a
+task's newest terminal run is always kept. Deleting a run deletes its attempts,
+events, leases and log artifact rows in ONE transaction that also queues the
+log file in `file_deletions`; the file is unlinked after commit and its queue
+row dropped in a later transaction. A crash in between leaves a queue row, so
+the next round removes the orphan file without listing any directory.
+
+The logs size cap and disk pressure evict logs instead: oldest terminal
+attempts' files first; the run and attempt rows stay and the artifact is marked
+evicted (`SIZE_CAP`/`DISK_PRESSURE`), which the log API answers with 410.
+Active attempts' logs are never touched, and nothing here reacts to receipts.
+
+Each round (a `PeriodicLoop`: explicit start/stop, no overlap, early under
+pressure) works within pages × page size: queued file deletions, policy
+deletions (task cursor resumes across rounds), measuring finished logs, the
+size cap, pressure relief, `run.held` events, then database upkeep (a WAL
+checkpoint when the WAL is over its threshold, `incremental_vacuum` in bounded
+steps once free pages are a large share of the file or the data volume is short
+of space; never a full VACUUM while serving).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from .. import failpoints
+from ..db import retention_queries as q
+from ..db.connection import Database, Tx
+from ..launch import logs
+from ..model import TERMINAL_RUN, RunStatus
+from ..settings import Profile, Settings
+from .diskwatch import MIB, REASON, DiskWatch
+from .loop import PeriodicLoop
+
+log = logging.getLogger("qledge.retention")
+DAY_MS = 86_400_000
+NO_LIMIT = 1 << 62
+CAP_TARGET = 0.9  # once over the cap, evict down to 90% of it (no eviction every round)
+PRESSURE_INTERVAL_S = 5.0  # retention rounds while under disk pressure
+VACUUM_SHARE = 4  # incremental_vacuum once free pages are >= 1/4 of the file (or pressure)
+SIZE_CAP = "SIZE_CAP"
+DISK_PRESSURE = "DISK_PRESSURE"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- policy maths (pure) ---------------------------------------------------------
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True):
+    keep_runs: int  # 0 = no count limit
+    keep_days: int  # 0 = no age limit
+
+
+def policy_for(keep_runs: int | None, keep_days: int | None, profile: Profile) -> Policy:
+    """A task's own value wins over the settings'/profile's (None = not set)."""
+    return Policy(keep_runs=profile.keep_runs_per_task if keep_runs is None else keep_runs,
+                  keep_days=profile.keep_days if keep_days is None else keep_days)
+
+
+def bounds(policy: Policy, now: int) -> tuple[int, int]:
+    """(rank above which runs go, finish time before which runs go): the SQL pre-filter."""
+    keep_n = policy.keep_runs if policy.keep_runs > 0 else NO_LIMIT
+    cutoff = now - policy.keep_days * DAY_MS if policy.keep_days > 0 else -1
+    return keep_n, cutoff
+
+
+def verdict(rank: int, finished_at_ms: int, policy: Policy, now: int) -> str | None:
+    """Why a terminal run of this rank (1 = its task's newest terminal run) goes, or None."""
+    if rank <= 1:
+        return None
+    if policy.keep_runs > 0 and rank > policy.keep_runs:
+        return "KEEP_RUNS"
+    if policy.keep_days > 0 and finished_at_ms < now - policy.keep_days * DAY_MS:
+        return "KEEP_DAYS"
+    return None
+
+
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    status: RunStatus
+    finished_at_ms: int
+
+
+def select_runs(runs_newest_first: Sequence[RunFacts], policy: Policy,
+                now: int) -> list[tuple[str, str]]:
+    """(run id, why) for every run of one task the policy deletes; active runs never."""
+    out: list[tuple[str, str]] = []
+    rank = 0
+    for run in runs_newest_first:
+        if run.status not in TERMINAL_RUN:
+            continue
+        rank += 1
+        why = verdict(rank, run.finished_at_ms, policy, now)
+        if why is not None:
+            out.append((run.id, why))
+    return out
+
+
+class LogFacts(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    size_bytes: int
+    active: bool = False
+
+
+def cap_excess(total_bytes: int, cap_bytes: int) -> int:
+    """Bytes to evict for the size cap: 0 under it, else down to CAP_TARGET of it."""
+    if cap_bytes <= 0 or total_bytes <= cap_bytes:
+        return 0
+    return total_bytes - int(cap_bytes * CAP_TARGET)
+
+
+def evict_oldest(logs_oldest_first: Sequence[LogFacts], excess_bytes: int) -> list[LogFacts]:
+    """The oldest logs whose sizes cover `excess_bytes`; active attempts' logs never."""
+    out: list[LogFacts] = []
+    left = excess_bytes
+    for item in logs_oldest_first:
+        if left <= 0:
+            break
+        if item.active:
+            continue
+        out.append(item)
+        left -= item.size_bytes
+    return out
+
+
+# -- the round -------------------------------------------------------------------
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc)
+
+
+class RetentionReport(msgspec.Struct, kw_only=True):
+    started_at_ms: int
+    finished_at_ms: int | None = None
+    counts: dict[str, int] = {}
+
+    def add(self, key: str, n: int = 1) -> None:
+        if n:
+            self.counts[key] = self.counts.get(key, 0) + n
+
+
+class Retention:
+    def __init__(self, *, db: Database, logs_root: Path, db_path: Path, profile: Profile,
+                 disk: DiskWatch) -> None:
+        self.db = db
+        self.logs_root = logs_root
+        self.db_path = db_path
+        self.profile = profile
+        self.disk = disk
+        self.task_cursor = 0
+        self.last: RetentionReport | None = None
+        self.logs_total_bytes: int | None = None
+        self.logs_unmeasured = 0
+        self.live_logs = 0
+        self.wal_bytes = 0
+        self.stats: q.DbStats | None = None
+        self._done: list[str] = []  # unlinked files whose queue rows can go
+
+    @property
+    def cap_bytes(self) -> int:
+        return self.profile.logs_cap_mb * MIB
+
+    async def round(self) -> RetentionReport:
+        report = RetentionReport(started_at_ms=now_ms())
+        await self._drain(report)
+        # Pressure first: freeing space comes before anything that writes more.
+        if self.disk.check() is not None and self.disk.bytes_to_release() > 0:
+            await self._evict(self.disk.bytes_to_release(), DISK_PRESSURE, report)
+        await self._apply_policy(report)
+        await self._measure(report)
+        excess = cap_excess(self.logs_total_bytes or 0, self.cap_bytes)
+        if excess:
+            await self._evict(excess, SIZE_CAP, report)
+        if self.disk.check() is not None:
+            await self._hold(report)
+        if self._done:
+            async with self._tx():
+                pass
+        await self._upkeep(report)
+        report.finished_at_ms = now_ms()
+        self.last = report
+        if report.counts:
+            log.info("retention round: %s", report.counts)
+        return report
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Tx]:
+        """A write transaction that also drops the queue rows of files already unlinked."""
+        done = list(self._done)
+        async with self.db.write() as tx:
+            if done:
+                await q.forget_deletions(tx, done)
+            yield tx
+        forgotten = set(done)
+        self._done = [p for p in self._done if p not in forgotten]
+
+    def _unlink(self, paths: list[str]) -> tuple[list[str], int, int]:
+        """(paths whose file is gone now, removed, failed): runs in a thread."""
+        gone: list[str] = []
+        removed = failed = 0
+        for rel in paths:
+            try:
+                if logs.remove(self.logs_root, rel):
+                    removed += 1
+                gone.append(rel)  # removed, already absent, or a reference that can't exist
+            except OSError as exc:
+                failed += 1
+                log.warning("could not remove a log file (kept for the next round): %s",
+                            type(exc).__name__)
+        return gone, removed, failed
+
+    async def _remove_files(self, paths: list[str], report: RetentionReport) -> None:
+        if not paths:
+            return
+        gone, removed, failed = await asyncio.to_thread(self._unlink, paths)
+        self._done.extend(gone)
+        report.add("files_removed", removed)
+        report.add("files_already_gone", len(gone) - removed)
+        report.add("files_failed", failed)
+
+    async def _drain(self, report: RetentionReport) -> None:
+        """Files queued by an earlier round, task deletion, or before a crash."""
+        async with self.db.read() as tx:
+            pending = await q.pending_deletions(tx, self.profile.retention_pages
+                                                * self.profile.retention_page_size)
+        await self._remove_files(pending, report)
+
+    async def _apply_policy(self, report: RetentionReport) -> None:
+        size, pages = self.profile.retention_page_size, self.profile.retention_pages
+        now = now_ms()
+        flushed = examined = 0
+        victims: list[str] = []
+        while flushed < pages and examined < pages * size:
+            async with self.db.read() as tx:
+                tasks = await q.tasks_page(tx, self.task_cursor, size)
+            for task in tasks:
+                examined += 1
+                policy = policy_for(task.keep_runs, task.keep_days, self.profile)
+                keep_n, cutoff = bounds(policy, now)
+                while True:
+                    room = size - len(victims)
+                    async with self.db.read() as tx:
+                        cands = await q.run_candidates(tx, task.id, keep_n, cutoff, room)
+                    victims.extend(c.id for c in cands
+                                   if verdict(c.rank, c.finished_at_ms, policy, now))
+                    if len(victims) < size:
+                        break
+                    await self._delete(victims, report)
+                    victims = []
+                    flushed += 1
+                    if flushed >= pages:
+                        self.task_cursor = task.num - 1  # resume with this task
+                        return
+                self.task_cursor = task.num
+            if len(tasks) < size:
+                self.task_cursor = 0  # wrapped: start from the first task next round
+                break
+        if victims:
+            await self._delete(victims, report)
+
+    async def _delete(self, run_ids: list[str], report: RetentionReport) -> None:
+        async with self._tx() as tx:
+            deleted = await q.delete_runs(tx, run_ids, now_ms())
+        report.add("runs_deleted", deleted.runs)
+        report.add("attempts_deleted", deleted.attempts)
+        failpoints.hit("retention.after_commit")
+        await self._remove_files(deleted.log_paths, report)
+
+    async def _measure(self, report: RetentionReport) -> None:
+        """Record the final size of finished logs; total = measured + active ones now."""
+        limit = self.profile.retention_pages * self.profile.retention_page_size
+        async with self.db.read() as tx:
+            unsized = await q.unsized_logs(tx, limit)
+            active = await q.active_logs(tx, 256)
+        root = self.logs_root
+
+        def stat_all() -> tuple[list[tuple[str, int]], int]:
+            sizes = [(row.id, logs.size(root, row.relative_path)) for row in unsized]
+            return sizes, sum(logs.size(root, rel) for rel in active)
+
+        sizes, active_bytes = await asyncio.to_thread(stat_all)
+        if sizes:
+            async with self._tx() as tx:
+                await q.set_sizes(tx, sizes)
+            report.add("logs_measured", len(sizes))
+        async with self.db.read() as tx:
+            totals = await q.log_totals(tx)
+        self.logs_total_bytes = totals.sized_bytes + active_bytes
+        self.logs_unmeasured = max(0, totals.unsized - len(active))
+        self.live_logs = totals.live
+
+    async def _evict(self, excess: int, reason: str, report: RetentionReport) -> None:
+        size, pages = self.profile.retention_page_size, self.profile.retention_pages
+        after = ""
+        for _ in range(pages):
+            if excess <= 0:
+                break
+            async with self.db.read() as tx:
+                cands = await q.eviction_candidates(tx, after, size)
+            if not cands:
+                break
+            after = cands[-1].attempt_id
+            facts = await asyncio.to_thread(self._facts, cands)
+            chosen = {c.id: c for c in evict_oldest(facts, excess)}
+            if not chosen:
+                break
+            try:
+                async with self._tx() as tx:
+                    evicted = await q.evict_logs(tx, list(chosen), reason, now_ms())
+            except sqlite3.OperationalError as exc:
+                if reason != DISK_PRESSURE or not _disk_full(exc):
+                    raise
+                await self._unlink_unrecorded(cands, chosen, report)
+                self.disk.check()
+                excess = self.disk.bytes_to_release()
+                continue
+            paths = [path for _, path in evicted]
+            freed = sum(chosen[attempt_id].size_bytes for attempt_id, _ in evicted)
+            report.add("logs_evicted", len(paths))
+            report.add("bytes_evicted", freed)
+            failpoints.hit("retention.after_commit")
+            await self._remove_files(paths, report)
+            if self.logs_total_bytes is not None:
+                self.logs_total_bytes -= freed
+            if reason == DISK_PRESSURE:
+                self.disk.check()  # the real free space, not our estimate
+                excess = self.disk.bytes_to_release()
+            else:
+                excess -= freed
+
+    async def _unlink_unrecorded(self, cands: list[q.LogRow], chosen: dict[str, LogFacts],
+                                 report: RetentionReport) -> None:
+        """The card is so full that SQLite cannot even record an eviction: delete these
+        finished attempts' files first (terminal is final, so nothing writes them any
+        more); the log API reads them as empty until a later round, with room again,
+        marks them evicted. No row ever points at a file that is not accounted for."""
+        paths = [c.relative_path for c in cands if c.attempt_id in chosen]
+        _, removed, failed = await asyncio.to_thread(self._unlink, paths)
+        report.add("logs_unlinked_before_mark", removed)
+        report.add("files_failed", failed)
+        log.warning("disk full: removed %d finished logs before recording their eviction",
+                    removed)
+
+    def _should_vacuum(self, stats: q.DbStats) -> bool:
+        """Free pages are reused by new rows anyway: moving them back to the filesystem
+        costs writes, so only when the free list is a large share of the file (a burst of
+        deletions, a lowered policy) or the data volume is short of space."""
+        if stats.freelist_pages == 0:
+            return False
+        if self.disk.volumes.get("data") is not None and self.disk.volumes["data"].pressure:
+            return True
+        return stats.freelist_pages >= max(self.profile.vacuum_pages_per_round,
+                                           stats.page_count // VACUUM_SHARE)
+
+    def _facts(self, rows: list[q.LogRow]) -> list[LogFacts]:
+        return [LogFacts(id=r.attempt_id, size_bytes=r.size_bytes if r.size_bytes is not None
+                         else logs.size(self.logs_root, r.relative_path)) for r in rows]
+
+    async def _hold(self, report: RetentionReport) -> None:
+        """One `run.held` event per queued run while new attempts are held."""
+        limit = self.profile.retention_pages * self.profile.retention_page_size
+        async with self.db.read() as tx:
+            run_ids = await q.unheld_queued_runs(tx, limit)
+        if not run_ids:
+            return
+        data: dict[str, str | int | None] = {"reason": REASON,
+                                             "volumes": ",".join(self.disk.pressed())}
+        held = 0
+        async with self._tx() as tx:
+            for run_id in run_ids:
+                held += await q.mark_held(tx, run_id, data, now_ms())
+        report.add("runs_held", held)
+
+    async def _upkeep(self, report: RetentionReport) -> None:
+        try:
+            self.wal_bytes = os.stat(f"{self.db_path}-wal").st_size
+        except FileNotFoundError:
+            self.wal_bytes = 0
+        if self.wal_bytes > self.profile.wal_checkpoint_mb * MIB:
+            busy, _, _ = await q.checkpoint_wal(self.db)
+            report.add("wal_checkpoints")
+            report.add("wal_checkpoint_busy", busy)
+            try:
+                self.wal_bytes = os.stat(f"{self.db_path}-wal").st_size
+            except FileNotFoundError:
+                self.wal_bytes = 0
+        async with self.db.read() as tx:
+            stats = await q.db_stats(tx)
+        if stats.auto_vacuum == 2 and self._should_vacuum(stats):
+            step = min(stats.freelist_pages, self.profile.vacuum_pages_per_round)
+            await q.incremental_vacuum(self.db, step)
+            report.add("pages_vacuumed", step)
+            async with self.db.read() as tx:
+                stats = await q.db_stats(tx)
+        self.stats = stats
+
+
+# -- wiring into the Runtime ------------------------------------------------------
+
+class DiskKeeper:
+    """DiskWatch + Retention + their PeriodicLoop, as the Runtime starts and stops them."""
+
+    def __init__(self, *, db: Database, settings: Settings, profile: Profile,
+                 wake_dispatcher: Callable[[], None]) -> None:
+        self.db = db
+        self.profile = profile
+        self._wake_dispatcher = wake_dispatcher
+        self.disk = DiskWatch(
+            {"data": settings.data_path, "receipts": settings.receipts_path,
+             "logs": settings.logs_path},
+            low_water_mb=profile.low_water_mb, low_water_pct=profile.low_water_pct,
+            on_change=self._pressure_changed)
+        self.retention = Retention(db=db, logs_root=settings.logs_path,
+                                   db_path=settings.db_path, profile=profile, disk=self.disk)
+        self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
+        self._last_poke = 0.0
+
+    def start(self) -> None:
+        self.loop.start()
+        self.loop.poke()  # a first round right after start-up (queued deletions, sizes)
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+
+    def may_spawn(self) -> str | None:
+        """The dispatcher's hook: a reason to hold queued runs, or None."""
+        reason = self.disk.check()
+        if reason is not None and time.monotonic() - self._last_poke >= 1.0:
+            self._last_poke = time.monotonic()
+            self.loop.poke()  # evict now, and mark the held runs
+        return reason
+
+    def _pressure_changed(self, pressure: bool) -> None:
+        if pressure:
+            self.loop.interval_s = min(self.profile.retention_interval_s, PRESSURE_INTERVAL_S)
+            self.loop.poke()
+        else:
+            self.loop.interval_s = self.profile.retention_interval_s
+            self._wake_dispatcher()
+
+    async def _round(self) -> None:
+        await self.retention.round()
+
+    async def report(self) -> dict[str, object]:
+        self.disk.check()
+        r = self.retention
+        async with self.db.read() as tx:
+            runs = await q.count_runs(tx)
+            pending = await q.count_pending_deletions(tx)
+        next_at: int | None = None
+        if self.loop.next_round_at is not None:
+            wait = self.loop.next_round_at - asyncio.get_running_loop().time()
+            next_at = now_ms() + max(0, int(wait * 1000))
+        last = r.last
+        stats = r.stats
+        return {
+            "pressure": self.disk.report(),
+            "volumes": self.disk.volumes_report(),
+            "retention": {
+                "rounds": self.loop.rounds,
+                "next_round_at_ms": next_at,
+                "interval_s": self.loop.interval_s,
+                "runs_kept": runs,
+                "logs_total_bytes": r.logs_total_bytes,
+                "logs_cap_bytes": r.cap_bytes,
+                "logs_live": r.live_logs,
+                "logs_unmeasured": r.logs_unmeasured,
+                "pending_file_deletions": pending,
+                "policy": {"keep_runs_per_task": self.profile.keep_runs_per_task,
+                           "keep_days": self.profile.keep_days,
+                           "logs_cap_mb": self.profile.logs_cap_mb,
+                           "low_water_mb": self.profile.low_water_mb,
+                           "low_water_pct": self.profile.low_water_pct},
+                "last_round": None if last is None else {
+                    "started_at_ms": last.started_at_ms, "finished_at_ms": last.finished_at_ms,
+                    "counts": dict(last.counts)},
+            },
+            "database": None if stats is None else {
+                "wal_bytes": r.wal_bytes, "page_size": stats.page_size,
+                "page_count": stats.page_count, "freelist_pages": stats.freelist_pages,
+                "auto_vacuum": {0: "none", 1: "full", 2: "incremental"}.get(
+                    stats.auto_vacuum, str(stats.auto_vacuum)),
+            },
+        }

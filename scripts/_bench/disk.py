@@ -1,0 +1,301 @@
+"""Disk write amplification per attempt (ADR-0007 gate 10), edge profile.
+
+What is measured, over --runs sequential attempts of `true` (after a warm-up)
+with the real runtime in-process (dispatcher, launcher, completion, consumer,
+WAL with synchronous=FULL and its automatic checkpoints), on the filesystem of
+build/ (a real disk: tmpfs would show no block writes):
+
+* bytes: the worker's own `/proc/self/io` delta. `write_bytes` is what the
+  kernel attributes to the worker when it dirties page-cache pages of the
+  database, the WAL and the -shm index (a page dirtied twice before writeback
+  counts once, so it is what reaches the card, before the filesystem's own
+  journal); `wchar` is every byte the worker handed to write(2)/pwrite(2)
+  (an upper bound, includes the 43-byte token pipe and log lines). The task's
+  own log is excluded (written by the task, not by us). The launcher's receipt
+  is added as what it costs the card: one fsync'd file, i.e. one filesystem
+  block (4 KiB) for ~300 bytes of JSON.
+* fsyncs: `strace -f -y -e trace=fsync,fdatasync` over the worker and every
+  launcher, counted between two marker syscalls around the measured attempts,
+  split by process (worker threads vs launchers) and by file. "n/a" when
+  strace is missing (`apt-get install strace`). strace slows syscalls down; it
+  does not change their number.
+
+A second phase measures retention's own cost: rounds until the edge policy
+(keep 50 runs per task) has deleted the excess runs, per run deleted.
+
+Target (edge): <= 32 KiB and <= 4 fsyncs per attempt. Misses print MISS;
+exit status is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "app"))
+
+MARK = "/__qledge_bench_mark_"
+FS_BLOCK = 4096
+
+
+def _io() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/self/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = int(value)
+    return out
+
+
+def _mark(name: str) -> None:
+    os.access(f"{MARK}{name}", os.F_OK)  # a syscall strace shows: the window boundary
+
+
+async def _inner(state: Path, runs: int, warmup: int, page_size: int) -> dict[str, object]:
+    from qledge import ids, settings
+    from qledge.db import migrate, store
+    from qledge.http.runs import trigger_run
+    from qledge.model import Trigger
+    from qledge.paths import prepare_roots
+    from qledge.receipts.codec import Receipt, encode, new_token
+    from qledge.runtime.lifecycle import Runtime
+
+    conf = settings.load({
+        "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,
+        "QLEDGE_LAUNCHER": str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")})
+    prepare_roots(conf)
+    if page_size:
+        import sqlite3
+
+        conn = sqlite3.connect(conf.db_path)  # before any table: takes effect at once
+        conn.execute(f"PRAGMA page_size={page_size}")
+        conn.execute("VACUUM")
+        conn.close()
+    migrate.apply(conf.db_path)
+    rt = Runtime(conf)
+    await rt.start()
+    while rt.disk.loop.rounds < 1:  # the start-up retention round, outside the window
+        await asyncio.sleep(0.01)
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "b", "command": "true", "env": {}, "labels": [], "concurrency": "allow"}, 1)
+
+    async def one() -> None:
+        run = await trigger_run(rt, task.id, Trigger.API)
+        while True:
+            async with rt.db.read() as tx:
+                cur = await store.get_run(tx, run.id)
+            if cur.status.value not in ("queued", "running") and not rt._finishing:
+                return
+            await asyncio.sleep(0.002)
+
+    # Steady state: every receipt and log shard exists (creating one of the 256 shards
+    # fsyncs the receipts root once in its life).
+    for i in range(256):
+        rt.receipts.ensure_shard(ids.uuid7()[:-2] + f"{i:02x}")
+        (conf.logs_path / f"{i:02x}").mkdir(mode=0o700, exist_ok=True)
+    for _ in range(warmup):
+        await one()
+    await asyncio.sleep(0.2)
+    statuses0 = await _count_succeeded(rt)
+    io0 = _io()
+    _mark("attempts_start")
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        await one()
+    elapsed = time.perf_counter() - t0
+    _mark("attempts_end")
+    io1 = _io()
+    succeeded = await _count_succeeded(rt) - statuses0
+
+    # What the supervisor does 2 minutes after each result: the journal rows age out.
+    # Same code, its retention window set to 0 so it happens now, inside the window.
+    import msgspec
+
+    await rt.supervision.stop()
+    rt.supervisor.profile = msgspec.structs.replace(rt.supervisor.profile,
+                                                    journal_retention_s=0.0)
+    _mark("journal_start")
+    sup_rounds = 0
+    while (await rt.report())["journal"].get("terminal", 0):  # type: ignore[union-attr]
+        await rt.supervisor.round()
+        sup_rounds += 1
+    _mark("journal_end")
+    io_r = _io()
+    _mark("retention_start")
+    deleted = 0
+    rounds = 0
+    while True:
+        report = await rt.disk.retention.round()
+        rounds += 1
+        got = report.counts.get("runs_deleted", 0)
+        deleted += got
+        if not got:
+            break
+    _mark("retention_end")
+    io2 = _io()
+    tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
+    await rt.stop()
+    receipt = encode(Receipt(schema_version=1, run_id=ids.uuid7(), attempt_id=ids.uuid7(),
+                             callback_sequence=1, token=new_token(),
+                             started_at_ms=int(time.time() * 1000),
+                             finished_at_ms=int(time.time() * 1000), exit_code=0))
+    return {
+        "runs": runs, "succeeded": succeeded, "elapsed_s": elapsed,
+        "write_bytes": io1["write_bytes"] - io0["write_bytes"],
+        "cancelled_write_bytes": io1["cancelled_write_bytes"] - io0["cancelled_write_bytes"],
+        "wchar": io1["wchar"] - io0["wchar"],
+        "receipt_bytes": len(receipt),
+        "retention_rounds": rounds, "retention_deleted": deleted,
+        "journal_rounds": sup_rounds,
+        "journal_write_bytes": io_r["write_bytes"] - io1["write_bytes"],
+        "retention_write_bytes": io2["write_bytes"] - io_r["write_bytes"],
+        "retention_wchar": io2["wchar"] - io_r["wchar"],
+        "tids": tids, "pid": os.getpid(),
+    }
+
+
+async def _count_succeeded(rt: object) -> int:
+    async with rt.db.read() as tx:  # type: ignore[attr-defined]
+        row = await tx.one("SELECT COUNT(*) AS n FROM runs WHERE status = 'succeeded'")
+    return int(row["n"]) if row else 0
+
+
+_LINE = re.compile(r"^(\d+)\s+(fsync|fdatasync)\((\d+)<([^>]*)>")
+
+
+def _classify(path: str) -> str:
+    if path.endswith("-wal"):
+        return "wal"
+    if path.endswith(".sqlite3"):
+        return "database"
+    if "/receipts" in path:
+        return "receipts (file+dir)"
+    return "other"
+
+
+def _fsyncs(trace: Path, worker_tids: set[int], start: str, end: str) -> dict[str, Counter[str]]:
+    inside = False
+    by: dict[str, Counter[str]] = {"worker": Counter(), "launcher": Counter()}
+    for line in trace.read_text(errors="replace").splitlines():
+        if f"{MARK}{start}" in line:
+            inside = True
+            continue
+        if f"{MARK}{end}" in line:
+            break
+        if not inside or "resumed>" in line:
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        who = "worker" if int(m[1]) in worker_tids else "launcher"
+        by[who][_classify(m[4])] += 1
+    return by
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--page-size", type=int, default=0,
+                    help="explore a lever: create the database with this page size "
+                         "(the appliance uses SQLite's default, 4096)")
+    ap.add_argument("--inner", metavar="STATE", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.inner:
+        try:
+            import uvloop
+            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:
+            runner = asyncio.Runner()
+        with runner:
+            result = runner.run(_inner(Path(args.inner), args.runs, args.warmup,
+                                       args.page_size))
+        Path(args.out).write_text(json.dumps(result))
+        return 0
+
+    (REPO / "build").mkdir(exist_ok=True)
+    strace = shutil.which("strace")
+    with tempfile.TemporaryDirectory(dir=REPO / "build") as tmp:
+        root = Path(tmp)
+        out = root / "result.json"
+        trace = root / "trace.txt"
+        cmd = [sys.executable, __file__, "--inner", str(root / "state"), "--out", str(out),
+               "--runs", str(args.runs), "--warmup", str(args.warmup),
+               "--page-size", str(args.page_size)]
+        if strace:
+            cmd = [strace, "-f", "-y", "-qq", "-o", str(trace), "-e",
+                   "trace=fsync,fdatasync,access,faccessat,faccessat2", *cmd]
+        subprocess.run(cmd, check=True, env={**os.environ, "QLEDGE_LOG_LEVEL": "WARNING"})
+        r = json.loads(out.read_text())
+        fs: dict[str, Counter[str]] | None = None
+        fs_ret: dict[str, Counter[str]] | None = None
+        fs_jr: dict[str, Counter[str]] | None = None
+        if strace:
+            tids = set(r["tids"]) | {r["pid"]}
+            fs = _fsyncs(trace, tids, "attempts_start", "attempts_end")
+            fs_ret = _fsyncs(trace, tids, "retention_start", "retention_end")
+            fs_jr = _fsyncs(trace, tids, "journal_start", "journal_end")
+
+    n = r["runs"]
+    deleted = r["retention_deleted"] or 1
+
+    def kib(x: float) -> str:
+        return f"{x / 1024:8.2f}"
+
+    def count(c: dict[str, Counter[str]] | None, who: str, per: int) -> float | None:
+        return None if c is None else sum(c[who].values()) / per
+
+    def fmt(x: float | None) -> str:
+        return "     n/a" if x is None else f"{x:8.2f}"
+
+    # bytes: write_bytes net of cancelled writes; wchar as the upper bound
+    a_wb = (r["write_bytes"] - r["cancelled_write_bytes"]) / n
+    a_wc = r["wchar"] / n
+    j_wb = r["journal_write_bytes"] / n
+    r_wb = r["retention_write_bytes"] / deleted
+    receipt = FS_BLOCK
+    a_w, a_l = count(fs, "worker", n), count(fs, "launcher", n)
+    j_w = count(fs_jr, "worker", n)
+    r_w = count(fs_ret, "worker", deleted)
+    total_b = a_wb + receipt + j_wb + r_wb
+    total_f = None if a_w is None or a_l is None or j_w is None or r_w is None else (
+        a_w + a_l + j_w + r_w)
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    print(f"{'per attempt, edge profile':50} {'KiB':>8} {'fsyncs':>8}")
+    print(f"{'attempt: worker (run, spawn, identity, completion)':50} {kib(a_wb)} {fmt(a_w)}"
+          f"   wchar {kib(a_wc).strip()} KiB")
+    print(f"{'attempt: launcher receipt (~' + str(r['receipt_bytes']) + ' B, 1 block)':50}"
+          f" {kib(receipt)} {fmt(a_l)}")
+    print(f"{'journal row ageing (supervisor, later)':50} {kib(j_wb)} {fmt(j_w)}")
+    print(f"{'run deletion by retention (per run, later)':50} {kib(r_wb)} {fmt(r_w)}"
+          f"   ({r['retention_deleted']} runs, {r['retention_rounds']} rounds)")
+    print(f"{'total over a run life':50} {kib(total_b)} {fmt(total_f)}")
+    print(f"{'target':50} {'<= 32':>8} {'<= 4':>8}   bytes {verdict(total_b <= 32 * 1024)}, "
+          f"fsyncs {'n/a (no strace)' if total_f is None else verdict(total_f <= 4)}")
+    if fs is not None:
+        detail = "; ".join(f"{who}: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(c.items()))
+                           for who, c in fs.items())
+        print(f"attempt fsyncs by file: {detail}")
+    print(f"runs={n} succeeded={r['succeeded']} warmup={args.warmup} "
+          f"page_size={args.page_size or 4096} elapsed={r['elapsed_s']:.1f}s "
+          f"strace={'yes' if strace else 'no'} python={sys.version.split()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Disk pressure: the low-water maths, held spawns with one `run.held` event per run,
+and a real drill on a tiny tmpfs logs volume (root only)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from qledge import ids
+from qledge.db import store
+from qledge.db.connection import Database
+from qledge.model import Trigger
+from qledge.runtime.diskwatch import MIB, REASON, DiskWatch, low_water, under_pressure
+from qledge.runtime.retention import DiskKeeper, Retention
+from qledge.settings import Settings
+
+from conftest import Server, wait_terminal
+
+
+class FakeFs:
+    """statvfs of a filesystem whose free space the test sets."""
+
+    def __init__(self, total: int, free: int) -> None:
+        self.total, self.free = total, free
+
+    def __call__(self, path: Path) -> Any:
+        class St:
+            f_frsize = 4096
+            f_blocks = self.total // 4096
+            f_bfree = self.free // 4096
+            f_bavail = self.free // 4096
+
+        return St()
+
+
+def test_low_water_is_the_larger_of_both_marks() -> None:
+    assert low_water(1000 * MIB, 64, 2.0) == 64 * MIB
+    assert low_water(10_000 * MIB, 64, 2.0) == 200 * MIB
+    assert low_water(10_000 * MIB, 0, 0) == 0
+
+
+def test_pressure_has_hysteresis() -> None:
+    mark = 100
+    assert under_pressure(99, mark, was=False)
+    assert not under_pressure(100, mark, was=False)
+    assert under_pressure(110, mark, was=True)  # not yet: back above mark x 1.25
+    assert not under_pressure(125, mark, was=True)
+    assert not under_pressure(0, 0, was=True)  # mark 0 = off
+
+
+def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
+    fs = FakeFs(total=1000 * MIB, free=500 * MIB)
+    changes: list[bool] = []
+    watch = DiskWatch({"data": tmp_path, "logs": tmp_path}, low_water_mb=100, low_water_pct=0,
+                      on_change=changes.append, statvfs=fs)
+    assert watch.check() is None
+    fs.free = 50 * MIB
+    assert watch.check() == REASON
+    assert watch.check() == REASON
+    assert watch.pressed() == ["data", "logs"]
+    assert watch.shares_logs_device("data")
+    assert watch.bytes_to_release() == 125 * MIB - 50 * MIB + 1
+    fs.free = 120 * MIB
+    assert watch.check() == REASON  # hysteresis
+    fs.free = 130 * MIB
+    assert watch.check() is None
+    assert changes == [True, False]
+    vols = watch.volumes_report()
+    assert vols["logs"] == {"total_bytes": 1000 * MIB, "used_bytes": 870 * MIB,
+                            "free_bytes": 130 * MIB, "low_water_bytes": 100 * MIB,
+                            "pressure": False, "error": None}
+
+
+async def test_held_runs_get_one_event_each_and_resume_by_themselves(
+        db: Database, conf: Settings, tmp_path: Path) -> None:
+    from qledge.runtime.dispatcher import Dispatcher
+
+    profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0)
+    woken: list[int] = []
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile,
+                        wake_dispatcher=lambda: woken.append(1))
+    fs = FakeFs(total=1000 * MIB, free=50 * MIB)
+    keeper.disk._statvfs = fs
+
+    class NoSpawn:
+        async def spawn(self, run: object) -> None:
+            raise AssertionError("spawned under disk pressure")
+
+    dispatcher = Dispatcher(db, NoSpawn(), "n1", 4, lambda r: None,  # type: ignore[arg-type]
+                            may_spawn=keeper.may_spawn)
+    async with db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": "true", "env": {}, "labels": [],
+            "concurrency": "allow"}, 1)
+        runs = [await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, 2)
+                for _ in range(3)]
+    assert await dispatcher.dispatch_once() == 0
+    retention: Retention = keeper.retention
+    for _ in range(3):  # several rounds, still one event per run
+        await retention.round()
+    async with db.write() as tx:
+        late = await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, 3)
+    await retention.round()
+    async with db.read() as tx:
+        for run in [*runs, late]:
+            events = await store.list_events(tx, run.id)
+            held = [e for e in events if e.type == "run.held"]
+            assert len(held) == 1
+            assert held[0].data == {"reason": "DISK_PRESSURE", "volumes": "data,receipts,logs"}
+            assert (await store.get_run(tx, run.id)).status.value == "queued"
+    report = await keeper.report()
+    assert report["pressure"]["state"] == "pressure"  # type: ignore[index]
+    assert woken == []
+    fs.free = 900 * MIB
+    assert keeper.may_spawn() is None
+    assert woken == [1]  # the dispatcher is woken when pressure ends
+    assert (await keeper.report())["pressure"]["state"] == "ok"  # type: ignore[index]
+
+
+# -- the drill: a real server, a real 8 MiB tmpfs logs volume ------------------------
+
+@pytest.fixture
+def tiny_logs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("disk-pressure drill needs root to mount a tmpfs")
+    mnt = tmp_path / "logs"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _wait(pred: Any, timeout: float = 60.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.drill
+def test_disk_pressure_drill(tmp_path: Path, tiny_logs: Path) -> None:
+    gate = tmp_path / "gate"
+    srv = Server(tmp_path / "state", logs_dir=str(tiny_logs), low_water_mb="2",
+                 low_water_pct="0", logs_cap_mb="0", retention_interval_s="1")
+    try:
+        http = srv.http
+        # 12 MB into an 8 MiB volume: head fails with ENOSPC (exit 1), then the task
+        # stays running (its log is active: never evicted) until the test opens the gate.
+        overflow = http.post("/api/v1/tasks", json={
+            "name": "overflow",
+            "command": f"head -c 12000000 /dev/zero; rc=$?; "
+                       f"while [ ! -e {gate} ]; do sleep 0.1; done; exit $rc"}).json()
+        quick = http.post("/api/v1/tasks", json={
+            "name": "quick", "command": "echo hello", "concurrency": "allow"}).json()
+        big = http.post(f"/api/v1/tasks/{overflow['id']}/runs").json()["run"]
+
+        def pressure() -> dict[str, Any] | None:
+            system = http.get("/api/v1/system").json()
+            return system if system["pressure"]["state"] == "pressure" else None
+
+        system = _wait(pressure, what="disk pressure")
+        assert "logs" in system["pressure"]["volumes"]
+        assert system["volumes"]["logs"]["free_bytes"] < 2 * MIB
+        assert system["volumes"]["data"]["pressure"] is False
+
+        held = [http.post(f"/api/v1/tasks/{quick['id']}/runs").json()["run"]
+                for _ in range(2)]
+
+        def held_events() -> bool:
+            for run in held:
+                events = http.get(f"/api/v1/runs/{run['id']}/events").json()
+                items = events["items"] if isinstance(events, dict) else events
+                if not any(e["type"] == "run.held" for e in items):
+                    return False
+            return True
+
+        _wait(held_events, what="run.held events")
+        time.sleep(2.5)  # more rounds under pressure: still one event each, still queued
+        for run in held:
+            body = http.get(f"/api/v1/runs/{run['id']}").json()
+            assert body["status"] == "queued"
+            events = http.get(f"/api/v1/runs/{run['id']}/events").json()
+            items = events["items"] if isinstance(events, dict) else events
+            hold = [e for e in items if e["type"] == "run.held"]
+            assert len(hold) == 1 and hold[0]["data"]["reason"] == "DISK_PRESSURE"
+        assert http.get(f"/api/v1/runs/{big['id']}").json()["status"] == "running"
+
+        gate.touch()
+        done = wait_terminal(http, big["id"], timeout=60)
+        assert done["status"] == "failed" and done["exit_code"] == 1  # never a false success
+        for run in held:  # retention evicts the overflow log, pressure ends, they start
+            finished = wait_terminal(http, run["id"], timeout=60)
+            assert finished["status"] == "succeeded", finished
+            assert http.get(f"/api/v1/runs/{run['id']}/log").content == b"hello\n"
+        gone = http.get(f"/api/v1/runs/{big['id']}/log")
+        assert gone.status_code == 410
+        assert gone.json()["reason"] == "DISK_PRESSURE"
+        system = http.get("/api/v1/system").json()
+        assert system["pressure"]["state"] == "ok"
+        assert system["retention"]["runs_kept"] == 3
+        conn = sqlite3.connect(srv.state / "data" / "qledge.sqlite3")
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        finally:
+            conn.close()
+    finally:
+        gate.touch()
+        srv.stop()
