@@ -78,17 +78,25 @@ class Supervisor:
         terminal = [r for r in rows
                     if r.state == "pending" and r.attempt_status not in ACTIVE_ATTEMPT]
         results = await self.consumer.consume_many([r.attempt_id for r in terminal])
+        to_mark: list[str] = []
+        to_drop: list[str] = []
         for row in terminal:
             got = results[row.attempt_id]
             if got is not Consumed.MISSING:
                 report.add(f"late_receipt_{got.value}")
-                continue
+            elif row.retention_since_ms is None:
+                to_mark.append(row.attempt_id)
+            elif row.retention_since_ms + keep_ms <= now:
+                to_drop.append(row.attempt_id)
+        if to_mark or to_drop:
+            # One transaction (one fsync) per page, not one per row: SD cards.
             async with self.db.write() as tx:
-                if row.retention_since_ms is None:
-                    await store.journal_mark_terminal(tx, row.attempt_id, now)
-                elif row.retention_since_ms + keep_ms <= now:
-                    await store.journal_delete(tx, row.attempt_id)
-                    report.add("journal_dropped")
+                for attempt_id in to_mark:
+                    await store.journal_mark_terminal(tx, attempt_id, now)
+                for attempt_id in to_drop:
+                    await store.journal_delete(tx, attempt_id)
+            if to_drop:
+                report.add("journal_dropped", len(to_drop))
         for row in rows:
             if row.state != "quarantined":
                 continue
