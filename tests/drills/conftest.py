@@ -7,7 +7,6 @@ Every helper polls; nothing waits a fixed time where a condition can be watched.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from _appliance import Appliance
+from _appliance import Appliance, kill_leftover_tasks
 from conftest import free_port
 
 T = TypeVar("T")
@@ -242,26 +241,15 @@ def kill_worker(app: Appliance, timeout: float = 40) -> float:
     return time.monotonic() - t0
 
 
-def _leftover_launchers(state: Path) -> list[int]:
-    """Launchers started for this state dir (their argv names its receipts root)."""
-    marker = str(state / "receipts").encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"ql-launch") and any(marker in a for a in argv):
-            found.append(int(entry.name))
-    return found
-
-
-def kill_leftovers(state: Path) -> None:
-    for pid in _leftover_launchers(state):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # a launcher leads its own process group
+def stop_leaving_tasks(app: Appliance) -> None:
+    """Stop supervisord and its worker (TERM) the way an operator restarts the
+    container: the tasks keep running, unlike `Appliance.stop()` (a teardown that
+    also kills them). The fixture still cleans them up at the end of the test."""
+    if app.proc is not None and app.proc.poll() is None:
+        app.proc.send_signal(signal.SIGTERM)
+        app.proc.wait(60)
+    app.proc = None
+    app.http.close()
 
 
 # -- fixtures ------------------------------------------------------------------------
@@ -291,8 +279,7 @@ class Factory:
         app = Appliance(state or self.tmp_path / "state", free_port(), **{**FAST, **settings})
         self.made.append(app)
         if start:
-            app.start()
-            wait_ready(app)
+            app.start(timeout=60)
         return app
 
     def close(self, failed: bool) -> None:
@@ -302,7 +289,7 @@ class Factory:
             with contextlib.suppress(Exception):
                 app.stop()
         for state in {a.state for a in self.made}:
-            kill_leftovers(state)
+            kill_leftover_tasks(state)
 
 
 @pytest.fixture
