@@ -252,24 +252,23 @@ def test_crash_after_prepare_is_lost_without_a_process(appliance: Factory) -> No
     assert not marker.exists(), "nothing was spawned"
 
 
-def test_crash_before_identity_persist_never_turns_lost_into_success(
+def test_crash_before_identity_persist_adopts_the_running_launcher(
         appliance: Factory) -> None:
-    """The launcher runs but its identity never reached the DB: fail closed (lost);
-    the receipt it publishes later is a replay into already_terminal, not a success."""
+    """The launcher runs but its identity never reached the DB. The restarted worker
+    finds it by its unique attempt id, records its identity and waits: the run ends
+    with the task's true exit code, never `lost` while its task was alive."""
     app = appliance(failpoints="spawn.before_persist=exit")
     marker = app.state / "work" / "finished"
-    run_id = trigger(app, make_task(app, gated(gate_of(app), f"touch {marker}; exit 0"))["id"])
+    run_id = trigger(app, make_task(app, gated(gate_of(app), f"touch {marker}; exit 5"))["id"])
     wait_until(lambda: "exit status 86" in output(app), 30, "worker exit before persist")
     wait_ready(app)
-    run = wait_terminal(app, run_id)
-    assert run["status"] == "lost" and run["reason_code"] == "RECOVERY_SPAWN_UNCONFIRMED", run
-    attempt_id = run["attempts"][0]["id"]
-    gate_of(app).touch()  # the untracked task was alive all along; now it succeeds
-    wait_until(marker.exists, 20, "the untracked task finished")
-    receipt = receipt_file(app, attempt_id)
-    wait_until(lambda: not receipt.exists(), 30, "its late receipt consumed")
+    wait_until(lambda: "adopted the unconfirmed launcher" in output(app), 30, "adoption")
     run = get_run(app, run_id)
-    assert run["status"] == "lost" and run["exit_code"] is None, run
+    assert run["status"] == "running" and run["attempts"][0]["pid"], run
+    gate_of(app).touch()
+    run = wait_terminal(app, run_id)
+    assert marker.exists()
+    assert_exited(run, 5)
     assert_one_terminal(app, run_id)
 
 

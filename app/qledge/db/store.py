@@ -446,6 +446,13 @@ async def journal_mark_terminal(tx: Tx, attempt_id: str, now_ms: int) -> None:
         " AND retention_since_ms IS NULL", (now_ms, attempt_id))
 
 
+async def journal_reset_pending(tx: Tx, attempt_id: str, now_ms: int) -> None:
+    """Quarantine purged while the attempt still runs: index its receipt again."""
+    await tx.execute(
+        "UPDATE receipt_journal SET state = 'pending', retention_since_ms = NULL,"
+        " updated_at_ms = ? WHERE attempt_id = ?", (now_ms, attempt_id))
+
+
 async def journal_delete(tx: Tx, attempt_id: str) -> None:
     await tx.execute("DELETE FROM receipt_journal WHERE attempt_id = ?", (attempt_id,))
 
@@ -453,7 +460,7 @@ async def journal_delete(tx: Tx, attempt_id: str) -> None:
 async def journal_counts(tx: Tx) -> dict[str, int]:
     """active: awaiting a result; terminal: ageing out; quarantined: awaiting purge."""
     row = await tx.one(
-        "SELECT SUM(j.state = 'pending' AND a.status IN ('preparing', 'running')) AS active,"
+        "SELECT SUM(a.status IN ('preparing', 'running')) AS active,"
         " SUM(j.state = 'pending' AND a.status NOT IN ('preparing', 'running')) AS terminal,"
         " SUM(j.state = 'quarantined') AS quarantined"
         " FROM receipt_journal j JOIN run_attempts a ON a.id = j.attempt_id")

@@ -67,11 +67,26 @@ class LocalExecutor:
         self.node_id = node_id
         self.boot_id = boot_id
         self.global_env = global_env
+        # Attempts between step 1 and the caller's watch registration: the
+        # supervisor must not judge them (they are `preparing` by design).
+        self.in_flight: set[str] = set()
 
     async def spawn(self, run: Run) -> SpawnResult | None:
-        """Start one attempt of a queued run; None if the run is no longer startable."""
-        token = new_token()
+        """Start one attempt of a queued run; None if the run is no longer startable.
+
+        The attempt stays in `in_flight` until this coroutine returns; the
+        dispatcher registers the exit watch synchronously after the await, so
+        no supervision round can see it unwatched in between.
+        """
         attempt_id = ids.uuid7()
+        self.in_flight.add(attempt_id)
+        try:
+            return await self._spawn(run, attempt_id)
+        finally:
+            self.in_flight.discard(attempt_id)
+
+    async def _spawn(self, run: Run, attempt_id: str) -> SpawnResult | None:
+        token = new_token()
         # Step 1 — nothing exists outside the database yet.
         async with self.db.write() as tx:
             run = await store.get_run(tx, run.id)

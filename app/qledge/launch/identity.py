@@ -7,6 +7,7 @@ The start time pins the exact process; the boot id pins the kernel instance.
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 
 import msgspec
@@ -81,3 +82,34 @@ def open_pidfd(ident: Identity, boot_id: str) -> tuple[int | None, Liveness]:
         os.close(fd)
         return None, live
     return fd, live
+
+
+def find_launcher(run_id: str, attempt_id: str, boot_id: str) -> Identity | None:
+    """The one live launcher whose argv names this run and attempt, or None.
+
+    Used only at start-up for attempts whose spawn was never confirmed (a rare,
+    bounded /proc walk). Two matches are ambiguous: None (fail closed).
+    """
+    want = (b"--run-id", run_id.encode(), b"--attempt-id", attempt_id.encode())
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if _has_pair(argv, want[0], want[1]) and _has_pair(argv, want[2], want[3]):
+            found.append(int(name))
+    if len(found) != 1:
+        return None
+    return capture(found[0], boot_id)
+
+
+def _has_pair(argv: list[bytes], flag: bytes, value: bytes) -> bool:
+    return any(a == flag and b == value for a, b in itertools.pairwise(argv))

@@ -92,7 +92,8 @@ class CompletionService:
         return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
 
     async def without_receipt(
-        self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST
+        self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST,
+        *, seen: AttemptStatus | None = None,
     ) -> Result:
         """The process is gone and no receipt will come: `lost`, or the intent's result."""
         try:
@@ -100,6 +101,10 @@ class CompletionService:
                 attempt = await store.get_attempt(tx, attempt_id)
                 if attempt.status not in ACTIVE_ATTEMPT:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
+                if seen is not None and attempt.status is not seen:
+                    # It moved since the caller looked (e.g. preparing -> running):
+                    # the caller's evidence is stale, so decide nothing.
+                    return Result(outcome=Outcome.RETRY, reason="ATTEMPT_CHANGED")
                 run = await store.get_run(tx, attempt.run_id)
                 if run.status in TERMINAL_RUN:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)

@@ -61,7 +61,6 @@ class Runtime:
         # Enabled QingLong envs (same name joined with '&'); a task's own env wins.
         self.global_env = qinglong_store.global_env
         self._finishing: set[asyncio.Task[None]] = set()
-        self._spawning: set[str] = set()
         self.log_streams = 0
 
     # -- start / stop ------------------------------------------------------------
@@ -90,7 +89,7 @@ class Runtime:
             db=self.db, consumer=self.consumer, completion=self.completion,
             node_id=self.node_id, boot_id=self.boot_id,
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
-            in_flight=lambda a: a in self._spawning or self.watcher.watching(a))
+            in_flight=lambda a: a in self.executor.in_flight or self.watcher.watching(a))
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 
 import msgspec
 
+from .. import transitions
 from ..db import store
 from ..db.connection import Database
 from ..launch import identity
 from ..launch.executor import now_ms
 from ..model import Attempt, AttemptStatus, Reason
-from .completion import CompletionService
+from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 
 log = logging.getLogger("qledge.reconciler")
@@ -76,6 +78,34 @@ class Reconciler:
         report.finished_at_ms = now_ms()
         return report
 
+    async def _adopt(self, attempt: Attempt) -> bool:
+        """Record the identity of an unconfirmed launcher found by its attempt id.
+
+        Safe against impostors: adoption only decides that we keep waiting; the
+        result still needs a receipt carrying the attempt's token.
+        """
+        ident = identity.find_launcher(attempt.run_id, attempt.id, self.boot_id)
+        if ident is None:
+            return False
+        pidfd, _live = identity.open_pidfd(ident, self.boot_id)
+        if pidfd is None:
+            return False
+        try:
+            async with self.db.write() as tx:
+                run = await store.get_run(tx, attempt.run_id)
+                current = await store.get_attempt(tx, attempt.id)
+                tr = transitions.attempt_started(
+                    run, current, pid=ident.pid, start_time=ident.start_time,
+                    boot_id=ident.boot_id, now_ms=now_ms())
+                await store.apply(tx, run, tr, now_ms())
+        except (transitions.InvalidTransition, store.Conflict):
+            os.close(pidfd)
+            return False
+        self.reattach(attempt.id, pidfd)
+        log.warning("adopted the unconfirmed launcher of attempt %s (pid %d)", attempt.id,
+                    ident.pid)
+        return True
+
     async def check(self, attempts: list[Attempt], report: RoundReport, *,
                     startup: bool) -> None:
         """Decide a page of active attempts; the publish grace is waited once per page."""
@@ -94,7 +124,12 @@ class Reconciler:
             if got is Consumed.QUARANTINED:
                 report.add("receipt_quarantined")
             if attempt.status is AttemptStatus.PREPARING:
-                # Spawn never confirmed: no identity to check, so never a signal.
+                # Spawn never confirmed (the worker died between spawn and the identity
+                # commit). Its launcher may be running: adopt it by its unique attempt id,
+                # else it never started. Either way no signal is ever sent here.
+                if startup and await self._adopt(attempt):
+                    report.add("adopted")
+                    continue
                 exited.append((attempt, Reason.RECOVERY_SPAWN_UNCONFIRMED, AttemptStatus.LOST))
                 continue
             if attempt.pid is None or attempt.proc_start_time is None or not attempt.boot_id:
@@ -122,7 +157,9 @@ class Reconciler:
             if got in (Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY):
                 report.add(f"receipt_{got.value}")
                 continue
-            result = await self.completion.without_receipt(attempt.id, reason, status)
+            result = await self.completion.without_receipt(attempt.id, reason, status,
+                                                           seen=attempt.status)
             report.add(f"{result.outcome.value}:{reason.value}")
-            log.warning("attempt %s has no receipt: %s (%s)", attempt.id, reason.value,
-                        result.status)
+            if result.outcome is Outcome.APPLIED:
+                log.warning("attempt %s has no receipt: %s (%s)", attempt.id, reason.value,
+                            result.status)

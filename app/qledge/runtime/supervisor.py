@@ -100,14 +100,21 @@ class Supervisor:
         for row in rows:
             if row.state != "quarantined":
                 continue
-            if await asyncio.to_thread(self._still_in_place, row.attempt_id):
-                moved = await self.consumer.quarantine(
-                    row.attempt_id, row.reason_code or "QUARANTINED")
-                report.add(f"quarantine_{moved.value}")
+            active = row.attempt_status in ACTIVE_ATTEMPT
+            if not active and await asyncio.to_thread(self._still_in_place, row.attempt_id):
+                # A file at the final name after a quarantine is NOT necessarily the
+                # rejected one again (the launcher may have published its real receipt
+                # under the freed name): it goes through the one door, never a blind
+                # move. Active attempts are left to the exit watcher and the active scan.
+                got = await self.consumer.consume(row.attempt_id)
+                report.add(f"late_receipt_{got.value}")
             elif row.retention_since_ms is not None and row.retention_since_ms + purge_ms <= now:
                 purged = await asyncio.to_thread(self._purge, row.attempt_id)
                 async with self.db.write() as tx:
-                    await store.journal_delete(tx, row.attempt_id)
+                    if active:  # keep indexing a running attempt's future receipt
+                        await store.journal_reset_pending(tx, row.attempt_id, now)
+                    else:
+                        await store.journal_delete(tx, row.attempt_id)
                 report.add("quarantine_purged", purged)
 
     def _still_in_place(self, attempt_id: str) -> bool:
