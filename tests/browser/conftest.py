@@ -1,0 +1,140 @@
+"""Browser tests of the operator panel: Debian's headless `chromium`, driven by
+Playwright for Python, against the real supervised appliance (supervisord + worker).
+
+The browser is the system's /usr/bin/chromium (scripts/bootstrap installs it);
+`playwright install` is never run and nothing is downloaded. Each launch gets a
+fresh, temporary user-data-dir (Playwright creates one per `launch()`), so no
+profile, cache or storage leaks between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from _appliance import ADMIN, Appliance
+from conftest import ROOT, free_port
+
+CHROMIUM = os.environ.get("QLEDGE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SHOTS = ROOT / "docs" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 375, "height": 812}
+# Fast supervision for tests, as in the drills.
+FAST = {"round_interval_s": "1", "publish_grace_ms": "100", "max_concurrent_attempts": "16"}
+TIMEOUT_MS = 30_000
+
+expect.set_options(timeout=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    # Module scope, not session: while a sync Playwright is alive it marks its event loop
+    # as running in this thread, and the async tests of the rest of the suite would fail.
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: run scripts/bootstrap (installs Debian's chromium)")
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                      headless=True, timeout=120_000)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def appliance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    app = Appliance(tmp_path_factory.mktemp("panel") / "state", free_port(), **FAST)
+    try:
+        app.start(timeout=60)
+        yield app
+    finally:
+        app.stop()
+
+
+@pytest.fixture
+def context(browser: Browser, appliance: Appliance) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(viewport=DESKTOP, locale="en-US", timezone_id="UTC",
+                              base_url=f"http://127.0.0.1:{appliance.port}")
+    ctx.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
+class Watched:
+    """The page plus what it did: uncaught JS errors and every URL it requested."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.urls: list[str] = []
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        page.on("request", lambda req: self.urls.append(req.url))
+
+
+@pytest.fixture
+def watched(context: BrowserContext) -> Iterator[Watched]:
+    w = Watched(context.new_page())
+    yield w
+    assert not w.errors, f"uncaught errors in the panel: {w.errors}"
+    leaked = [u for u in w.urls if ADMIN in u]
+    assert not leaked, "the admin token appeared in a URL"
+
+
+@pytest.fixture
+def page(watched: Watched) -> Page:
+    return watched.page
+
+
+def sign_in(page: Page, token: str = ADMIN) -> None:
+    page.goto("/")
+    page.get_by_label("Admin token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+
+
+def shoot(page: Page, name: str, full_page: bool = True) -> None:
+    """Save `<name>-desktop.png` (1280 wide) and `<name>-phone.png` (375 wide), and check
+    the phone layout never scrolls sideways."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size(DESKTOP)
+    settle(page)
+    page.screenshot(path=str(SHOTS / f"{name}-desktop.png"), full_page=full_page)
+    page.set_viewport_size(PHONE)
+    settle(page)
+    overflow = page.evaluate("document.documentElement.scrollWidth")
+    assert overflow <= PHONE["width"], f"{name}: page is {overflow}px wide on a phone"
+    page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=full_page)
+    page.set_viewport_size(DESKTOP)
+
+
+def settle(page: Page) -> None:
+    """Let layout and any toast settle before a screenshot."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    time.sleep(0.1)
+
+
+def api_task(app: Appliance, **fields: object) -> dict[str, object]:
+    r = app.api("POST", "/tasks", json=fields)
+    assert r.status_code == 201, r.text
+    task: dict[str, object] = r.json()
+    return task
+
+
+def wait_ready_again(app: Appliance, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if app.ready():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker not ready again:\n{app.log_tail()}")
+
+

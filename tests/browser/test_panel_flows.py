@@ -1,0 +1,318 @@
+"""The operator panel in a real browser against the real supervised appliance:
+sign-in, tasks, the live log (across a kill -9 of the worker), cancel, runs,
+envs, language, keyboard."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .conftest import Watched, api_task, sign_in, wait_ready_again
+from _appliance import ADMIN, Appliance
+
+pytestmark = pytest.mark.slow
+
+
+def lines(prefix: str, n: int) -> str:
+    return "".join(f"{prefix}{i}\n" for i in range(1, n + 1))
+
+
+def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched) -> None:
+    page = watched.page
+    page.goto("/")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_label("Admin token")).to_be_focused()
+    page.get_by_label("Admin token").fill("not-the-admin-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#login-token-err")).to_have_text("That token was refused.")
+    expect(page.get_by_label("Admin token")).to_have_attribute("aria-invalid", "true")
+    assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
+    expect(page.get_by_role("navigation")).to_have_count(0)
+    # the right one, with the keyboard
+    page.get_by_label("Admin token").fill(ADMIN)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('qledge.token')") == ADMIN
+    assert page.evaluate("localStorage.getItem('qledge.token')") is None
+    assert page.context.cookies() == []
+    # a reload keeps the session (same tab); signing out forgets it
+    page.reload()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
+    assert all(ADMIN not in u for u in watched.urls)
+
+
+def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: Appliance) -> None:
+    sign_in(page)
+    page.get_by_role("link", name="New task").click()
+    expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
+    page.get_by_label("Name", exact=True).fill("count-slowly")
+    page.get_by_label("Command").fill(
+        'echo "greeting=$GREETING"; for i in $(seq 1 40); do echo "line $i"; sleep 0.1; done;'
+        " exit 3")
+    # the preview reports a bad schedule as you type; the server names the field on save
+    schedule = page.get_by_label("Cron schedule")
+    schedule.fill("61 * * * *")
+    expect(page.locator(".preview-error")).to_contain_text("cron")
+    page.get_by_role("button", name="Create task").click()
+    expect(page.locator("#f-schedule-err")).to_contain_text("invalid cron schedule")
+    expect(schedule).to_have_attribute("aria-invalid", "true")
+    expect(schedule).to_be_focused()
+    schedule.fill("*/10 * * * *")
+    expect(page.locator(".fire-times li")).to_have_count(5)
+    page.get_by_label("Timeout (seconds)").fill("120")
+    page.get_by_role("button", name="Add variable").click()
+    page.get_by_label("Name of variable 1").fill("GREETING")
+    page.get_by_label("Value of variable 1").fill("hello")
+    page.get_by_role("button", name="Create task").click()
+
+    row = page.locator("tr[data-task-name='count-slowly']")
+    expect(row).to_be_visible()
+    expect(row).to_contain_text("*/10 * * * *")
+    expect(row).to_contain_text("never run")
+    row.get_by_role("button", name="Run now").click()
+    expect(page).to_have_url(re.compile(r"#/runs/[0-9a-f-]{36}$"))
+
+    log = page.locator("#log")
+    state = page.locator("#log-state")
+    expect(log).to_contain_text("line 3")
+    seen = log.text_content() or ""
+    assert seen.startswith("greeting=hello\nline 1\nline 2\nline 3\n"), seen
+    assert "line 40" not in seen or state.get_attribute("data-state") == "live"
+    expect(state).to_have_attribute("data-state", "ended", timeout=60_000)
+    assert log.text_content() == "greeting=hello\n" + lines("line ", 40), (
+        page.locator("#main").inner_text())
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "failed")
+    expect(page.locator("#run-exit")).to_have_text("exit 3")
+    expect(page.locator("#run-reason")).to_contain_text("exit code decided")
+    expect(page.locator("[data-action='cancel-run']")).to_be_hidden()
+    types = page.locator("#timeline li").evaluate_all("els => els.map(e => e.dataset.type)")
+    assert types[0] == "run.created" and types[-1] == "run.finished"
+    assert "run.started" in types and "attempt.finished" in types
+    # back on the list: last run with its exit code
+    page.get_by_role("navigation").get_by_role("link", name="Tasks").click()
+    expect(row.locator(".badge")).to_have_attribute("data-status", "failed")
+    expect(row).to_contain_text("exit 3")
+
+
+@pytest.mark.drill
+def test_live_log_resumes_without_gaps_after_kill_9_of_the_worker(
+        watched: Watched, appliance: Appliance) -> None:
+    page = watched.page
+    task = api_task(appliance, name="numbered",
+                    command='for i in $(seq 1 80); do echo "n=$i"; sleep 0.1; done')
+    sign_in(page)
+    run = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]
+    page.goto(f"/#/runs/{run['id']}")
+    log = page.locator("#log")
+    section = page.locator("#log-section")
+    state = page.locator("#log-state")
+    expect(log).to_contain_text("n=5")
+    expect(state).to_have_attribute("data-state", "live")
+    before = log.text_content() or ""
+    old_pid = appliance.kill_worker()
+    expect(section).not_to_have_attribute("data-reconnects", "0")
+    wait_ready_again(appliance)
+    assert appliance.worker_pid() != old_pid
+    if appliance.api("GET", f"/runs/{run['id']}").json()["status"] == "running":
+        # resumed while the task still runs: following live again, on a new ticket
+        expect(state).to_have_attribute("data-state", "live")
+    expect(state).to_have_attribute("data-state", "ended", timeout=90_000)
+    tickets = [u for u in watched.urls if u.endswith(f"/runs/{run['id']}/log/ticket")]
+    streams = [u for u in watched.urls if "/log/stream?" in u]
+    assert len(tickets) >= 2 and len(streams) >= 2
+    assert len({u.split("ticket=")[1] for u in streams}) == len(streams)  # never reused
+    assert "offset=0&" in streams[0] and "offset=0&" not in streams[-1]
+    final = log.text_content() or ""
+    assert final == lines("n=", 80), final
+    assert final.startswith(before)
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "succeeded")
+    expect(page.locator("#run-exit")).to_have_text("exit 0")
+    body = appliance.api("GET", f"/runs/{run['id']}").json()
+    assert (body["status"], body["exit_code"]) == ("succeeded", 0)
+
+
+def test_cancel_from_the_panel_ends_the_run_cancelled(page: Page, appliance: Appliance) -> None:
+    api_task(appliance, name="sleepy", command="echo started; sleep 300")
+    sign_in(page)
+    page.locator("tr[data-task-name='sleepy']").get_by_role("button", name="Run now").click()
+    expect(page.locator("#log")).to_contain_text("started")
+    page.get_by_role("button", name="Cancel run").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_role("button", name="Cancel", exact=True)).to_be_focused()
+    dialog.get_by_role("button", name="Cancel run").click()
+    expect(dialog).to_have_count(0)
+    expect(page.locator("#run-status .badge")).to_have_attribute(
+        "data-status", "cancelled", timeout=60_000)
+    expect(page.locator("#run-reason")).to_contain_text("cancel request")
+    expect(page.locator("#timeline li[data-type='run.cancel_requested']")).to_contain_text(
+        "reason: user")
+    expect(page.locator("#timeline li[data-type='attempt.signal_sent']")).to_contain_text("TERM")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    expect(page.locator("[data-action='cancel-run']")).to_be_hidden()
+    run_id = page.url.rsplit("/", 1)[1]
+    assert appliance.api("GET", f"/runs/{run_id}").json()["status"] == "cancelled"
+
+
+def test_runs_filter_and_next_page(page: Page, appliance: Appliance) -> None:
+    task = api_task(appliance, name="many", command="true", concurrency="allow")
+    other = api_task(appliance, name="fails", command="exit 7")
+    ids = [appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+           for _ in range(23)]
+    failed = appliance.api("POST", f"/tasks/{other['id']}/runs").json()["run"]["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = appliance.api("GET", "/runs", params={"task_id": task["id"], "limit": 200}).json()
+        if sum(r["terminal"] for r in runs["items"]) == 23 and \
+                appliance.api("GET", f"/runs/{failed}").json()["terminal"]:
+            break
+        time.sleep(0.2)
+    sign_in(page)
+    page.get_by_role("navigation").get_by_role("link", name="Runs").click()
+    page.get_by_label("Task").select_option(label="many")
+    rows = page.locator("tr[data-run-id]")
+    expect(rows).to_have_count(20)
+    expect(page.locator(".pager")).to_contain_text("Page 1")
+    assert "task_id=" in page.url
+    page.get_by_role("button", name="Next page").click()
+    expect(rows).to_have_count(3)
+    expect(page.locator(".pager")).to_contain_text("Page 2")
+    expect(page.get_by_role("button", name="Next page")).to_have_count(0)
+    shown = rows.evaluate_all("els => els.map(e => e.dataset.runId)")
+    assert set(shown) <= set(ids)
+    page.get_by_role("button", name="First page").click()
+    expect(rows).to_have_count(20)
+    page.get_by_label("Task").select_option(label="All tasks")
+    page.get_by_label("Status").select_option("failed")
+    expect(page.locator(f"tr[data-run-id='{failed}']")).to_be_visible()
+    expect(page.locator("tr[data-run-id] .badge[data-status='succeeded']")).to_have_count(0)
+    statuses = page.locator("tr[data-run-id] .badge").evaluate_all(
+        "els => els.map(e => e.dataset.status)")
+    assert statuses and set(statuses) == {"failed"}
+    # every state has a badge label
+    for status in ("queued", "running", "succeeded", "failed", "cancelled", "timed_out", "lost",
+                   "blocked"):
+        expect(page.locator(f"#runs-status option[value='{status}']")).to_have_count(1)
+
+
+def test_envs_values_hidden_until_revealed(page: Page, appliance: Appliance) -> None:
+    sign_in(page)
+    page.get_by_role("navigation").get_by_role("link", name="Envs").click()
+    page.get_by_role("button", name="New variable").click()
+    page.get_by_label("Name", exact=True).fill("2BAD")
+    page.get_by_label("Value", exact=True).fill("s3cret-value")
+    page.get_by_role("button", name="Add variable").click()
+    expect(page.locator("#e-name-err")).to_contain_text("shell identifier")
+    page.get_by_label("Name", exact=True).fill("API_KEY")
+    expect(page.get_by_label("Value", exact=True)).to_have_attribute("type", "password")
+    page.get_by_role("button", name="Add variable").click()
+    row = page.locator("tr[data-env-name='API_KEY']")
+    expect(row).to_be_visible()
+    expect(row).not_to_contain_text("s3cret-value")
+    row.get_by_role("button", name="Reveal API_KEY").click()
+    expect(row).to_contain_text("s3cret-value")
+    expect(row.get_by_role("button", name="Hide API_KEY")).to_have_attribute("aria-pressed", "true")
+    row.get_by_role("button", name="Hide API_KEY").click()
+    expect(row).not_to_contain_text("s3cret-value")
+    row.get_by_role("button", name="Disable").click()
+    expect(row).to_contain_text("disabled")
+    row.get_by_role("button", name="Edit").click()
+    page.get_by_label("Remarks").fill("for the weather script")
+    page.get_by_role("button", name="Save").click()
+    expect(row).to_contain_text("for the weather script")
+    row.get_by_role("button", name="Delete").click()
+    page.get_by_role("dialog").get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0)
+
+
+def test_task_enable_disable_edit_and_delete(page: Page, appliance: Appliance) -> None:
+    api_task(appliance, name="nightly", command="echo hi", schedule="0 3 * * *")
+    sign_in(page)
+    row = page.locator("tr[data-task-name='nightly']")
+    expect(row).to_contain_text("next")
+    row.get_by_role("button", name="Disable").click()
+    expect(row).to_contain_text("disabled: no next run")
+    row.get_by_role("button", name="Enable").click()
+    expect(row).to_contain_text("next")
+    row.get_by_role("link", name="Edit").click()
+    expect(page.get_by_label("Cron schedule")).to_have_value("0 3 * * *")
+    expect(page.locator(".fire-times li")).to_have_count(5)
+    page.get_by_label("Command").fill("echo changed")
+    page.get_by_label("Concurrency").select_option("allow")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    task = next(t for t in appliance.api("GET", "/tasks").json()["items"] if t["name"] == "nightly")
+    assert (task["command"], task["concurrency"]) == ("echo changed", "allow")
+    row.get_by_role("button", name="Delete").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("nightly")
+    page.keyboard.press("Escape")  # keyboard dismissal keeps the task
+    expect(dialog).to_have_count(0)
+    expect(row).to_be_visible()
+    row.get_by_role("button", name="Delete").click()
+    page.get_by_role("dialog").get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0)
+
+
+def test_chinese_is_switchable_and_remembered(page: Page, appliance: Appliance) -> None:
+    sign_in(page)
+    page.get_by_role("button", name=re.compile("Switch language")).click()
+    expect(page.get_by_role("heading", name="任务", level=1)).to_be_visible()
+    assert page.evaluate("document.documentElement.lang") == "zh-CN"
+    assert page.evaluate("localStorage.getItem('qledge.lang')") == "zh"
+    page.reload()
+    expect(page.get_by_role("navigation").get_by_role("link", name="运行记录")).to_be_visible()
+    page.get_by_role("navigation").get_by_role("link", name="系统").click()
+    expect(page.get_by_role("heading", name="系统", level=1)).to_be_visible()
+    page.get_by_role("button", name=re.compile("切换语言")).click()
+    expect(page.get_by_role("heading", name="System", level=1)).to_be_visible()
+    assert page.evaluate("localStorage.getItem('qledge.lang')") == "en"
+
+
+def test_keyboard_alone_labels_and_visible_focus(page: Page, appliance: Appliance) -> None:
+    page.goto("/")
+    expect(page.get_by_label("Admin token")).to_be_focused()
+    page.keyboard.type(ADMIN)
+    page.keyboard.press("Enter")
+    heading = page.get_by_role("heading", name="Tasks", level=1)
+    expect(heading).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="New task")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="New task", level=1)).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Name", exact=True)).to_be_focused()
+    page.keyboard.type("typed-by-keyboard")
+    page.keyboard.press("Tab")
+    page.keyboard.type("echo keyboard works")
+    # every form control has a label; every clickable thing is a button or a link
+    unlabelled = page.evaluate("""[...document.querySelectorAll('input, select, textarea')]
+        .filter(e => e.type !== 'hidden' && e.labels.length === 0).map(e => e.id)""")
+    assert unlabelled == []
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Enter")  # implicit submission from the name field
+    row = page.locator("tr[data-task-name='typed-by-keyboard']")
+    expect(row).to_be_visible()
+    run_now = row.get_by_role("button", name="Run now")
+    # Tab until "Run now" of that row has the focus, then press it with Enter
+    for _ in range(200):
+        page.keyboard.press("Tab")
+        if run_now.evaluate("e => e === document.activeElement"):
+            break
+    else:
+        raise AssertionError("Run now is not reachable with Tab")
+    outline = run_now.evaluate("e => getComputedStyle(e).outlineStyle + ' ' + "
+                               "getComputedStyle(e).outlineWidth")
+    assert not outline.startswith("none") and not outline.endswith(" 0px"), outline
+    page.keyboard.press("Enter")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    expect(page.locator("#log")).to_have_text("keyboard works\n")
+    fake_buttons = page.evaluate("""[...document.querySelectorAll('[onclick], [role=button]')]
+        .filter(e => e.tagName !== 'BUTTON').length""")
+    assert fake_buttons == 0

@@ -1,0 +1,126 @@
+"""Screenshots of every page at desktop (1280 px) and phone (375 px) width, saved to
+docs/screenshots/ under fixed names, from an appliance seeded with a few realistic
+tasks and runs. Also checks that no page scrolls sideways on a phone."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .conftest import SHOTS, api_task, settle, shoot, sign_in
+from _appliance import Appliance
+
+pytestmark = pytest.mark.slow
+
+BACKUP = ('echo "[backup] dumping database"; n=1200; for t in users orders invoices products; '
+          'do n=$((n * 3 + 17)); echo "[backup] table $t: $n rows"; sleep 0.2; done; '
+          'echo "[backup] wrote backup.sql.gz (4.2 MiB)"; echo "[backup] done"')
+
+
+def _wait_terminal(app: Appliance, run_id: str, timeout: float = 60) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run: dict[str, object] = app.api("GET", f"/runs/{run_id}").json()
+        if run["terminal"]:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def _run(app: Appliance, task: dict[str, object]) -> str:
+    return str(app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"])
+
+
+def _seed(app: Appliance) -> dict[str, str]:
+    backup = api_task(app, name="backup-db", command=BACKUP, schedule="0 3 * * *",
+                      timeout_s=600, labels=["daily"], env={"BACKUP_KEEP": "7"})
+    prices = api_task(app, name="sync-prices", command='echo "fetching prices"; echo '
+                      '"upstream answered 503" >&2; exit 2', schedule="*/15 * * * *")
+    disk = api_task(app, name="check-disk", command="echo checking; sleep 30", timeout_s=1,
+                    schedule="30 */6 * * *")
+    report = api_task(app, name="weekly-report", command="echo building report; sleep 300",
+                      schedule="0 8 * * 1", enabled=False)
+    api_task(app, name="sign-in-bot", command="echo signed in")
+    runs = {"backup": _run(app, backup), "prices": _run(app, prices), "disk": _run(app, disk)}
+    rep = _run(app, report)
+    deadline = time.monotonic() + 30
+    while app.api("GET", f"/runs/{rep}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert app.api("POST", f"/runs/{rep}/cancel").status_code == 202
+    runs["report"] = rep
+    for run_id in runs.values():
+        _wait_terminal(app, run_id)
+    app.api("POST", "/envs", json={"name": "WEATHER_API_KEY", "value": "wx-3f9c2a77d1",
+                                   "remarks": "for the weather script"})
+    app.api("POST", "/envs", json={"name": "NOTIFY_URL", "value": "https://hooks.example/abc",
+                                   "remarks": "", "enabled": False})
+    return runs
+
+
+def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
+    runs = _seed(appliance)
+
+    page.goto("/")
+    expect(page.get_by_label("Admin token")).to_be_visible()
+    shoot(page, "login")
+
+    sign_in(page)
+    expect(page.locator("tr[data-task-name='backup-db'] .badge")).to_have_attribute(
+        "data-status", "succeeded")
+    shoot(page, "tasks")
+
+    page.locator("tr[data-task-name='backup-db']").get_by_role("link", name="Edit").click()
+    expect(page.locator(".fire-times li")).to_have_count(5)
+    shoot(page, "task-editor")
+
+    page.get_by_role("navigation").get_by_role("link", name="Runs").click()
+    expect(page.locator("tr[data-run-id]")).to_have_count(4)
+    shoot(page, "runs")
+
+    page.goto(f"/#/runs/{runs['backup']}")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    expect(page.locator("#timeline li")).not_to_have_count(0)
+    shoot(page, "run-detail")
+
+    page.goto(f"/#/runs/{runs['report']}")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    expect(page.locator("#timeline li[data-type='attempt.signal_sent']")).to_be_visible()
+    shoot(page, "run-cancelled")
+
+    page.goto(f"/#/runs/{runs['disk']}")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "timed_out")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    shoot(page, "run-timed-out")
+
+    page.get_by_role("navigation").get_by_role("link", name="Envs").click()
+    row = page.locator("tr[data-env-name='WEATHER_API_KEY']")
+    row.get_by_role("button", name="Reveal").click()
+    expect(row).to_contain_text("wx-3f9c2a77d1")
+    shoot(page, "envs")
+
+    page.get_by_role("navigation").get_by_role("link", name="System").click()
+    expect(page.locator("[data-stat='backlog']")).to_be_visible()
+    shoot(page, "system")
+
+    # Simplified Chinese
+    page.get_by_role("navigation").get_by_role("link", name="Tasks").click()
+    page.get_by_role("button", name="Switch language").click()
+    expect(page.get_by_role("heading", name="任务", level=1)).to_be_visible()
+    expect(page.locator("tr[data-task-name='backup-db'] .badge")).to_be_visible()
+    shoot(page, "tasks-zh")
+    page.goto(f"/#/runs/{runs['prices']}")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    shoot(page, "run-detail-zh")
+
+    # the delete confirmation, as a dialog over the page
+    page.get_by_role("navigation").get_by_role("link", name="任务").click()
+    page.locator("tr[data-task-name='sign-in-bot']").get_by_role("button", name="删除").click()
+    expect(page.get_by_role("dialog")).to_be_visible()
+    settle(page)
+    page.screenshot(path=str(SHOTS / "delete-dialog-zh-desktop.png"))
+    page.keyboard.press("Escape")
+

@@ -1,0 +1,142 @@
+"""The operator panel's static serving: budget, hashed names, cache headers, CSP."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from qledge.http import panel
+
+PANEL = panel.PANEL_DIR
+BUDGET = 150 * 1024
+
+
+def _asset_urls(html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="(/assets/[^"]+)"', html)
+
+
+def test_all_panel_assets_fit_the_budget() -> None:
+    files = [p for p in PANEL.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"index.html", *panel.ASSETS}
+    total = sum(p.stat().st_size for p in files)
+    assert total <= BUDGET, f"panel assets are {total} bytes, budget {BUDGET}"
+
+
+def test_no_third_party_urls_in_the_panel() -> None:
+    for path in PANEL.rglob("*"):
+        if path.is_file():
+            text = path.read_text("utf-8")
+            assert not re.search(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.I), path
+
+
+def test_index_is_no_cache_with_a_strict_csp(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/html")
+    assert r.headers["cache-control"] == "no-cache"
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "default-src 'none'" in csp
+    assert "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["referrer-policy"] == "no-referrer"
+    assert "{{" not in r.text
+    assert r.text == client.get("/index.html").text
+
+
+def test_assets_have_content_hashes_and_immutable_caching(client: TestClient) -> None:
+    html = client.get("/").text
+    urls = _asset_urls(html)
+    assert len(urls) == len(panel.ASSETS)
+    for url in urls:
+        name = url.rsplit("/", 1)[1]
+        stem, digest, suffix = name.split(".")
+        source = (PANEL / f"{stem}.{suffix}").read_bytes()
+        assert digest == hashlib.sha256(source).hexdigest()[:16]
+        r = client.get(url, headers={"Accept-Encoding": "identity"})
+        assert r.status_code == 200
+        assert r.content == source
+        assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
+        want = "text/javascript" if suffix == "js" else "text/css"
+        assert r.headers["content-type"].startswith(want)
+        assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_unknown_or_stale_asset_names_are_404(client: TestClient) -> None:
+    for url in ("/assets/app.js", "/assets/app.0000000000000000.js", "/assets/index.html",
+                "/assets/../app.js", "/assets/app.css"):
+        r = client.get(url)
+        assert r.status_code == 404, url
+        assert "immutable" not in r.headers.get("cache-control", "")
+
+
+def test_gzip_and_etag_revalidation(client: TestClient) -> None:
+    url = _asset_urls(client.get("/").text)[-1]
+    raw = client.get(url, headers={"Accept-Encoding": "identity"})
+    # httpx decodes gzip transparently; compare the decoded body and check the header
+    zipped = client.get(url, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert zipped.content == raw.content
+    assert int(zipped.headers["content-length"]) < len(raw.content)
+    assert zipped.headers["vary"] == "Accept-Encoding"
+    etag = client.get("/").headers["etag"]
+    again = client.get("/", headers={"If-None-Match": etag})
+    assert again.status_code == 304
+    assert again.content == b""
+
+
+def test_api_still_needs_the_bearer_while_the_panel_does_not(client: TestClient) -> None:
+    saved = client.headers.pop("Authorization")
+    try:
+        assert client.get("/").status_code == 200
+        assert client.get("/api/v1/tasks").status_code == 401
+    finally:
+        client.headers["Authorization"] = saved
+
+
+def test_hashes_are_computed_from_contents_at_startup(tmp_path: Path) -> None:
+    for path in PANEL.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    before = {a.url for a in panel.Panel(tmp_path).assets.values()}
+    (tmp_path / "app.css").write_bytes((tmp_path / "app.css").read_bytes() + b"\n/* v2 */\n")
+    after = panel.Panel(tmp_path)
+    changed = {a.url for a in after.assets.values()} - before
+    assert len(changed) == 1 and next(iter(changed)).startswith("/assets/app.")
+    assert next(iter(changed)) in after.index.body.decode()
+    assert gzip.decompress(after.assets[next(iter(changed)).rsplit("/", 1)[1]].gzipped) \
+        .endswith(b"/* v2 */\n")
+
+
+def test_index_naming_an_unknown_asset_fails_at_startup(tmp_path: Path) -> None:
+    for path in PANEL.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "index.html").write_text('<script src="{{extra.js}}"></script>')
+    with pytest.raises(ValueError):
+        panel.Panel(tmp_path)
+
+
+def _i18n_keys(lang: str) -> set[str]:
+    text = (PANEL / "i18n.js").read_text("utf-8")
+    start = text.index(f"\n  {lang}: {{")
+    end = text.index("\n  },", start)
+    return set(re.findall(r"^\s+'([^']+)':", text[start:end], re.M))
+
+
+def test_english_and_chinese_have_the_same_strings() -> None:
+    en, zh = _i18n_keys("en"), _i18n_keys("zh")
+    assert len(en) > 150
+    assert en == zh, (en ^ zh)
+    used = set(re.findall(r"\bt\('([a-zA-Z0-9_.]+)'", (PANEL / "app.js").read_text("utf-8")))
+    assert {k for k in used if not k.endswith(".")} <= en
+
+
+def test_every_reason_code_and_status_is_explained() -> None:
+    from qledge.model import Reason, RunStatus
+
+    en = _i18n_keys("en")
+    assert {f"reason.{r.value}" for r in Reason} <= en
+    assert {f"status.{s.value}" for s in RunStatus} <= en
