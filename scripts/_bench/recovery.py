@@ -12,6 +12,7 @@ consumed <= 1 s after the restart.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import sys
@@ -38,14 +39,20 @@ def one(profile: str, running: int, waiting: int, state: Path) -> dict[str, floa
     app = Appliance(state, free_port(), profile=profile,
                     max_concurrent_attempts=str(running + waiting + 8))
     app.start()
+    gates: dict[str, int] = {}
     try:
         http = app.http
         long_task = http.post("/api/v1/tasks", json={
             "name": "long", "concurrency": "allow",
-            "command": 'until [ -e "$HOME/go-long" ]; do sleep 0.05; done'}).json()["id"]
+            "command": 'flock -s "$HOME/gate-long" true'}).json()["id"]
         short_task = http.post("/api/v1/tasks", json={
             "name": "short", "concurrency": "allow",
-            "command": 'until [ -e "$HOME/go-short" ]; do sleep 0.05; done'}).json()["id"]
+            "command": 'flock -s "$HOME/gate-short" true'}).json()["id"]
+        # Tasks block in flock(2) — no CPU, no polling — until the bench lets go.
+        gates = {name: os.open(state / "work" / f"gate-{name}", os.O_CREAT | os.O_RDWR, 0o600)
+                 for name in ("short", "long")}
+        for fd in gates.values():
+            fcntl.flock(fd, fcntl.LOCK_EX)
         longs = [http.post(f"/api/v1/tasks/{long_task}/runs").json()["run"]["id"]
                  for _ in range(running)]
         shorts = [http.post(f"/api/v1/tasks/{short_task}/runs").json()["run"]["id"]
@@ -58,7 +65,7 @@ def one(profile: str, running: int, waiting: int, state: Path) -> dict[str, floa
         _wait(all_running, 120, "every run spawned")
         pid = app.worker_pid()
         os.kill(pid, signal.SIGSTOP)
-        (state / "work" / "go-short").touch()
+        os.close(gates.pop("short"))
         receipts = state / "receipts"
         _wait(lambda: sum(1 for _ in receipts.glob("*/*.json")) >= waiting, 60,
               "the short tasks' receipts")
@@ -74,7 +81,7 @@ def one(profile: str, running: int, waiting: int, state: Path) -> dict[str, floa
         drain_s = time.monotonic() - t_kill
         for run_id in shorts:
             assert http.get(f"/api/v1/runs/{run_id}").json()["status"] == "succeeded"
-        (state / "work" / "go-long").touch()
+        os.close(gates.pop("long"))
         _wait(lambda: all(http.get(f"/api/v1/runs/{r}").json()["terminal"] for r in longs),
               60, "the long tasks to end")
         lags = []
@@ -90,8 +97,8 @@ def one(profile: str, running: int, waiting: int, state: Path) -> dict[str, floa
         print(app.log_tail(80), file=sys.stderr)
         raise
     finally:
-        for name in ("go-short", "go-long"):
-            (state / "work" / name).touch()
+        for fd in gates.values():
+            os.close(fd)
         app.stop()  # also kills any task still running under this state dir
     return result
 

@@ -1,0 +1,132 @@
+// qledge image targets for `docker buildx bake`. Run from the repository root:
+//
+//   docker buildx bake -f buildx/docker-bake.hcl                 # amd64 + arm64 (group default)
+//   docker buildx bake -f buildx/docker-bake.hcl validate        # launcher stage, both arches
+//   docker buildx bake -f buildx/docker-bake.hcl image-local     # host arch → qledge:local
+//   docker buildx bake -f buildx/docker-bake.hcl armv7           # best effort, not in default
+//   docker buildx bake -f buildx/docker-bake.hcl --print         # resolved JSON, no build
+//   VERSION=0.2.0 REGISTRY=ghcr.io/acme docker buildx bake -f buildx/docker-bake.hcl release --push
+//
+// Add --load to put amd64/arm64 into the local engine (tags qledge:local-<arch>).
+//
+// Without a registry (the CI machine), build per-arch bases with
+// `scripts/image base --platform …` and set BASE_PREFIX=qledge/base:bookworm:
+// each target then starts FROM qledge/base:bookworm-<arch> (BuildKit must see
+// those images: the "docker" driver does). scripts/image is
+// what CI runs (the docker.io engine there has BuildKit but no buildx plugin).
+
+variable "VERSION" {
+  default = "0.1.0"
+}
+
+// Base image of every stage (a multi-arch Debian bookworm slim image).
+variable "BASE_IMAGE" {
+  default = "debian:bookworm-slim"
+}
+
+// When set, per-arch local bases "<BASE_PREFIX>-<arch>" replace BASE_IMAGE.
+variable "BASE_PREFIX" {
+  default = ""
+}
+
+variable "REGISTRY" {
+  default = ""
+}
+
+variable "SOURCE_URL" {
+  default = ""
+}
+
+variable "REVISION" {
+  default = ""
+}
+
+// A CA bundle for pip where TLS is intercepted (e.g. /etc/ssl/certs/ca-certificates.crt);
+// mounted as a BuildKit secret for the pip step only, never stored in a layer.
+variable "CA_BUNDLE" {
+  default = ""
+}
+
+function "base" {
+  params = [arch]
+  result = BASE_PREFIX != "" ? "${BASE_PREFIX}-${arch}" : BASE_IMAGE
+}
+
+// image("0.1.0-amd64") → "qledge:0.1.0-amd64", or "<REGISTRY>/qledge:…" when REGISTRY is set.
+function "image" {
+  params = [tag]
+  result = REGISTRY != "" ? "${REGISTRY}/qledge:${tag}" : "qledge:${tag}"
+}
+
+group "default" {
+  targets = ["amd64", "arm64"]
+}
+
+group "validate" {
+  targets = ["launcher-amd64", "launcher-arm64"]
+}
+
+target "_common" {
+  context    = "."
+  dockerfile = "Containerfile"
+  target     = "runtime"
+  args = {
+    VERSION    = VERSION
+    SOURCE_URL = SOURCE_URL
+    REVISION   = REVISION
+  }
+  secret = compact([CA_BUNDLE != "" ? "id=ca,src=${CA_BUNDLE}" : ""])
+}
+
+target "amd64" {
+  inherits  = ["_common"]
+  platforms = ["linux/amd64"]
+  args      = { BASE_IMAGE = base("amd64") }
+  tags      = [image("${VERSION}-amd64"), "qledge:local-amd64"]
+}
+
+target "arm64" {
+  inherits  = ["_common"]
+  platforms = ["linux/arm64"]
+  args      = { BASE_IMAGE = base("arm64") }
+  tags      = [image("${VERSION}-arm64"), "qledge:local-arm64"]
+}
+
+// Best effort: uvloop and msgspec compile from source (no armv7 wheels).
+target "armv7" {
+  inherits  = ["_common"]
+  platforms = ["linux/arm/v7"]
+  args      = { BASE_IMAGE = base("armv7") }
+  tags      = [image("${VERSION}-armv7"), "qledge:local-armv7"]
+}
+
+// Host architecture, loaded into the local engine as qledge:local (compose.yaml uses it).
+target "image-local" {
+  inherits = ["_common"]
+  tags     = ["qledge:local"]
+  output   = ["type=docker"]
+}
+
+// One multi-arch manifest (needs a registry: add --push).
+target "release" {
+  inherits  = ["_common"]
+  platforms = ["linux/amd64", "linux/arm64"]
+  tags      = [image(VERSION), image("latest")]
+}
+
+// Only the static launcher stage: compiles and checks ql-launch per arch.
+target "launcher-amd64" {
+  inherits  = ["_common"]
+  target    = "launcher"
+  platforms = ["linux/amd64"]
+  args      = { BASE_IMAGE = base("amd64") }
+  output    = ["type=cacheonly"]
+}
+
+target "launcher-arm64" {
+  inherits  = ["_common"]
+  target    = "launcher"
+  platforms = ["linux/arm64"]
+  args      = { BASE_IMAGE = base("arm64") }
+  output    = ["type=cacheonly"]
+}

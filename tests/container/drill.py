@@ -1,0 +1,245 @@
+"""Crash drills against the real appliance image in a real Docker engine.
+
+    python tests/container/drill.py [--platform linux/amd64] [--smoke]
+
+Full suite (amd64 in CI): 1. kill -9 of the HTTP worker inside the container
+mid-run; 2. `docker restart` with a finished-but-unconsumed receipt and a
+still-running task (the task dies with the PID namespace → `lost`, the receipt
+→ its exact exit code); 3. `docker kill` then `docker start` (volumes keep
+every run). `--smoke` (arm64 under emulation in CI): start, run, kill the
+worker, recover. Prints a JSON summary; exit 1 on any broken invariant.
+Only the image's API, `docker exec` and `docker` itself are used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+
+DOCKER = "/usr/bin/docker"
+TOKEN = "container-drill-token-0123456789abcdef"
+
+
+def sh(*args: str, check: bool = True, timeout: float = 300) -> str:
+    res = subprocess.run([DOCKER, *args], capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args[:2])} failed: {res.stderr.strip()[-400:]}")
+    return res.stdout.strip()
+
+
+def tag_of(platform: str) -> str:
+    return "qledge:local-" + {"linux/amd64": "amd64", "linux/arm64": "arm64",
+                              "linux/arm/v7": "armv7"}[platform]
+
+
+class Box:
+    """One container with its own three named volumes."""
+
+    def __init__(self, platform: str, slow: float) -> None:
+        self.platform = platform
+        self.slow = slow
+        arch = platform.split("/")[-1]
+        self.name = f"qledge-drill-{arch}-{os.getpid()}-{random.randrange(1 << 20)}"
+        self.port = random.randint(20000, 32000)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}",
+                                 headers={"Authorization": f"Bearer {TOKEN}"},
+                                 timeout=30 * slow)
+
+    def run(self) -> None:
+        sh("run", "-d", "--name", self.name, "--platform", self.platform,
+           "-p", f"127.0.0.1:{self.port}:5700",
+           "-e", f"QLEDGE_ADMIN_TOKEN={TOKEN}", "-e", "QLEDGE_ROUND_INTERVAL_S=1",
+           "-e", "QLEDGE_PUBLISH_GRACE_MS=200",
+           *(a for v in ("data", "receipts", "logs")
+             for a in ("-v", f"{self.name}-{v}:/var/lib/qledge/{v}")),
+           tag_of(self.platform))
+
+    def ready(self, timeout: float = 60) -> float:
+        t0 = time.monotonic()
+        deadline = t0 + timeout * self.slow
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get("/readyz").status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        logs = sh("logs", "--tail", "40", self.name, check=False)
+        raise AssertionError(f"{self.name} not ready:\n{logs}")
+
+    def exec(self, *args: str) -> str:
+        return sh("exec", self.name, *args)
+
+    def worker_pid(self) -> int:
+        return int(self.exec("supervisorctl", "pid", "http"))
+
+    def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        for _ in range(50):
+            try:
+                return self.http.request(method, f"/api/v1{path}", **kw)
+            except httpx.HTTPError:
+                time.sleep(0.2 * self.slow)
+        raise AssertionError(f"API unreachable: {method} {path}")
+
+    def task(self, command: str) -> str:
+        r = self.api("POST", "/tasks", json={"name": "d", "command": command,
+                                              "concurrency": "allow"})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def trigger(self, task_id: str) -> str:
+        r = self.api("POST", f"/tasks/{task_id}/runs")
+        assert r.status_code == 202, r.text
+        return str(r.json()["run"]["id"])
+
+    def run_of(self, run_id: str) -> dict[str, Any]:
+        return dict(self.api("GET", f"/runs/{run_id}").json())
+
+    def wait(self, run_id: str, want: str = "terminal", timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout * self.slow
+        while True:
+            run = self.run_of(run_id)
+            if (run["terminal"] if want == "terminal" else run["status"] == want):
+                return run
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never {want}: {run}")
+            time.sleep(0.1)
+
+    def terminal_events(self, run_id: str) -> int:
+        items = self.api("GET", f"/runs/{run_id}/events").json()["items"]
+        return sum(1 for e in items if e["type"] == "run.finished")
+
+    def remove(self) -> None:
+        sh("rm", "-f", self.name, check=False)
+        for v in ("data", "receipts", "logs"):
+            sh("volume", "rm", "-f", f"{self.name}-{v}", check=False)
+        self.http.close()
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.drills: list[str] = []
+        self.runs = 0
+        self.terminal_events = 0
+        self.duplicates = 0
+        self.false_successes = 0
+
+    def check(self, box: Box, run_id: str, *, status: str, exit_code: int | None) -> None:
+        run = box.run_of(run_id)
+        events = box.terminal_events(run_id)
+        self.runs += 1
+        self.terminal_events += events
+        self.duplicates += max(0, events - 1)
+        if run["status"] == "succeeded" and status != "succeeded":
+            self.false_successes += 1
+        assert events == 1, f"{run_id}: {events} terminal events"
+        assert run["status"] == status, f"{run_id}: {run['status']} != {status}: {run}"
+        if exit_code is not None:
+            assert run["exit_code"] == exit_code, run
+
+
+def numbered(n: int, code: int, pause: float) -> str:
+    return (f'i=1; while [ $i -le {n} ]; do echo "line $i"; i=$((i+1)); sleep {pause}; done;'
+            f" exit {code}")
+
+
+def drill_worker_kill(box: Box, tally: Tally, lines: int) -> None:
+    tasks = {code: box.task(numbered(lines, code, 0.05)) for code in (0, 3, 42)}
+    runs = {code: box.trigger(t) for code, t in tasks.items()}
+    for run_id in runs.values():
+        box.wait(run_id, "running")
+    pid = box.worker_pid()
+    box.exec("sh", "-c", f"kill -9 {pid}")
+    box.ready()
+    assert box.worker_pid() != pid
+    for code, run_id in runs.items():
+        box.wait(run_id)
+        tally.check(box, run_id, status="succeeded" if code == 0 else "failed", exit_code=code)
+        log = box.api("GET", f"/runs/{run_id}/log").text
+        assert log == "".join(f"line {i}\n" for i in range(1, lines + 1)), "log gap/dup"
+    tally.drills.append("worker_kill_mid_run")
+
+
+def drill_docker_restart(box: Box, tally: Tally) -> None:
+    long_run = box.trigger(box.task("sleep 600"))
+    short_run = box.trigger(box.task("sleep 2; exit 7"))
+    box.wait(long_run, "running")
+    box.wait(short_run, "running")
+    box.exec("supervisorctl", "stop", "http")  # nobody consumes now
+    deadline = time.monotonic() + 60 * box.slow
+    while not box.exec("sh", "-c", "ls /var/lib/qledge/receipts/*/*.json 2>/dev/null || true"):
+        assert time.monotonic() < deadline, "the short task's receipt never appeared"
+        time.sleep(0.2)
+    sh("restart", "-t", "30", box.name)
+    box.ready()
+    box.wait(short_run)
+    box.wait(long_run)
+    tally.check(box, short_run, status="failed", exit_code=7)
+    tally.check(box, long_run, status="lost", exit_code=None)
+    assert box.run_of(long_run)["reason_code"].startswith("RECOVERY_"), box.run_of(long_run)
+    tally.drills.append("docker_restart")
+
+
+def drill_docker_kill(box: Box, tally: Tally) -> None:
+    before = box.api("GET", "/runs", params={"limit": 200}).json()["items"]
+    running = box.trigger(box.task("sleep 600"))
+    box.wait(running, "running")
+    sh("kill", box.name)
+    sh("start", box.name)
+    box.ready()
+    box.wait(running)
+    tally.check(box, running, status="lost", exit_code=None)
+    after = {r["id"]: r for r in box.api("GET", "/runs", params={"limit": 200}).json()["items"]}
+    for r in before:  # the volumes kept every earlier run, unchanged
+        assert after[r["id"]]["status"] == r["status"], (r, after[r["id"]])
+    check = box.exec("/opt/qledge/venv/bin/python", "-c",
+                     "import sqlite3; print(sqlite3.connect('file:/var/lib/qledge/data/"
+                     "qledge.sqlite3?mode=ro', uri=True).execute('PRAGMA integrity_check')"
+                     ".fetchone()[0])")
+    assert check == "ok", check
+    tally.drills.append("docker_kill_then_start")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--platform", default="linux/amd64")
+    ap.add_argument("--smoke", action="store_true", help="start, run, kill worker, recover")
+    args = ap.parse_args()
+    slow = 1.0 if args.platform == "linux/amd64" else 6.0
+    box = Box(args.platform, slow)
+    tally = Tally()
+    t0 = time.monotonic()
+    error = None
+    try:
+        box.run()
+        ready_s = box.ready()
+        drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
+        if not args.smoke:
+            drill_docker_restart(box, tally)
+            drill_docker_kill(box, tally)
+    except (AssertionError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        error = str(exc)
+        print(sh("logs", "--tail", "60", box.name, check=False), file=sys.stderr)
+        ready_s = -1.0
+    finally:
+        box.remove()
+    summary = {"platform": args.platform, "mode": "smoke" if args.smoke else "full",
+               "drills": tally.drills, "runs": tally.runs,
+               "terminal_events": tally.terminal_events, "duplicates": tally.duplicates,
+               "false_successes": tally.false_successes, "first_ready_s": round(ready_s, 2),
+               "elapsed_s": round(time.monotonic() - t0, 1), "ok": error is None,
+               "error": error}
+    print(json.dumps(summary))
+    return 0 if error is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
