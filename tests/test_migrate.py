@@ -28,6 +28,8 @@ def test_fresh_database_gets_every_migration(tmp_path: Path) -> None:
     cols = {r[1] for r in conn.execute("PRAGMA table_info(run_attempts)")}
     assert "deadline_at_ms" in cols
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    for suffix in ("", "-wal", "-shm"):  # private, like every file of the data volume
+        assert (tmp_path / f"q.db{suffix}").stat().st_mode & 0o777 == 0o600, suffix
 
 
 def test_upgrade_from_baseline_keeps_data(tmp_path: Path) -> None:

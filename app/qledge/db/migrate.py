@@ -7,6 +7,7 @@ the database carries a migration this code does not know (it is newer).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sqlite3
 import time
@@ -81,6 +82,7 @@ def check(conn: sqlite3.Connection, migrations: list[Migration]) -> list[Migrati
 def apply(db_path: Path, migrations: list[Migration] | None = None) -> list[int]:
     """Check and apply pending migrations, one transaction each. Returns applied versions."""
     migs = bundled() if migrations is None else migrations
+    _private_file(db_path)
     conn = sqlite3.connect(db_path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -100,6 +102,16 @@ def apply(db_path: Path, migrations: list[Migration] | None = None) -> list[int]
         return done
     finally:
         conn.close()
+
+
+def _private_file(db_path: Path) -> None:
+    """The database file is 0600; SQLite gives its -wal and -shm files the same mode."""
+    fd = os.open(db_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def _apply_one(conn: sqlite3.Connection, mig: Migration) -> None:
