@@ -69,13 +69,19 @@ class PeriodicLoop:
         if task is None:
             return
         self._poke.set()
-        if not self._in_round:
-            task.cancel()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.stop_timeout_s)
-        except TimeoutError:
-            task.cancel()
-        except asyncio.CancelledError:
-            pass
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await drain(task, in_round=self._in_round, timeout_s=self.stop_timeout_s)
+
+
+async def drain(task: asyncio.Task[None], *, in_round: bool, timeout_s: float) -> None:
+    """Stop a loop task: cancel it while it sleeps; mid-round, let the round finish
+    within `timeout_s`, then cancel. Shared by every loop (bounded stop, SPEC §6)."""
+    if not in_round:
+        task.cancel()
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout_s)
+    except TimeoutError:
+        task.cancel()
+    except asyncio.CancelledError:
+        pass
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

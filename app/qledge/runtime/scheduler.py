@@ -43,6 +43,7 @@ from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
 from ..model import Concurrency, NewEvent, Task, Trigger
+from .loop import drain
 
 log = logging.getLogger("qledge.scheduler")
 
@@ -147,16 +148,7 @@ class Scheduler:
         if task is None:
             return
         self._wake.set()
-        if not self._in_round:
-            task.cancel()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.stop_timeout_s)
-        except TimeoutError:
-            task.cancel()
-        except asyncio.CancelledError:
-            pass
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await drain(task, in_round=self._in_round, timeout_s=self.stop_timeout_s)
 
     async def _run(self) -> None:
         while not self._stopping:
