@@ -121,6 +121,14 @@ class Server:
             time.sleep(0.05)
         raise AssertionError("server not ready")
 
+    def stop_worker_only(self) -> None:
+        """SIGTERM the worker and wait; its tasks are left alone (shutdown policy)."""
+        import signal
+
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        self.http.close()
+
     def stop(self) -> None:
         import signal
 

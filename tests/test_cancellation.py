@@ -208,3 +208,34 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_shutdown_policy_leave_keeps_tasks_and_cancel_ends_them(tmp_path: Path) -> None:
+    # Default "leave": SIGTERM to the worker stops it; the task runs on and the
+    # next worker re-attaches it.
+    srv = Server(tmp_path / "leave")
+    run_id = _start(srv.http, "sleep 60")
+    _wait_running(srv.http, run_id)
+    srv.stop_worker_only()
+    srv2 = Server(tmp_path / "leave")
+    try:
+        assert srv2.http.get(f"/api/v1/runs/{run_id}").json()["status"] == "running"
+        report = srv2.http.get("/api/v1/system").json()["startup_recovery"]["counts"]
+        assert report.get("reattached") == 1, report
+        srv2.http.post(f"/api/v1/runs/{run_id}/cancel")
+        assert wait_terminal(srv2.http, run_id)["status"] == "cancelled"
+    finally:
+        srv2.stop()
+    # "cancel": the worker commits cancel_requested(shutdown) and drains.
+    srv = Server(tmp_path / "cancel", shutdown_policy="cancel", kill_grace_s="2")
+    run_id = _start(srv.http, "sleep 60")
+    _wait_running(srv.http, run_id)
+    srv.stop_worker_only()
+    srv2 = Server(tmp_path / "cancel")
+    try:
+        run = srv2.http.get(f"/api/v1/runs/{run_id}").json()
+        assert (run["status"], run["cancel_reason"]) == ("cancelled", "shutdown"), run
+        events = [e["type"] for e in srv2.http.get(f"/api/v1/runs/{run_id}/events").json()["items"]]
+        assert events.count("run.finished") == 1
+    finally:
+        srv2.stop()
