@@ -88,3 +88,34 @@ async def test_readers_cannot_write(db: Database) -> None:
     with pytest.raises(sqlite3.OperationalError):
         async with db.read() as tx:
             await tx.execute("DELETE FROM tasks")
+
+
+async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Database) -> None:
+    # An SSE client that disconnects cancels its task mid-read; the connection
+    # must come back usable (not stuck "within a transaction").
+    started = asyncio.Event()
+
+    async def reader() -> None:
+        async with db.read() as tx:
+            await tx.one("SELECT 1")
+            started.set()
+            await asyncio.sleep(30)
+
+    async def writer() -> None:
+        async with db.write() as tx:
+            await tx.one("SELECT 1")
+            await asyncio.sleep(30)
+
+    for body in (reader, writer):
+        started.clear()
+        tasks = [asyncio.create_task(body()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for conn in db._all:  # the writer and readers: a BEGIN whose task never resumed
+        await conn.execute("BEGIN")
+    for _ in range(4):
+        async with db.read() as tx:
+            assert await tx.one("SELECT 1") is not None
+    await _task_and_run(db)

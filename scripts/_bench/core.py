@@ -127,8 +127,11 @@ async def throughput(state: Path, burst: int) -> float:
 async def backlog(state: Path, n: int, batch: int) -> float:
     rt = _runtime(state)
     await rt.start()
+    # Only the consumer is measured: no supervisor, dispatcher or retention rounds
+    # competing for the writer (retention would start deleting the 2,000 runs).
     await rt.supervision.stop()
     await rt.dispatcher.stop()
+    await rt.disk.stop()
     attempts: list[str] = []
     async with rt.db.write() as tx:
         task = await store.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",

@@ -84,6 +84,23 @@ async def _connect(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     return conn
 
 
+async def _begin(conn: aiosqlite.Connection, statement: str) -> None:
+    """BEGIN, first closing a transaction a cancelled task left open.
+
+    A task cancelled while awaiting (an SSE client leaving, a loop stopped
+    mid-round) cannot stop the statement already queued on the connection's
+    thread, so its COMMIT/ROLLBACK may never run and the connection comes back
+    still inside a transaction. Nothing of it was committed; roll it back.
+    """
+    try:
+        await conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if "within a transaction" not in str(exc):
+            raise
+        await conn.execute("ROLLBACK")
+        await conn.execute(statement)
+
+
 class Database:
     """Owns every connection; opened and closed by the app lifespan."""
 
@@ -120,7 +137,7 @@ class Database:
             raise RuntimeError("database is not open")
         async with self._write_lock:
             conn = self._writer
-            await conn.execute("BEGIN IMMEDIATE")
+            await _begin(conn, "BEGIN IMMEDIATE")
             try:
                 yield Tx(conn)
                 failpoints.hit("db.before_commit")
@@ -154,7 +171,7 @@ class Database:
         """A consistent read snapshot on a reader connection."""
         conn = await self._readers.get()
         try:
-            await conn.execute("BEGIN")
+            await _begin(conn, "BEGIN")
             try:
                 yield Tx(conn)
             finally:
