@@ -22,7 +22,7 @@ from qledge.runtime.diskwatch import MIB, REASON, DiskWatch, low_water, under_pr
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
 
-from conftest import Server, wait_terminal
+from conftest import Server, unavailable, wait_terminal
 
 
 class FakeFs:
@@ -130,13 +130,13 @@ async def test_held_runs_get_one_event_each_and_resume_by_themselves(
 @pytest.fixture
 def tiny_logs(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip("disk-pressure drill needs root to mount a tmpfs")
+        unavailable("disk-pressure drill needs root to mount a tmpfs")
     mnt = tmp_path / "logs"
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
                          capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+        unavailable(f"cannot mount a tmpfs here: {res.stderr.strip()}")
     try:
         yield mnt
     finally:

@@ -16,6 +16,8 @@ from qledge.receipts import store as store_module
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected, decode
 from qledge.receipts.store import ReceiptStore, UnsafeStore, UnsupportedVolume, probe
 
+from conftest import unavailable
+
 NOT_REGULAR = Rejected(ReceiptReason.RECEIPT_NOT_REGULAR)
 
 
@@ -366,9 +368,9 @@ def test_probe_renameat2_alone_is_enough(root: Path, monkeypatch: pytest.MonkeyP
 @pytest.fixture
 def vfat_mount(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
-        pytest.skip("mounting a vfat image needs root")
+        unavailable("mounting a vfat image needs root")
     if shutil.which("mkfs.vfat") is None:
-        pytest.skip("mkfs.vfat (dosfstools) is not installed")
+        unavailable("mkfs.vfat (dosfstools) is not installed")
     image, mnt = tmp_path / "fat.img", tmp_path / "mnt"
     mnt.mkdir()
     with image.open("wb") as f:
@@ -392,7 +394,7 @@ def vfat_mount(tmp_path: Path) -> Iterator[Path]:
             break
         errors.append(f"{mount[0]}: {done.stderr.strip() or done.returncode}")
     if unmount is None:
-        pytest.skip("could not mount a vfat image: " + "; ".join(errors))
+        unavailable("could not mount a vfat image: " + "; ".join(errors))
     try:
         yield mnt
     finally:
