@@ -16,6 +16,7 @@ from qledge.db.connection import Database
 from qledge.model import Trigger
 
 from _appliance import Appliance
+from _launcher import wait_until
 from conftest import Server, free_port, wait_terminal
 
 
@@ -123,7 +124,8 @@ def test_late_receipt_after_cancel_is_consumed_not_quarantined(server: Server) -
     run = wait_terminal(server.http, run_id)
     assert (run["status"], run["exit_code"]) == ("cancelled", 0)
     receipts = server.state / "receipts"
-    assert not list(receipts.glob("*/*.json"))
+    # Deleted once the result is durable: at the latest group_commit_s after the commit.
+    wait_until(lambda: not list(receipts.glob("*/*.json")), 10, "consumed receipt deleted")
     assert not (receipts / ".quarantine").exists() or not list(
         (receipts / ".quarantine").rglob("*.json"))
     system = server.http.get("/api/v1/system").json()

@@ -15,6 +15,7 @@ from qledge.receipts.codec import Receipt, encode, new_token, token_hash
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.completion import CompletionService, Outcome
 from qledge.runtime.consumer import Consumed, Consumer
+from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
 
 NODE = "01a22c6f-dc91-7024-a839-591fbcd14500"
@@ -25,7 +26,8 @@ class World:
         self.db = db
         self.receipts = receipts
         self.completion = CompletionService(db, NODE)
-        self.consumer = Consumer(db, receipts, self.completion)
+        self.reaper = Reaper(db, receipts, window_s=60.0)
+        self.consumer = Consumer(db, receipts, self.completion, self.reaper)
 
     async def attempt(self, *, owner: str = NODE, executor: str = "local_process",
                       deadline: int | None = None) -> tuple[Attempt, str]:
@@ -140,6 +142,11 @@ async def test_crash_after_commit_before_delete_replays_into_already_terminal(
     assert world.receipts.read(att.id) is not None  # committed, not deleted
     failpoints.configure("")
     assert await world.consumer.consume(att.id) is Consumed.ALREADY_TERMINAL
+    # The result rests on a deferred commit: the receipt waits for the next fsync.
+    assert world.db.durable_seq < world.db.commit_seq
+    assert world.receipts.read(att.id) is not None and world.reaper.holds(att.id)
+    await world.reaper.drain()
+    assert world.db.durable_seq == world.db.commit_seq
     assert world.receipts.read(att.id) is None
     assert await world.state(att) == ("succeeded", "succeeded", 0,
                                       ["attempt.finished", "run.finished"])
@@ -154,6 +161,7 @@ async def test_crash_before_commit_replays_once(world: World) -> None:
     assert await world.state(att) == ("running", "running", None, [])
     failpoints.configure("")
     assert await world.consumer.consume(att.id) is Consumed.APPLIED
+    await world.reaper.drain()
     assert await world.consumer.consume(att.id) is Consumed.MISSING
     assert await world.state(att) == ("failed", "failed", 9, ["attempt.finished", "run.finished"])
 

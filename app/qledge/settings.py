@@ -44,6 +44,9 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     low_water_pct: float
     vacuum_pages_per_round: int
     wal_checkpoint_mb: int
+    # How long a result committed without its own fsync may wait to share one
+    # (the next durable commit) before its receipt is deleted; docs/storage.md.
+    group_commit_s: float
 
 
 PROFILES: dict[str, Profile] = {
@@ -69,6 +72,7 @@ PROFILES: dict[str, Profile] = {
         low_water_pct=2.0,
         vacuum_pages_per_round=256,
         wal_checkpoint_mb=4,
+        group_commit_s=2.0,
     ),
     "standalone": Profile(
         name="standalone",
@@ -90,6 +94,7 @@ PROFILES: dict[str, Profile] = {
         low_water_pct=1.0,
         vacuum_pages_per_round=2048,
         wal_checkpoint_mb=16,
+        group_commit_s=0.5,
     ),
 }
 

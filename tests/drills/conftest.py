@@ -197,6 +197,13 @@ def receipt_file(app: Appliance, attempt_id: str) -> Path:
     return receipts_root(app) / attempt_id[-2:] / f"{attempt_id}.json"
 
 
+def assert_receipt_reaped(app: Appliance, attempt_id: str) -> None:
+    """Consumed receipts are deleted after the fsync that makes their result durable:
+    at the latest the profile's group_commit_s (2 s on edge) after the commit."""
+    path = receipt_file(app, attempt_id)
+    wait_until(lambda: not path.exists(), 10, f"consumed receipt {path.name} deleted")
+
+
 def quarantine_file(app: Appliance, attempt_id: str) -> Path:
     return receipts_root(app) / ".quarantine" / attempt_id[-2:] / f"{attempt_id}.json"
 

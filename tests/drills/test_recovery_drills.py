@@ -21,6 +21,7 @@ from .conftest import (
     Factory,
     alive,
     assert_one_terminal,
+    assert_receipt_reaped,
     events_of,
     full_log,
     get_run,
@@ -135,7 +136,7 @@ def test_worker_killed_mid_run_tasks_keep_log_and_exit_code(appliance: Factory) 
         assert_one_terminal(app, rid)
         n = numbered(full_log(app, rid).decode())
         assert n >= lines and n == lines_in(logs[rid])
-        assert not receipt_file(app, attempts[rid]["id"]).exists()
+        assert_receipt_reaped(app, attempts[rid]["id"])
     wait_backlog_drained(app)
 
 
@@ -221,7 +222,7 @@ def test_crash_before_completion_commit_replays_once(appliance: Factory) -> None
     assert_exited(run, 7)
     assert_one_terminal(app, run_id)
     assert system(app)["startup_recovery"]["counts"].get("receipt_applied") == 1
-    assert not receipt_file(app, attempt["id"]).exists()
+    assert_receipt_reaped(app, attempt["id"])
     wait_backlog_drained(app)
 
 
@@ -293,7 +294,7 @@ def test_launcher_killed_while_worker_down_is_lost_never_succeeded(appliance: Fa
     assert run["attempts"][0]["status"] == "lost", run
     evs = assert_one_terminal(app, run_id)
     assert all(e["data"].get("status") != "succeeded" for e in evs), evs
-    assert not receipt_file(app, attempt["id"]).exists()
+    assert_receipt_reaped(app, attempt["id"])
     wait_backlog_drained(app)
 
 
@@ -369,7 +370,7 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
     log_text = output(app)
     for kind in kinds:
         attempt_id = attempts[kind]["id"]
-        assert not receipt_file(app, attempt_id).exists()
+        assert_receipt_reaped(app, attempt_id)
         moved = quarantine_file(app, attempt_id)
         assert moved.read_bytes() == contents[kind][1], kind
         assert oct(moved.parent.stat().st_mode & 0o777) == "0o700"
@@ -384,7 +385,7 @@ def test_invalid_receipts_are_quarantined_and_the_real_result_still_wins(
         run = wait_terminal(app, runs[kind])
         assert_exited(run, codes[kind])
         assert_one_terminal(app, runs[kind])
-        assert not receipt_file(app, attempts[kind]["id"]).exists()
+        assert_receipt_reaped(app, attempts[kind]["id"])
     log_text = output(app)
     for kind, (marker, _) in contents.items():
         assert marker not in log_text, f"{kind} receipt content leaked into the log"

@@ -1,13 +1,19 @@
-"""Connections: one writer (BEGIN IMMEDIATE, synchronous=FULL) and separate readers.
+"""Connections: one writer (BEGIN IMMEDIATE) and separate readers; durability marks.
 
-Durability rule (docs/storage.md): the writer commits with synchronous=FULL,
-so once COMMIT returns the terminal result is on disk and only then may the
-consumer delete the receipt that proved it.
+Durability rule (docs/storage.md): a receipt is deleted only once the result
+it proved is on disk. A write transaction is either *durable* (COMMIT with
+synchronous=FULL: the WAL is fsync'd before COMMIT returns) or *deferred*
+(synchronous=NORMAL: written to the WAL, on disk at the next fsync of it).
+`commit_seq` counts commits and `durable_seq` the last one known on disk; the
+WAL is append-only, so an fsync makes every earlier commit durable (a power
+cut keeps a prefix of commits, never a hole). Deferred commits are for what a
+power cut may lose without harm (see docs/storage.md, "Durability classes").
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -78,7 +84,7 @@ async def _connect(path: Path, *, readonly: bool) -> aiosqlite.Connection:
         await conn.execute("PRAGMA query_only=ON")
     else:
         await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=FULL")
+        await conn.execute("PRAGMA synchronous=FULL")  # switched per transaction
         # After a checkpoint resets the WAL, truncate it back to this size (SD cards).
         await conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
     return conn
@@ -101,6 +107,29 @@ async def _begin(conn: aiosqlite.Connection, statement: str) -> None:
         await conn.execute(statement)
 
 
+def _fdatasync(wal: Path) -> None:
+    try:
+        fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # no WAL: everything was checkpointed into the (fsync'd) database
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+async def _set_synchronous(conn: aiosqlite.Connection, level: str) -> None:
+    """SQLite refuses this inside a transaction; one a cancelled task left open is
+    rolled back first (see _begin)."""
+    try:
+        await conn.execute(f"PRAGMA synchronous={level}")
+    except sqlite3.OperationalError as exc:
+        if "transaction" not in str(exc):
+            raise
+        await conn.execute("ROLLBACK")
+        await conn.execute(f"PRAGMA synchronous={level}")
+
+
 class Database:
     """Owns every connection; opened and closed by the app lifespan."""
 
@@ -111,14 +140,24 @@ class Database:
         self._write_lock = asyncio.Lock()
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
+        self._full = True
+        self.commit_seq = 0
+        self.durable_seq = 0
+        self.syncs = 0  # explicit WAL fsyncs (sync()), for /api/v1/system and benches
+        self._durable = asyncio.Condition()
 
     async def open(self) -> None:
         self._writer = await _connect(self.path, readonly=False)
+        self._full = True
         self._all.append(self._writer)
         for _ in range(self._readers_n):
             conn = await _connect(self.path, readonly=True)
             self._all.append(conn)
             self._readers.put_nowait(conn)
+        # A previous worker may have left deferred commits in the page cache only:
+        # make them durable before anything here acts on what they say (e.g. deletes
+        # a receipt because its attempt reads terminal).
+        await asyncio.to_thread(_fdatasync, Path(f"{self.path}-wal"))
 
     async def close(self) -> None:
         conns, self._all = self._all, []
@@ -131,12 +170,19 @@ class Database:
         return self._writer is not None
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
-        """A BEGIN IMMEDIATE transaction: committed on exit, rolled back on any error."""
+    async def write(self, *, durable: bool = True) -> AsyncIterator[Tx]:
+        """A BEGIN IMMEDIATE transaction: committed on exit, rolled back on any error.
+
+        durable=False defers the fsync to the next durable commit or sync(); only for
+        changes a power cut may lose without harm (docs/storage.md).
+        """
         if self._writer is None:
             raise RuntimeError("database is not open")
         async with self._write_lock:
             conn = self._writer
+            if durable is not self._full:
+                await _set_synchronous(conn, "FULL" if durable else "NORMAL")
+                self._full = durable
             await _begin(conn, "BEGIN IMMEDIATE")
             try:
                 yield Tx(conn)
@@ -146,6 +192,33 @@ class Database:
                 if conn.in_transaction:
                     await conn.execute("ROLLBACK")
                 raise
+            self.commit_seq += 1
+            if durable:
+                await self._advance(self.commit_seq)
+
+    async def sync(self) -> None:
+        """Make every commit so far durable: one fdatasync of the WAL.
+
+        Every commit counted in commit_seq has handed its frames to write(2)
+        before COMMIT returned, so an fsync of the file covers them all.
+        """
+        seq = self.commit_seq
+        if seq <= self.durable_seq:
+            return
+        await asyncio.to_thread(_fdatasync, Path(f"{self.path}-wal"))
+        self.syncs += 1
+        await self._advance(seq)
+
+    async def wait_durable(self, seq: int) -> None:
+        """Until commit number `seq` is on disk (a durable commit or a sync() after it)."""
+        async with self._durable:
+            await self._durable.wait_for(lambda: self.durable_seq >= seq)
+
+    async def _advance(self, seq: int) -> None:
+        if seq > self.durable_seq:
+            self.durable_seq = seq
+            async with self._durable:
+                self._durable.notify_all()
 
     async def maintenance(self, pragma: str, *, rows: bool = True) -> list[sqlite3.Row]:
         """A maintenance PRAGMA (wal_checkpoint, incremental_vacuum) on the writer, outside

@@ -269,6 +269,13 @@ async def count_active_attempts(tx: Tx, owner: str) -> int:
     return int(row["n"]) if row else 0
 
 
+async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
+    row = await tx.one(
+        "SELECT 1 FROM run_attempts WHERE run_id = ? AND status IN ('preparing', 'running')"
+        " LIMIT 1", (run_id,))
+    return row is not None
+
+
 async def task_has_running_attempt(tx: Tx, task_id: str) -> bool:
     row = await tx.one(
         "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?"

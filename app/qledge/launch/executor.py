@@ -54,6 +54,20 @@ class SpawnResult:
         self.pidfd = pidfd
 
 
+class Prepared:
+    """Step 1 done inside some write transaction; launch() once it has committed."""
+
+    __slots__ = ("attempt", "env", "run", "task", "token")
+
+    def __init__(self, run: Run, task: Task, attempt: Attempt, token: str,
+                 env: dict[str, str]) -> None:
+        self.run = run
+        self.task = task
+        self.attempt = attempt
+        self.token = token
+        self.env = env
+
+
 class LocalExecutor:
     def __init__(
         self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
@@ -72,40 +86,66 @@ class LocalExecutor:
         self.in_flight: set[str] = set()
 
     async def spawn(self, run: Run) -> SpawnResult | None:
-        """Start one attempt of a queued run; None if the run is no longer startable.
+        """Start one attempt of a queued run; None if the run is no longer startable."""
+        prepared: Prepared | None = None
+        try:
+            async with self.db.write() as tx:
+                prepared = await self.prepare_in(tx, run.id)
+        except BaseException:
+            self.abandon(prepared)
+            raise
+        return None if prepared is None else await self.launch(prepared)
 
-        The attempt stays in `in_flight` until this coroutine returns; the
-        dispatcher registers the exit watch synchronously after the await, so
-        no supervision round can see it unwatched in between.
+    async def prepare_in(self, tx: Tx, run_id: str) -> Prepared | None:
+        """Step 1 in the caller's transaction; None if the run is not startable.
+
+        The attempt joins `in_flight` before the commit makes it visible, so no
+        supervision round sees it `preparing` and unwatched; the caller must
+        launch() it after the commit or abandon() it if the commit fails.
         """
+        run = await store.get_run(tx, run_id)
+        if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
+            return None
+        if await store.run_has_active_attempt(tx, run.id):
+            return None  # prepared by the transaction that created it; launching now
+        task = await store.get_task(tx, run.task_id)
+        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+        token = new_token()
         attempt_id = ids.uuid7()
+        now = now_ms()
+        deadline = now + task.timeout_s * 1000 if task.timeout_s else None
         self.in_flight.add(attempt_id)
         try:
-            return await self._spawn(run, attempt_id)
-        finally:
-            self.in_flight.discard(attempt_id)
-
-    async def _spawn(self, run: Run, attempt_id: str) -> SpawnResult | None:
-        token = new_token()
-        # Step 1 — nothing exists outside the database yet.
-        async with self.db.write() as tx:
-            run = await store.get_run(tx, run.id)
-            if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
-                return None
-            task = await store.get_task(tx, run.task_id)
-            env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
-            now = now_ms()
-            deadline = now + task.timeout_s * 1000 if task.timeout_s else None
             attempt = await store.prepare_attempt(
                 tx, run, attempt_id=attempt_id, owner=self.node_id,
                 executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
                 deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
                 log_path=logs.relative_path(attempt_id),
                 receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
+        except BaseException:
+            self.in_flight.discard(attempt_id)
+            raise
+        return Prepared(run, task, attempt, token, env)
+
+    def abandon(self, prepared: Prepared | None) -> None:
+        """Step 1's transaction did not commit: nothing exists to launch."""
+        if prepared is not None:
+            self.in_flight.discard(prepared.attempt.id)
+
+    async def launch(self, prepared: Prepared) -> SpawnResult | None:
+        """Steps 2-4 after step 1 committed. The attempt leaves `in_flight` when this
+        returns; the caller registers the exit watch synchronously after the await."""
+        try:
+            return await self._launch_steps(prepared)
+        finally:
+            self.in_flight.discard(prepared.attempt.id)
+
+    async def _launch_steps(self, p: Prepared) -> SpawnResult | None:
+        attempt, run, attempt_id = p.attempt, p.run, p.attempt.id
         failpoints.hit("spawn.after_prepare")
         # Steps 2 and 3.
         try:
-            pid = self._launch(attempt, run, task, token, env)
+            pid = self._launch(attempt, run, p.task, p.token, p.env)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
@@ -117,7 +157,12 @@ class LocalExecutor:
             if ident is None:
                 raise ProcessLookupError(pid)
             failpoints.hit("spawn.before_persist")
-            async with self.db.write() as tx:
+            # Deferred (no fsync of its own): it survives a worker kill like any
+            # commit; a power cut that loses it also ends the process and changes the
+            # boot id, so the identity would prove nothing afterwards anyway —
+            # recovery finds the attempt `preparing` and decides from the receipt,
+            # or `lost`. Step 1 stays durable: it must be on disk before the spawn.
+            async with self.db.write(durable=False) as tx:
                 run = await store.get_run(tx, run.id)
                 attempt = await store.get_attempt(tx, attempt_id)
                 tr = transitions.attempt_started(

@@ -1,9 +1,10 @@
 """Receipt consumer: receipt file → CompletionService → delete, quarantine or keep.
 
 Order is the whole point: the receipt is deleted only after the transaction
-that consumed it committed (durably: synchronous=FULL). A crash before the
-commit replays the receipt once; a crash after it replays into
-`already_terminal` and cleans up. Deterministic rejections of a DB-known
+that consumed it is on disk. That commit is deferred (no fsync of its own);
+the reaper deletes the receipt after the next fsync of the WAL (reaper.py). A
+crash or power cut before that replays the receipt once; after it, a replay
+returns `already_terminal` and cleans up. Deterministic rejections of a DB-known
 attempt are recorded in the journal first, then the file is moved to
 quarantine. Transient errors leave the file for the next pass. Receipt
 contents are never logged.
@@ -25,6 +26,7 @@ from ..launch.executor import now_ms
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
 from .completion import CompletionService, Outcome, Result
+from .reaper import Reaper
 
 log = logging.getLogger("qledge.consumer")
 ATTEMPT_MISMATCH = "RECEIPT_ATTEMPT_MISMATCH"
@@ -46,17 +48,18 @@ class Report(msgspec.Struct, kw_only=True):
 
 
 class Consumer:
-    def __init__(self, db: Database, receipts: ReceiptStore, completion: CompletionService
-                 ) -> None:
+    def __init__(self, db: Database, receipts: ReceiptStore, completion: CompletionService,
+                 reaper: Reaper) -> None:
         self.db = db
         self.receipts = receipts
         self.completion = completion
+        self.reaper = reaper
 
     async def consume(self, attempt_id: str) -> Consumed:
         return (await self.consume_many([attempt_id]))[attempt_id]
 
     async def consume_many(self, attempt_ids: list[str]) -> dict[str, Consumed]:
-        """Consume a batch in ONE transaction (one fsync), each receipt in its own savepoint."""
+        """Consume a batch in ONE deferred transaction, each receipt in its own savepoint."""
         out: dict[str, Consumed] = {}
         valid: list[Receipt] = []
         for attempt_id in attempt_ids:
@@ -79,7 +82,7 @@ class Consumer:
             return out
         results: dict[str, Result] = {}
         try:
-            async with self.db.write() as tx:
+            async with self.db.write(durable=False) as tx:
                 for receipt in valid:
                     try:
                         async with tx.savepoint():
@@ -93,9 +96,11 @@ class Consumer:
                         type(exc).__name__)
             return {**out, **{r.attempt_id: Consumed.RETRY for r in valid}}
         failpoints.hit("consumer.after_commit")
-        done = [a for a, r in results.items()
-                if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_TERMINAL)]
-        await asyncio.to_thread(self._remove_all, done)
+        # Tagged with the latest commit, not only ours: an already_terminal result may
+        # rest on an earlier deferred commit; any fsync after this one covers both.
+        self.reaper.remove_after(self.db.commit_seq, [
+            a for a, r in results.items()
+            if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_TERMINAL)])
         for attempt_id, result in results.items():
             if result.outcome is Outcome.APPLIED:
                 out[attempt_id] = Consumed.APPLIED
@@ -106,14 +111,6 @@ class Consumer:
             else:
                 out[attempt_id] = Consumed.RETRY
         return out
-
-    def _remove_all(self, attempt_ids: list[str]) -> None:
-        for attempt_id in attempt_ids:
-            try:
-                self.receipts.remove(attempt_id)
-            except OSError as exc:
-                # Left behind: the journal-driven scan replays it into already_terminal.
-                log.warning("could not remove a consumed receipt: %s", type(exc).__name__)
 
     async def quarantine(self, attempt_id: str, reason: str) -> Consumed:
         """Record the deterministic rejection first, then move the file (never read it again)."""

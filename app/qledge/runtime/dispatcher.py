@@ -1,4 +1,11 @@
-"""Queued runs → spawned attempts, within the profile's max-concurrent-attempts."""
+"""Queued runs → spawned attempts, within the profile's max-concurrent-attempts.
+
+Two doors, one admission rule (checked inside the write transaction that
+prepares the attempt, so they cannot both take the last slot): the loop below
+for runs that waited, and `admit_in` for a run created just now — its
+creator's transaction also does spawn step 1 when a slot is free and no older
+run waits, so a run that starts at once costs one durable commit, not two.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,9 @@ import logging
 from collections.abc import Callable
 
 from ..db import store
-from ..db.connection import Database
-from ..launch.executor import LocalExecutor, SpawnResult
+from ..db.connection import Database, Tx
+from ..launch.executor import LocalExecutor, Prepared, SpawnResult
+from ..model import Run
 
 log = logging.getLogger("qledge.dispatcher")
 
@@ -29,6 +37,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._launching: set[asyncio.Task[None]] = set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -45,6 +54,10 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._launching:
+            # Step 1 committed: let them finish starting (bounded by the identity
+            # commit) rather than leave `preparing` attempts for recovery to judge.
+            await asyncio.wait(self._launching, timeout=10.0)
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -59,23 +72,62 @@ class Dispatcher:
                 await asyncio.sleep(1.0)
                 self._wake.set()
 
+    async def admit_in(self, tx: Tx, run: Run, *, fresh: bool = False) -> Prepared | None:
+        """Spawn step 1 for `run` inside the caller's write transaction, if admitted.
+
+        fresh=True (the run was created in this transaction): only when no older
+        run is queued, so a new run never overtakes one that waits.
+        """
+        if self._stopping or self._task is None or self.may_spawn() is not None:
+            return None
+        if await store.count_active_attempts(tx, self.node_id) >= self.limit:
+            return None
+        if fresh:
+            oldest = await store.queued_runs(tx, 1)
+            if not oldest or oldest[0].id != run.id:
+                return None
+        return await self.executor.prepare_in(tx, run.id)
+
+    def launch_soon(self, prepared: Prepared) -> None:
+        """After the commit of admit_in's transaction: steps 2-4 in the background."""
+        task = asyncio.create_task(self._launch(prepared), name=f"launch:{prepared.run.id}")
+        self._launching.add(task)
+        task.add_done_callback(self._launching.discard)
+
+    async def _launch(self, prepared: Prepared) -> None:
+        try:
+            result = await self.executor.launch(prepared)
+        except Exception:
+            log.exception("launch of attempt %s failed; recovery will judge it",
+                          prepared.attempt.id)
+            return
+        if result is not None:
+            self.on_spawned(result)  # synchronously after launch(): no unwatched gap
+
     async def dispatch_once(self) -> int:
         if self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            active = await store.count_active_attempts(tx, self.node_id)
-            free = self.limit - active
-            if free <= 0:
-                return 0
-            queued = await store.queued_runs(tx, free * 2)
+            queued = await store.queued_runs(tx, self.limit * 2)
         started = 0
         for run in queued:
-            if started >= free or self._stopping:
+            if self._stopping:
                 break
-            result = await self.executor.spawn(run)
+            prepared: Prepared | None = None
+            try:
+                async with self.db.write() as tx:
+                    if await store.count_active_attempts(tx, self.node_id) >= self.limit:
+                        return started  # a finished attempt wakes us again
+                    prepared = await self.executor.prepare_in(tx, run.id)
+            except BaseException:
+                self.executor.abandon(prepared)
+                raise
+            if prepared is None:
+                continue
+            result = await self.executor.launch(prepared)
             if result is not None:
                 self.on_spawned(result)
                 started += 1
-        if started == free and queued:
+        if len(queued) == self.limit * 2:
             self.wake()  # more may be waiting behind this page
         return started

@@ -26,6 +26,7 @@ from .completion import CompletionService
 from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop
+from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
 from .scheduler import Scheduler
@@ -75,7 +76,8 @@ class Runtime:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
-        self.consumer = Consumer(self.db, self.receipts, self.completion)
+        self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
+        self.consumer = Consumer(self.db, self.receipts, self.completion, self.reaper)
         self.watcher = ExitWatcher(self._exited)
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
@@ -111,7 +113,7 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
-        self.scheduler = Scheduler(self.db, on_queued=self.kick)
+        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
@@ -128,6 +130,7 @@ class Runtime:
         await self.cancellation.stop()
         if self._finishing:
             await asyncio.wait(self._finishing, timeout=5.0)
+        await self.reaper.stop()
         self.watcher.close()
         await self.db.close()
 
@@ -208,6 +211,12 @@ class Runtime:
             "last_round": _report(last),
             "rounds": self.supervision.rounds,
             "log_streams": self.log_streams,
+            # Results committed without their own fsync (docs/storage.md): receipts
+            # kept until one covers them, and the fsyncs paid when none came along.
+            "durability": {"commits": self.db.commit_seq, "durable": self.db.durable_seq,
+                           "receipts_awaiting_fsync": self.reaper.waiting,
+                           "receipts_reaped": self.reaper.removed,
+                           "forced_syncs": self.reaper.forced_syncs},
             **await self.disk.report(),
         }
 

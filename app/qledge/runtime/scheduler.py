@@ -42,7 +42,9 @@ from ..cron import local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
+from ..launch.executor import Prepared
 from ..model import Concurrency, NewEvent, Task, Trigger
+from .dispatcher import Dispatcher
 from .loop import drain
 
 log = logging.getLogger("qledge.scheduler")
@@ -108,9 +110,12 @@ def _since(task: Task, last_due_ms: int | None) -> int:
 class Scheduler:
     def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
                  clock: Callable[[], int] = wall_ms, max_sleep_s: float = MAX_SLEEP_S,
-                 stop_timeout_s: float = 5.0) -> None:
+                 stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None) -> None:
         self.db = db
         self.on_queued = on_queued
+        # With a dispatcher, a tick whose run can start now also does spawn step 1
+        # in the tick's own commit (dispatcher.admit_in).
+        self.dispatcher = dispatcher
         self.clock = clock
         self.max_sleep_s = max_sleep_s
         self.stop_timeout_s = stop_timeout_s
@@ -201,13 +206,27 @@ class Scheduler:
         for start in range(0, len(batch), FIRES_PER_TX):
             # Several ticks per transaction (one fsync), each in its own savepoint.
             results: list[tuple[str, int | None]] = []
-            async with self.db.write() as tx:
-                for task_id in batch[start:start + FIRES_PER_TX]:
-                    try:
-                        async with tx.savepoint():
-                            results.append(await self.fire(tx, task_id, now))
-                    except (store.Conflict, store.NotFound, ValueError):
-                        log.exception("schedule: task %s not fired this round", task_id)
+            prepared: list[Prepared] = []
+            try:
+                async with self.db.write() as tx:
+                    for task_id in batch[start:start + FIRES_PER_TX]:
+                        mine: list[Prepared] = []
+                        try:
+                            async with tx.savepoint():
+                                results.append(await self.fire(tx, task_id, now, mine))
+                        except (store.Conflict, store.NotFound, ValueError):
+                            self._abandon(mine)  # its savepoint rolled back
+                            log.exception("schedule: task %s not fired this round", task_id)
+                        except BaseException:
+                            self._abandon(mine)
+                            raise
+                        prepared.extend(mine)
+            except BaseException:
+                self._abandon(prepared)
+                raise
+            if self.dispatcher is not None:
+                for p in prepared:
+                    self.dispatcher.launch_soon(p)
             for outcome, nxt in results:  # committed: count them
                 if outcome == Outcome.FIRED:
                     queued += 1
@@ -225,10 +244,17 @@ class Scheduler:
             self.on_queued()
         return next_ms
 
-    async def fire(self, tx: Tx, task_id: str, now: int) -> tuple[str, int | None]:
+    def _abandon(self, prepared: list[Prepared]) -> None:
+        if self.dispatcher is not None:
+            for p in prepared:
+                self.dispatcher.executor.abandon(p)
+
+    async def fire(self, tx: Tx, task_id: str, now: int,
+                   prepared: list[Prepared] | None = None) -> tuple[str, int | None]:
         """Decide and commit one task's due tick inside the caller's write transaction.
 
-        Returns the outcome and the task's next due time after this tick.
+        Returns the outcome and the task's next due time after this tick; an attempt
+        prepared for the new run is appended to `prepared` (launch after commit).
         """
         try:
             task = await store.get_task(tx, task_id)
@@ -266,6 +292,10 @@ class Scheduler:
         await store.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
+        if self.dispatcher is not None and prepared is not None:
+            ready = await self.dispatcher.admit_in(tx, run, fresh=True)
+            if ready is not None:
+                prepared.append(ready)
         if catch_up:
             log.info("schedule: task %d catch-up run %s for tick %d (%d ms late)", task.num,
                      run.id, due, now - due)

@@ -1,0 +1,145 @@
+"""Dispatcher: the two doors (the loop and a trigger's own commit) and one admission rule."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from qledge import ids
+from qledge.db import migrate, store
+from qledge.http.runs import trigger_run
+from qledge.model import Run, RunStatus, Trigger
+from qledge.runtime.lifecycle import Runtime
+
+from conftest import make_settings
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    conf = make_settings(tmp_path / "state", max_concurrent_attempts="2")
+    migrate.apply(conf.db_path)
+    runtime = Runtime(conf)
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+async def _task(rt: Runtime, command: str) -> str:
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": command, "env": {}, "labels": [],
+            "concurrency": "allow"}, 1)
+    return task.id
+
+
+async def _run(rt: Runtime, run_id: str) -> tuple[Run, list[str]]:
+    async with rt.db.read() as tx:
+        run = await store.get_run(tx, run_id)
+        attempts = [a.id for a in await store.attempts_of_run(tx, run_id)]
+    return run, attempts
+
+
+async def _terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
+    for _ in range(int(timeout / 0.02)):
+        run, _ = await _run(rt, run_id)
+        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} not terminal")
+
+
+async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) -> None:
+    task_id = await _task(rt, "true")
+    commits = rt.db.commit_seq
+    run = await trigger_run(rt, task_id, Trigger.API)
+    # One commit created the run and did spawn step 1: the attempt already exists.
+    assert rt.db.commit_seq == commits + 1
+    _, attempts = await _run(rt, run.id)
+    assert len(attempts) == 1
+    assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
+    async with rt.db.read() as tx:
+        types = [e.type for e in await store.list_events(tx, run.id)]
+    assert types[:2] == ["run.created", "attempt.created"]
+    # Its receipt is deleted once the (deferred) result commit is covered by an
+    # fsync: here no other durable commit comes, so the reaper pays for one.
+    for _ in range(500):
+        durability = (await rt.report())["durability"]
+        if durability["receipts_reaped"]:  # type: ignore[index]
+            break
+        await asyncio.sleep(0.01)
+    assert durability == {**durability, "receipts_reaped": 1, "receipts_awaiting_fsync": 0,
+                          "forced_syncs": 1}, durability
+    assert not list(rt.settings.receipts_path.glob("*/*.json"))
+
+
+async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) -> None:
+    task_id = await _task(rt, "true")
+    async with rt.db.write() as tx:
+        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+        prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+    assert prepared is not None
+    # The loop's door sees the run still `queued` (identity not persisted yet).
+    assert await rt.executor.spawn(run) is None
+    rt.dispatcher.launch_soon(prepared)
+    assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
+    _, attempts = await _run(rt, run.id)
+    assert attempts == [prepared.attempt.id]
+
+
+async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
+    task_id = await _task(rt, "true")
+    hold: str | None = "held for the test"
+    rt.dispatcher.may_spawn = lambda: hold
+    older = await trigger_run(rt, task_id, Trigger.API)
+    assert (await _run(rt, older.id))[1] == []  # held: queued, no attempt
+    hold = None  # a slot is free, nobody woke the loop yet
+    newer = await trigger_run(rt, task_id, Trigger.API)  # wakes the loop
+    await _terminal(rt, older.id)
+    await _terminal(rt, newer.id)
+    first = (await _run(rt, older.id))[1][0]
+    second = (await _run(rt, newer.id))[1][0]
+    # UUIDv7: had the newer run started in its own commit, its attempt would be older.
+    assert first < second, "the newer run overtook the older one"
+
+
+async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
+    task_id = await _task(rt, "sleep 0.3")
+    runs = await asyncio.gather(*(trigger_run(rt, task_id, Trigger.API) for _ in range(8)))
+    for run in runs:
+        assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
+    async with rt.db.read() as tx:
+        spans = [(a.created_at_ms, a.finished_at_ms or 0)
+                 for run in runs for a in await store.attempts_of_run(tx, run.id)]
+    assert len(spans) == 8
+    # A slot is held from spawn step 1 (created) to the result; at no instant may
+    # more than max_concurrent_attempts (2) of these intervals overlap.
+    points = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans],
+                    key=lambda p: (p[0], p[1]))
+    live = peak = 0
+    for _, delta in points:
+        live += delta
+        peak = max(peak, live)
+    assert peak <= 2, spans
+
+
+async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
+    busy = await _task(rt, "sleep 1")
+    first = [await trigger_run(rt, busy, Trigger.API) for _ in range(2)]
+    for _ in range(500):
+        states = [(await _run(rt, r.id))[0].status for r in first]
+        if states == [RunStatus.RUNNING] * 2:
+            break
+        await asyncio.sleep(0.01)
+    assert states == [RunStatus.RUNNING] * 2
+    third = await trigger_run(rt, await _task(rt, "true"), Trigger.API)
+    assert (await _run(rt, third.id))[1] == []  # both slots taken: queued, no attempt
+    assert (await _terminal(rt, third.id)).status is RunStatus.SUCCEEDED
+    ends = [(await _run(rt, r.id))[0].finished_at_ms or 0 for r in first]
+    async with rt.db.read() as tx:
+        (attempt,) = await store.attempts_of_run(tx, third.id)
+    assert attempt.created_at_ms >= min(ends)  # it started once a slot was free
