@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from qledge.db import migrate
+from qledge import ids
+from qledge.db import migrate, upkeep
+from qledge.launch import logs
 
 
 def _copy_migrations(dst: Path, upto: int | None = None) -> list[migrate.Migration]:
@@ -91,3 +101,422 @@ def test_failed_migration_leaves_nothing(tmp_path: Path) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "half" not in names
     assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == len(migs)
+
+
+# -- 0007: 1 KiB pages and the slim schema ------------------------------------------
+
+RUN_TABLES = ("tasks", "runs", "log_artifacts", "run_attempts", "receipt_journal", "run_events",
+              "cancel_leases")
+
+
+def _legacy_file(db: Path) -> None:
+    """An empty database as an older qledge created it: 4 KiB pages, no auto-vacuum."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")  # writes page 1: the page size is fixed now
+    conn.close()
+
+
+def _legacy_db(tmp_path: Path, name: str = "q.db", upto: int = 6) -> Path:
+    db = tmp_path / name
+    _legacy_file(db)
+    migrate.apply(db, _copy_migrations(tmp_path / f"m-{name}", upto=upto))
+    return db
+
+
+def _seed(db: Path, runs: int = 3) -> None:
+    """Rows in every run table, terminal and active, with NULLs, blobs and quarantine."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys=ON")
+    sizes = "size_bytes" in {r[1] for r in conn.execute("PRAGMA table_info(log_artifacts)")}
+    conn.execute("INSERT INTO tasks (id, name, command, created_at_ms, updated_at_ms)"
+                 " VALUES ('t1', 'task', 'true', 1, 1)")
+    statuses = ["succeeded", "failed", "running", "queued"]
+    for i in range(runs):
+        run, status = f"r{i:05d}", statuses[i % len(statuses)]
+        conn.execute(
+            "INSERT INTO runs (id, task_id, trigger, status, version, event_seq, cancel_reason,"
+            " cancel_requested_at_ms, created_at_ms, started_at_ms, finished_at_ms, exit_code,"
+            " reason_code) VALUES (?, 't1', 'api', ?, ?, 2, ?, ?, ?, ?, ?, ?, ?)",
+            (run, status, i + 1, "user" if i % 2 else None, i if i % 2 else None, 10 + i,
+             11 + i, 12 + i if status in ("succeeded", "failed") else None, i % 3,
+             "EXITED" if status == "succeeded" else None))
+        for seq in (1, 2):
+            conn.execute("INSERT INTO run_events (run_id, seq, type, at_ms, attempt_id, data_json)"
+                         " VALUES (?, ?, ?, ?, ?, ?)",
+                         (run, seq, f"ev{seq}", 20 + i, f"a{i:05d}" if seq == 2 else None,
+                          f'{{"n":{i}}}'))
+        if status == "queued":
+            continue
+        attempt_status = "running" if status == "running" else status
+        conn.execute("INSERT INTO log_artifacts (id, relative_path, created_at_ms)"
+                     " VALUES (?, ?, ?)", (f"l{i:05d}", f"{i % 100:02d}/a{i:05d}.log", 30 + i))
+        if sizes:
+            conn.execute("UPDATE log_artifacts SET size_bytes = ?, evicted_at_ms = ?,"
+                         " evicted_reason = ? WHERE id = ?",
+                         (100 * i if attempt_status != "running" else None,
+                          40 + i if i % 5 == 1 else None, "SIZE_CAP" if i % 5 == 1 else None,
+                          f"l{i:05d}"))
+        conn.execute(
+            "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner,"
+            " status, callback_token_hash, callback_sequence, log_artifact_id, pid,"
+            " proc_start_time, boot_id, exit_code, reason_code, created_at_ms, started_at_ms,"
+            " finished_at_ms, deadline_at_ms) VALUES (?, ?, 1, 'local_process', 'n1', ?, ?, 3,"
+            " ?, ?, ?, 'boot', ?, ?, ?, ?, ?, ?)",
+            (f"a{i:05d}", run, attempt_status, bytes([i % 256]) * 32, f"l{i:05d}", 1000 + i,
+             5000 + i, i % 3, "EXITED" if attempt_status == "succeeded" else None, 30 + i,
+             31 + i, 32 + i if attempt_status != "running" else None,
+             99 + i if i % 2 else None))
+        conn.execute(
+            "INSERT INTO receipt_journal (attempt_id, state, relative_path, reason_code,"
+            " created_at_ms, updated_at_ms, retention_since_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (f"a{i:05d}", "quarantined" if i % 4 == 1 else "pending", f"{i % 100:02d}/a.json",
+             "BAD" if i % 4 == 1 else None, 50 + i, 51 + i, 52 + i if i % 4 == 1 else None))
+        if status == "running":
+            conn.execute("INSERT INTO cancel_leases (attempt_id, holder, epoch, expires_at_ms,"
+                         " term_sent_at_ms) VALUES (?, 'h', 2, 60, 61)", (f"a{i:05d}",))
+    conn.commit()
+    conn.close()
+
+
+def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        out: dict[str, list[dict[str, object]]] = {}
+        for table in RUN_TABLES:
+            rows = conn.execute(f"SELECT * FROM {table}").fetchall()
+            out[table] = sorted((dict(r) for r in rows), key=repr)
+        return out
+    finally:
+        conn.close()
+
+
+def _schema(conn: sqlite3.Connection) -> dict[str, str]:
+    return {name: sql for name, sql in conn.execute(
+        "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL")}
+
+
+def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path)
+    _seed(db, runs=40)
+    before = _snapshot(db)
+    assert sum(len(rows) for rows in before.values()) > 150
+
+    assert 7 in migrate.apply(db)
+    assert _snapshot(db) == before
+    conn = sqlite3.connect(db)
+    schema = _schema(conn)
+    for table in ("runs", "log_artifacts", "receipt_journal"):
+        assert "WITHOUT ROWID" in schema[table] and "STRICT" in schema[table], table
+    assert "WITHOUT ROWID" not in schema["run_attempts"]  # its rows would overflow 1 KiB pages
+    indexes = {n for (n,) in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN"
+        " ('runs', 'log_artifacts', 'receipt_journal', 'run_attempts', 'run_events')")}
+    assert indexes == {"runs_task", "runs_active", "attempts_active",
+                       "sqlite_autoindex_run_attempts_1", "sqlite_autoindex_run_attempts_2"}
+    assert not [n for n in schema if n.endswith("_new")]
+    # foreign keys name the rebuilt tables, with their cascades
+    fks = {(t, r[2], r[3], r[4], r[6]) for t in RUN_TABLES
+           for r in conn.execute(f"PRAGMA foreign_key_list({t})")}
+    assert fks == {
+        ("runs", "tasks", "task_id", "id", "CASCADE"),
+        ("run_attempts", "runs", "run_id", "id", "CASCADE"),
+        ("run_attempts", "log_artifacts", "log_artifact_id", "id", "NO ACTION"),
+        ("receipt_journal", "run_attempts", "attempt_id", "id", "CASCADE"),
+        ("run_events", "runs", "run_id", "id", "CASCADE"),
+        ("cancel_leases", "run_attempts", "attempt_id", "id", "CASCADE"),
+    }
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # only active rows are in the partial indexes
+    active_runs = conn.execute("SELECT COUNT(*) FROM runs INDEXED BY runs_active"
+                               " WHERE status = 'queued' OR status = 'running'").fetchone()[0]
+    assert active_runs == sum(r["status"] in ("queued", "running") for r in before["runs"])
+    assert conn.execute("SELECT COUNT(*) FROM run_attempts INDEXED BY attempts_active"
+                        " WHERE status = 'preparing' OR status = 'running'").fetchone()[0] == 10
+
+    conn.execute("PRAGMA foreign_keys=ON")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE runs SET status = 'bogus' WHERE id = 'r00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE log_artifacts SET evicted_reason = 'x' WHERE id = 'l00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE receipt_journal SET state = 'x' WHERE attempt_id = 'a00000'")
+    with pytest.raises(sqlite3.IntegrityError):  # STRICT
+        conn.execute("UPDATE runs SET version = 'many' WHERE id = 'r00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE constraint"):
+        conn.execute("INSERT INTO log_artifacts (id, relative_path, created_at_ms)"
+                     " VALUES ('l00000', 'x', 1)")
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        conn.execute("INSERT INTO runs (id, task_id, trigger, status, created_at_ms)"
+                     " VALUES ('rx', 'no-such-task', 'api', 'queued', 1)")
+    # deleting a run cascades to its attempts, events, journal rows and leases
+    conn.execute("DELETE FROM runs WHERE id = 'r00002'")
+    assert conn.execute("SELECT COUNT(*) FROM run_attempts WHERE run_id = 'r00002'"
+                        ).fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM run_events WHERE run_id = 'r00002'"
+                        ).fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM receipt_journal WHERE attempt_id = 'a00002'"
+                        ).fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM cancel_leases WHERE attempt_id = 'a00002'"
+                        ).fetchone()[0] == 0
+    conn.execute("DELETE FROM tasks WHERE id = 't1'")
+    for table in ("runs", "run_attempts", "run_events", "receipt_journal", "cancel_leases"):
+        assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0, table
+    conn.commit()
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    conn.close()
+
+
+def _trace_storage(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """Results of `apply_storage_settings` as `migrate.apply` calls it, and its statements."""
+    results: list[str] = []
+    statements: list[str] = []
+    real = upkeep.apply_storage_settings
+
+    def traced(conn: sqlite3.Connection) -> str:
+        conn.set_trace_callback(statements.append)
+        try:
+            results.append(real(conn))
+        finally:
+            conn.set_trace_callback(None)
+        return results[-1]
+
+    monkeypatch.setattr(upkeep, "apply_storage_settings", traced)
+    return results, statements
+
+
+def _vacuums(statements: list[str]) -> int:
+    return sum(s.strip().upper() == "VACUUM" for s in statements)
+
+
+def test_new_database_has_small_pages_without_a_vacuum(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results, statements = _trace_storage(monkeypatch)
+    db = tmp_path / "q.db"
+    migrate.apply(db)
+    assert results == ["already applied"]
+    assert _vacuums(statements) == 0
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == upkeep.PAGE_SIZE == 1024
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert upkeep.wanted_page_size(conn) == upkeep.PAGE_SIZE  # the wish of 0007
+    conn.close()
+
+
+def test_existing_database_converts_to_small_pages_in_one_vacuum(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # 4 KiB pages and no auto-vacuum yet (before 0006): both conversions are due
+    db = _legacy_db(tmp_path, upto=5)
+    _seed(db, runs=400)
+    before = _snapshot(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    conn.close()
+
+    results, statements = _trace_storage(monkeypatch)
+    with caplog.at_level("INFO", logger="qledge.db.upkeep"):
+        assert migrate.apply(db) == [6, 7]
+    assert results == ["converted"]
+    assert _vacuums(statements) == 1
+    assert [r.levelname for r in caplog.records] == ["INFO"]  # converted, checkpointed
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    for suffix in ("", "-wal", "-shm"):
+        assert (tmp_path / f"q.db{suffix}").stat().st_mode & 0o777 == 0o600, suffix
+    conn.close()
+    after = _snapshot(db)  # 0006 added columns to log_artifacts
+    assert {t: [{k: r[k] for k in rows[0]} for r in after[t]] if rows else after[t]
+            for t, rows in before.items()} == before
+    assert not (tmp_path / "q.db-journal").exists()
+    assert migrate.apply(db) == []  # idempotent
+    assert results == ["converted", "already applied"]
+    assert _vacuums(statements) == 1
+
+
+def test_page_size_conversion_of_an_incremental_database(tmp_path: Path) -> None:
+    """The usual upgrade: 0006 already converted auto-vacuum at 4 KiB; 0007 adds the page size."""
+    db = _legacy_db(tmp_path, upto=6)
+    _seed(db, runs=200)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
+    conn.close()
+    before = _snapshot(db)
+    assert migrate.apply(db) == [7]
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert _snapshot(db) == before
+
+
+def test_failed_page_size_conversion_is_retried_at_the_next_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = _legacy_db(tmp_path, upto=6)
+    _seed(db, runs=50)
+    before = _snapshot(db)
+    # another process has the database open: leaving WAL (needed to change the
+    # page size) is refused, so the conversion waits for the next start
+    other = sqlite3.connect(db)
+    other.execute("SELECT COUNT(*) FROM runs").fetchone()
+    with caplog.at_level("WARNING", logger="qledge.db.upkeep"):
+        assert migrate.apply(db) == [7]
+    assert "will retry at the next start" in caplog.text
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert upkeep.apply_storage_settings(conn).startswith("failed")  # still refused
+    conn.close()
+    other.close()
+    assert _snapshot(db) == before
+
+    assert migrate.apply(db) == []
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    assert _snapshot(db) == before
+
+
+def test_database_left_in_rollback_journal_mode_goes_back_to_wal(tmp_path: Path) -> None:
+    """A kill between the VACUUM and the switch back to WAL."""
+    db = tmp_path / "q.db"
+    migrate.apply(db)
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    conn.close()
+    assert migrate.apply(db) == []
+    conn = sqlite3.connect(db, isolation_level=None)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
+    """kill -9 during the VACUUM: the database is intact and the next start converts it."""
+    app = str(Path(__file__).resolve().parents[1] / "app")
+    code = ("import sys; from pathlib import Path; from qledge.db import migrate;"
+            " migrate.apply(Path(sys.argv[1]))")
+
+    def pending_conversion(name: str) -> Path:
+        db = _legacy_db(tmp_path, name=name, upto=6)
+        conn = sqlite3.connect(db)
+        with conn:
+            conn.execute("INSERT INTO tasks (id, name, command, created_at_ms, updated_at_ms)"
+                         " VALUES ('t1', 'task', 'true', 1, 1)")
+            conn.executemany(
+                "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, reason_code)"
+                " VALUES (?, 't1', 'api', 'succeeded', 1, ?)",
+                [(f"r{i:06d}", "z" * 150) for i in range(120_000)])
+        conn.close()
+        other = sqlite3.connect(db)  # 0007 applies, the conversion is refused for now
+        other.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
+        assert migrate.apply(db) == [7]
+        other.close()
+        return db
+
+    db = pending_conversion("a.db")
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True,
+                   env={**os.environ, "PYTHONPATH": app}, timeout=300)
+    full = time.monotonic() - t0
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    conn.close()
+
+    db2 = pending_conversion("b.db")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db2)],
+                            env={**os.environ, "PYTHONPATH": app})
+    time.sleep(full * 0.6)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    conn = sqlite3.connect(db2)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("PRAGMA page_size").fetchone()[0] in (4096, 1024)
+    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 120_000
+    conn.close()
+    migrate.apply(db2)
+    conn = sqlite3.connect(db2)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 120_000
+    conn.close()
+
+
+class _Recorder:
+    """Stands in for a `Tx`: records each statement, answers with no rows."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    async def execute(self, sql: str, params: object = ()) -> int:
+        self.calls.append((sql, params))
+        return 0
+
+    async def one(self, sql: str, params: object = ()) -> None:
+        self.calls.append((sql, params))
+        return None
+
+    async def all(self, sql: str, params: object = ()) -> list[object]:
+        self.calls.append((sql, params))
+        return []
+
+
+# A full walk of one of these tables; scans of the small partial indexes are fine.
+_FULL_SCAN = re.compile(
+    r"^SCAN (runs|run_attempts|run_events|r|a|e)\b"
+    r"(?!.* USING (COVERING )?INDEX (runs_active|attempts_active)\b)")
+
+
+async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
+    from qledge.db import leases, qinglong_store, retention_queries, store
+
+    db = tmp_path / "q.db"
+    migrate.apply(db)
+    rec = _Recorder()
+    tx: Any = rec
+    a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
+    calls = [
+        store.get_run(tx, r), store.active_run_of_task(tx, t), store.queued_runs(tx, 8),
+        store.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
+        store.list_runs(tx, task_id=None, status="running", before=r, limit=50),
+        store.list_runs(tx, task_id=t, status="failed", before=r, limit=50),
+        store.count_active_attempts(tx, owner), store.run_has_active_attempt(tx, r),
+        store.task_has_running_attempt(tx, t), store.get_attempt(tx, a),
+        store.attempts_of_run(tx, r), store.active_attempts_page(tx, owner, "", 64),
+        store.expired_attempts(tx, owner, 1, 64), store.journal_page(tx, "", 64),
+        store.journal_mark_terminal(tx, a, 1), store.journal_delete(tx, a),
+        store.attempts_without_journal(tx, owner, 64), store.list_events(tx, r),
+        leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
+        leases.acquire(tx, a, "h", 1, 10),
+        retention_queries.run_candidates(tx, t, 10, 1, 64),
+        retention_queries.delete_runs(tx, [r, ids.uuid7()], 1),
+        retention_queries.unheld_queued_runs(tx, 64), retention_queries.active_logs(tx, 256),
+        retention_queries.log_eviction(tx, logs.relative_path(a)),
+        retention_queries.eviction_candidates(tx, "", 64),
+        retention_queries.evict_logs(tx, [a], "SIZE_CAP", 1),
+        qinglong_store.queued_run_of_task(tx, t), qinglong_store.run_summaries(tx, [t]),
+        qinglong_store.active_runs_of_task(tx, t),
+    ]
+    for call in calls:
+        with contextlib.suppress(store.NotFound):
+            await call
+    conn = sqlite3.connect(db)
+    scans = {}
+    for sql, params in rec.calls:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        if any(_FULL_SCAN.match(step) for step in plan):
+            scans[" ".join(sql.split())] = plan
+    conn.close()
+    assert len(rec.calls) >= len(calls)
+    assert scans == {}

@@ -413,8 +413,9 @@ async def test_round_checkpoints_a_large_wal_and_vacuums_free_pages(
     assert report.counts["pages_vacuumed"] == 64
     assert retention.stats is not None
     assert retention.stats.freelist_pages == before.freelist_pages - 64
-    assert retention.stats.page_count == before.page_count - 64
-    for _ in range(50):  # bounded steps until the free list is a small share of the file
+    # with 1 KiB pages a pointer-map page (one per ~200 pages) may go too
+    assert before.page_count - 65 <= retention.stats.page_count <= before.page_count - 64
+    for _ in range(200):  # bounded steps until the free list is a small share of the file
         if "pages_vacuumed" not in (await retention.round()).counts:
             break
     assert retention.stats.freelist_pages < max(64, retention.stats.page_count // 4)
@@ -428,6 +429,16 @@ def _copy_migrations(dst: Path, upto: int) -> list[migrate.Migration]:
     for m in migrate.bundled()[:upto]:
         (dst / f"{m.version:04d}_{m.name}.sql").write_text(m.sql)
     return migrate.bundled(dst)
+
+
+def _legacy_db(db: Path, migrations: list[migrate.Migration]) -> None:
+    """A database as an older qledge created it (4 KiB pages, no auto-vacuum): a new
+    file would get the wished page size and auto-vacuum mode before its first table."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")  # writes page 1: both are fixed now
+    conn.close()
+    migrate.apply(db, migrations)
 
 
 def _fill(db: Path, n: int, blob: int = 2000) -> None:
@@ -445,18 +456,18 @@ def _fill(db: Path, n: int, blob: int = 2000) -> None:
 def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
         tmp_path: Path) -> None:
     db = tmp_path / "q.db"
-    assert migrate.apply(db, _copy_migrations(tmp_path / "m", 5)) == [1, 2, 3, 4, 5]
+    _legacy_db(db, _copy_migrations(tmp_path / "m", 5))
     _fill(db, 3000)
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
     conn.close()
 
-    assert migrate.apply(db)[-1] == 6
+    assert 6 in migrate.apply(db)
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
     assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3000
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert upkeep.apply_storage_settings(conn) == "already incremental"  # idempotent
+    assert upkeep.apply_storage_settings(conn) == "already applied"  # idempotent
     # freed pages go back to the filesystem in bounded steps
     conn.execute("DELETE FROM runs WHERE id < 'r002000'")
     free = conn.execute("PRAGMA freelist_count").fetchone()[0]
@@ -464,7 +475,8 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
     assert free > 500
     conn.executescript("PRAGMA incremental_vacuum(200)")  # steps to completion
     assert conn.execute("PRAGMA freelist_count").fetchone()[0] == free - 200
-    assert conn.execute("PRAGMA page_count").fetchone()[0] == pages - 200
+    # with 1 KiB pages a pointer-map page (one per ~200 pages) may go too
+    assert pages - 202 <= conn.execute("PRAGMA page_count").fetchone()[0] <= pages - 200
     conn.close()
     assert migrate.apply(db) == []
 
@@ -472,7 +484,7 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
 def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
     """kill -9 during the VACUUM: the database is intact (old mode) and the next start converts."""
     db = tmp_path / "q.db"
-    migrate.apply(db, _copy_migrations(tmp_path / "m", 5))
+    _legacy_db(db, _copy_migrations(tmp_path / "m", 5))
     _fill(db, 20000, blob=1500)  # ~35 MB: the VACUUM takes a moment
     app = str(Path(__file__).resolve().parents[1] / "app")
     code = ("import sys; from pathlib import Path; from qledge.db import migrate;"
@@ -483,7 +495,7 @@ def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
     full = time.monotonic() - t0
     # again from scratch, killed part-way through
     db2 = tmp_path / "q2.db"
-    migrate.apply(db2, _copy_migrations(tmp_path / "m2", 5))
+    _legacy_db(db2, _copy_migrations(tmp_path / "m2", 5))
     _fill(db2, 20000, blob=1500)
     proc = subprocess.Popen([sys.executable, "-c", code, str(db2)],
                             env={**os.environ, "PYTHONPATH": app})
@@ -498,6 +510,8 @@ def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
     migrate.apply(db2)
     conn = sqlite3.connect(db2)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024  # 0007's wish, same VACUUM
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 20000
     assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
         migrate.bundled())

@@ -2,8 +2,12 @@
 
 What is measured, over --runs sequential attempts of `true` (after a warm-up)
 with the real runtime in-process (dispatcher, launcher, completion, consumer,
-WAL with synchronous=FULL and its automatic checkpoints), on the filesystem of
-build/ (a real disk: tmpfs would show no block writes):
+reaper; WAL with its durability classes — spawn step 1 durable, identity and
+results deferred, docs/storage.md — and its automatic checkpoints), on the
+filesystem of build/ (a real disk: tmpfs would show no block writes). Back to
+back by default (the next attempt's durable commit covers the previous
+result); --spaced for attempts far apart (each result pays its own fsync and
+every attempt starts from a written-back page cache):
 
 * bytes: the worker's own `/proc/self/io` delta. `write_bytes` is what the
   kernel attributes to the worker when it dirties page-cache pages of the
@@ -63,8 +67,7 @@ def _mark(name: str) -> None:
     os.access(f"{MARK}{name}", os.F_OK)  # a syscall strace shows: the window boundary
 
 
-async def _inner(state: Path, runs: int, warmup: int, page_size: int,
-                 spaced: bool) -> dict[str, object]:
+async def _inner(state: Path, runs: int, warmup: int, spaced: bool) -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate, store
     from qledge.http.runs import trigger_run
@@ -77,13 +80,6 @@ async def _inner(state: Path, runs: int, warmup: int, page_size: int,
         "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,
         "QLEDGE_LAUNCHER": str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")})
     prepare_roots(conf)
-    if page_size:
-        import sqlite3
-
-        conn = sqlite3.connect(conf.db_path)  # before any table: takes effect at once
-        conn.execute(f"PRAGMA page_size={page_size}")
-        conn.execute("VACUUM")
-        conn.close()
     migrate.apply(conf.db_path)
     rt = Runtime(conf)
     if spaced:
@@ -157,6 +153,9 @@ async def _inner(state: Path, runs: int, warmup: int, page_size: int,
     _mark("retention_end")
     io2 = _io()
     tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
+    async with rt.db.read() as tx:
+        page = await tx.one("PRAGMA page_size")
+    page_size = int(page[0]) if page else 0
     await rt.stop()
     receipt = encode(Receipt(schema_version=1, run_id=ids.uuid7(), attempt_id=ids.uuid7(),
                              callback_sequence=1, token=new_token(),
@@ -173,7 +172,7 @@ async def _inner(state: Path, runs: int, warmup: int, page_size: int,
         "journal_write_bytes": io_r["write_bytes"] - io1["write_bytes"],
         "retention_write_bytes": io2["write_bytes"] - io_r["write_bytes"],
         "retention_wchar": io2["wchar"] - io_r["wchar"],
-        "tids": tids, "pid": os.getpid(),
+        "tids": tids, "pid": os.getpid(), "page_size": page_size,
     }
 
 
@@ -219,9 +218,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--page-size", type=int, default=0,
-                    help="explore a lever: create the database with this page size "
-                         "(the appliance uses SQLite's default, 4096)")
     ap.add_argument("--spaced", action="store_true",
                     help="attempts far apart (cron-like): each result pays its own fsync "
                          "and every attempt starts from a written-back page cache")
@@ -236,7 +232,7 @@ def main() -> int:
             runner = asyncio.Runner()
         with runner:
             result = runner.run(_inner(Path(args.inner), args.runs, args.warmup,
-                                       args.page_size, args.spaced))
+                                       args.spaced))
         Path(args.out).write_text(json.dumps(result))
         return 0
 
@@ -248,7 +244,7 @@ def main() -> int:
         trace = root / "trace.txt"
         cmd = [sys.executable, __file__, "--inner", str(root / "state"), "--out", str(out),
                "--runs", str(args.runs), "--warmup", str(args.warmup),
-               "--page-size", str(args.page_size), *(["--spaced"] if args.spaced else [])]
+               *(["--spaced"] if args.spaced else [])]
         if strace:
             cmd = [strace, "-f", "-y", "-qq", "-o", str(trace), "-e",
                    "trace=fsync,fdatasync,access,faccessat,faccessat2", *cmd]
@@ -308,7 +304,7 @@ def main() -> int:
                            for who, c in fs.items())
         print(f"attempt fsyncs by file: {detail}")
     print(f"runs={n} succeeded={r['succeeded']} warmup={args.warmup} "
-          f"page_size={args.page_size or 4096} elapsed={r['elapsed_s']:.1f}s "
+          f"page_size={r['page_size']} elapsed={r['elapsed_s']:.1f}s "
           f"strace={'yes' if strace else 'no'} python={sys.version.split()[0]}")
     return 0
 

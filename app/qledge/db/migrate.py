@@ -85,6 +85,10 @@ def apply(db_path: Path, migrations: list[Migration] | None = None) -> list[int]
     _private_file(db_path)
     conn = sqlite3.connect(db_path, isolation_level=None)
     try:
+        # Before the first page is written (WAL mode writes it), so that a new
+        # database starts with the wished page size and auto-vacuum mode and
+        # never needs the conversion VACUUM.
+        upkeep.prepare_new(conn)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=10000")
@@ -97,7 +101,8 @@ def apply(db_path: Path, migrations: list[Migration] | None = None) -> list[int]
         problems = conn.execute("PRAGMA foreign_key_check").fetchall()
         if problems:
             raise MigrationError(f"foreign key check failed after migrating: {len(problems)} rows")
-        # Outside any transaction: e.g. the one-time VACUUM to incremental auto-vacuum.
+        # Outside any transaction: the one-time VACUUM to the wished page size
+        # and incremental auto-vacuum (see upkeep).
         upkeep.apply_storage_settings(conn)
         return done
     finally:

@@ -311,8 +311,10 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
     if not task_ids:
         return {}
     ids_json = _json.encode(task_ids).decode()
+    # Spelled like the WHERE of the partial index runs_active (migration 0007).
     active = await tx.all(
-        "SELECT task_id, status, COUNT(*) AS n FROM runs WHERE status IN ('queued', 'running')"
+        "SELECT task_id, status, COUNT(*) AS n FROM runs"
+        " WHERE (status = 'queued' OR status = 'running')"
         " AND task_id IN (SELECT value FROM json_each(?)) GROUP BY task_id, status",
         (ids_json,))
     flags: dict[str, set[str]] = {}

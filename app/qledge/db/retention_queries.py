@@ -17,6 +17,9 @@ from .connection import Database, Tx
 
 _TERMINAL = "('succeeded', 'failed', 'cancelled', 'timed_out', 'lost', 'blocked')"
 _ACTIVE = "('preparing', 'running')"
+# The same set as equalities: the WHERE of the partial index attempts_active
+# (migration 0007), which SQLite uses only for a query that implies it.
+_ACTIVE_ATTEMPT = "(a.status = 'preparing' OR a.status = 'running')"
 LOGS = "logs"
 
 
@@ -166,9 +169,10 @@ async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
 
 
 async def active_logs(tx: Tx, limit: int) -> list[str]:
-    rows = await tx.all(
-        f"{_LOG_SELECT} WHERE a.status IN {_ACTIVE} ORDER BY a.id LIMIT ?",
-        (limit,))
+    # No ORDER BY a.id: SQLite would satisfy it by walking every attempt in
+    # primary-key order instead of reading the few in attempts_active. The
+    # caller sums their sizes, so the order is of no use.
+    rows = await tx.all(f"{_LOG_SELECT} WHERE {_ACTIVE_ATTEMPT} LIMIT ?", (limit,))
     return [str(r["relative_path"]) for r in rows]
 
 
@@ -217,10 +221,18 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
 
 
 async def log_eviction(tx: Tx, relative_path: str) -> tuple[str, int] | None:
-    """(reason, evicted_at_ms) when this log was evicted, for the log API."""
+    """(reason, evicted_at_ms) when this log was evicted, for the log API.
+
+    log_artifacts has no index on the path (it would cost a page write per
+    attempt); the path is `<shard>/<attempt id>.log`, so the lookup goes
+    through the attempt's primary key and checks the path on the artifact.
+    """
+    attempt_id = relative_path.rpartition("/")[2].removesuffix(".log")
     row = await tx.one(
-        "SELECT evicted_reason, evicted_at_ms FROM log_artifacts WHERE relative_path = ?"
-        " AND evicted_at_ms IS NOT NULL", (relative_path,))
+        "SELECT l.evicted_reason, l.evicted_at_ms FROM run_attempts a"
+        " JOIN log_artifacts l ON l.id = a.log_artifact_id WHERE a.id = ?"
+        " AND l.relative_path = ? AND l.evicted_at_ms IS NOT NULL",
+        (attempt_id, relative_path))
     if row is None:
         return None
     return str(row["evicted_reason"]), int(row["evicted_at_ms"])

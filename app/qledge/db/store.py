@@ -262,10 +262,13 @@ async def queued_runs(tx: Tx, limit: int) -> list[Run]:
     return [_run(r) for r in rows]
 
 
+# Active attempts are named as equalities, `status = 'preparing' OR status =
+# 'running'`: that is the WHERE of the partial index attempts_active (migration
+# 0007), and SQLite uses a partial index only when the query implies it.
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
         "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"
-        " AND status IN ('preparing', 'running')", (owner,))
+        " AND (status = 'preparing' OR status = 'running')", (owner,))
     return int(row["n"]) if row else 0
 
 
@@ -366,7 +369,8 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
     """A stable cursor over this node's active attempts (recovery never lists directories)."""
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status IN ('preparing', 'running')"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ?"
+        " AND (a.status = 'preparing' OR a.status = 'running')"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [_attempt(r) for r in rows]
 
@@ -479,6 +483,6 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
         f"{_ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
-        " WHERE a.runtime_owner = ? AND a.status IN ('preparing', 'running')"
+        " WHERE a.runtime_owner = ? AND (a.status = 'preparing' OR a.status = 'running')"
         " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [_attempt(r) for r in rows]
