@@ -1,0 +1,202 @@
+"""Power-cut drills for the durability classes (docs/storage.md).
+
+A power cut keeps what was fsync'd and loses the rest of the page cache. Here
+it is simulated exactly: the worker runs with automatic checkpoints off, so the
+WAL only grows; the WAL's size is recorded each time a commit becomes durable
+(a durable commit returned, or a sync()); the "disk after the cut" is a copy of
+the state dir whose WAL is cut back to that size — the durable prefix of
+commits, which is what SQLite's checksummed WAL recovers after a real cut.
+Receipts are fsync'd by the launcher, so the copy keeps them as they are. The
+processes die with the power: tasks still running are SIGKILLed. Then a new
+runtime starts on the copy and must neither lose the real exit code nor invent
+a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from qledge import ids
+from qledge.db import migrate, store
+from qledge.http.runs import trigger_run
+from qledge.model import Reason, Run, RunStatus, Trigger
+from qledge.runtime.lifecycle import Runtime
+from qledge.settings import Settings
+
+from conftest import make_settings
+
+
+class Machine:
+    """A runtime whose WAL's durable prefix is known at every instant."""
+
+    def __init__(self, conf: Settings) -> None:
+        self.conf = conf
+        self.rt = Runtime(conf)
+        self.wal = Path(f"{conf.db_path}-wal")
+        self.durable_bytes = 0
+
+    async def start(self) -> None:
+        # Results wait for a durable commit to share; none comes in these drills.
+        import msgspec
+
+        self.rt.profile = msgspec.structs.replace(self.rt.profile, group_commit_s=600.0)
+        await self.rt.start()
+        await self.rt.db.maintenance("PRAGMA wal_autocheckpoint=0")
+        await self.rt.db.maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.durable_bytes = 0
+        advance = self.rt.db._advance
+
+        async def recorded(seq: int) -> None:
+            # Called under the write lock right after a durable commit: nothing
+            # else has appended to the WAL since that commit's fsync.
+            self.durable_bytes = self.wal.stat().st_size
+            await advance(seq)
+
+        self.rt.db._advance = recorded  # type: ignore[method-assign]
+
+    def cut_power(self, disk: Path) -> None:
+        """What the card holds after the cut: the state dir, its WAL cut back."""
+        state = Path(self.conf.state_dir).absolute()
+        shutil.copytree(state, disk, symlinks=True)
+        wal = disk / self.wal.relative_to(state)
+        with open(wal, "r+b") as f:
+            f.truncate(self.durable_bytes)
+        shm = wal.with_name(wal.name.removesuffix("-wal") + "-shm")
+        shm.unlink(missing_ok=True)  # rebuilt from the WAL at the next open
+
+
+@pytest.fixture
+async def machine(tmp_path: Path) -> AsyncIterator[Machine]:
+    conf = make_settings(tmp_path / "before")
+    migrate.apply(conf.db_path)
+    m = Machine(conf)
+    await m.start()
+    try:
+        yield m
+    finally:
+        await m.rt.stop()
+
+
+async def _reboot(disk: Path) -> Runtime:
+    conf = make_settings(disk)
+    migrate.apply(conf.db_path)
+    rt = Runtime(conf)
+    await rt.start()
+    return rt
+
+
+async def _run(rt: Runtime, run_id: str) -> Run:
+    async with rt.db.read() as tx:
+        return await store.get_run(tx, run_id)
+
+
+async def _until(rt: Runtime, run_id: str, check: object, timeout: float = 20.0) -> Run:
+    for _ in range(int(timeout / 0.02)):
+        run = await _run(rt, run_id)
+        if check(run):  # type: ignore[operator]
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id}: {await _run(rt, run_id)}")
+
+
+async def _terminal_events(rt: Runtime, run_id: str) -> list[str]:
+    async with rt.db.read() as tx:
+        return [e.type for e in await store.list_events(tx, run_id)
+                if e.type in ("attempt.finished", "run.finished")]
+
+
+async def _task(rt: Runtime, command: str) -> str:
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": command, "env": {}, "labels": [],
+            "concurrency": "allow"}, 1)
+    return task.id
+
+
+def _receipts(root: Path) -> list[Path]:
+    return sorted((root / "receipts").glob("*/*.json"))
+
+
+async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
+        machine: Machine, tmp_path: Path) -> None:
+    rt = machine.rt
+    run = await trigger_run(rt, await _task(rt, "exit 7"), Trigger.API)
+    await _until(rt, run.id, lambda r: r.status is RunStatus.FAILED)
+    # The result (and the identity before it) are committed but not on disk, so
+    # the receipt that proved it must still be there.
+    assert rt.db.durable_seq < rt.db.commit_seq
+    assert len(_receipts(Path(machine.conf.state_dir))) == 1
+    disk = tmp_path / "after"
+    machine.cut_power(disk)
+
+    after = await _reboot(disk)
+    try:
+        assert after.startup_report is not None
+        assert after.startup_report.counts.get("receipt_applied") == 1  # not from the WAL
+        lost = await _run(after, run.id)
+        assert lost.status is RunStatus.FAILED
+        assert lost.exit_code == 7 and lost.reason_code == Reason.EXITED.value
+        assert await _terminal_events(after, run.id) == ["attempt.finished", "run.finished"]
+        await after.reaper.drain()
+        assert _receipts(disk) == []
+    finally:
+        await after.stop()
+
+
+async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
+        machine: Machine, tmp_path: Path) -> None:
+    rt = machine.rt
+    run = await trigger_run(rt, await _task(rt, "sleep 60"), Trigger.API)
+    await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
+    async with rt.db.read() as tx:
+        (attempt,) = await store.attempts_of_run(tx, run.id)
+    assert attempt.pid is not None
+    disk = tmp_path / "after"
+    machine.cut_power(disk)
+    os.killpg(attempt.pid, signal.SIGKILL)  # the power takes the task with it
+
+    after = await _reboot(disk)
+    try:
+        # Spawn step 1 was durable, the identity was not: the attempt is found
+        # `preparing`, no launcher carries its ids, no receipt exists.
+        decided = await _until(after, run.id, lambda r: r.status is not RunStatus.QUEUED)
+        assert decided.status is RunStatus.LOST, decided
+        assert decided.exit_code is None
+        assert decided.reason_code == Reason.RECOVERY_SPAWN_UNCONFIRMED.value
+        assert await _terminal_events(after, run.id) == ["attempt.finished", "run.finished"]
+        async with after.db.read() as tx:
+            assert [a.id for a in await store.attempts_of_run(tx, run.id)] == [attempt.id]
+    finally:
+        await after.stop()
+
+
+async def test_cut_after_the_next_durable_commit_keeps_the_result(
+        machine: Machine, tmp_path: Path) -> None:
+    rt = machine.rt
+    task_id = await _task(rt, "exit 3")
+    first = await trigger_run(rt, task_id, Trigger.API)
+    await _until(rt, first.id, lambda r: r.status is RunStatus.FAILED)
+    second = await trigger_run(rt, task_id, Trigger.API)  # its step 1 is durable
+    await _until(rt, second.id, lambda r: r.status is RunStatus.FAILED)
+    disk = tmp_path / "after"
+    machine.cut_power(disk)
+
+    after = await _reboot(disk)
+    try:
+        assert after.startup_report is not None
+        assert after.startup_report.counts.get("receipt_applied") == 1  # the second only
+        kept = await _run(after, first.id)
+        assert (kept.status, kept.exit_code) == (RunStatus.FAILED, 3)
+        assert await _terminal_events(after, first.id) == ["attempt.finished", "run.finished"]
+        replayed = await _run(after, second.id)
+        assert (replayed.status, replayed.exit_code) == (RunStatus.FAILED, 3)
+        assert await _terminal_events(after, second.id) == ["attempt.finished", "run.finished"]
+    finally:
+        await after.stop()
