@@ -11,6 +11,7 @@ import pytest
 from qledge import ids
 from qledge.db import migrate, store
 from qledge.http.runs import trigger_run
+from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 
@@ -143,3 +144,32 @@ async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
     async with rt.db.read() as tx:
         (attempt,) = await store.attempts_of_run(tx, third.id)
     assert attempt.created_at_ms >= min(ends)  # it started once a slot was free
+
+
+async def test_a_cron_tick_with_a_free_slot_prepares_in_the_tick_commit(rt: Runtime) -> None:
+    launched: list[str] = []
+    launch_soon = rt.dispatcher.launch_soon
+
+    def spy(prepared: Prepared) -> None:
+        launched.append(prepared.run.id)
+        launch_soon(prepared)
+
+    rt.dispatcher.launch_soon = spy  # type: ignore[method-assign]
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "every second", "command": "true", "env": {}, "labels": [],
+            "schedule": "* * * * * *", "concurrency": "allow"}, 1)
+    rt.scheduler.wake()
+    for _ in range(300):
+        async with rt.db.read() as tx:
+            runs = await store.list_runs(tx, task_id=task.id, status=None, before=None,
+                                         limit=10)
+        if runs:
+            break
+        await asyncio.sleep(0.01)
+    run = runs[-1]
+    assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
+    assert run.id in launched  # the tick's own commit did spawn step 1
+    async with rt.db.read() as tx:
+        types = [e.type for e in await store.list_events(tx, run.id)]
+    assert types[:3] == ["run.created", "run.scheduled", "attempt.created"]
