@@ -292,17 +292,27 @@ async def append_events(tx: Tx, run: Run, events: list[NewEvent], now_ms: int) -
     """Append in order with the run's next sequence numbers (caller holds the write tx)."""
     if not events:
         return
-    # Read the sequence inside this transaction: signal events append without a
+    # Take the sequence inside this transaction: signal events append without a
     # version bump, so a Run read earlier may carry a stale event_seq.
-    row = await tx.one("SELECT event_seq FROM runs WHERE id = ?", (run.id,))
-    seq = int(row["event_seq"]) if row else run.event_seq
-    for ev in events:
-        seq += 1
-        await tx.execute(
-            "INSERT INTO run_events (run_id, seq, type, at_ms, attempt_id, data_json)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (run.id, seq, ev.type, now_ms, ev.attempt_id, _json.encode(ev.data).decode()))
-    await tx.execute("UPDATE runs SET event_seq = ? WHERE id = ?", (seq, run.id))
+    row = await tx.one("UPDATE runs SET event_seq = event_seq + ? WHERE id = ?"
+                       " RETURNING event_seq", (len(events), run.id))
+    last = int(row["event_seq"]) if row else run.event_seq + len(events)
+    await _insert_events(tx, run.id, last, events, now_ms)
+
+
+async def _insert_events(tx: Tx, run_id: str, last_seq: int, events: list[NewEvent],
+                         now_ms: int) -> None:
+    """One INSERT for the events numbered up to last_seq (one statement, one hand-off
+    to the database thread, however many events)."""
+    first = last_seq - len(events) + 1
+    params: list[object] = []
+    for i, ev in enumerate(events):
+        params += [run_id, first + i, ev.type, now_ms, ev.attempt_id,
+                   _json.encode(ev.data).decode()]
+    rows = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(events))
+    await tx.execute(
+        "INSERT INTO run_events (run_id, seq, type, at_ms, attempt_id, data_json)"  # noqa: S608
+        f" VALUES {rows}", params)
 
 
 async def list_events(tx: Tx, run_id: str, after_seq: int = 0, limit: int = 500) -> list[Event]:
@@ -386,14 +396,16 @@ async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[
 async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
     """Write a transition with CAS on the run version; raises Conflict if it moved."""
     new = transition.run
-    changed = await tx.execute(
+    # The event numbers are taken by the same statement (RETURNING): a completion
+    # is a handful of statements, each a hand-off to the database thread.
+    row = await tx.one(
         "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"
-        " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?"
-        " WHERE id = ? AND version = ?",
+        " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
+        " event_seq = event_seq + ? WHERE id = ? AND version = ? RETURNING event_seq",
         (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
          new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
-         new.reason_code, old.id, old.version))
-    if changed != 1:
+         new.reason_code, len(transition.events), old.id, old.version))
+    if row is None:
         raise Conflict(f"run {old.id} version {old.version}")
     att = transition.attempt
     if att is not None:
@@ -406,7 +418,8 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
              att.id))
         if att.status not in ACTIVE_ATTEMPT:
             await journal_mark_terminal(tx, att.id, now_ms)
-    await append_events(tx, old, transition.events, now_ms)
+    if transition.events:
+        await _insert_events(tx, old.id, int(row["event_seq"]), transition.events, now_ms)
     return new
 
 
