@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from qledge import paths, settings
 from qledge.db import migrate
 from qledge.db.connection import Database
+from qledge.runtime.lifecycle import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "test-admin-token-0123456789abcdef"
@@ -52,6 +53,50 @@ def make_settings(state: Path, **overrides: str) -> settings.Settings:
     conf = settings.load(env)
     paths.prepare_roots(conf)
     return conf
+
+
+def make_runtime(state: Path, **overrides: str) -> Runtime:
+    """An in-process runtime on a migrated database; the caller starts and stops it."""
+    conf = make_settings(state, **overrides)
+    migrate.apply(conf.db_path)
+    return Runtime(conf)
+
+
+async def add_task(rt: Runtime, command: str) -> str:
+    """A task (concurrency: allow) straight into the runtime's database; its id."""
+    from qledge import ids
+    from qledge.db import store
+
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": command, "env": {}, "labels": [],
+            "concurrency": "allow"}, 1)
+    return task.id
+
+
+_MIGRATE = ("import sys; from pathlib import Path; from qledge.db import migrate;"
+            " migrate.apply(Path(sys.argv[1]))")
+
+
+def migrate_in_child(db: Path, *, kill_after_s: float | None = None) -> float:
+    """`migrate.apply` in a child process: run to the end (returns its duration), or
+    SIGKILL it `kill_after_s` into the run (the crash-safety tests of conversions)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "app")}
+    t0 = time.monotonic()
+    if kill_after_s is None:
+        subprocess.run([sys.executable, "-c", _MIGRATE, str(db)], check=True, env=env,
+                       timeout=300)
+    else:
+        proc = subprocess.Popen([sys.executable, "-c", _MIGRATE, str(db)], env=env)
+        time.sleep(kill_after_s)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return time.monotonic() - t0
 
 
 @pytest.fixture

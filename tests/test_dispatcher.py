@@ -9,33 +9,23 @@ from pathlib import Path
 import pytest
 
 from qledge import ids
-from qledge.db import migrate, store
+from qledge.db import store
 from qledge.http.runs import trigger_run
 from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import make_settings
+from conftest import add_task, make_runtime
 
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    conf = make_settings(tmp_path / "state", max_concurrent_attempts="2")
-    migrate.apply(conf.db_path)
-    runtime = Runtime(conf)
+    runtime = make_runtime(tmp_path / "state", max_concurrent_attempts="2")
     await runtime.start()
     try:
         yield runtime
     finally:
         await runtime.stop()
-
-
-async def _task(rt: Runtime, command: str) -> str:
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
-    return task.id
 
 
 async def _run(rt: Runtime, run_id: str) -> tuple[Run, list[str]]:
@@ -55,7 +45,7 @@ async def _terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
 
 
 async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) -> None:
-    task_id = await _task(rt, "true")
+    task_id = await add_task(rt, "true")
     commits = rt.db.commit_seq
     run = await trigger_run(rt, task_id, Trigger.API)
     # One commit created the run and did spawn step 1: the attempt already exists.
@@ -79,7 +69,7 @@ async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) 
 
 
 async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) -> None:
-    task_id = await _task(rt, "true")
+    task_id = await add_task(rt, "true")
     async with rt.db.write() as tx:
         run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
         prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
@@ -93,7 +83,7 @@ async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) 
 
 
 async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
-    task_id = await _task(rt, "true")
+    task_id = await add_task(rt, "true")
     hold: str | None = "held for the test"
     rt.dispatcher.may_spawn = lambda: hold
     older = await trigger_run(rt, task_id, Trigger.API)
@@ -109,7 +99,7 @@ async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
 
 
 async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
-    task_id = await _task(rt, "sleep 0.3")
+    task_id = await add_task(rt, "sleep 0.3")
     runs = await asyncio.gather(*(trigger_run(rt, task_id, Trigger.API) for _ in range(8)))
     for run in runs:
         assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
@@ -129,7 +119,7 @@ async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
 
 
 async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
-    busy = await _task(rt, "sleep 1")
+    busy = await add_task(rt, "sleep 1")
     first = [await trigger_run(rt, busy, Trigger.API) for _ in range(2)]
     for _ in range(500):
         states = [(await _run(rt, r.id))[0].status for r in first]
@@ -137,7 +127,7 @@ async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
             break
         await asyncio.sleep(0.01)
     assert states == [RunStatus.RUNNING] * 2
-    third = await trigger_run(rt, await _task(rt, "true"), Trigger.API)
+    third = await trigger_run(rt, await add_task(rt, "true"), Trigger.API)
     assert (await _run(rt, third.id))[1] == []  # both slots taken: queued, no attempt
     assert (await _terminal(rt, third.id)).status is RunStatus.SUCCEEDED
     ends = [(await _run(rt, r.id))[0].finished_at_ms or 0 for r in first]

@@ -1,13 +1,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +11,8 @@ import pytest
 from qledge import ids
 from qledge.db import migrate, upkeep
 from qledge.launch import logs
+
+from conftest import migrate_in_child
 
 
 def _copy_migrations(dst: Path, upto: int | None = None) -> list[migrate.Migration]:
@@ -404,9 +401,6 @@ def test_database_left_in_rollback_journal_mode_goes_back_to_wal(tmp_path: Path)
 
 def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
     """kill -9 during the VACUUM: the database is intact and the next start converts it."""
-    app = str(Path(__file__).resolve().parents[1] / "app")
-    code = ("import sys; from pathlib import Path; from qledge.db import migrate;"
-            " migrate.apply(Path(sys.argv[1]))")
 
     def pending_conversion(name: str) -> Path:
         db = _legacy_db(tmp_path, name=name, upto=6)
@@ -426,20 +420,13 @@ def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
         return db
 
     db = pending_conversion("a.db")
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", code, str(db)], check=True,
-                   env={**os.environ, "PYTHONPATH": app}, timeout=300)
-    full = time.monotonic() - t0
+    full = migrate_in_child(db)
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     conn.close()
 
     db2 = pending_conversion("b.db")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(db2)],
-                            env={**os.environ, "PYTHONPATH": app})
-    time.sleep(full * 0.6)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    migrate_in_child(db2, kill_after_s=full * 0.6)
     conn = sqlite3.connect(db2)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("PRAGMA page_size").fetchone()[0] in (4096, 1024)

@@ -4,7 +4,6 @@ crash in between), the logs size cap, database upkeep and the auto-vacuum migrat
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from qledge.runtime.retention import (
     verdict,
 )
 from qledge.settings import Profile, Settings
+
+from conftest import migrate_in_child
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -486,22 +487,12 @@ def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     _legacy_db(db, _copy_migrations(tmp_path / "m", 5))
     _fill(db, 20000, blob=1500)  # ~35 MB: the VACUUM takes a moment
-    app = str(Path(__file__).resolve().parents[1] / "app")
-    code = ("import sys; from pathlib import Path; from qledge.db import migrate;"
-            " migrate.apply(Path(sys.argv[1]))")
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", code, str(db)], check=True,
-                   env={**os.environ, "PYTHONPATH": app}, timeout=300)
-    full = time.monotonic() - t0
+    full = migrate_in_child(db)
     # again from scratch, killed part-way through
     db2 = tmp_path / "q2.db"
     _legacy_db(db2, _copy_migrations(tmp_path / "m2", 5))
     _fill(db2, 20000, blob=1500)
-    proc = subprocess.Popen([sys.executable, "-c", code, str(db2)],
-                            env={**os.environ, "PYTHONPATH": app})
-    time.sleep(full * 0.6)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    migrate_in_child(db2, kill_after_s=full * 0.6)
     conn = sqlite3.connect(db2)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] in (0, 2)

@@ -23,23 +23,21 @@ from pathlib import Path
 
 import pytest
 
-from qledge import ids
-from qledge.db import migrate, store
+from qledge.db import store
 from qledge.http.runs import trigger_run
 from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.settings import Settings
 
-from conftest import make_settings
+from conftest import add_task, make_runtime
 
 
 class Machine:
     """A runtime whose WAL's durable prefix is known at every instant."""
 
-    def __init__(self, conf: Settings) -> None:
-        self.conf = conf
-        self.rt = Runtime(conf)
-        self.wal = Path(f"{conf.db_path}-wal")
+    def __init__(self, state: Path) -> None:
+        self.rt = make_runtime(state)
+        self.conf = self.rt.settings
+        self.wal = Path(f"{self.conf.db_path}-wal")
         self.durable_bytes = 0
 
     async def start(self) -> None:
@@ -74,9 +72,7 @@ class Machine:
 
 @pytest.fixture
 async def machine(tmp_path: Path) -> AsyncIterator[Machine]:
-    conf = make_settings(tmp_path / "before")
-    migrate.apply(conf.db_path)
-    m = Machine(conf)
+    m = Machine(tmp_path / "before")
     await m.start()
     try:
         yield m
@@ -85,9 +81,7 @@ async def machine(tmp_path: Path) -> AsyncIterator[Machine]:
 
 
 async def _reboot(disk: Path) -> Runtime:
-    conf = make_settings(disk)
-    migrate.apply(conf.db_path)
-    rt = Runtime(conf)
+    rt = make_runtime(disk)
     await rt.start()
     return rt
 
@@ -112,14 +106,6 @@ async def _terminal_events(rt: Runtime, run_id: str) -> list[str]:
                 if e.type in ("attempt.finished", "run.finished")]
 
 
-async def _task(rt: Runtime, command: str) -> str:
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
-    return task.id
-
-
 def _receipts(root: Path) -> list[Path]:
     return sorted((root / "receipts").glob("*/*.json"))
 
@@ -127,7 +113,7 @@ def _receipts(root: Path) -> list[Path]:
 async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
-    run = await trigger_run(rt, await _task(rt, "exit 7"), Trigger.API)
+    run = await trigger_run(rt, await add_task(rt, "exit 7"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.FAILED)
     # The result (and the identity before it) are committed but not on disk, so
     # the receipt that proved it must still be there.
@@ -153,7 +139,7 @@ async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
 async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
-    run = await trigger_run(rt, await _task(rt, "sleep 60"), Trigger.API)
+    run = await trigger_run(rt, await add_task(rt, "sleep 60"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
     async with rt.db.read() as tx:
         (attempt,) = await store.attempts_of_run(tx, run.id)
@@ -180,7 +166,7 @@ async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
 async def test_cut_after_the_next_durable_commit_keeps_the_result(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
-    task_id = await _task(rt, "exit 3")
+    task_id = await add_task(rt, "exit 3")
     first = await trigger_run(rt, task_id, Trigger.API)
     await _until(rt, first.id, lambda r: r.status is RunStatus.FAILED)
     second = await trigger_run(rt, task_id, Trigger.API)  # its step 1 is durable
