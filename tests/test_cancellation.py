@@ -58,6 +58,14 @@ def _wait_running(http: httpx.Client, run_id: str) -> None:
         time.sleep(0.02)
 
 
+def _wait_log(http: httpx.Client, run_id: str, text: bytes) -> None:
+    """The task has got this far (e.g. its `trap` is set): signals now meet it."""
+    deadline = time.monotonic() + 20
+    while text not in http.get(f"/api/v1/runs/{run_id}/log").content:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
 def test_timeout_kills_the_group_including_grandchildren(server: Server) -> None:
     marker = "4711.4242"
     run_id = _start(server.http, f"sleep {marker} & sleep {marker}; wait", timeout_s=1)
@@ -107,7 +115,9 @@ def test_queued_run_is_cancelled_without_spawning(tmp_path: Path) -> None:
 def test_term_ignoring_task_dies_by_kill_after_grace(tmp_path: Path) -> None:
     srv = Server(tmp_path / "s", kill_grace_s="1")
     try:
-        run_id = _start(srv.http, "trap '' TERM; sleep 1000", timeout_s=1)
+        # 3 s, not 1: under load the shell must have run its `trap` before TERM
+        # comes, or TERM ends it and there is no KILL to see.
+        run_id = _start(srv.http, "trap '' TERM; sleep 1000", timeout_s=3)
         run = wait_terminal(srv.http, run_id, 30)
         assert run["status"] == "timed_out"
         assert _signals(srv.http, run_id) == ["SIGTERM", "SIGKILL"]
@@ -118,8 +128,8 @@ def test_term_ignoring_task_dies_by_kill_after_grace(tmp_path: Path) -> None:
 
 def test_late_receipt_after_cancel_is_consumed_not_quarantined(server: Server) -> None:
     # The task catches TERM and exits 0: its receipt arrives after the intent.
-    run_id = _start(server.http, "trap 'exit 0' TERM; sleep 60 & wait")
-    _wait_running(server.http, run_id)
+    run_id = _start(server.http, "trap 'exit 0' TERM; echo ready; sleep 60 & wait")
+    _wait_log(server.http, run_id, b"ready")  # a TERM before the trap would end sh with 143
     server.http.post(f"/api/v1/runs/{run_id}/cancel")
     run = wait_terminal(server.http, run_id)
     assert (run["status"], run["exit_code"]) == ("cancelled", 0)
