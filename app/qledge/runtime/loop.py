@@ -2,7 +2,9 @@
 
 Explicit start/stop; one round at a time (the next is scheduled only after
 the previous finished); stop waits for a running round within a bound, then
-cancels it. `poke()` runs a round early (e.g. under disk pressure).
+cancels it. `poke()` runs a round early (e.g. under disk pressure). A round
+may return how many seconds until the next one (the scheduler sleeps until
+the next cron tick), capped by the interval; None means the interval.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ log = logging.getLogger("qledge.loop")
 
 
 class PeriodicLoop:
-    def __init__(self, name: str, interval_s: float, round_fn: Callable[[], Awaitable[None]],
+    def __init__(self, name: str, interval_s: float,
+                 round_fn: Callable[[], Awaitable[float | None]],
                  stop_timeout_s: float = 5.0) -> None:
         self.name = name
         self.interval_s = interval_s
@@ -44,20 +47,24 @@ class PeriodicLoop:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        delay = self.interval_s
         while not self._stopping:
-            self.next_round_at = loop.time() + self.interval_s
+            self.next_round_at = loop.time() + delay
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), self.interval_s)
+                await asyncio.wait_for(self._poke.wait(), delay)
             self._poke.clear()
             if self._stopping:
                 break
             self._in_round = True
+            delay = self.interval_s
             try:
-                await self.round_fn()
+                wanted = await self.round_fn()
+                if wanted is not None:
+                    delay = min(max(wanted, 0.0), self.interval_s)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("%s round failed; next round as scheduled", self.name)
+                log.exception("%s round failed; next round in %ss", self.name, delay)
             finally:
                 self._in_round = False
                 self.rounds += 1

@@ -28,8 +28,6 @@ Rules (docs/qinglong-compat.md explains them to operators):
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -45,7 +43,7 @@ from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
 from ..model import Concurrency, NewEvent, Task, Trigger
 from .dispatcher import Dispatcher
-from .loop import drain
+from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.scheduler")
 
@@ -117,64 +115,39 @@ class Scheduler:
         # in the tick's own commit (dispatcher.admit_in).
         self.dispatcher = dispatcher
         self.clock = clock
-        self.max_sleep_s = max_sleep_s
-        self.stop_timeout_s = stop_timeout_s
         self.fired = 0
         self.skipped = 0
         self.rounds = 0
         self.next_due_ms: int | None = None
         # task id -> (schedule, since, first due after since): cron arithmetic only on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._in_round = False
+        # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
+        self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
+                                 stop_timeout_s)
 
     # -- lifecycle -----------------------------------------------------------------
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self.loop.running
 
     def start(self) -> None:
-        if self.running:
-            raise RuntimeError("scheduler already started")
-        self._stopping = False
-        self._task = asyncio.create_task(self._run(), name="scheduler")
+        self.loop.start()
+        self.loop.poke()  # the first round at once: ticks due while nobody ran
 
     def wake(self) -> None:
         """A task was created/changed/enabled: re-read schedules now."""
-        self._wake.set()
+        self.loop.poke()
 
     async def stop(self) -> None:
         """Let a running round finish within the bound, then cancel it."""
-        self._stopping = True
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._wake.set()
-        await drain(task, in_round=self._in_round, timeout_s=self.stop_timeout_s)
+        await self.loop.stop()
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            self._wake.clear()
-            self._in_round = True
-            try:
-                next_ms = await self.round()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduler round failed; retrying within %ss", self.max_sleep_s)
-                next_ms = None
-            finally:
-                self._in_round = False
-            if self._stopping:
-                break
-            delay = self.max_sleep_s
-            if next_ms is not None:
-                delay = min(max((next_ms - self.clock()) / 1000 + WAKE_SLACK_S, 0.0), delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+    async def _round_then_sleep(self) -> float | None:
+        next_ms = await self.round()
+        if next_ms is None:
+            return None
+        return (next_ms - self.clock()) / 1000 + WAKE_SLACK_S
 
     # -- one round -----------------------------------------------------------------
 
