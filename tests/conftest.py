@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -72,6 +74,22 @@ async def add_task(rt: Runtime, command: str) -> str:
             "name": "t", "command": command, "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
     return task.id
+
+
+@contextlib.contextmanager
+def time_zone(name: str) -> Iterator[None]:
+    """Run in this TZ (the process's local zone), restored afterwards."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
 
 
 _MIGRATE = ("import sys; from pathlib import Path; from qledge.db import migrate;"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -12,23 +10,16 @@ import pytest
 from qledge import cron
 from qledge.runtime import scheduler as sch
 
+from conftest import time_zone
+
 SHANGHAI = timezone(timedelta(hours=8))
 
 
 @pytest.fixture
 def tz() -> Iterator[None]:
     """Run in a fixed zone without DST (Asia/Shanghai, QingLong's usual TZ)."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "Asia/Shanghai"
-    time.tzset()
-    try:
+    with time_zone("Asia/Shanghai"):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = old
-        time.tzset()
 
 
 @pytest.mark.parametrize(("expr", "normal"), [
@@ -123,10 +114,7 @@ def test_first_due_after_and_last_due_at_or_before(tz: None) -> None:
 
 def test_zone_rules_follow_dst() -> None:
     """A fixed UTC offset would fire an hour off after a DST change; the zone does not."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "Europe/Berlin"
-    time.tzset()
-    try:
+    with time_zone("Europe/Berlin"):
         cet, cest = timezone(timedelta(hours=1)), timezone(timedelta(hours=2))
         before = _ms(2024, 3, 30, 12, 0, tzinfo=cet)  # Saturday, still winter time
         ticks = sch.next_ticks("0 3 * * *", before, 2)
@@ -135,9 +123,3 @@ def test_zone_rules_follow_dst() -> None:
         # 02:30 does not exist on 2024-03-31: Debian-cron semantics fire it right after the gap
         assert sch.first_due_after("30 2 * * *", before) == _ms(2024, 3, 31, 3, 0, tzinfo=cest)
         assert str(sch.local_zone()) == "Europe/Berlin"
-    finally:
-        if old is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = old
-        time.tzset()

@@ -4,7 +4,6 @@ storm after downtime, disabled never fires, no double fire across restarts."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -20,6 +19,8 @@ from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
 from qledge.settings import Settings
 
+from conftest import time_zone
+
 SHANGHAI = timezone(timedelta(hours=8))
 MINUTE = 60_000
 DAY = 86_400_000
@@ -27,17 +28,8 @@ DAY = 86_400_000
 
 @pytest.fixture(autouse=True)
 def tz() -> Iterator[None]:
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "Asia/Shanghai"
-    time.tzset()
-    try:
+    with time_zone("Asia/Shanghai"):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = old
-        time.tzset()
 
 
 def at(*args: int) -> int:
