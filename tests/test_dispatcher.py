@@ -75,7 +75,7 @@ async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) 
         prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
     assert prepared is not None
     # The loop's door sees the run still `queued` (identity not persisted yet).
-    assert await rt.executor.spawn(run) is None
+    assert await rt.dispatcher.dispatch_once() == 0
     rt.dispatcher.launch_soon(prepared)
     assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
     _, attempts = await _run(rt, run.id)
@@ -163,3 +163,23 @@ async def test_a_cron_tick_with_a_free_slot_prepares_in_the_tick_commit(rt: Runt
     async with rt.db.read() as tx:
         types = [e.type for e in await store.list_events(tx, run.id)]
     assert types[:3] == ["run.created", "run.scheduled", "attempt.created"]
+
+
+async def test_a_rolled_back_step_one_leaves_nothing_in_flight(rt: Runtime) -> None:
+    task_id = await add_task(rt, "true")
+    with pytest.raises(RuntimeError):
+        async with rt.db.write() as tx:
+            run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+            prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+            assert prepared is not None and prepared.attempt.id in rt.executor.in_flight
+            raise RuntimeError("the commit does not happen")
+    assert prepared.attempt.id not in rt.executor.in_flight
+    async with rt.db.write() as tx:  # the same inside a savepoint that rolls back
+        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+        with pytest.raises(RuntimeError):
+            async with tx.savepoint():
+                prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+                assert prepared is not None
+                raise RuntimeError("this unit only")
+        assert prepared.attempt.id not in rt.executor.in_flight
+        assert await store.attempts_of_run(tx, run.id) == []

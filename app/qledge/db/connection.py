@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,21 @@ Params = Iterable[Any] | dict[str, Any]
 class Tx:
     """One open transaction (or read snapshot) on one connection."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_undo")
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
+        self._undo: list[Callable[[], None]] = []
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        """Run `fn` if this transaction — or the savepoint open now — rolls back:
+        in-memory bookkeeping about rows that then never existed."""
+        self._undo.append(fn)
+
+    def _rolled_back(self, mark: int = 0) -> None:
+        undo, self._undo = self._undo[mark:], self._undo[:mark]
+        for fn in reversed(undo):
+            fn()
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run a statement; returns the number of rows changed."""
@@ -60,11 +71,13 @@ class Tx:
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested unit inside the transaction: rolled back alone if it raises."""
         await self._conn.execute("SAVEPOINT unit")
+        mark = len(self._undo)
         try:
             yield
         except BaseException:
             await self._conn.execute("ROLLBACK TO unit")
             await self._conn.execute("RELEASE unit")
+            self._rolled_back(mark)
             raise
         await self._conn.execute("RELEASE unit")
 
@@ -193,13 +206,15 @@ class Database:
                 await _set_synchronous(conn, "FULL" if durable else "NORMAL")
                 self._full = durable
             await _begin(conn, "BEGIN IMMEDIATE")
+            tx = Tx(conn)
             try:
-                yield Tx(conn)
+                yield tx
                 failpoints.hit("db.before_commit")
                 await conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     await conn.execute("ROLLBACK")
+                tx._rolled_back()
                 raise
             self.commit_seq += 1
             if durable:

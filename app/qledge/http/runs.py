@@ -11,7 +11,6 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import store
-from ..launch.executor import Prepared
 from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, RunStatus, Trigger
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime, now_ms
@@ -46,20 +45,15 @@ async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
     The same durable commit also does spawn step 1 when a slot is free (see
     dispatcher.admit_in): the answer still says `queued`, the launch follows.
     """
-    prepared: Prepared | None = None
-    try:
-        async with rt.db.write() as tx:
-            task = await store.get_task(tx, task_id)
-            if task.concurrency is Concurrency.FORBID:
-                active = await store.active_run_of_task(tx, task.id)
-                if active is not None:
-                    raise StateConflict("task already has an active run (concurrency: forbid)",
-                                        extra={"active_run_id": active.id})
-            run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
-            prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
-    except BaseException:
-        rt.executor.abandon(prepared)
-        raise
+    async with rt.db.write() as tx:
+        task = await store.get_task(tx, task_id)
+        if task.concurrency is Concurrency.FORBID:
+            active = await store.active_run_of_task(tx, task.id)
+            if active is not None:
+                raise StateConflict("task already has an active run (concurrency: forbid)",
+                                    extra={"active_run_id": active.id})
+        run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
+        prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
     if prepared is not None:
         rt.dispatcher.launch_soon(prepared)
     else:

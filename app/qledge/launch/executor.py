@@ -85,23 +85,12 @@ class LocalExecutor:
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
 
-    async def spawn(self, run: Run) -> SpawnResult | None:
-        """Start one attempt of a queued run; None if the run is no longer startable."""
-        prepared: Prepared | None = None
-        try:
-            async with self.db.write() as tx:
-                prepared = await self.prepare_in(tx, run.id)
-        except BaseException:
-            self.abandon(prepared)
-            raise
-        return None if prepared is None else await self.launch(prepared)
-
     async def prepare_in(self, tx: Tx, run_id: str) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
 
         The attempt joins `in_flight` before the commit makes it visible, so no
-        supervision round sees it `preparing` and unwatched; the caller must
-        launch() it after the commit or abandon() it if the commit fails.
+        supervision round sees it `preparing` and unwatched, and leaves it again
+        if the transaction rolls back; the caller launch()es it after the commit.
         """
         run = await store.get_run(tx, run_id)
         if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
@@ -115,22 +104,14 @@ class LocalExecutor:
         now = now_ms()
         deadline = now + task.timeout_s * 1000 if task.timeout_s else None
         self.in_flight.add(attempt_id)
-        try:
-            attempt = await store.prepare_attempt(
-                tx, run, attempt_id=attempt_id, owner=self.node_id,
-                executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
-                deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
-                log_path=logs.relative_path(attempt_id),
-                receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
-        except BaseException:
-            self.in_flight.discard(attempt_id)
-            raise
+        tx.on_rollback(lambda: self.in_flight.discard(attempt_id))
+        attempt = await store.prepare_attempt(
+            tx, run, attempt_id=attempt_id, owner=self.node_id,
+            executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
+            deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
+            log_path=logs.relative_path(attempt_id),
+            receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
         return Prepared(run, task, attempt, token, env)
-
-    def abandon(self, prepared: Prepared | None) -> None:
-        """Step 1's transaction did not commit: nothing exists to launch."""
-        if prepared is not None:
-            self.in_flight.discard(prepared.attempt.id)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:
         """Steps 2-4 after step 1 committed. The attempt leaves `in_flight` when this

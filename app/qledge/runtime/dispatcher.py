@@ -80,13 +80,17 @@ class Dispatcher:
         """
         if self._stopping or self._task is None or self.may_spawn() is not None:
             return None
-        if await store.count_active_attempts(tx, self.node_id) >= self.limit:
+        if not await self._slot_free(tx):
             return None
         if fresh:
             oldest = await store.queued_runs(tx, 1)
             if not oldest or oldest[0].id != run.id:
                 return None
         return await self.executor.prepare_in(tx, run.id)
+
+    async def _slot_free(self, tx: Tx) -> bool:
+        """The admission rule of both doors, read inside the preparing transaction."""
+        return await store.count_active_attempts(tx, self.node_id) < self.limit
 
     def launch_soon(self, prepared: Prepared) -> None:
         """After the commit of admit_in's transaction: steps 2-4 in the background."""
@@ -113,15 +117,10 @@ class Dispatcher:
         for run in queued:
             if self._stopping:
                 break
-            prepared: Prepared | None = None
-            try:
-                async with self.db.write() as tx:
-                    if await store.count_active_attempts(tx, self.node_id) >= self.limit:
-                        return started  # a finished attempt wakes us again
-                    prepared = await self.executor.prepare_in(tx, run.id)
-            except BaseException:
-                self.executor.abandon(prepared)
-                raise
+            async with self.db.write() as tx:
+                if not await self._slot_free(tx):
+                    return started  # a finished attempt wakes us again
+                prepared = await self.executor.prepare_in(tx, run.id)
             if prepared is None:
                 continue
             result = await self.executor.launch(prepared)

@@ -180,23 +180,16 @@ class Scheduler:
             # Several ticks per transaction (one fsync), each in its own savepoint.
             results: list[tuple[str, int | None]] = []
             prepared: list[Prepared] = []
-            try:
-                async with self.db.write() as tx:
-                    for task_id in batch[start:start + FIRES_PER_TX]:
-                        mine: list[Prepared] = []
-                        try:
-                            async with tx.savepoint():
-                                results.append(await self.fire(tx, task_id, now, mine))
-                        except (store.Conflict, store.NotFound, ValueError):
-                            self._abandon(mine)  # its savepoint rolled back
-                            log.exception("schedule: task %s not fired this round", task_id)
-                        except BaseException:
-                            self._abandon(mine)
-                            raise
-                        prepared.extend(mine)
-            except BaseException:
-                self._abandon(prepared)
-                raise
+            async with self.db.write() as tx:
+                for task_id in batch[start:start + FIRES_PER_TX]:
+                    mine: list[Prepared] = []  # kept only if its savepoint is released
+                    try:
+                        async with tx.savepoint():
+                            results.append(await self.fire(tx, task_id, now, mine))
+                    except (store.Conflict, store.NotFound, ValueError):
+                        log.exception("schedule: task %s not fired this round", task_id)
+                        continue
+                    prepared.extend(mine)
             if self.dispatcher is not None:
                 for p in prepared:
                     self.dispatcher.launch_soon(p)
@@ -216,11 +209,6 @@ class Scheduler:
         if queued:
             self.on_queued()
         return next_ms
-
-    def _abandon(self, prepared: list[Prepared]) -> None:
-        if self.dispatcher is not None:
-            for p in prepared:
-                self.dispatcher.executor.abandon(p)
 
     async def fire(self, tx: Tx, task_id: str, now: int,
                    prepared: list[Prepared] | None = None) -> tuple[str, int | None]:
