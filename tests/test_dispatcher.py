@@ -72,7 +72,7 @@ async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) 
     task_id = await add_task(rt, "true")
     async with rt.db.write() as tx:
         run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
-        prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+        prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
     assert prepared is not None
     # The loop's door sees the run still `queued` (identity not persisted yet).
     assert await rt.dispatcher.dispatch_once() == 0
@@ -170,7 +170,7 @@ async def test_a_rolled_back_step_one_leaves_nothing_in_flight(rt: Runtime) -> N
     with pytest.raises(RuntimeError):
         async with rt.db.write() as tx:
             run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
-            prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+            prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
             assert prepared is not None and prepared.attempt.id in rt.executor.in_flight
             raise RuntimeError("the commit does not happen")
     assert prepared.attempt.id not in rt.executor.in_flight
@@ -178,7 +178,7 @@ async def test_a_rolled_back_step_one_leaves_nothing_in_flight(rt: Runtime) -> N
         run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
         with pytest.raises(RuntimeError):
             async with tx.savepoint():
-                prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+                prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
                 assert prepared is not None
                 raise RuntimeError("this unit only")
         assert prepared.attempt.id not in rt.executor.in_flight

@@ -43,7 +43,7 @@ async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
     """Queue a run; `forbid` tasks answer 409 with the active run's id.
 
     The same durable commit also does spawn step 1 when a slot is free (see
-    dispatcher.admit_in): the answer still says `queued`, the launch follows.
+    dispatcher.admit_new): the answer still says `queued`, the launch follows.
     """
     async with rt.db.write() as tx:
         task = await store.get_task(tx, task_id)
@@ -53,7 +53,7 @@ async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
                 raise StateConflict("task already has an active run (concurrency: forbid)",
                                     extra={"active_run_id": active.id})
         run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
-        prepared = await rt.dispatcher.admit_in(tx, run, fresh=True)
+        prepared = await rt.dispatcher.admit_new(tx, run, task)
     if prepared is not None:
         rt.dispatcher.launch_soon(prepared)
     else:

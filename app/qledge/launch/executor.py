@@ -85,19 +85,23 @@ class LocalExecutor:
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
 
-    async def prepare_in(self, tx: Tx, run_id: str) -> Prepared | None:
+    async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
 
+        `task` given: the run was created in this very transaction, so there is
+        nothing to re-check. Otherwise it waited and may have moved (cancelled,
+        or prepared by the transaction that created it) since the caller read it.
         The attempt joins `in_flight` before the commit makes it visible, so no
         supervision round sees it `preparing` and unwatched, and leaves it again
         if the transaction rolls back; the caller launch()es it after the commit.
         """
-        run = await store.get_run(tx, run_id)
-        if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
-            return None
-        if await store.run_has_active_attempt(tx, run.id):
-            return None  # prepared by the transaction that created it; launching now
-        task = await store.get_task(tx, run.task_id)
+        if task is None:
+            run = await store.get_run(tx, run.id)
+            if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
+                return None
+            if await store.run_has_active_attempt(tx, run.id):
+                return None
+            task = await store.get_task(tx, run.task_id)
         env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
         token = new_token()
         attempt_id = ids.uuid7()

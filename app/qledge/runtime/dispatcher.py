@@ -2,7 +2,7 @@
 
 Two doors, one admission rule (checked inside the write transaction that
 prepares the attempt, so they cannot both take the last slot): the loop below
-for runs that waited, and `admit_in` for a run created just now — its
+for runs that waited, and `admit_new` for a run created just now — its
 creator's transaction also does spawn step 1 when a slot is free and no older
 run waits, so a run that starts at once costs one durable commit, not two.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from ..db import store
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
-from ..model import Run
+from ..model import Run, Task
 
 log = logging.getLogger("qledge.dispatcher")
 
@@ -72,28 +72,25 @@ class Dispatcher:
                 await asyncio.sleep(1.0)
                 self._wake.set()
 
-    async def admit_in(self, tx: Tx, run: Run, *, fresh: bool = False) -> Prepared | None:
-        """Spawn step 1 for `run` inside the caller's write transaction, if admitted.
-
-        fresh=True (the run was created in this transaction): only when no older
-        run is queued, so a new run never overtakes one that waits.
-        """
+    async def admit_new(self, tx: Tx, run: Run, task: Task) -> Prepared | None:
+        """Spawn step 1 for a run created in the caller's write transaction, if a
+        slot is free and no older run is queued (a new run never overtakes one
+        that waits)."""
         if self._stopping or self._task is None or self.may_spawn() is not None:
             return None
         if not await self._slot_free(tx):
             return None
-        if fresh:
-            oldest = await store.queued_runs(tx, 1)
-            if not oldest or oldest[0].id != run.id:
-                return None
-        return await self.executor.prepare_in(tx, run.id)
+        oldest = await store.queued_runs(tx, 1)
+        if not oldest or oldest[0].id != run.id:
+            return None
+        return await self.executor.prepare_in(tx, run, task)
 
     async def _slot_free(self, tx: Tx) -> bool:
         """The admission rule of both doors, read inside the preparing transaction."""
         return await store.count_active_attempts(tx, self.node_id) < self.limit
 
     def launch_soon(self, prepared: Prepared) -> None:
-        """After the commit of admit_in's transaction: steps 2-4 in the background."""
+        """After the commit of admit_new's transaction: steps 2-4 in the background."""
         task = asyncio.create_task(self._launch(prepared), name=f"launch:{prepared.run.id}")
         self._launching.add(task)
         task.add_done_callback(self._launching.discard)
@@ -120,7 +117,7 @@ class Dispatcher:
             async with self.db.write() as tx:
                 if not await self._slot_free(tx):
                     return started  # a finished attempt wakes us again
-                prepared = await self.executor.prepare_in(tx, run.id)
+                prepared = await self.executor.prepare_in(tx, run)
             if prepared is None:
                 continue
             result = await self.executor.launch(prepared)

@@ -112,7 +112,7 @@ class Scheduler:
         self.db = db
         self.on_queued = on_queued
         # With a dispatcher, a tick whose run can start now also does spawn step 1
-        # in the tick's own commit (dispatcher.admit_in).
+        # in the tick's own commit (dispatcher.admit_new).
         self.dispatcher = dispatcher
         self.clock = clock
         self.fired = 0
@@ -254,7 +254,7 @@ class Scheduler:
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
         if self.dispatcher is not None and prepared is not None:
-            ready = await self.dispatcher.admit_in(tx, run, fresh=True)
+            ready = await self.dispatcher.admit_new(tx, run, task)
             if ready is not None:
                 prepared.append(ready)
         if catch_up:
