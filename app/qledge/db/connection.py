@@ -165,7 +165,7 @@ class Database:
         self._full = True
         self.commit_seq = 0
         self.durable_seq = 0
-        self.syncs = 0  # explicit WAL fsyncs (sync()), for /api/v1/system and benches
+        self.syncs = 0  # fdatasyncs done by sync(); the durability tests count them
         self._durable = asyncio.Condition()
 
     async def open(self) -> None:
