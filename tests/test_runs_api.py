@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
@@ -78,16 +76,20 @@ def test_max_concurrent_limit_queues(tmp_path: object) -> None:
     try:
         task = _task(srv.http, "sleep 0.4", concurrency="allow")
         runs = [_run(srv.http, task) for _ in range(5)]
-        peak = 0
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            statuses = [srv.http.get(f"/api/v1/runs/{r}").json()["status"] for r in runs]
-            peak = max(peak, statuses.count("running"))
-            if all(s == "succeeded" for s in statuses):
-                break
-            time.sleep(0.05)
-        assert statuses == ["succeeded"] * 5
-        assert 1 <= peak <= 2
+        finished = [wait_terminal(srv.http, r) for r in runs]
+        assert [r["status"] for r in finished] == ["succeeded"] * 5
+        # Each attempt holds its slot from spawn step 1 (created_at_ms) until after its
+        # process exited (finished_at_ms), so these intervals may overlap at most
+        # `limit` deep. (Polling run statuses one GET at a time is no snapshot: a run
+        # seen running may have ended before the next GET saw another one start.)
+        edges = sorted(
+            (t, step) for run in finished for a in run["attempts"]
+            for t, step in ((a["created_at_ms"], 1), (a["finished_at_ms"], -1)))
+        depth = peak = 0
+        for _, step in edges:  # at equal times an end (-1) sorts before a start
+            depth += step
+            peak = max(peak, depth)
+        assert peak == 2
     finally:
         srv.stop()
 
