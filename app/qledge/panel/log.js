@@ -1,8 +1,25 @@
-/* qledge panel: the live log of a run and its download (run.js shows them). */
+/* qledge panel: the live log of a run and its download (run.js shows the section). */
 'use strict';
 (() => {
-  const { t, statusLabel, h, notify, api, q, onLeave } = window.QLEDGE;
+  const { t, statusLabel, h, btn, notify, api, q, onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
+
+  /* The log card of a run page: state, download, the log itself. `start` follows the
+   * stream until it ends (then calls onEnd) or the page is left. */
+  function logSection(runId) {
+    const stateEl = h('span', { class: 'log-state', id: 'log-state', 'data-state': 'connecting' },
+      t('log.connecting'));
+    const pre = h('pre', { class: 'log', id: 'log', role: 'log', tabIndex: 0,
+      'aria-labelledby': 'log-h', 'aria-live': 'off' });
+    const trimmed = h('p', { class: 'muted small', hidden: true }, t('log.trimmed'));
+    const download = btn(t('log.download'), () => downloadLog(runId, download), 'small ghost',
+      { 'data-action': 'download' });
+    const el = h('section', { class: 'card', id: 'log-section', 'data-reconnects': '0' },
+      h('div', { class: 'section-head' }, h('h2', { id: 'log-h' }, t('log.title')), stateEl,
+        download),
+      trimmed, pre);
+    return { el, start: (alive, onEnd) => follow(runId, pre, stateEl, el, trimmed, alive, onEnd) };
+  }
 
   /* The live log. EventSource would reconnect on its own, but with the same URL —
    * whose ticket is already spent — so errors are handled here: close, back off, get a
@@ -121,5 +138,5 @@
     }
   }
 
-  window.QLEDGE.liveLog = { follow, download: downloadLog };
+  window.QLEDGE.logSection = logSection;
 })();

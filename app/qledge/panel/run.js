@@ -2,7 +2,7 @@
 'use strict';
 (() => {
   const { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, badge, btn, dl, notify,
-    confirmDialog, api, onLeave, heading, liveLog } = window.QLEDGE;
+    confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
 
   function eventText(ev) {
     const d = ev.data || {};
@@ -31,9 +31,66 @@
     return text === key ? t('reason.unknown') : text;
   }
 
-  function viewRun(main, runId, alive) {
-    const title = heading(main, t('run.title', { id: shortId(runId) }));
-    const cancelBtn = btn(t('run.cancel'), async () => {
+  // The summary card: status, exit code, reason, times and durations.
+  function summaryView(r, taskName, now) {
+    const reason = reasonText(r.reason_code);
+    return [
+      h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')),
+      h('div', { class: 'status-line' }, h('span', { id: 'run-status' }, badge(r.status)),
+        r.exit_code != null
+          ? h('span', { class: 'exit big', id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
+          : null,
+        r.reason_code ? h('span', { class: 'muted' }, h('code', null, r.reason_code)) : null),
+      reason ? h('p', { class: 'reason', id: 'run-reason' }, reason) : null,
+      dl([
+        [t('run.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
+        [t('run.id'), h('code', { class: 'wrap' }, r.id)],
+        [t('run.trigger'), t('trigger.' + r.trigger)],
+        [t('run.created'), fmtTime(r.created_at_ms)],
+        [t('run.started'), fmtTime(r.started_at_ms)],
+        [t('run.finished'), fmtTime(r.finished_at_ms)],
+        [t('run.waited'), r.started_at_ms ? fmtDur(r.started_at_ms - r.created_at_ms)
+          : (r.terminal ? '—' : fmtDur(now - r.created_at_ms))],
+        [t('run.duration'), r.started_at_ms
+          ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
+          : '—'],
+        r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
+      ]),
+    ];
+  }
+
+  // One timeline entry per event, in the order the control plane recorded them.
+  function timelineItems(r, events) {
+    return events.map((ev) => h('li', { 'data-type': ev.type,
+      class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
+      h('time', { datetime: new Date(ev.at_ms).toISOString() }, fmtTime(ev.at_ms)),
+      h('span', { class: 'muted small' }, ' +' + fmtDur(ev.at_ms - r.created_at_ms)),
+      h('div', { class: 'ev-text' }, eventText(ev)),
+      ev.type === 'run.finished' && ev.data && ev.data.reason_code
+        ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
+          reasonText(ev.data.reason_code))
+        : null));
+  }
+
+  function attemptsView(r, now) {
+    if (!r.attempts.length) return h('p', { class: 'muted' }, t('run.noAttempts'));
+    const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
+      t('att.started'), t('att.duration')];
+    return h('table', { class: 'grid' },
+      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, r.attempts.map((a) => h('tr', null,
+        h('td', { 'data-label': cols[0] }, '#' + a.attempt_no),
+        h('td', { 'data-label': cols[1] }, badge(a.status === 'preparing' ? 'queued' : a.status)),
+        h('td', { 'data-label': cols[2] }, a.exit_code == null ? '—' : String(a.exit_code)),
+        h('td', { 'data-label': cols[3] }, a.reason_code ? h('code', null, a.reason_code) : '—'),
+        h('td', { 'data-label': cols[4] }, a.pid == null ? '—' : String(a.pid)),
+        h('td', { 'data-label': cols[5] }, fmtTime(a.started_at_ms)),
+        h('td', { 'data-label': cols[6] }, a.started_at_ms
+          ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')))));
+  }
+
+  function cancelButton(runId, refresh) {
+    return btn(t('run.cancel'), async () => {
       const ok = await confirmDialog(t('run.cancelTitle'), t('run.cancelBody'), t('run.cancel'), true);
       if (!ok) return;
       try {
@@ -42,25 +99,19 @@
         refresh();
       } catch (e) { notify(e.message, 'error'); refresh(); }
     }, 'danger', { 'data-action': 'cancel-run', hidden: true });
-    title.parentNode.querySelector('.actions').append(cancelBtn);
+  }
 
+  function viewRun(main, runId, alive) {
+    const title = heading(main, t('run.title', { id: shortId(runId) }));
+    const cancelBtn = cancelButton(runId, () => refresh());
+    title.parentNode.querySelector('.actions').append(cancelBtn);
     const conn = h('div', { class: 'alert warn', role: 'status', hidden: true });
     const summary = h('section', { class: 'card summary', 'aria-labelledby': 'run-sum-h' },
       h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')));
-    const logState = h('span', { class: 'log-state', id: 'log-state', 'data-state': 'connecting' },
-      t('log.connecting'));
-    const pre = h('pre', { class: 'log', id: 'log', role: 'log', tabIndex: 0,
-      'aria-labelledby': 'log-h', 'aria-live': 'off' });
-    const trimmed = h('p', { class: 'muted small', hidden: true }, t('log.trimmed'));
-    const download = btn(t('log.download'), () => liveLog.download(runId, download), 'small ghost',
-      { 'data-action': 'download' });
-    const logSec = h('section', { class: 'card', id: 'log-section', 'data-reconnects': '0' },
-      h('div', { class: 'section-head' }, h('h2', { id: 'log-h' }, t('log.title')), logState,
-        download),
-      trimmed, pre);
+    const log = logSection(runId);
     const timeline = h('ol', { class: 'timeline', id: 'timeline' });
     const attempts = h('div', null);
-    main.append(conn, summary, logSec,
+    main.append(conn, summary, log.el,
       h('section', { class: 'card', 'aria-labelledby': 'tl-h' },
         h('h2', { id: 'tl-h' }, t('run.timeline')), timeline),
       h('section', { class: 'card', 'aria-labelledby': 'att-h' },
@@ -72,6 +123,19 @@
     let polling = false;
     let failures = 0;
 
+    function paint(r, events) {
+      document.title = `${t('run.title', { id: shortId(r.id) })} · ${statusLabel(r.status)} · qledge`;
+      cancelBtn.hidden = r.terminal;
+      cancelBtn.disabled = r.cancel_reason != null;
+      cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
+      const now = Date.now();
+      clear(summary).append(...summaryView(r, taskName, now));
+      clear(timeline).append(...timelineItems(r, events));
+      clear(attempts).append(attemptsView(r, now));
+    }
+
+    // Polls the run and its events every 2 s while it is active (backing off while the
+    // appliance is unreachable); the log's `end` event asks for one last refresh.
     async function refresh() {
       if (polling) return;
       polling = true;
@@ -111,62 +175,8 @@
     function stopPolling() { clearTimeout(pollTimer); pollTimer = 0; }
     onLeave(stopPolling);
 
-    function paint(r, events) {
-      document.title = `${t('run.title', { id: shortId(r.id) })} · ${statusLabel(r.status)} · qledge`;
-      cancelBtn.hidden = r.terminal;
-      cancelBtn.disabled = r.cancel_reason != null;
-      cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
-      const now = Date.now();
-      const reason = reasonText(r.reason_code);
-      clear(summary).append(
-        h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')),
-        h('div', { class: 'status-line' }, h('span', { id: 'run-status' }, badge(r.status)),
-          r.exit_code != null
-            ? h('span', { class: 'exit big', id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
-            : null,
-          r.reason_code ? h('span', { class: 'muted' }, h('code', null, r.reason_code)) : null),
-        reason ? h('p', { class: 'reason', id: 'run-reason' }, reason) : null,
-        dl([
-          [t('run.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
-          [t('run.id'), h('code', { class: 'wrap' }, r.id)],
-          [t('run.trigger'), t('trigger.' + r.trigger)],
-          [t('run.created'), fmtTime(r.created_at_ms)],
-          [t('run.started'), fmtTime(r.started_at_ms)],
-          [t('run.finished'), fmtTime(r.finished_at_ms)],
-          [t('run.waited'), r.started_at_ms ? fmtDur(r.started_at_ms - r.created_at_ms)
-            : (r.terminal ? '—' : fmtDur(now - r.created_at_ms))],
-          [t('run.duration'), r.started_at_ms
-            ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
-            : '—'],
-          r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
-        ]));
-      clear(timeline).append(...events.map((ev) => h('li', { 'data-type': ev.type,
-        class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
-        h('time', { datetime: new Date(ev.at_ms).toISOString() }, fmtTime(ev.at_ms)),
-        h('span', { class: 'muted small' }, ' +' + fmtDur(ev.at_ms - r.created_at_ms)),
-        h('div', { class: 'ev-text' }, eventText(ev)),
-        ev.type === 'run.finished' && ev.data && ev.data.reason_code
-          ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
-            reasonText(ev.data.reason_code))
-          : null)));
-      const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
-        t('att.started'), t('att.duration')];
-      clear(attempts).append(r.attempts.length ? h('table', { class: 'grid' },
-        h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-        h('tbody', null, r.attempts.map((a) => h('tr', null,
-          h('td', { 'data-label': cols[0] }, '#' + a.attempt_no),
-          h('td', { 'data-label': cols[1] }, badge(a.status === 'preparing' ? 'queued' : a.status)),
-          h('td', { 'data-label': cols[2] }, a.exit_code == null ? '—' : String(a.exit_code)),
-          h('td', { 'data-label': cols[3] }, a.reason_code ? h('code', null, a.reason_code) : '—'),
-          h('td', { 'data-label': cols[4] }, a.pid == null ? '—' : String(a.pid)),
-          h('td', { 'data-label': cols[5] }, fmtTime(a.started_at_ms)),
-          h('td', { 'data-label': cols[6] }, a.started_at_ms
-            ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')))))
-        : h('p', { class: 'muted' }, t('run.noAttempts')));
-    }
-
     refresh();
-    liveLog.follow(runId, pre, logState, logSec, trimmed, alive, () => { stopPolling(); refresh(); });
+    log.start(alive, () => { stopPolling(); refresh(); });
   }
 
   window.QLEDGE.pages.run = viewRun;
