@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -47,14 +48,19 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     assert all(ADMIN not in u for u in watched.urls)
 
 
-def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: Appliance) -> None:
+def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: Appliance,
+                                                      tmp_path: Path) -> None:
+    release = tmp_path / "release"
     sign_in(page)
     page.get_by_role("link", name="New task").click()
     expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
     page.get_by_label("Name", exact=True).fill("count-slowly")
+    # Prints three lines, then waits (at most 60 s) for a file only this test creates,
+    # so those lines can only reach the page by streaming while the run is running.
     page.get_by_label("Command").fill(
-        'echo "greeting=$GREETING"; for i in $(seq 1 40); do echo "line $i"; sleep 0.1; done;'
-        " exit 3")
+        'echo "greeting=$GREETING"; for i in 1 2 3; do echo "line $i"; done;'
+        f" n=0; while [ ! -e '{release}' ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done;"
+        ' for i in $(seq 4 40); do echo "line $i"; sleep 0.02; done; exit 3')
     # the preview reports a bad schedule as you type; the server names the field on save
     schedule = page.get_by_label("Cron schedule")
     schedule.fill("61 * * * *")
@@ -77,13 +83,19 @@ def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: App
     expect(row).to_contain_text("never run")
     row.get_by_role("button", name="Run now").click()
     expect(page).to_have_url(re.compile(r"#/runs/[0-9a-f-]{36}$"))
+    run_id = page.url.rsplit("/", 1)[1]
 
     log = page.locator("#log")
     state = page.locator("#log-state")
-    expect(log).to_contain_text("line 3")
-    seen = log.text_content() or ""
-    assert seen.startswith("greeting=hello\nline 1\nline 2\nline 3\n"), seen
-    assert "line 40" not in seen or state.get_attribute("data-state") == "live"
+    # Live: the first lines are on the page while the task still waits for the release.
+    expect(log).to_have_text("greeting=hello\nline 1\nline 2\nline 3\n")
+    expect(state).to_have_attribute("data-state", "live")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+    assert not release.exists()
+    body = appliance.api("GET", f"/runs/{run_id}").json()
+    assert body["status"] == "running", body
+    expect(page.locator(".summary")).not_to_contain_text("null")  # no Element.append(null)
+    release.touch()
     expect(state).to_have_attribute("data-state", "ended", timeout=60_000)
     assert log.text_content() == "greeting=hello\n" + lines("line ", 40), (
         page.locator("#main").inner_text())

@@ -112,6 +112,9 @@ window.QLEDGE = (() => {
     return el;
   }
   const clear = (el) => { while (el.firstChild) el.removeChild(el.firstChild); return el; };
+  // Replace el's children. Use this (or append), never Element.append with a value that
+  // may be null: the DOM would show it as the text "null".
+  const fill = (el, ...kids) => append(clear(el), kids);
   let uid = 0;
   const nextId = (p) => `${p}-${++uid}`;
 
@@ -334,7 +337,7 @@ window.QLEDGE = (() => {
 
   return {
     pages, t, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
-    h, append, clear, nextId, badge, btn, field, dl, notify, confirmDialog,
+    h, append, clear, fill, nextId, badge, btn, field, dl, notify, confirmDialog,
     ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
   };
 })();

@@ -1,7 +1,7 @@
 /* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, btn, field, notify, api, q, onLeave, heading,
+  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, notify, api, q, onLeave, heading,
     failBox } = window.QLEDGE;
 
   function viewTaskEditor(main, taskId, alive) {
@@ -91,20 +91,20 @@
       const expr = schedule.value.trim();
       const mine = ++seq;
       if (!expr) {
-        clear(preview).append(h('p', { class: 'muted' }, t('editor.noSchedule')));
+        fill(preview, h('p', { class: 'muted' }, t('editor.noSchedule')));
         return;
       }
-      clear(preview).append(h('p', { class: 'muted' }, t('editor.previewing')));
+      fill(preview, h('p', { class: 'muted' }, t('editor.previewing')));
       api('GET', '/cron/preview' + q({ schedule: expr, n: 5 })).then((res) => {
         if (mine !== seq || !alive()) return;
-        clear(preview).append(
+        fill(preview,
           h('p', { class: 'small muted' }, t('editor.previewTz', { tz: res.timezone })),
           h('ol', { class: 'fire-times' }, res.next.map((n) =>
             h('li', null, h('time', { datetime: n.at }, fmtTime(n.at_ms, res.timezone)),
               h('span', { class: 'muted small' }, ' · ' + fmtRelative(n.at_ms))))));
       }, (e) => {
         if (mine !== seq || !alive()) return;
-        clear(preview).append(h('p', { class: 'preview-error' }, e.message));
+        fill(preview, h('p', { class: 'preview-error' }, e.message));
       });
     }
     schedule.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(previewNow, 300); });

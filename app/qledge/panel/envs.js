@@ -1,7 +1,7 @@
 /* qledge panel: env variables (#/envs). */
 'use strict';
 (() => {
-  const { t, h, clear, nextId, btn, field, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
+  const { t, h, clear, fill, nextId, btn, field, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
 
   function viewEnvs(main, alive) {
     heading(main, t('envs.title'),
@@ -89,7 +89,7 @@
           const valueCell = h('td', { 'data-label': cols[1] });
           const paintValue = () => {
             const on = revealed.has(env.id);
-            clear(valueCell).append(
+            fill(valueCell,
               on ? h('code', { class: 'wrap env-val' }, env.value)
                 : h('span', { class: 'masked', 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
               btn(on ? t('envs.hide') : t('envs.reveal'), () => {

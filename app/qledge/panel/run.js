@@ -1,7 +1,7 @@
 /* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
 'use strict';
 (() => {
-  const { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, badge, btn, dl, notify,
+  const { t, statusLabel, fmtTime, fmtDur, shortId, h, fill, badge, btn, dl, notify,
     confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
 
   function eventText(ev) {
@@ -129,9 +129,9 @@
       cancelBtn.disabled = r.cancel_reason != null;
       cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
       const now = Date.now();
-      clear(summary).append(...summaryView(r, taskName, now));
-      clear(timeline).append(...timelineItems(r, events));
-      clear(attempts).append(attemptsView(r, now));
+      fill(summary, ...summaryView(r, taskName, now));
+      fill(timeline, ...timelineItems(r, events));
+      fill(attempts, attemptsView(r, now));
     }
 
     // Polls the run and its events every 2 s while it is active (backing off while the
@@ -155,7 +155,7 @@
       } catch (e) {
         if (!alive()) return;
         if (e.status === 404) {
-          clear(summary).append(h('div', { class: 'alert error', role: 'alert' }, t('run.missing')));
+          fill(summary, h('div', { class: 'alert error', role: 'alert' }, t('run.missing')));
           stopPolling();
           return;
         }

@@ -1,7 +1,7 @@
 /* qledge panel: the appliance's health (#/system). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtDur, fmtBytes, h, clear, btn, dl, api, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading, failBox } = window.QLEDGE;
 
   function countsTable(report) {
     if (!report) return h('p', { class: 'muted' }, t('system.noRound'));
@@ -58,7 +58,7 @@
       }
       if (!alive()) return;
       const j = s.journal || {};
-      clear(box).append(
+      fill(box,
         h('section', { class: 'card', 'aria-labelledby': 'sys-h1' },
           h('h2', { id: 'sys-h1' }, t('system.appliance')),
           dl([[t('system.version'), s.version],
