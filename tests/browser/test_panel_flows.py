@@ -328,3 +328,29 @@ def test_keyboard_alone_labels_and_visible_focus(page: Page, appliance: Applianc
     fake_buttons = page.evaluate("""[...document.querySelectorAll('[onclick], [role=button]')]
         .filter(e => e.tagName !== 'BUTTON').length""")
     assert fake_buttons == 0
+
+
+_MISALIGNED = """rows => rows.flatMap((tr) => {
+  const row = tr.getBoundingClientRect();
+  return [...tr.cells].filter((td) => {
+    const r = td.getBoundingClientRect();
+    return Math.abs(r.top - row.top) > 1 || Math.abs(r.bottom - row.bottom) > 1;
+  }).map((td) => `${td.dataset.label}: cell ${Math.round(td.getBoundingClientRect().top)}-`
+    + `${Math.round(td.getBoundingClientRect().bottom)}, row ${Math.round(row.top)}-`
+    + `${Math.round(row.bottom)}`);
+})"""
+
+
+def test_table_cells_fill_their_rows_at_desktop_width(page: Page, appliance: Appliance) -> None:
+    """Every cell spans its whole row, so the row lines (cell borders) are one straight
+    line — the Actions cell included (a flex box in place of a table cell would not)."""
+    api_task(appliance, name="aligned", command="true", schedule="0 4 * * *", labels=["x"])
+    assert appliance.api("POST", "/envs", json={"name": "ALIGNED", "value": "v"}).status_code == 201
+    sign_in(page)
+    assert page.viewport_size == {"width": 1280, "height": 800}
+    rows = page.locator("table.grid tbody tr")
+    expect(page.locator("tr[data-task-name='aligned']")).to_be_visible()
+    assert rows.evaluate_all(_MISALIGNED) == []
+    page.get_by_role("navigation").get_by_role("link", name="Envs").click()
+    expect(page.locator("tr[data-env-name='ALIGNED']")).to_be_visible()
+    assert rows.evaluate_all(_MISALIGNED) == []

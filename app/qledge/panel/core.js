@@ -136,6 +136,12 @@ window.QLEDGE = (() => {
       help ? h('p', { class: 'help', id: helpId }, help) : null,
       h('p', { class: 'field-error', id: errId, hidden: true }));
   }
+  // A table cell of row buttons. The cell stays a table cell (a flex box in its place
+  // would end above the row's other cells and break the row line); the wrapper flexes.
+  function actionsCell(label, ...buttons) {
+    return h('td', { 'data-label': label, class: 'actions-cell' },
+      h('div', { class: 'row-actions' }, buttons));
+  }
   function dl(pairs) {
     return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [
       h('dt', null, k), h('dd', null, v)]));
@@ -337,7 +343,7 @@ window.QLEDGE = (() => {
 
   return {
     pages, t, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
-    h, append, clear, fill, nextId, badge, btn, field, dl, notify, confirmDialog,
+    h, append, clear, fill, nextId, badge, btn, field, actionsCell, dl, notify, confirmDialog,
     ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
   };
 })();

@@ -1,7 +1,8 @@
 /* qledge panel: env variables (#/envs). */
 'use strict';
 (() => {
-  const { t, h, clear, fill, nextId, btn, field, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
+  const { t, h, clear, fill, nextId, btn, actionsCell, field, notify, confirmDialog, api,
+    heading, failBox } = window.QLEDGE;
 
   function viewEnvs(main, alive) {
     heading(main, t('envs.title'),
@@ -106,7 +107,7 @@
             h('td', { 'data-label': cols[2] }, env.remarks || '—'),
             h('td', { 'data-label': cols[3] }, h('span', { class: env.enabled ? 'on' : 'off' },
               env.enabled ? t('envs.on') : t('envs.off'))),
-            h('td', { 'data-label': cols[4], class: 'row-actions' },
+            actionsCell(cols[4],
               btn(t('common.edit'), () => edit(env), 'small',
                 { 'aria-label': `${t('common.edit')} — ${env.name}` }),
               btn(env.enabled ? t('tasks.disable') : t('tasks.enable'), async () => {

@@ -1,7 +1,8 @@
 /* qledge panel: the appliance's health (#/system). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
+    failBox } = window.QLEDGE;
 
   function countsTable(report) {
     if (!report) return h('p', { class: 'muted' }, t('system.noRound'));

@@ -1,8 +1,8 @@
 /* qledge panel: the task list (#/tasks). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, badge, btn, notify, confirmDialog, api, q,
-    loadAllTasks, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtRelative, h, clear, badge, btn, actionsCell, notify, confirmDialog,
+    api, q, loadAllTasks, heading, failBox } = window.QLEDGE;
 
   async function runNow(task) {
     try {
@@ -93,7 +93,7 @@
           h('td', { 'data-label': cols[2] }, lastCell),
           h('td', { 'data-label': cols[3] }, h('span', { class: task.enabled ? 'on' : 'off' },
             task.enabled ? t('common.yes') : t('common.no'))),
-          h('td', { 'data-label': cols[4], class: 'row-actions' },
+          actionsCell(cols[4],
             btn(t('tasks.run'), () => runNow(task), 'small primary',
               { 'data-action': 'run', 'aria-label': `${t('tasks.run')} — ${task.name}` }),
             toggle,
