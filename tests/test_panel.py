@@ -174,3 +174,22 @@ def test_every_reason_code_and_status_is_explained() -> None:
     en = _i18n_keys("en")
     assert {f"reason.{r.value}" for r in Reason} <= en
     assert {f"status.{s.value}" for s in RunStatus} <= en
+
+
+def emitted_event_types() -> set[str]:
+    """Every run event type the backend can write (`NewEvent(type="…")` in app/)."""
+    app = Path(panel.__file__).resolve().parents[1]
+    found: set[str] = set()
+    for path in app.rglob("*.py"):
+        found |= set(re.findall(r'NewEvent\(\s*type="([^"]+)"', path.read_text("utf-8")))
+    return found
+
+
+def test_every_event_type_the_backend_emits_has_words() -> None:
+    from qledge.runtime.diskwatch import REASON
+
+    types = emitted_event_types()
+    assert {"run.created", "run.finished", "run.held", "attempt.signal_sent"} <= types
+    handled = set(re.findall(r"case '([a-z_.]+)':", (PANEL / "run.js").read_text("utf-8")))
+    assert types <= handled, f"no words for {types - handled} (falls back to raw JSON)"
+    assert f"held.{REASON}" in _i18n_keys("en")

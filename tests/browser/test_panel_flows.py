@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import Watched, api_task, sign_in, wait_ready_again
+from test_panel import emitted_event_types
+
+from .conftest import FAST, Watched, api_task, sign_in, wait_ready_again
 from _appliance import ADMIN, Appliance
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -354,3 +357,66 @@ def test_table_cells_fill_their_rows_at_desktop_width(page: Page, appliance: App
     page.get_by_role("navigation").get_by_role("link", name="Envs").click()
     expect(page.locator("tr[data-env-name='ALIGNED']")).to_be_visible()
     assert rows.evaluate_all(_MISALIGNED) == []
+
+
+# One realistic `data` per event type, shaped as the backend writes it.
+EVENT_SAMPLES: dict[str, dict[str, object]] = {
+    "run.created": {"trigger": "schedule"},
+    "run.scheduled": {"scheduled_for_ms": 1767225600000, "late_ms": 40, "catch_up": 0},
+    "schedule.skipped": {"scheduled_for_ms": 1767225600000, "reason": "queued_run",
+                         "catch_up": 0},
+    "attempt.created": {},
+    "attempt.started": {"pid": 4242},
+    "run.started": {},
+    "run.cancel_requested": {"reason": "timeout"},
+    "attempt.signal_sent": {"signal": "SIGTERM", "epoch": 3},
+    "attempt.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
+    "run.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
+    "run.held": {"reason": "DISK_PRESSURE", "volumes": "logs"},
+}
+
+
+def test_every_event_type_reads_as_words_in_english_and_chinese(page: Page) -> None:
+    assert set(EVENT_SAMPLES) == emitted_event_types()  # a new event type needs a sample here
+    sign_in(page)
+    texts = {}
+    for lang in ("en", "zh"):
+        texts[lang] = dict(page.evaluate(
+            "samples => Object.entries(samples).map(([type, data]) => "
+            "[type, window.QLEDGE.eventText({ type, data })])", EVENT_SAMPLES))
+        for kind, text in texts[lang].items():
+            assert kind not in text and "{" not in text and "ev." not in text, (lang, text)
+            assert not re.search(r"\b(undefined|null|NaN)\b", text), (lang, text)
+        page.locator("[data-action='lang']").click()
+    assert all(re.search(r"[\u4e00-\u9fff]", text) for text in texts["zh"].values()), texts["zh"]
+    assert "logs" in texts["en"]["run.held"] and "disk" in texts["en"]["run.held"]
+    assert "still queued" in texts["en"]["schedule.skipped"]
+
+
+def test_a_run_held_for_low_disk_space_says_why(page: Page, tmp_path: Path) -> None:
+    # Every volume is "short" of a petabyte of free space: the run stays queued and the
+    # retention loop gives it one `run.held` event (docs/retention.md).
+    held = Appliance(tmp_path / "state", free_port(), low_water_mb=str(10**9), **FAST)
+    try:
+        held.start(timeout=60)
+        task = held.api("POST", "/tasks", json={"name": "waits", "command": "true"}).json()
+        run_id = held.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+        deadline = time.monotonic() + 30
+        while not any(e["type"] == "run.held" for e in
+                      held.api("GET", f"/runs/{run_id}/events").json()["items"]):
+            assert time.monotonic() < deadline, "no run.held event"
+            time.sleep(0.2)
+        page.goto(f"http://127.0.0.1:{held.port}/")
+        page.get_by_label("Admin token").fill(ADMIN)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+        page.goto(f"http://127.0.0.1:{held.port}/#/runs/{run_id}")
+        expect(page.locator("#timeline li[data-type='run.held']")).to_contain_text(
+            "Held in the queue: low disk space on data")
+        expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "queued")
+        expect(page.locator(".summary")).not_to_contain_text("null")
+        page.locator("[data-action='lang']").click()
+        expect(page.locator("#timeline li[data-type='run.held']")).to_contain_text("磁盘空间不足")
+        assert held.api("GET", f"/runs/{run_id}").json()["status"] == "queued"
+    finally:
+        held.stop()

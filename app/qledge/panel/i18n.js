@@ -182,6 +182,9 @@ window.QLEDGE_I18N = {
     'ev.attemptFinished': 'Attempt finished: {status}',
     'ev.finished': 'Run finished: {status}',
     'ev.skipped': 'Scheduled tick {at} skipped: this run was still active',
+    'ev.skippedQueued': 'Scheduled tick {at} skipped: this run was still queued',
+    'ev.held': 'Held in the queue: {why}',
+    'held.DISK_PRESSURE': 'low disk space on {volumes}; it starts when space is back',
 
     'reason.EXITED': 'The command exited by itself; its exit code decided the result (0 = succeeded).',
     'reason.CANCEL_REQUESTED': 'A committed cancel request (user, policy or shutdown) decided the result.',
@@ -439,6 +442,9 @@ window.QLEDGE_I18N = {
     'ev.attemptFinished': '执行尝试结束：{status}',
     'ev.finished': '运行结束：{status}',
     'ev.skipped': '定时点 {at} 被跳过：此运行仍在进行',
+    'ev.skippedQueued': '定时点 {at} 被跳过：此运行仍在排队',
+    'ev.held': '在队列中暂缓：{why}',
+    'held.DISK_PRESSURE': '{volumes} 磁盘空间不足；空间恢复后开始运行',
 
     'reason.EXITED': '命令自行退出，结果由其退出码决定（0 为成功）。',
     'reason.CANCEL_REQUESTED': '已提交的取消请求（用户、策略或关机）决定了结果。',

@@ -19,9 +19,18 @@
         (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
       case 'run.finished': return t('ev.finished', { status: statusLabel(d.status) }) +
         (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
-      case 'schedule.skipped': return t('ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
-      default: return ev.type + ' ' + JSON.stringify(d);
+      case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
+        : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
+      case 'run.held': return t('ev.held', { why: heldText(d) });
+      default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
     }
+  }
+
+  // Why a queued run was held back (docs/retention.md: disk pressure).
+  function heldText(d) {
+    const key = 'held.' + d.reason;
+    const text = t(key, { volumes: d.volumes || '—' });
+    return text === key ? String(d.reason) : text;
   }
 
   function reasonText(code) {
@@ -180,4 +189,5 @@
   }
 
   window.QLEDGE.pages.run = viewRun;
+  window.QLEDGE.eventText = eventText; // the browser tests check every event type's text
 })();
