@@ -420,3 +420,69 @@ def test_a_run_held_for_low_disk_space_says_why(page: Page, tmp_path: Path) -> N
         assert held.api("GET", f"/runs/{run_id}").json()["status"] == "queued"
     finally:
         held.stop()
+
+
+def _ms(text: str) -> float:
+    """'+12 ms' / '0 ms' / '1.25 s' → milliseconds (what fmtDur prints below a minute)."""
+    m = re.fullmatch(r"\+?([\d.]+) (ms|s)", text.strip())
+    assert m, text
+    return float(m[1]) * (1 if m[2] == "ms" else 1000)
+
+
+def _wait_status(app: Appliance, run_id: str, want: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (status := app.api("GET", f"/runs/{run_id}").json()["status"]) not in want:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+
+
+def _times_shown(page: Page) -> dict[str, float]:
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    shown = {"ran": _ms(page.locator("dt:text-is('Ran for') + dd").inner_text()),
+             "attempt": _ms(page.locator("td[data-label='Duration']").inner_text())}
+    for kind in ("run.started", "attempt.started", "attempt.finished", "run.finished"):
+        # the "+…" after the time: how long after the run was created
+        shown[kind] = _ms(page.locator(f"#timeline li[data-type='{kind}'] > span").first
+                          .inner_text())
+    return shown
+
+
+def test_a_short_runs_duration_and_timeline_agree(page: Page, appliance: Appliance) -> None:
+    task = api_task(appliance, name="blink", command="true")
+    run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+    _wait_status(appliance, run_id, {"succeeded"})
+    sign_in(page)
+    page.goto(f"/#/runs/{run_id}")
+    shown = _times_shown(page)
+    # "Ran for" is the distance between where the timeline puts the start and the finish
+    assert shown["ran"] == shown["run.finished"] - shown["run.started"], shown
+    assert shown["attempt"] == shown["attempt.finished"] - shown["attempt.started"], shown
+    assert shown["run.finished"] == shown["attempt.finished"], shown
+    expect(page.locator("#timeline .ev-recorded")).to_have_count(0)
+
+
+@pytest.mark.drill
+def test_a_finish_recorded_while_the_worker_was_down_keeps_its_real_duration(
+        page: Page, appliance: Appliance, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    task = api_task(appliance, name="ends-unwatched",
+                    command=f"while [ ! -e '{release}' ]; do sleep 0.02; done")
+    run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+    _wait_status(appliance, run_id, {"running"})
+    seen_running = time.monotonic()
+    appliance.ctl("stop", "http")  # shutdown_policy "leave": the task runs on, unwatched
+    release.touch()  # it exits now, while no worker is there to record it
+    released = time.monotonic()
+    time.sleep(2.5)
+    appliance.ctl("start", "http")
+    wait_ready_again(appliance)
+    _wait_status(appliance, run_id, {"succeeded"})
+    sign_in(page)
+    page.goto(f"/#/runs/{run_id}")
+    shown = _times_shown(page)
+    # the receipt's exit time, not the recording 2.5 s later
+    assert shown["ran"] <= (released - seen_running) * 1000 + 500, shown
+    assert abs(shown["ran"] - (shown["run.finished"] - shown["run.started"])) <= 10, shown
+    late = page.locator("#timeline li[data-type='run.finished'] .ev-recorded")
+    expect(late).to_contain_text(re.compile(r"recorded [\d.]+ s later"))
+    assert _ms(late.inner_text().split("recorded ")[1].removesuffix(" later")) >= 2000

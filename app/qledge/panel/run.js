@@ -68,17 +68,43 @@
     ];
   }
 
+  /* When did it happen? The run's record is the truth: `started_at_ms` is when the control
+   * plane committed that the process runs, `finished_at_ms` the exit time from the
+   * launcher's receipt (never before the start). An event's `at_ms` is when it was
+   * recorded; a finish is recorded after its receipt is read — a few ms later, or much
+   * later if the worker was down then — so start and finish events are placed at the
+   * record's times (the durations shown are differences of those), and say when they
+   * were recorded if that was a second or more later. */
+  const LATE_RECORD_MS = 1000;
+  function factTime(r, ev) {
+    const attempt = ev.attempt_id ? r.attempts.find((a) => a.id === ev.attempt_id) : null;
+    const fact = {
+      'run.started': r.started_at_ms,
+      'run.finished': r.finished_at_ms,
+      'attempt.started': attempt && attempt.started_at_ms,
+      'attempt.finished': attempt && attempt.finished_at_ms,
+    }[ev.type];
+    return fact == null ? ev.at_ms : fact;
+  }
+
   // One timeline entry per event, in the order the control plane recorded them.
   function timelineItems(r, events) {
-    return events.map((ev) => h('li', { 'data-type': ev.type,
-      class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
-      h('time', { datetime: new Date(ev.at_ms).toISOString() }, fmtTime(ev.at_ms)),
-      h('span', { class: 'muted small' }, ' +' + fmtDur(ev.at_ms - r.created_at_ms)),
-      h('div', { class: 'ev-text' }, eventText(ev)),
-      ev.type === 'run.finished' && ev.data && ev.data.reason_code
-        ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
-          reasonText(ev.data.reason_code))
-        : null));
+    return events.map((ev) => {
+      const at = factTime(r, ev);
+      const late = ev.at_ms - at;
+      return h('li', { 'data-type': ev.type, class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
+        h('time', { datetime: new Date(at).toISOString() }, fmtTime(at)),
+        h('span', { class: 'muted small ev-offset' }, ' +' + fmtDur(at - r.created_at_ms)),
+        late >= LATE_RECORD_MS
+          ? h('span', { class: 'muted small ev-recorded' }, ' · ' + t('run.recordedLater',
+            { d: fmtDur(late) }))
+          : null,
+        h('div', { class: 'ev-text' }, eventText(ev)),
+        ev.type === 'run.finished' && ev.data && ev.data.reason_code
+          ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
+            reasonText(ev.data.reason_code))
+          : null);
+    });
   }
 
   function attemptsView(r, now) {
