@@ -64,7 +64,7 @@ def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: App
         'echo "greeting=$GREETING"; for i in 1 2 3; do echo "line $i"; done;'
         f" n=0; while [ ! -e '{release}' ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done;"
         ' for i in $(seq 4 40); do echo "line $i"; sleep 0.02; done; exit 3')
-    # the preview reports a bad schedule as you type; the server names the field on save
+    # the preview reports a bad schedule as you type; saving marks the field with the API's reason
     schedule = page.get_by_label("Cron schedule")
     schedule.fill("61 * * * *")
     expect(page.locator(".preview-error")).to_contain_text("cron")
@@ -486,3 +486,49 @@ def test_a_finish_recorded_while_the_worker_was_down_keeps_its_real_duration(
     late = page.locator("#timeline li[data-type='run.finished'] .ev-recorded")
     expect(late).to_contain_text(re.compile(r"recorded [\d.]+ s later"))
     assert _ms(late.inner_text().split("recorded ")[1].removesuffix(" later")) >= 2000
+
+
+def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: Appliance) -> None:
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    sign_in(page)
+    page.get_by_role("link", name="New task").click()
+    expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
+    page.get_by_label("Command").fill("echo fine")  # the one good field; the name stays empty
+    page.get_by_label("Cron schedule").fill("99 * * * *")
+    page.get_by_label("Timeout (seconds)").fill("0")
+    page.get_by_role("button", name="Add variable").click()
+    page.get_by_label("Name of variable 1").fill("2BAD")
+    page.get_by_label("Value of variable 1").fill("x")
+    page.get_by_label("Labels").fill("nightly, " + "x" * 101)
+    page.get_by_role("button", name="Create task").click()
+
+    invalid = page.locator("[aria-invalid='true']")
+    expect(invalid).to_have_count(5)
+    assert invalid.evaluate_all("els => els.map(e => e.id)") == [
+        "f-name", "f-schedule", "f-timeout", "f-env-k-1", "f-labels"]
+    expect(page.locator("#f-name-err")).to_contain_text("name")
+    expect(page.locator("#f-command-err")).to_be_hidden()
+    expect(page.locator("#f-schedule-err")).to_have_text(
+        "invalid cron schedule: minute field '99': out of range 0-59")
+    expect(page.locator("#f-timeout-err")).to_contain_text("1 to 31622400")
+    expect(page.locator("#f-env-err")).to_contain_text("2BAD is not a shell variable name")
+    expect(page.locator("#f-labels-err")).to_contain_text("100 characters")
+    expect(page.get_by_label("Name", exact=True)).to_be_focused()  # the first one
+    assert not [u for u in posts if u.endswith("/api/v1/tasks")]  # nothing was sent
+
+    # fixing one leaves the others marked, and the focus moves to the next
+    page.get_by_label("Name", exact=True).fill("all-fixed")
+    page.get_by_role("button", name="Create task").click()
+    expect(invalid).to_have_count(4)
+    expect(page.get_by_label("Cron schedule")).to_be_focused()
+    page.get_by_label("Cron schedule").fill("0 4 * * *")
+    page.get_by_label("Timeout (seconds)").fill("60")
+    page.get_by_label("Name of variable 1").fill("GOOD")
+    page.get_by_label("Labels").fill("nightly")
+    page.get_by_role("button", name="Create task").click()
+    expect(page.locator("tr[data-task-name='all-fixed']")).to_be_visible()
+    task = next(t for t in appliance.api("GET", "/tasks").json()["items"]
+                if t["name"] == "all-fixed")
+    assert (task["schedule"], task["timeout_s"], task["env"], task["labels"]) == (
+        "0 4 * * *", 60, {"GOOD": "x"}, ["nightly"])

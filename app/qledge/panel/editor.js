@@ -3,6 +3,8 @@
 (() => {
   const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, notify, api, q, onLeave, heading,
     failBox } = window.QLEDGE;
+  const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+  const MAX_TIMEOUT_S = 366 * 86400;
 
   function viewTaskEditor(main, taskId, alive) {
     heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
@@ -13,81 +15,48 @@
       (e) => { if (alive()) { clear(box); failBox(box, e); } });
   }
 
-  function buildTaskForm(box, task, alive) {
-    const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
-      enabled: true, concurrency: 'forbid', labels: [] };
-    const name = h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
-      maxlength: 200, autocomplete: 'off' });
-    const command = h('textarea', { id: 'f-command', rows: 4, required: true, spellcheck: 'false',
-      class: 'mono' });
-    command.value = v.command;
-    const schedule = h('input', { id: 'f-schedule', type: 'text', value: v.schedule || '',
-      class: 'mono', autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *' });
-    const preview = h('div', { class: 'preview', id: 'f-schedule-preview', 'aria-live': 'polite' });
-    const timeout = h('input', { id: 'f-timeout', type: 'number', min: 1, step: 1,
-      inputmode: 'numeric', value: v.timeout_s == null ? '' : String(v.timeout_s) });
-    const concurrency = h('select', { id: 'f-concurrency' },
-      h('option', { value: 'forbid', selected: v.concurrency === 'forbid' }, t('editor.forbid')),
-      h('option', { value: 'allow', selected: v.concurrency === 'allow' }, t('editor.allow')));
-    const enabled = h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled });
-    const labels = h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
-      autocomplete: 'off' });
-    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true });
-
-    // env rows
-    const envRows = h('div', { class: 'env-rows' });
-    let envN = 0;
-    function addEnvRow(key, value, focus) {
-      envN += 1;
-      const kId = `f-env-k-${envN}`;
-      const vId = `f-env-v-${envN}`;
+  // The env rows of a task: a fieldset with add/remove; `entries()` reads them back.
+  function envEditor(env) {
+    const rows = h('div', { class: 'env-rows' });
+    let n = 0;
+    function addRow(key, value, focus) {
+      n += 1;
+      const kId = `f-env-k-${n}`;
+      const vId = `f-env-v-${n}`;
       const k = h('input', { id: kId, type: 'text', value: key || '', class: 'mono env-key',
         autocomplete: 'off', spellcheck: 'false', placeholder: 'NAME' });
       const val = h('input', { id: vId, type: 'text', value: value || '', class: 'mono env-value',
         autocomplete: 'off', spellcheck: 'false' });
       const row = h('div', { class: 'env-row' },
-        h('label', { htmlFor: kId, class: 'sr-only' }, t('editor.envName', { n: envN })), k,
+        h('label', { htmlFor: kId, class: 'sr-only' }, t('editor.envName', { n })), k,
         h('span', { class: 'eq', 'aria-hidden': 'true' }, '='),
-        h('label', { htmlFor: vId, class: 'sr-only' }, t('editor.envValue', { n: envN })), val,
+        h('label', { htmlFor: vId, class: 'sr-only' }, t('editor.envValue', { n })), val,
         btn(t('common.remove'), () => { row.remove(); addBtn.focus(); }, 'small ghost',
-          { 'aria-label': t('editor.envRemove', { n: envN }) }));
-      envRows.append(row);
+          { 'aria-label': t('editor.envRemove', { n }) }));
+      rows.append(row);
       if (focus) k.focus();
     }
-    const addBtn = btn(t('editor.envAdd'), () => addEnvRow('', '', true), 'small',
+    const addBtn = btn(t('editor.envAdd'), () => addRow('', '', true), 'small',
       { id: 'f-env-add' });
-    for (const [k, val] of Object.entries(v.env || {})) addEnvRow(k, val, false);
-    const envSet = h('fieldset', { class: 'field', 'data-field': 'env', id: 'f-env' },
+    for (const [k, val] of Object.entries(env || {})) addRow(k, val, false);
+    const el = h('fieldset', { class: 'field', 'data-field': 'env', id: 'f-env' },
       h('legend', null, t('editor.env')),
       h('p', { class: 'help', id: 'f-env-help' }, t('editor.envHelp')),
-      envRows, addBtn,
+      rows, addBtn,
       h('p', { class: 'field-error', id: 'f-env-err', hidden: true }));
+    const entries = () => [...rows.querySelectorAll('.env-row')].map((row) => ({
+      keyInput: row.querySelector('.env-key'),
+      key: row.querySelector('.env-key').value.trim(),
+      value: row.querySelector('.env-value').value,
+    })).filter((e) => e.key || e.value);
+    return { el, entries, addBtn };
+  }
 
-    const submit = h('button', { type: 'submit', class: 'btn primary' },
-      task ? t('common.save') : t('editor.create'));
-    const form = h('form', { class: 'card form', novalidate: true },
-      formErr,
-      field('f-name', t('editor.name'), name, null, 'name'),
-      field('f-command', t('editor.command'), command, t('editor.commandHelp'), 'command'),
-      field('f-schedule', t('editor.schedule'), schedule, t('editor.scheduleHelp'), 'schedule'),
-      preview,
-      h('div', { class: 'row2' },
-        field('f-timeout', t('editor.timeout'), timeout, t('editor.timeoutHelp'), 'timeout_s'),
-        field('f-concurrency', t('editor.concurrency'), concurrency, t('editor.concurrencyHelp'),
-          'concurrency')),
-      envSet,
-      field('f-labels', t('editor.labels'), labels, t('editor.labelsHelp'), 'labels'),
-      h('div', { class: 'field check', 'data-field': 'enabled' }, enabled,
-        h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
-        h('p', { class: 'field-error', id: 'f-enabled-err', hidden: true })),
-      h('div', { class: 'actions' }, submit,
-        h('a', { class: 'btn ghost', href: '#/tasks' }, t('common.cancel'))));
-    box.append(form);
-
-    // schedule preview, debounced; stale answers are dropped
+  // The next fire times under the schedule field, debounced; stale answers are dropped.
+  function schedulePreview(schedule, preview, alive) {
     let seq = 0;
     let timer = 0;
-    function previewNow() {
+    function now() {
       const expr = schedule.value.trim();
       const mine = ++seq;
       if (!expr) {
@@ -107,62 +76,143 @@
         fill(preview, h('p', { class: 'preview-error' }, e.message));
       });
     }
-    schedule.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(previewNow, 300); });
+    schedule.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(now, 300); });
     onLeave(() => clearTimeout(timer));
-    previewNow();
+    now();
+  }
+
+  /* Every problem with the form at once, as [field, message, control?] in form order. The
+   * rules are the API's (http/tasks.py); the schedule is judged by the API itself (the
+   * preview endpoint), so its message names the cron field and value. The API stays the
+   * judge: whatever it still refuses on save is shown on the field it names. */
+  async function problems(f, envs) {
+    const found = [];
+    const name = f.name.value.trim();
+    if (!name || name.length > 200) found.push(['name', t('editor.nameBad')]);
+    if (!f.command.value.trim()) found.push(['command', t('editor.commandEmpty')]);
+    const expr = f.schedule.value.trim();
+    if (expr) {
+      try {
+        await api('GET', '/cron/preview' + q({ schedule: expr, n: 1 }));
+      } catch (e) {
+        if (e.status === 422) found.push(['schedule', e.message]);
+        else if (e.status === 401) throw e;
+      }
+    }
+    const tv = f.timeout.value.trim();
+    if (tv && !(/^\d+$/.test(tv) && Number(tv) >= 1 && Number(tv) <= MAX_TIMEOUT_S)) {
+      found.push(['timeout_s', t('editor.timeoutBad')]);
+    }
+    const seen = new Set();
+    for (const e of envs) {
+      let why = null;
+      if (!e.key) why = t('editor.envNoName');
+      else if (!ENV_NAME.test(e.key) || e.key.length > 256) {
+        why = t('editor.envBadName', { name: e.key });
+      }
+      else if (seen.has(e.key)) why = t('editor.envDup', { name: e.key });
+      seen.add(e.key);
+      if (why) found.push(['env', why, e.keyInput]);
+    }
+    const labels = f.labels.value.split(',').map((s) => s.trim()).filter(Boolean);
+    if (labels.some((l) => l.length > 100)) found.push(['labels', t('editor.labelTooLong')]);
+    return found;
+  }
+
+  function buildTaskForm(box, task, alive) {
+    const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
+      enabled: true, concurrency: 'forbid', labels: [] };
+    const f = {
+      name: h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
+        maxlength: 200, autocomplete: 'off' }),
+      command: h('textarea', { id: 'f-command', rows: 4, required: true, spellcheck: 'false',
+        class: 'mono' }),
+      schedule: h('input', { id: 'f-schedule', type: 'text', value: v.schedule || '',
+        class: 'mono', autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *' }),
+      timeout: h('input', { id: 'f-timeout', type: 'number', min: 1, step: 1,
+        inputmode: 'numeric', value: v.timeout_s == null ? '' : String(v.timeout_s) }),
+      concurrency: h('select', { id: 'f-concurrency' },
+        h('option', { value: 'forbid', selected: v.concurrency === 'forbid' }, t('editor.forbid')),
+        h('option', { value: 'allow', selected: v.concurrency === 'allow' }, t('editor.allow'))),
+      enabled: h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled }),
+      labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
+        autocomplete: 'off' }),
+    };
+    f.command.value = v.command;
+    const preview = h('div', { class: 'preview', id: 'f-schedule-preview', 'aria-live': 'polite' });
+    const envs = envEditor(v.env);
+    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true, tabIndex: -1 });
+    const submit = h('button', { type: 'submit', class: 'btn primary' },
+      task ? t('common.save') : t('editor.create'));
+    const form = h('form', { class: 'card form', novalidate: true },
+      formErr,
+      field('f-name', t('editor.name'), f.name, null, 'name'),
+      field('f-command', t('editor.command'), f.command, t('editor.commandHelp'), 'command'),
+      field('f-schedule', t('editor.schedule'), f.schedule, t('editor.scheduleHelp'), 'schedule'),
+      preview,
+      h('div', { class: 'row2' },
+        field('f-timeout', t('editor.timeout'), f.timeout, t('editor.timeoutHelp'), 'timeout_s'),
+        field('f-concurrency', t('editor.concurrency'), f.concurrency,
+          t('editor.concurrencyHelp'), 'concurrency')),
+      envs.el,
+      field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
+      h('div', { class: 'field check', 'data-field': 'enabled' }, f.enabled,
+        h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
+        h('p', { class: 'field-error', id: 'f-enabled-err', hidden: true })),
+      h('div', { class: 'actions' }, submit,
+        h('a', { class: 'btn ghost', href: '#/tasks' }, t('common.cancel'))));
+    box.append(form);
+    schedulePreview(f.schedule, preview, alive);
 
     function clearErrors() {
       formErr.hidden = true;
       for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
       for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
     }
-    function showError(fieldName, message) {
+    // Marks one field (its message under it, aria-invalid on its control, or on `ctl`);
+    // returns the control to focus. A message that names no field goes on top.
+    function markError(fieldName, message, ctl) {
       const wrap = fieldName && form.querySelector(`[data-field="${fieldName}"]`);
       if (!wrap) {
-        formErr.textContent = message; formErr.hidden = false; formErr.focus && formErr.focus();
-        return;
+        formErr.textContent = message; formErr.hidden = false;
+        return formErr;
       }
       const errEl = wrap.querySelector('.field-error');
-      errEl.textContent = message; errEl.hidden = false;
-      const ctl = wrap.querySelector('input, textarea, select') || addBtn;
-      ctl.setAttribute('aria-invalid', 'true');
-      const described = (ctl.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
+      if (errEl.hidden) { errEl.textContent = message; errEl.hidden = false; }
+      const control = ctl || wrap.querySelector('input, textarea, select') || envs.addBtn;
+      control.setAttribute('aria-invalid', 'true');
+      const described = (control.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
       if (!described.includes(errEl.id)) described.push(errEl.id);
-      ctl.setAttribute('aria-describedby', described.join(' '));
-      ctl.focus();
+      control.setAttribute('aria-describedby', described.join(' '));
+      return control;
     }
 
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       clearErrors();
-      const env = {};
-      for (const row of envRows.querySelectorAll('.env-row')) {
-        const key = row.querySelector('.env-key').value.trim();
-        const val = row.querySelector('.env-value').value;
-        if (!key && !val) continue;
-        if (!key) { showError('env', t('editor.envNoName')); return; }
-        if (Object.prototype.hasOwnProperty.call(env, key)) {
-          showError('env', t('editor.envDup', { name: key })); return;
-        }
-        env[key] = val;
-      }
-      const tv = timeout.value.trim();
-      if (tv && !/^\d+$/.test(tv)) { showError('timeout_s', t('editor.timeoutBad')); return; }
-      const body = {
-        name: name.value, command: command.value,
-        schedule: schedule.value.trim() || null,
-        timeout_s: tv ? Number(tv) : null,
-        env, enabled: enabled.checked, concurrency: concurrency.value,
-        labels: labels.value.split(',').map((s) => s.trim()).filter(Boolean),
-      };
       submit.disabled = true;
       try {
+        const found = await problems(f, envs.entries());
+        if (found.length) {
+          const first = found.map(([name, message, ctl]) => markError(name, message, ctl))[0];
+          first.focus();
+          return;
+        }
+        const tv = f.timeout.value.trim();
+        const body = {
+          name: f.name.value, command: f.command.value,
+          schedule: f.schedule.value.trim() || null,
+          timeout_s: tv ? Number(tv) : null,
+          env: Object.fromEntries(envs.entries().map((x) => [x.key, x.value])),
+          enabled: f.enabled.checked, concurrency: f.concurrency.value,
+          labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
+        };
         if (task) await api('PUT', `/tasks/${encodeURIComponent(task.id)}`, body);
         else await api('POST', '/tasks', body);
         notify(t(task ? 'editor.saved' : 'editor.created', { name: body.name.trim() }), 'ok');
         location.hash = '#/tasks';
       } catch (ex) {
-        showError(ex.field, ex.message);
+        markError(ex.field, ex.message).focus();
       } finally {
         submit.disabled = false;
       }
