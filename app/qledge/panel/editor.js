@@ -76,7 +76,11 @@
         fill(preview, h('p', { class: 'preview-error' }, e.message));
       });
     }
-    schedule.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(now, 300); });
+    schedule.addEventListener('input', () => {
+      preview.hidden = false;
+      clearTimeout(timer);
+      timer = setTimeout(now, 300);
+    });
     onLeave(() => clearTimeout(timer));
     now();
   }
@@ -166,6 +170,7 @@
 
     function clearErrors() {
       formErr.hidden = true;
+      preview.hidden = false;
       for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
       for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
     }
@@ -179,6 +184,7 @@
       }
       const errEl = wrap.querySelector('.field-error');
       if (errEl.hidden) { errEl.textContent = message; errEl.hidden = false; }
+      if (fieldName === 'schedule') preview.hidden = true; // says the same; back on input
       const control = ctl || wrap.querySelector('input, textarea, select') || envs.addBtn;
       control.setAttribute('aria-invalid', 'true');
       const described = (control.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
