@@ -29,7 +29,7 @@
   // Why a queued run was held back (docs/retention.md: disk pressure).
   function heldText(d) {
     const key = 'held.' + d.reason;
-    const text = t(key, { volumes: d.volumes || '—' });
+    const text = t(key, { volumes: String(d.volumes || '—').split(',').join(', ') });
     return text === key ? String(d.reason) : text;
   }
 
