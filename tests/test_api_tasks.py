@@ -56,3 +56,14 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
 def test_six_field_schedule_is_accepted(client: TestClient) -> None:
     r = client.post("/api/v1/tasks", json={**TASK, "schedule": "30 */5 * * * *"})
     assert r.status_code == 201 and r.json()["schedule"] == "30 */5 * * * *"
+
+
+def test_a_bad_cron_schedule_names_the_field_and_the_value(client: TestClient) -> None:
+    want = "invalid cron schedule: minute field '99': out of range 0-59"
+    r = client.post("/api/v1/tasks", json={**TASK, "schedule": "99 * * * *"})
+    assert (r.status_code, r.json()["field"], r.json()["message"]) == (422, "schedule", want)
+    r = client.get("/api/v1/cron/preview", params={"schedule": "99 * * * *"})
+    assert (r.status_code, r.json()["field"], r.json()["message"]) == (422, "schedule", want)
+    r = client.post("/api/v1/tasks", json={**TASK, "schedule": "0 3 * * 1-5,9"})
+    assert r.json()["message"] == ("invalid cron schedule: day-of-week field '9' (in '1-5,9'):"
+                                   " out of range 0-7 (or SUN-SAT)")

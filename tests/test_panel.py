@@ -119,6 +119,40 @@ def test_index_naming_an_unknown_asset_fails_at_startup(tmp_path: Path) -> None:
         panel.Panel(tmp_path)
 
 
+def _scripts_text() -> str:
+    return "".join((PANEL / name).read_text("utf-8") for name in panel.SCRIPTS
+                   if name != "i18n.js")
+
+
+def test_every_file_in_the_panel_is_served_and_every_script_loaded_in_order(
+        client: TestClient) -> None:
+    on_disk = {p.name for p in PANEL.iterdir() if p.is_file()} - {"index.html"}
+    assert on_disk == set(panel.ASSETS)  # a file left out of the manifest would never load
+    html = client.get("/").text
+    scripts = re.findall(r'<script src="/assets/([^."]+)\.[0-9a-f]{16}\.js" defer></script>', html)
+    assert scripts == [name.removesuffix(".js") for name in panel.SCRIPTS]
+    assert scripts[:2] == ["i18n", "core"]  # the strings and the shared core come first
+    assert html.count("<script") == len(panel.SCRIPTS)
+
+
+def test_page_scripts_share_one_namespace_and_stay_small() -> None:
+    for name in panel.SCRIPTS[1:]:  # i18n.js is a table of strings, not code
+        text = (PANEL / name).read_text("utf-8")
+        assert len(text.splitlines()) <= 400, f"{name} is growing into a monolith again"
+        if name != "core.js":
+            # one closure per file; its only exports go through window.QLEDGE
+            assert text.count("window.QLEDGE;") == 1, name
+            assert re.findall(r"window\.(\w+)", text) == ["QLEDGE"] * text.count("window."), name
+
+
+def test_index_without_the_scripts_placeholder_fails_at_startup(tmp_path: Path) -> None:
+    for path in PANEL.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "index.html").write_text('<link rel="stylesheet" href="{{app.css}}">')
+    with pytest.raises(ValueError):
+        panel.Panel(tmp_path)
+
+
 def _i18n_keys(lang: str) -> set[str]:
     text = (PANEL / "i18n.js").read_text("utf-8")
     start = text.index(f"\n  {lang}: {{")
@@ -130,7 +164,7 @@ def test_english_and_chinese_have_the_same_strings() -> None:
     en, zh = _i18n_keys("en"), _i18n_keys("zh")
     assert len(en) > 150
     assert en == zh, (en ^ zh)
-    used = set(re.findall(r"\bt\('([a-zA-Z0-9_.]+)'", (PANEL / "app.js").read_text("utf-8")))
+    used = set(re.findall(r"\bt\('([a-zA-Z0-9_.]+)'", _scripts_text()))
     assert {k for k in used if not k.endswith(".")} <= en
 
 
@@ -140,3 +174,22 @@ def test_every_reason_code_and_status_is_explained() -> None:
     en = _i18n_keys("en")
     assert {f"reason.{r.value}" for r in Reason} <= en
     assert {f"status.{s.value}" for s in RunStatus} <= en
+
+
+def emitted_event_types() -> set[str]:
+    """Every run event type the backend can write (`NewEvent(type="…")` in app/)."""
+    app = Path(panel.__file__).resolve().parents[1]
+    found: set[str] = set()
+    for path in app.rglob("*.py"):
+        found |= set(re.findall(r'NewEvent\(\s*type="([^"]+)"', path.read_text("utf-8")))
+    return found
+
+
+def test_every_event_type_the_backend_emits_has_words() -> None:
+    from qledge.runtime.diskwatch import REASON
+
+    types = emitted_event_types()
+    assert {"run.created", "run.finished", "run.held", "attempt.signal_sent"} <= types
+    handled = set(re.findall(r"case '([a-z_.]+)':", (PANEL / "run.js").read_text("utf-8")))
+    assert types <= handled, f"no words for {types - handled} (falls back to raw JSON)"
+    assert f"held.{REASON}" in _i18n_keys("en")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from cronsim.cronsim import FIELD_NAMES, RANGES, Field
 
 
 class CronError(ValueError):
@@ -28,10 +30,46 @@ def validate(expr: str) -> str:
         it = CronSim(text, datetime.now(local_zone()))
         next(it)
     except CronSimError as exc:
-        raise CronError(str(exc)) from exc
-    except StopIteration as exc:  # e.g. "0 0 30 2 *": February 30th never comes
+        raise CronError(_diagnose(parts, str(exc))) from exc
+    except StopIteration as exc:
         raise CronError("the schedule never fires") from exc
     return text
+
+
+_NAMES = {"month": " (or JAN-DEC)", "day-of-week": " (or SUN-SAT)"}
+
+
+def _diagnose(parts: list[str], message: str) -> str:
+    """cronsim says only "Bad minute"; name the field, the value and what is wrong with it,
+    judging each term of the field with cronsim's own parser."""
+    name = message.removeprefix("Bad ")
+    if name not in FIELD_NAMES:
+        return message
+    field = Field(FIELD_NAMES.index(name))
+    value = parts[field - (6 - len(parts))]  # 5 fields: no leading seconds
+    span = RANGES[field]
+    allowed = f"{span.start}-{span.stop - 1}{_NAMES.get(name, '')}"
+    for term in value.split(","):
+        try:
+            field.parse(term.upper())
+        except CronSimError:
+            where = f"{name} field '{term}'" + (f" (in '{value}')" if term != value else "")
+            return f"{where}: {_why(term, span, allowed)}"
+    if field is Field.DAY:  # each term parses; together with the months they never meet
+        return f"{name} field '{value}': no month in the month field has that day"
+    return f"{name} field '{value}': not valid"
+
+
+def _why(term: str, span: range, allowed: str) -> str:
+    base, _, step = term.partition("/")
+    if step.isdigit() and int(step) == 0:
+        return "the step must be at least 1"
+    numbers = [int(n) for n in re.findall(r"\d+", base)]
+    if any(n not in span for n in numbers):
+        return f"out of range {allowed}"
+    if re.fullmatch(r"\d+-\d+", base) and numbers[0] > numbers[1]:
+        return "the range runs backwards"
+    return f"not a number, range (a-b), step (*/n) or list (a,b) within {allowed}"
 
 
 def local_zone() -> tzinfo:

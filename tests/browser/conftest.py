@@ -71,15 +71,44 @@ def context(browser: Browser, appliance: Appliance) -> Iterator[BrowserContext]:
         ctx.close()
 
 
+# Reports every text node the panel adds that reads "null", "undefined", "NaN" or
+# "[object Object]" (what Element.append(null) and friends print) — the log excepted,
+# since a task may print anything. Runs before the panel's own scripts on each document.
+_BAD_TEXT_WATCH = """
+(() => {
+  const bad = /^(null|undefined|NaN|\\[object Object\\])$/;
+  const where = (el) => (el ? el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + (el.className ? '.' + el.className : '') : '?');
+  const check = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) {
+      const at = node.parentElement;
+      if (bad.test(node.data.trim()) && !(at && at.closest('pre'))) {
+        window.qledgeBadText(`${node.data} in <${where(at)}> on ${location.hash}`);
+      }
+    } else if (node.nodeType === Node.ELEMENT_NODE) {
+      for (const kid of node.childNodes) check(kid);
+    }
+  };
+  new MutationObserver((records) => {
+    for (const r of records) for (const n of r.addedNodes) check(n);
+  }).observe(document, { childList: true, subtree: true });
+})();
+"""
+
+
 class Watched:
-    """The page plus what it did: uncaught JS errors and every URL it requested."""
+    """The page plus what it did: uncaught JS errors, every URL it requested, and any
+    "null"/"undefined" it showed as text."""
 
     def __init__(self, page: Page) -> None:
         self.page = page
         self.errors: list[str] = []
         self.urls: list[str] = []
+        self.bad_text: list[str] = []
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         page.on("request", lambda req: self.urls.append(req.url))
+        page.expose_function("qledgeBadText", lambda text: self.bad_text.append(str(text)))
+        page.add_init_script(_BAD_TEXT_WATCH)
 
 
 @pytest.fixture
@@ -87,6 +116,7 @@ def watched(context: BrowserContext) -> Iterator[Watched]:
     w = Watched(context.new_page())
     yield w
     assert not w.errors, f"uncaught errors in the panel: {w.errors}"
+    assert not w.bad_text, f"the panel showed placeholder text: {w.bad_text}"
     leaked = [u for u in w.urls if ADMIN in u]
     assert not leaked, "the admin token appeared in a URL"
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import Watched, api_task, sign_in, wait_ready_again
+from test_panel import emitted_event_types
+
+from .conftest import FAST, Watched, api_task, sign_in, wait_ready_again
 from _appliance import ADMIN, Appliance
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +51,20 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     assert all(ADMIN not in u for u in watched.urls)
 
 
-def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: Appliance) -> None:
+def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: Appliance,
+                                                      tmp_path: Path) -> None:
+    release = tmp_path / "release"
     sign_in(page)
     page.get_by_role("link", name="New task").click()
     expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
     page.get_by_label("Name", exact=True).fill("count-slowly")
+    # Prints three lines, then waits (at most 60 s) for a file only this test creates,
+    # so those lines can only reach the page by streaming while the run is running.
     page.get_by_label("Command").fill(
-        'echo "greeting=$GREETING"; for i in $(seq 1 40); do echo "line $i"; sleep 0.1; done;'
-        " exit 3")
-    # the preview reports a bad schedule as you type; the server names the field on save
+        'echo "greeting=$GREETING"; for i in 1 2 3; do echo "line $i"; done;'
+        f" n=0; while [ ! -e '{release}' ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done;"
+        ' for i in $(seq 4 40); do echo "line $i"; sleep 0.02; done; exit 3')
+    # the preview reports a bad schedule as you type; saving marks the field with the API's reason
     schedule = page.get_by_label("Cron schedule")
     schedule.fill("61 * * * *")
     expect(page.locator(".preview-error")).to_contain_text("cron")
@@ -77,13 +86,19 @@ def test_create_a_task_run_it_and_follow_the_live_log(page: Page, appliance: App
     expect(row).to_contain_text("never run")
     row.get_by_role("button", name="Run now").click()
     expect(page).to_have_url(re.compile(r"#/runs/[0-9a-f-]{36}$"))
+    run_id = page.url.rsplit("/", 1)[1]
 
     log = page.locator("#log")
     state = page.locator("#log-state")
-    expect(log).to_contain_text("line 3")
-    seen = log.text_content() or ""
-    assert seen.startswith("greeting=hello\nline 1\nline 2\nline 3\n"), seen
-    assert "line 40" not in seen or state.get_attribute("data-state") == "live"
+    # Live: the first lines are on the page while the task still waits for the release.
+    expect(log).to_have_text("greeting=hello\nline 1\nline 2\nline 3\n")
+    expect(state).to_have_attribute("data-state", "live")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+    assert not release.exists()
+    body = appliance.api("GET", f"/runs/{run_id}").json()
+    assert body["status"] == "running", body
+    expect(page.locator(".summary")).not_to_contain_text("null")  # no Element.append(null)
+    release.touch()
     expect(state).to_have_attribute("data-state", "ended", timeout=60_000)
     assert log.text_content() == "greeting=hello\n" + lines("line ", 40), (
         page.locator("#main").inner_text())
@@ -316,3 +331,205 @@ def test_keyboard_alone_labels_and_visible_focus(page: Page, appliance: Applianc
     fake_buttons = page.evaluate("""[...document.querySelectorAll('[onclick], [role=button]')]
         .filter(e => e.tagName !== 'BUTTON').length""")
     assert fake_buttons == 0
+
+
+_MISALIGNED = """rows => rows.flatMap((tr) => {
+  const row = tr.getBoundingClientRect();
+  return [...tr.cells].filter((td) => {
+    const r = td.getBoundingClientRect();
+    return Math.abs(r.top - row.top) > 1 || Math.abs(r.bottom - row.bottom) > 1;
+  }).map((td) => `${td.dataset.label}: cell ${Math.round(td.getBoundingClientRect().top)}-`
+    + `${Math.round(td.getBoundingClientRect().bottom)}, row ${Math.round(row.top)}-`
+    + `${Math.round(row.bottom)}`);
+})"""
+
+
+def test_table_cells_fill_their_rows_at_desktop_width(page: Page, appliance: Appliance) -> None:
+    """Every cell spans its whole row, so the row lines (cell borders) are one straight
+    line — the Actions cell included (a flex box in place of a table cell would not)."""
+    api_task(appliance, name="aligned", command="true", schedule="0 4 * * *", labels=["x"])
+    assert appliance.api("POST", "/envs", json={"name": "ALIGNED", "value": "v"}).status_code == 201
+    sign_in(page)
+    assert page.viewport_size == {"width": 1280, "height": 800}
+    rows = page.locator("table.grid tbody tr")
+    expect(page.locator("tr[data-task-name='aligned']")).to_be_visible()
+    assert rows.evaluate_all(_MISALIGNED) == []
+    page.get_by_role("navigation").get_by_role("link", name="Envs").click()
+    expect(page.locator("tr[data-env-name='ALIGNED']")).to_be_visible()
+    assert rows.evaluate_all(_MISALIGNED) == []
+
+
+# One realistic `data` per event type, shaped as the backend writes it.
+EVENT_SAMPLES: dict[str, dict[str, object]] = {
+    "run.created": {"trigger": "schedule"},
+    "run.scheduled": {"scheduled_for_ms": 1767225600000, "late_ms": 40, "catch_up": 0},
+    "schedule.skipped": {"scheduled_for_ms": 1767225600000, "reason": "queued_run",
+                         "catch_up": 0},
+    "attempt.created": {},
+    "attempt.started": {"pid": 4242},
+    "run.started": {},
+    "run.cancel_requested": {"reason": "timeout"},
+    "attempt.signal_sent": {"signal": "SIGTERM", "epoch": 3},
+    "attempt.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
+    "run.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
+    "run.held": {"reason": "DISK_PRESSURE", "volumes": "logs"},
+}
+
+
+def test_every_event_type_reads_as_words_in_english_and_chinese(page: Page) -> None:
+    assert set(EVENT_SAMPLES) == emitted_event_types()  # a new event type needs a sample here
+    sign_in(page)
+    texts = {}
+    for lang in ("en", "zh"):
+        texts[lang] = dict(page.evaluate(
+            "samples => Object.entries(samples).map(([type, data]) => "
+            "[type, window.QLEDGE.eventText({ type, data })])", EVENT_SAMPLES))
+        for kind, text in texts[lang].items():
+            assert kind not in text and "{" not in text and "ev." not in text, (lang, text)
+            assert not re.search(r"\b(undefined|null|NaN)\b", text), (lang, text)
+        page.locator("[data-action='lang']").click()
+    assert all(re.search(r"[\u4e00-\u9fff]", text) for text in texts["zh"].values()), texts["zh"]
+    assert "logs" in texts["en"]["run.held"] and "disk" in texts["en"]["run.held"]
+    assert "still queued" in texts["en"]["schedule.skipped"]
+
+
+def test_a_run_held_for_low_disk_space_says_why(page: Page, tmp_path: Path) -> None:
+    # Every volume is "short" of a petabyte of free space: the run stays queued and the
+    # retention loop gives it one `run.held` event (docs/retention.md).
+    held = Appliance(tmp_path / "state", free_port(), low_water_mb=str(10**9), **FAST)
+    try:
+        held.start(timeout=60)
+        task = held.api("POST", "/tasks", json={"name": "waits", "command": "true"}).json()
+        run_id = held.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+        deadline = time.monotonic() + 30
+        while not any(e["type"] == "run.held" for e in
+                      held.api("GET", f"/runs/{run_id}/events").json()["items"]):
+            assert time.monotonic() < deadline, "no run.held event"
+            time.sleep(0.2)
+        page.goto(f"http://127.0.0.1:{held.port}/")
+        page.get_by_label("Admin token").fill(ADMIN)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+        page.goto(f"http://127.0.0.1:{held.port}/#/runs/{run_id}")
+        expect(page.locator("#timeline li[data-type='run.held'] .ev-text")).to_have_text(
+            re.compile(r"^Held in the queue: low disk space on (data|receipts|logs)"
+                       r"(, (data|receipts|logs))*; it starts when space is back$"))
+        expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "queued")
+        expect(page.locator(".summary")).not_to_contain_text("null")
+        page.locator("[data-action='lang']").click()
+        expect(page.locator("#timeline li[data-type='run.held']")).to_contain_text("磁盘空间不足")
+        assert held.api("GET", f"/runs/{run_id}").json()["status"] == "queued"
+    finally:
+        held.stop()
+
+
+def _ms(text: str) -> float:
+    """'+12 ms' / '0 ms' / '1.25 s' → milliseconds (what fmtDur prints below a minute)."""
+    m = re.fullmatch(r"\+?([\d.]+) (ms|s)", text.strip())
+    assert m, text
+    return float(m[1]) * (1 if m[2] == "ms" else 1000)
+
+
+def _wait_status(app: Appliance, run_id: str, want: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (status := app.api("GET", f"/runs/{run_id}").json()["status"]) not in want:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+
+
+def _times_shown(page: Page) -> dict[str, float]:
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    shown = {"ran": _ms(page.locator("dt:text-is('Ran for') + dd").inner_text()),
+             "attempt": _ms(page.locator("td[data-label='Duration']").inner_text())}
+    for kind in ("run.started", "attempt.started", "attempt.finished", "run.finished"):
+        # the "+…" after the time: how long after the run was created
+        shown[kind] = _ms(page.locator(f"#timeline li[data-type='{kind}'] > span").first
+                          .inner_text())
+    return shown
+
+
+def test_a_short_runs_duration_and_timeline_agree(page: Page, appliance: Appliance) -> None:
+    task = api_task(appliance, name="blink", command="true")
+    run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+    _wait_status(appliance, run_id, {"succeeded"})
+    sign_in(page)
+    page.goto(f"/#/runs/{run_id}")
+    shown = _times_shown(page)
+    # "Ran for" is the distance between where the timeline puts the start and the finish
+    assert shown["ran"] == shown["run.finished"] - shown["run.started"], shown
+    assert shown["attempt"] == shown["attempt.finished"] - shown["attempt.started"], shown
+    assert shown["run.finished"] == shown["attempt.finished"], shown
+    expect(page.locator("#timeline .ev-recorded")).to_have_count(0)
+
+
+@pytest.mark.drill
+def test_a_finish_recorded_while_the_worker_was_down_keeps_its_real_duration(
+        page: Page, appliance: Appliance, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    task = api_task(appliance, name="ends-unwatched",
+                    command=f"while [ ! -e '{release}' ]; do sleep 0.02; done")
+    run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+    _wait_status(appliance, run_id, {"running"})
+    seen_running = time.monotonic()
+    appliance.ctl("stop", "http")  # shutdown_policy "leave": the task runs on, unwatched
+    release.touch()  # it exits now, while no worker is there to record it
+    released = time.monotonic()
+    time.sleep(2.5)
+    appliance.ctl("start", "http")
+    wait_ready_again(appliance)
+    _wait_status(appliance, run_id, {"succeeded"})
+    sign_in(page)
+    page.goto(f"/#/runs/{run_id}")
+    shown = _times_shown(page)
+    # the receipt's exit time, not the recording 2.5 s later
+    assert shown["ran"] <= (released - seen_running) * 1000 + 500, shown
+    assert abs(shown["ran"] - (shown["run.finished"] - shown["run.started"])) <= 10, shown
+    late = page.locator("#timeline li[data-type='run.finished'] .ev-recorded")
+    expect(late).to_contain_text(re.compile(r"recorded [\d.]+ s later"))
+    assert _ms(late.inner_text().split("recorded ")[1].removesuffix(" later")) >= 2000
+
+
+def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: Appliance) -> None:
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    sign_in(page)
+    page.get_by_role("link", name="New task").click()
+    expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
+    page.get_by_label("Command").fill("echo fine")  # the one good field; the name stays empty
+    page.get_by_label("Cron schedule").fill("99 * * * *")
+    page.get_by_label("Timeout (seconds)").fill("0")
+    page.get_by_role("button", name="Add variable").click()
+    page.get_by_label("Name of variable 1").fill("2BAD")
+    page.get_by_label("Value of variable 1").fill("x")
+    page.get_by_label("Labels").fill("nightly, " + "x" * 101)
+    page.get_by_role("button", name="Create task").click()
+
+    invalid = page.locator("[aria-invalid='true']")
+    expect(invalid).to_have_count(5)
+    assert invalid.evaluate_all("els => els.map(e => e.id)") == [
+        "f-name", "f-schedule", "f-timeout", "f-env-k-1", "f-labels"]
+    expect(page.locator("#f-name-err")).to_contain_text("name")
+    expect(page.locator("#f-command-err")).to_be_hidden()
+    expect(page.locator("#f-schedule-err")).to_have_text(
+        "invalid cron schedule: minute field '99': out of range 0-59")
+    expect(page.locator("#f-timeout-err")).to_contain_text("1 to 31622400")
+    expect(page.locator("#f-env-err")).to_contain_text("2BAD is not a shell variable name")
+    expect(page.locator("#f-labels-err")).to_contain_text("100 characters")
+    expect(page.get_by_label("Name", exact=True)).to_be_focused()  # the first one
+    assert not [u for u in posts if u.endswith("/api/v1/tasks")]  # nothing was sent
+
+    # fixing one leaves the others marked, and the focus moves to the next
+    page.get_by_label("Name", exact=True).fill("all-fixed")
+    page.get_by_role("button", name="Create task").click()
+    expect(invalid).to_have_count(4)
+    expect(page.get_by_label("Cron schedule")).to_be_focused()
+    page.get_by_label("Cron schedule").fill("0 4 * * *")
+    page.get_by_label("Timeout (seconds)").fill("60")
+    page.get_by_label("Name of variable 1").fill("GOOD")
+    page.get_by_label("Labels").fill("nightly")
+    page.get_by_role("button", name="Create task").click()
+    expect(page.locator("tr[data-task-name='all-fixed']")).to_be_visible()
+    task = next(t for t in appliance.api("GET", "/tasks").json()["items"]
+                if t["name"] == "all-fixed")
+    assert (task["schedule"], task["timeout_s"], task["env"], task["labels"]) == (
+        "0 4 * * *", 60, {"GOOD": "x"}, ["nightly"])

@@ -77,6 +77,14 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     expect(page.locator(".fire-times li")).to_have_count(5)
     shoot(page, "task-editor")
 
+    # every invalid field marked at once
+    page.get_by_label("Cron schedule").fill("99 3 * * *")
+    page.get_by_label("Timeout (seconds)").fill("0")
+    page.get_by_label("Name of variable 1").fill("7DAYS")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("[aria-invalid='true']")).to_have_count(3)
+    shoot(page, "task-editor-errors")
+
     page.get_by_role("navigation").get_by_role("link", name="Runs").click()
     expect(page.locator("tr[data-run-id]")).to_have_count(4)
     shoot(page, "runs")
@@ -85,6 +93,18 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
     expect(page.locator("#timeline li")).not_to_have_count(0)
     shoot(page, "run-detail")
+
+    # a run still running: the log follows live, no exit code or reason yet
+    tail = api_task(appliance, name="tail-sensor", command='for i in 1 2 3 4 5; do echo '
+                    '"[sensor] reading $i: 21.$i C"; done; sleep 300')
+    live = _run(appliance, tail)
+    page.goto(f"/#/runs/{live}")
+    expect(page.locator("#log")).to_contain_text("reading 5")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "live")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+    shoot(page, "run-running")
+    assert appliance.api("POST", f"/runs/{live}/cancel").status_code == 202
+    _wait_terminal(appliance, live)
 
     page.goto(f"/#/runs/{runs['report']}")
     expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")

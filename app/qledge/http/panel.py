@@ -10,6 +10,10 @@
   run stale code. Unknown or outdated names answer 404.
 * Files are read once into memory (the budget is 150 KB in all) and gzipped
   once; a client that accepts gzip gets the compressed copy.
+* The scripts are classic deferred scripts sharing one namespace
+  (`window.QLEDGE`); `SCRIPTS` is their load order, and index.html's
+  `{{scripts}}` becomes one `<script defer>` per entry, so this tuple is the one
+  list of what the panel loads.
 """
 
 from __future__ import annotations
@@ -25,8 +29,13 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 PANEL_DIR = Path(__file__).resolve().parents[1] / "panel"
-# The files index.html refers to as {{name}}; anything else in the directory is not served.
-ASSETS = ("app.css", "i18n.js", "app.js")
+# The page scripts in load order: the strings, the shared core, then one file per page
+# (log.js before run.js, which uses it). Every one is a deferred classic script.
+SCRIPTS = ("i18n.js", "core.js", "login.js", "tasks.js", "editor.js", "runs.js", "log.js",
+           "run.js", "envs.js", "system.js")
+# The files index.html refers to as {{name}} (the scripts through {{scripts}}); anything
+# else in the directory is not served.
+ASSETS = ("app.css", *SCRIPTS)
 IMMUTABLE = "public, max-age=31536000, immutable"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -70,6 +79,10 @@ class Panel:
             self.assets[hashed] = asset
             urls[name] = asset.url
         html = (root / "index.html").read_text("utf-8")
+        if "{{scripts}}" not in html:
+            raise ValueError("panel index.html does not load the scripts ({{scripts}})")
+        tags = "\n".join(f'<script src="{{{{{name}}}}}" defer></script>' for name in SCRIPTS)
+        html = html.replace("{{scripts}}", tags)
         for name, url in urls.items():
             html = html.replace("{{" + name + "}}", url)
         if "{{" in html:

@@ -1,0 +1,229 @@
+/* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
+'use strict';
+(() => {
+  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, notify, api, q, onLeave, heading,
+    failBox } = window.QLEDGE;
+  const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+  const MAX_TIMEOUT_S = 366 * 86400;
+
+  function viewTaskEditor(main, taskId, alive) {
+    heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
+    const box = h('div', null, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(box);
+    const get = taskId ? api('GET', `/tasks/${encodeURIComponent(taskId)}`) : Promise.resolve(null);
+    get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive); } },
+      (e) => { if (alive()) { clear(box); failBox(box, e); } });
+  }
+
+  // The env rows of a task: a fieldset with add/remove; `entries()` reads them back.
+  function envEditor(env) {
+    const rows = h('div', { class: 'env-rows' });
+    let n = 0;
+    function addRow(key, value, focus) {
+      n += 1;
+      const kId = `f-env-k-${n}`;
+      const vId = `f-env-v-${n}`;
+      const k = h('input', { id: kId, type: 'text', value: key || '', class: 'mono env-key',
+        autocomplete: 'off', spellcheck: 'false', placeholder: 'NAME' });
+      const val = h('input', { id: vId, type: 'text', value: value || '', class: 'mono env-value',
+        autocomplete: 'off', spellcheck: 'false' });
+      const row = h('div', { class: 'env-row' },
+        h('label', { htmlFor: kId, class: 'sr-only' }, t('editor.envName', { n })), k,
+        h('span', { class: 'eq', 'aria-hidden': 'true' }, '='),
+        h('label', { htmlFor: vId, class: 'sr-only' }, t('editor.envValue', { n })), val,
+        btn(t('common.remove'), () => { row.remove(); addBtn.focus(); }, 'small ghost',
+          { 'aria-label': t('editor.envRemove', { n }) }));
+      rows.append(row);
+      if (focus) k.focus();
+    }
+    const addBtn = btn(t('editor.envAdd'), () => addRow('', '', true), 'small',
+      { id: 'f-env-add' });
+    for (const [k, val] of Object.entries(env || {})) addRow(k, val, false);
+    const el = h('fieldset', { class: 'field', 'data-field': 'env', id: 'f-env' },
+      h('legend', null, t('editor.env')),
+      h('p', { class: 'help', id: 'f-env-help' }, t('editor.envHelp')),
+      rows, addBtn,
+      h('p', { class: 'field-error', id: 'f-env-err', hidden: true }));
+    const entries = () => [...rows.querySelectorAll('.env-row')].map((row) => ({
+      keyInput: row.querySelector('.env-key'),
+      key: row.querySelector('.env-key').value.trim(),
+      value: row.querySelector('.env-value').value,
+    })).filter((e) => e.key || e.value);
+    return { el, entries, addBtn };
+  }
+
+  // The next fire times under the schedule field, debounced; stale answers are dropped.
+  function schedulePreview(schedule, preview, alive) {
+    let seq = 0;
+    let timer = 0;
+    function now() {
+      const expr = schedule.value.trim();
+      const mine = ++seq;
+      if (!expr) {
+        fill(preview, h('p', { class: 'muted' }, t('editor.noSchedule')));
+        return;
+      }
+      fill(preview, h('p', { class: 'muted' }, t('editor.previewing')));
+      api('GET', '/cron/preview' + q({ schedule: expr, n: 5 })).then((res) => {
+        if (mine !== seq || !alive()) return;
+        fill(preview,
+          h('p', { class: 'small muted' }, t('editor.previewTz', { tz: res.timezone })),
+          h('ol', { class: 'fire-times' }, res.next.map((n) =>
+            h('li', null, h('time', { datetime: n.at }, fmtTime(n.at_ms, res.timezone)),
+              h('span', { class: 'muted small' }, ' · ' + fmtRelative(n.at_ms))))));
+      }, (e) => {
+        if (mine !== seq || !alive()) return;
+        fill(preview, h('p', { class: 'preview-error' }, e.message));
+      });
+    }
+    schedule.addEventListener('input', () => {
+      preview.hidden = false;
+      clearTimeout(timer);
+      timer = setTimeout(now, 300);
+    });
+    onLeave(() => clearTimeout(timer));
+    now();
+  }
+
+  /* Every problem with the form at once, as [field, message, control?] in form order. The
+   * rules are the API's (http/tasks.py); the schedule is judged by the API itself (the
+   * preview endpoint), so its message names the cron field and value. The API stays the
+   * judge: whatever it still refuses on save is shown on the field it names. */
+  async function problems(f, envs) {
+    const found = [];
+    const name = f.name.value.trim();
+    if (!name || name.length > 200) found.push(['name', t('editor.nameBad')]);
+    if (!f.command.value.trim()) found.push(['command', t('editor.commandEmpty')]);
+    const expr = f.schedule.value.trim();
+    if (expr) {
+      try {
+        await api('GET', '/cron/preview' + q({ schedule: expr, n: 1 }));
+      } catch (e) {
+        if (e.status === 422) found.push(['schedule', e.message]);
+        else if (e.status === 401) throw e;
+      }
+    }
+    const tv = f.timeout.value.trim();
+    if (tv && !(/^\d+$/.test(tv) && Number(tv) >= 1 && Number(tv) <= MAX_TIMEOUT_S)) {
+      found.push(['timeout_s', t('editor.timeoutBad')]);
+    }
+    const seen = new Set();
+    for (const e of envs) {
+      let why = null;
+      if (!e.key) why = t('editor.envNoName');
+      else if (!ENV_NAME.test(e.key) || e.key.length > 256) {
+        why = t('editor.envBadName', { name: e.key });
+      }
+      else if (seen.has(e.key)) why = t('editor.envDup', { name: e.key });
+      seen.add(e.key);
+      if (why) found.push(['env', why, e.keyInput]);
+    }
+    const labels = f.labels.value.split(',').map((s) => s.trim()).filter(Boolean);
+    if (labels.some((l) => l.length > 100)) found.push(['labels', t('editor.labelTooLong')]);
+    return found;
+  }
+
+  function buildTaskForm(box, task, alive) {
+    const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
+      enabled: true, concurrency: 'forbid', labels: [] };
+    const f = {
+      name: h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
+        maxlength: 200, autocomplete: 'off' }),
+      command: h('textarea', { id: 'f-command', rows: 4, required: true, spellcheck: 'false',
+        class: 'mono' }),
+      schedule: h('input', { id: 'f-schedule', type: 'text', value: v.schedule || '',
+        class: 'mono', autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *' }),
+      timeout: h('input', { id: 'f-timeout', type: 'number', min: 1, step: 1,
+        inputmode: 'numeric', value: v.timeout_s == null ? '' : String(v.timeout_s) }),
+      concurrency: h('select', { id: 'f-concurrency' },
+        h('option', { value: 'forbid', selected: v.concurrency === 'forbid' }, t('editor.forbid')),
+        h('option', { value: 'allow', selected: v.concurrency === 'allow' }, t('editor.allow'))),
+      enabled: h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled }),
+      labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
+        autocomplete: 'off' }),
+    };
+    f.command.value = v.command;
+    const preview = h('div', { class: 'preview', id: 'f-schedule-preview', 'aria-live': 'polite' });
+    const envs = envEditor(v.env);
+    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true, tabIndex: -1 });
+    const submit = h('button', { type: 'submit', class: 'btn primary' },
+      task ? t('common.save') : t('editor.create'));
+    const form = h('form', { class: 'card form', novalidate: true },
+      formErr,
+      field('f-name', t('editor.name'), f.name, null, 'name'),
+      field('f-command', t('editor.command'), f.command, t('editor.commandHelp'), 'command'),
+      field('f-schedule', t('editor.schedule'), f.schedule, t('editor.scheduleHelp'), 'schedule'),
+      preview,
+      h('div', { class: 'row2' },
+        field('f-timeout', t('editor.timeout'), f.timeout, t('editor.timeoutHelp'), 'timeout_s'),
+        field('f-concurrency', t('editor.concurrency'), f.concurrency,
+          t('editor.concurrencyHelp'), 'concurrency')),
+      envs.el,
+      field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
+      h('div', { class: 'field check', 'data-field': 'enabled' }, f.enabled,
+        h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
+        h('p', { class: 'field-error', id: 'f-enabled-err', hidden: true })),
+      h('div', { class: 'actions' }, submit,
+        h('a', { class: 'btn ghost', href: '#/tasks' }, t('common.cancel'))));
+    box.append(form);
+    schedulePreview(f.schedule, preview, alive);
+
+    function clearErrors() {
+      formErr.hidden = true;
+      preview.hidden = false;
+      for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
+      for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
+    }
+    // Marks one field (its message under it, aria-invalid on its control, or on `ctl`);
+    // returns the control to focus. A message that names no field goes on top.
+    function markError(fieldName, message, ctl) {
+      const wrap = fieldName && form.querySelector(`[data-field="${fieldName}"]`);
+      if (!wrap) {
+        formErr.textContent = message; formErr.hidden = false;
+        return formErr;
+      }
+      const errEl = wrap.querySelector('.field-error');
+      if (errEl.hidden) { errEl.textContent = message; errEl.hidden = false; }
+      if (fieldName === 'schedule') preview.hidden = true; // says the same; back on input
+      const control = ctl || wrap.querySelector('input, textarea, select') || envs.addBtn;
+      control.setAttribute('aria-invalid', 'true');
+      const described = (control.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
+      if (!described.includes(errEl.id)) described.push(errEl.id);
+      control.setAttribute('aria-describedby', described.join(' '));
+      return control;
+    }
+
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      clearErrors();
+      submit.disabled = true;
+      try {
+        const found = await problems(f, envs.entries());
+        if (found.length) {
+          const first = found.map(([name, message, ctl]) => markError(name, message, ctl))[0];
+          first.focus();
+          return;
+        }
+        const tv = f.timeout.value.trim();
+        const body = {
+          name: f.name.value, command: f.command.value,
+          schedule: f.schedule.value.trim() || null,
+          timeout_s: tv ? Number(tv) : null,
+          env: Object.fromEntries(envs.entries().map((x) => [x.key, x.value])),
+          enabled: f.enabled.checked, concurrency: f.concurrency.value,
+          labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
+        };
+        if (task) await api('PUT', `/tasks/${encodeURIComponent(task.id)}`, body);
+        else await api('POST', '/tasks', body);
+        notify(t(task ? 'editor.saved' : 'editor.created', { name: body.name.trim() }), 'ok');
+        location.hash = '#/tasks';
+      } catch (ex) {
+        markError(ex.field, ex.message).focus();
+      } finally {
+        submit.disabled = false;
+      }
+    });
+  }
+
+  window.QLEDGE.pages.taskEditor = viewTaskEditor;
+})();

@@ -1,0 +1,139 @@
+/* qledge panel: env variables (#/envs). */
+'use strict';
+(() => {
+  const { t, h, clear, fill, nextId, btn, actionsCell, field, notify, confirmDialog, api,
+    heading, failBox } = window.QLEDGE;
+
+  // The new/edit form above the list; an error the API names goes under its field.
+  function envForm(formBox, env, reload) {
+    clear(formBox);
+    const nameI = h('input', { id: 'e-name', type: 'text', value: env ? env.name : '',
+      class: 'mono', autocomplete: 'off', spellcheck: 'false', required: true });
+    const valueI = h('input', { id: 'e-value', type: 'password', value: env ? env.value : '',
+      class: 'mono', autocomplete: 'off', spellcheck: 'false' });
+    const show = h('input', { id: 'e-show', type: 'checkbox',
+      onchange: () => { valueI.type = show.checked ? 'text' : 'password'; } });
+    const remarksI = h('input', { id: 'e-remarks', type: 'text', value: env ? env.remarks : '',
+      autocomplete: 'off' });
+    const enabledI = h('input', { id: 'e-enabled', type: 'checkbox',
+      checked: env ? env.enabled : true });
+    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true });
+    const titleId = nextId('envf');
+    const form = h('form', { class: 'card form', novalidate: true, 'aria-labelledby': titleId },
+      h('h2', { id: titleId, tabIndex: -1 }, env ? t('envs.editTitle', { name: env.name })
+        : t('envs.newTitle')),
+      formErr,
+      field('e-name', t('envs.name'), nameI, t('envs.nameHelp'), 'name'),
+      field('e-value', t('envs.value'), valueI, null, 'value'),
+      h('div', { class: 'field check' }, show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
+      field('e-remarks', t('envs.remarks'), remarksI, null, 'remarks'),
+      h('div', { class: 'field check' }, enabledI,
+        h('label', { htmlFor: 'e-enabled' }, t('envs.enabled'))),
+      h('div', { class: 'actions' },
+        h('button', { type: 'submit', class: 'btn primary' }, env ? t('common.save') : t('envs.add')),
+        btn(t('common.cancel'), () => clear(formBox), 'ghost')));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      formErr.hidden = true;
+      for (const el of form.querySelectorAll('.field-error')) el.hidden = true;
+      const body = { name: nameI.value.trim(), value: valueI.value, remarks: remarksI.value,
+        enabled: enabledI.checked };
+      try {
+        if (env) await api('PUT', `/envs/${encodeURIComponent(env.id)}`, body);
+        else await api('POST', '/envs', body);
+        notify(t('envs.saved', { name: body.name }), 'ok');
+        clear(formBox);
+        reload();
+      } catch (ex) {
+        const wrap = ex.field && form.querySelector(`[data-field="${ex.field}"]`);
+        if (wrap) {
+          const errEl = wrap.querySelector('.field-error');
+          errEl.textContent = ex.message; errEl.hidden = false;
+          const ctl = wrap.querySelector('input');
+          ctl.setAttribute('aria-invalid', 'true');
+          ctl.setAttribute('aria-describedby', errEl.id);
+          ctl.focus();
+        } else {
+          formErr.textContent = ex.message; formErr.hidden = false;
+        }
+      }
+    });
+    formBox.append(form);
+    nameI.focus();
+  }
+
+  // One row of the list; values stay masked until revealed (`revealed` keeps the choice
+  // across reloads of the list).
+  function envRow(env, cols, revealed, edit, reload) {
+    const valueCell = h('td', { 'data-label': cols[1] });
+    const paintValue = () => {
+      const on = revealed.has(env.id);
+      fill(valueCell,
+        on ? h('code', { class: 'wrap env-val' }, env.value)
+          : h('span', { class: 'masked', 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
+        btn(on ? t('envs.hide') : t('envs.reveal'), () => {
+          if (revealed.has(env.id)) revealed.delete(env.id); else revealed.add(env.id);
+          paintValue();
+          valueCell.querySelector('button').focus();
+        }, 'small ghost', { 'aria-pressed': on ? 'true' : 'false',
+          'aria-label': (on ? t('envs.hide') : t('envs.reveal')) + ' ' + env.name }));
+    };
+    paintValue();
+    return h('tr', { 'data-env-name': env.name },
+      h('td', { 'data-label': cols[0] }, h('code', null, env.name)),
+      valueCell,
+      h('td', { 'data-label': cols[2] }, env.remarks || '—'),
+      h('td', { 'data-label': cols[3] }, h('span', { class: env.enabled ? 'on' : 'off' },
+        env.enabled ? t('envs.on') : t('envs.off'))),
+      actionsCell(cols[4],
+        btn(t('common.edit'), () => edit(env), 'small',
+          { 'aria-label': `${t('common.edit')} — ${env.name}` }),
+        btn(env.enabled ? t('tasks.disable') : t('tasks.enable'), async () => {
+          try {
+            await api('PUT', `/envs/${encodeURIComponent(env.id)}`, { enabled: !env.enabled });
+            reload();
+          } catch (e) { notify(e.message, 'error'); }
+        }, 'small', { 'aria-label': `${env.enabled ? t('tasks.disable') : t('tasks.enable')} — ${env.name}` }),
+        btn(t('common.delete'), async () => {
+          const ok = await confirmDialog(t('envs.deleteTitle'),
+            t('envs.deleteBody', { name: env.name }), t('common.delete'), true);
+          if (!ok) return;
+          try { await api('DELETE', `/envs/${encodeURIComponent(env.id)}`); reload(); }
+          catch (e) { notify(e.message, 'error'); }
+        }, 'small danger-ghost', { 'aria-label': `${t('common.delete')} — ${env.name}` })));
+  }
+
+  function viewEnvs(main, alive) {
+    heading(main, t('envs.title'),
+      btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
+    main.append(h('p', { class: 'muted' }, t('envs.intro')));
+    const formBox = h('div', null);
+    const list = h('div', { class: 'card' }, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(formBox, list);
+    const revealed = new Set();
+
+    const edit = (env) => envForm(formBox, env, load);
+
+    async function load() {
+      let envs;
+      try {
+        envs = (await api('GET', '/envs')).items;
+      } catch (e) {
+        if (alive()) { clear(list); failBox(list, e); }
+        return;
+      }
+      if (!alive()) return;
+      clear(list);
+      if (!envs.length) { list.append(h('p', { class: 'empty' }, t('envs.empty'))); return; }
+      const cols = [t('envs.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
+        t('tasks.col.actions')];
+      list.append(h('table', { class: 'grid' },
+        h('caption', { class: 'sr-only' }, t('envs.title')),
+        h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', null, envs.map((env) => envRow(env, cols, revealed, edit, load)))));
+    }
+    load();
+  }
+
+  window.QLEDGE.pages.envs = viewEnvs;
+})();

@@ -1,0 +1,142 @@
+/* qledge panel: the live log of a run and its download (run.js shows the section). */
+'use strict';
+(() => {
+  const { t, statusLabel, h, btn, notify, api, q, onLeave } = window.QLEDGE;
+  const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
+
+  /* The log card of a run page: state, download, the log itself. `start` follows the
+   * stream until it ends (then calls onEnd) or the page is left. */
+  function logSection(runId) {
+    const stateEl = h('span', { class: 'log-state', id: 'log-state', 'data-state': 'connecting' },
+      t('log.connecting'));
+    const pre = h('pre', { class: 'log', id: 'log', role: 'log', tabIndex: 0,
+      'aria-labelledby': 'log-h', 'aria-live': 'off' });
+    const trimmed = h('p', { class: 'muted small', hidden: true }, t('log.trimmed'));
+    const download = btn(t('log.download'), () => downloadLog(runId, download), 'small ghost',
+      { 'data-action': 'download' });
+    const el = h('section', { class: 'card', id: 'log-section', 'data-reconnects': '0' },
+      h('div', { class: 'section-head' }, h('h2', { id: 'log-h' }, t('log.title')), stateEl,
+        download),
+      trimmed, pre);
+    return { el, start: (alive, onEnd) => follow(runId, pre, stateEl, el, trimmed, alive, onEnd) };
+  }
+
+  /* The live log. EventSource would reconnect on its own, but with the same URL —
+   * whose ticket is already spent — so errors are handled here: close, back off, get a
+   * new ticket and reopen from the last offset we hold (the `id` of the last `log`
+   * event = the next byte offset), so nothing is shown twice or skipped. */
+  function follow(runId, pre, stateEl, section, trimmedNote, alive, onEnd) {
+    let offset = 0;
+    let es = null;
+    let done = false;
+    let retry = 0;
+    let timer = 0;
+    let reconnects = 0;
+    let kept = 0;
+    const setState = (state, text) => { stateEl.dataset.state = state; stateEl.textContent = text; };
+    const stop = () => { done = true; clearTimeout(timer); if (es) { es.close(); es = null; } };
+    onLeave(stop);
+
+    function appendText(text) {
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+      pre.append(document.createTextNode(text));
+      kept += text.length;
+      if (kept > LOG_KEEP) {
+        const all = pre.textContent;
+        pre.textContent = all.slice(all.length - LOG_KEEP / 2);
+        kept = pre.textContent.length;
+        trimmedNote.hidden = false;
+      }
+      if (stick) pre.scrollTop = pre.scrollHeight;
+    }
+
+    function again() {
+      if (done || !alive()) return;
+      const delay = Math.min(5000, 250 * 2 ** retry) * (0.8 + Math.random() * 0.4);
+      retry += 1;
+      setState('reconnecting', t('log.reconnecting'));
+      timer = setTimeout(open, delay);
+    }
+
+    async function open() {
+      if (done || !alive()) return;
+      let ticket;
+      try {
+        ticket = await api('POST', `/runs/${encodeURIComponent(runId)}/log/ticket`);
+      } catch (e) {
+        if (e.status === 404) { setState('gone', t('log.gone')); done = true; return; }
+        if (e.status === 401) return; // signed out
+        again();
+        return;
+      }
+      if (done || !alive()) return;
+      const url = `/api/v1/runs/${encodeURIComponent(runId)}/log/stream` +
+        q({ offset, ticket: ticket.ticket });
+      const source = new EventSource(url);
+      es = source;
+      source.addEventListener('open', () => {
+        retry = 0;
+        setState('live', t('log.live'));
+      });
+      source.addEventListener('log', (ev) => {
+        const next = Number(ev.lastEventId);
+        if (!(next > offset)) return; // never show a byte range twice
+        appendText(JSON.parse(ev.data).text);
+        offset = next;
+        pre.dataset.offset = String(offset);
+      });
+      source.addEventListener('evicted', (ev) => {
+        // retention deleted the log file; the run itself is kept (docs/retention.md)
+        const info = JSON.parse(ev.data);
+        trimmedNote.textContent = t('log.evicted', { reason: info.reason || '' });
+        trimmedNote.hidden = false;
+        section.dataset.evicted = 'true';
+      });
+      source.addEventListener('end', (ev) => {
+        source.close();
+        es = null;
+        done = true;
+        const end = JSON.parse(ev.data);
+        setState('ended', t('log.ended', { status: statusLabel(end.status) }));
+        onEnd(end);
+      });
+      source.onerror = () => {
+        if (es !== source) return;
+        source.close();
+        es = null;
+        reconnects += 1;
+        section.dataset.reconnects = String(reconnects);
+        again();
+      };
+    }
+    open();
+  }
+
+  async function downloadLog(runId, button) {
+    button.disabled = true;
+    try {
+      const parts = [];
+      let offset = 0;
+      for (;;) {
+        const res = await api('GET', `/runs/${encodeURIComponent(runId)}/log` + q({ offset }),
+          undefined, { raw: true });
+        const buf = await res.arrayBuffer();
+        if (!buf.byteLength) break;
+        parts.push(buf);
+        offset = Number(res.headers.get('X-Log-Next-Offset'));
+      }
+      const url = URL.createObjectURL(new Blob(parts, { type: 'text/plain' }));
+      const a = h('a', { href: url, download: `run-${runId}.log`, hidden: true });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (e) {
+      notify(e.message, 'error');
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  window.QLEDGE.logSection = logSection;
+})();

@@ -1,0 +1,219 @@
+/* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
+'use strict';
+(() => {
+  const { t, statusLabel, fmtTime, fmtDur, shortId, h, fill, badge, btn, dl, notify,
+    confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
+
+  function eventText(ev) {
+    const d = ev.data || {};
+    switch (ev.type) {
+      case 'run.created': return t('ev.created', { trigger: t('trigger.' + d.trigger) });
+      case 'run.scheduled': return t('ev.scheduled', { at: fmtTime(d.scheduled_for_ms),
+        late: fmtDur(d.late_ms) });
+      case 'attempt.created': return t('ev.attemptCreated');
+      case 'attempt.started': return t('ev.attemptStarted', { pid: d.pid });
+      case 'run.started': return t('ev.started');
+      case 'run.cancel_requested': return t('ev.cancelRequested', { reason: t('cancel.' + d.reason) });
+      case 'attempt.signal_sent': return t('ev.signal', { signal: d.signal, epoch: d.epoch });
+      case 'attempt.finished': return t('ev.attemptFinished', { status: statusLabel(d.status) }) +
+        (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
+      case 'run.finished': return t('ev.finished', { status: statusLabel(d.status) }) +
+        (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
+      case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
+        : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
+      case 'run.held': return t('ev.held', { why: heldText(d) });
+      default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
+    }
+  }
+
+  // Why a queued run was held back (docs/retention.md: disk pressure).
+  function heldText(d) {
+    const key = 'held.' + d.reason;
+    const text = t(key, { volumes: String(d.volumes || '—').split(',').join(', ') });
+    return text === key ? String(d.reason) : text;
+  }
+
+  function reasonText(code) {
+    if (!code) return null;
+    const key = 'reason.' + code;
+    const text = t(key);
+    return text === key ? t('reason.unknown') : text;
+  }
+
+  // The summary card: status, exit code, reason, times and durations.
+  function summaryView(r, taskName, now) {
+    const reason = reasonText(r.reason_code);
+    return [
+      h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')),
+      h('div', { class: 'status-line' }, h('span', { id: 'run-status' }, badge(r.status)),
+        r.exit_code != null
+          ? h('span', { class: 'exit big', id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
+          : null,
+        r.reason_code ? h('span', { class: 'muted' }, h('code', null, r.reason_code)) : null),
+      reason ? h('p', { class: 'reason', id: 'run-reason' }, reason) : null,
+      dl([
+        [t('run.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
+        [t('run.id'), h('code', { class: 'wrap' }, r.id)],
+        [t('run.trigger'), t('trigger.' + r.trigger)],
+        [t('run.created'), fmtTime(r.created_at_ms)],
+        [t('run.started'), fmtTime(r.started_at_ms)],
+        [t('run.finished'), fmtTime(r.finished_at_ms)],
+        [t('run.waited'), r.started_at_ms ? fmtDur(r.started_at_ms - r.created_at_ms)
+          : (r.terminal ? '—' : fmtDur(now - r.created_at_ms))],
+        [t('run.duration'), r.started_at_ms
+          ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
+          : '—'],
+        r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
+      ]),
+    ];
+  }
+
+  /* When did it happen? The run's record is the truth: `started_at_ms` is when the control
+   * plane committed that the process runs, `finished_at_ms` the exit time from the
+   * launcher's receipt (never before the start). An event's `at_ms` is when it was
+   * recorded; a finish is recorded after its receipt is read — a few ms later, or much
+   * later if the worker was down then — so start and finish events are placed at the
+   * record's times (the durations shown are differences of those), and say when they
+   * were recorded if that was a second or more later. */
+  const LATE_RECORD_MS = 1000;
+  function factTime(r, ev) {
+    const attempt = ev.attempt_id ? r.attempts.find((a) => a.id === ev.attempt_id) : null;
+    const fact = {
+      'run.started': r.started_at_ms,
+      'run.finished': r.finished_at_ms,
+      'attempt.started': attempt && attempt.started_at_ms,
+      'attempt.finished': attempt && attempt.finished_at_ms,
+    }[ev.type];
+    return fact == null ? ev.at_ms : fact;
+  }
+
+  // One timeline entry per event, in the order the control plane recorded them.
+  function timelineItems(r, events) {
+    return events.map((ev) => {
+      const at = factTime(r, ev);
+      const late = ev.at_ms - at;
+      return h('li', { 'data-type': ev.type, class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
+        h('time', { datetime: new Date(at).toISOString() }, fmtTime(at)),
+        h('span', { class: 'muted small ev-offset' }, ' +' + fmtDur(at - r.created_at_ms)),
+        late >= LATE_RECORD_MS
+          ? h('span', { class: 'muted small ev-recorded' }, ' · ' + t('run.recordedLater',
+            { d: fmtDur(late) }))
+          : null,
+        h('div', { class: 'ev-text' }, eventText(ev)),
+        ev.type === 'run.finished' && ev.data && ev.data.reason_code
+          ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
+            reasonText(ev.data.reason_code))
+          : null);
+    });
+  }
+
+  function attemptsView(r, now) {
+    if (!r.attempts.length) return h('p', { class: 'muted' }, t('run.noAttempts'));
+    const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
+      t('att.started'), t('att.duration')];
+    return h('table', { class: 'grid' },
+      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, r.attempts.map((a) => h('tr', null,
+        h('td', { 'data-label': cols[0] }, '#' + a.attempt_no),
+        h('td', { 'data-label': cols[1] }, badge(a.status === 'preparing' ? 'queued' : a.status)),
+        h('td', { 'data-label': cols[2] }, a.exit_code == null ? '—' : String(a.exit_code)),
+        h('td', { 'data-label': cols[3] }, a.reason_code ? h('code', null, a.reason_code) : '—'),
+        h('td', { 'data-label': cols[4] }, a.pid == null ? '—' : String(a.pid)),
+        h('td', { 'data-label': cols[5] }, fmtTime(a.started_at_ms)),
+        h('td', { 'data-label': cols[6] }, a.started_at_ms
+          ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')))));
+  }
+
+  function cancelButton(runId, refresh) {
+    return btn(t('run.cancel'), async () => {
+      const ok = await confirmDialog(t('run.cancelTitle'), t('run.cancelBody'), t('run.cancel'), true);
+      if (!ok) return;
+      try {
+        await api('POST', `/runs/${encodeURIComponent(runId)}/cancel`);
+        notify(t('run.cancelSent'), 'ok');
+        refresh();
+      } catch (e) { notify(e.message, 'error'); refresh(); }
+    }, 'danger', { 'data-action': 'cancel-run', hidden: true });
+  }
+
+  function viewRun(main, runId, alive) {
+    const title = heading(main, t('run.title', { id: shortId(runId) }));
+    const cancelBtn = cancelButton(runId, () => refresh());
+    title.parentNode.querySelector('.actions').append(cancelBtn);
+    const conn = h('div', { class: 'alert warn', role: 'status', hidden: true });
+    const summary = h('section', { class: 'card summary', 'aria-labelledby': 'run-sum-h' },
+      h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')));
+    const log = logSection(runId);
+    const timeline = h('ol', { class: 'timeline', id: 'timeline' });
+    const attempts = h('div', null);
+    main.append(conn, summary, log.el,
+      h('section', { class: 'card', 'aria-labelledby': 'tl-h' },
+        h('h2', { id: 'tl-h' }, t('run.timeline')), timeline),
+      h('section', { class: 'card', 'aria-labelledby': 'att-h' },
+        h('h2', { id: 'att-h' }, t('run.attempts')), attempts));
+
+    let run = null;
+    let taskName = null;
+    let pollTimer = 0;
+    let polling = false;
+    let failures = 0;
+
+    function paint(r, events) {
+      document.title = `${t('run.title', { id: shortId(r.id) })} · ${statusLabel(r.status)} · qledge`;
+      cancelBtn.hidden = r.terminal;
+      cancelBtn.disabled = r.cancel_reason != null;
+      cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
+      const now = Date.now();
+      fill(summary, ...summaryView(r, taskName, now));
+      fill(timeline, ...timelineItems(r, events));
+      fill(attempts, attemptsView(r, now));
+    }
+
+    // Polls the run and its events every 2 s while it is active (backing off while the
+    // appliance is unreachable); the log's `end` event asks for one last refresh.
+    async function refresh() {
+      if (polling) return;
+      polling = true;
+      try {
+        const [r, evs] = await Promise.all([
+          api('GET', `/runs/${encodeURIComponent(runId)}`),
+          api('GET', `/runs/${encodeURIComponent(runId)}/events`)]);
+        if (taskName == null) {
+          taskName = await api('GET', `/tasks/${encodeURIComponent(r.task_id)}`)
+            .then((tk) => tk.name, () => shortId(r.task_id));
+        }
+        if (!alive()) return;
+        failures = 0;
+        conn.hidden = true;
+        run = r;
+        paint(r, evs.items);
+      } catch (e) {
+        if (!alive()) return;
+        if (e.status === 404) {
+          fill(summary, h('div', { class: 'alert error', role: 'alert' }, t('run.missing')));
+          stopPolling();
+          return;
+        }
+        failures += 1;
+        conn.textContent = t('run.reconnecting');
+        conn.hidden = false;
+      } finally {
+        polling = false;
+      }
+      schedulePoll();
+    }
+    function schedulePoll() {
+      clearTimeout(pollTimer);
+      if (!alive() || (run && run.terminal)) return;
+      pollTimer = setTimeout(refresh, Math.min(10000, 2000 * (1 + failures)));
+    }
+    function stopPolling() { clearTimeout(pollTimer); pollTimer = 0; }
+    onLeave(stopPolling);
+
+    refresh();
+    log.start(alive, () => { stopPolling(); refresh(); });
+  }
+
+  window.QLEDGE.pages.run = viewRun;
+  window.QLEDGE.eventText = eventText; // the browser tests check every event type's text
+})();

@@ -1,0 +1,99 @@
+/* qledge panel: the runs list with its filters and pages (#/runs). */
+'use strict';
+(() => {
+  const { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, badge, btn, api, q, loadAllTasks,
+    heading, failBox } = window.QLEDGE;
+  const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out', 'lost',
+    'blocked'];
+
+  function viewRuns(main, query, alive) {
+    const state = { task_id: query.get('task_id') || '', status: query.get('status') || '',
+      cursors: [] };
+    heading(main, t('runs.title'),
+      btn(t('common.refresh'), () => load(), 'ghost', { 'data-action': 'refresh' }));
+    const taskSel = h('select', { id: 'runs-task' }, h('option', { value: '' }, t('runs.allTasks')));
+    const statusSel = h('select', { id: 'runs-status' },
+      h('option', { value: '' }, t('runs.allStatuses')),
+      STATUSES.map((s) => h('option', { value: s, selected: s === state.status }, statusLabel(s))));
+    const filters = h('form', { class: 'filters card', role: 'search' },
+      h('div', { class: 'field' }, h('label', { htmlFor: 'runs-task' }, t('runs.task')), taskSel),
+      h('div', { class: 'field' }, h('label', { htmlFor: 'runs-status' }, t('runs.status')),
+        statusSel),
+      h('div', { class: 'field' }, h('button', { type: 'submit', class: 'btn' }, t('runs.apply'))));
+    const results = h('div', { class: 'card' });
+    const pager = h('div', { class: 'pager' });
+    main.append(filters, results, pager);
+    let names = {};
+
+    filters.addEventListener('submit', (e) => { e.preventDefault(); apply(); });
+    taskSel.addEventListener('change', apply);
+    statusSel.addEventListener('change', apply);
+    function apply() {
+      state.task_id = taskSel.value;
+      state.status = statusSel.value;
+      state.cursors = [];
+      history.replaceState(null, '', '#/runs' + q({ task_id: state.task_id, status: state.status }));
+      load();
+    }
+
+    loadAllTasks().then((tasks) => {
+      if (!alive()) return;
+      for (const task of tasks) {
+        names[task.id] = task.name;
+        taskSel.append(h('option', { value: task.id, selected: task.id === state.task_id }, task.name));
+      }
+      load();
+    }, (e) => { if (alive()) failBox(results, e); });
+
+    let loadSeq = 0; // only the latest request may paint (filters can change quickly)
+    async function load() {
+      const mine = ++loadSeq;
+      const current = () => alive() && mine === loadSeq;
+      const cursor = state.cursors[state.cursors.length - 1] || '';
+      results.setAttribute('aria-busy', 'true');
+      let page;
+      try {
+        page = await api('GET', '/runs' + q({ task_id: state.task_id, status: state.status,
+          cursor, limit: 20 }));
+      } catch (e) {
+        if (!current()) return;
+        clear(results).removeAttribute('aria-busy');
+        failBox(results, e);
+        return;
+      }
+      if (!current()) return;
+      clear(results).removeAttribute('aria-busy');
+      clear(pager);
+      if (!page.items.length) {
+        results.append(h('p', { class: 'empty' }, t('runs.empty')));
+      } else {
+        const cols = [t('runs.col.run'), t('runs.col.task'), t('runs.col.status'),
+          t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
+        results.append(h('table', { class: 'grid' },
+          h('caption', { class: 'sr-only' }, t('runs.title')),
+          h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', null, page.items.map((r) => h('tr', { 'data-run-id': r.id },
+            h('td', { 'data-label': cols[0] }, h('a', { href: '#/runs/' + r.id, class: 'mono' },
+              '…' + shortId(r.id))),
+            h('td', { 'data-label': cols[1] }, names[r.task_id] || shortId(r.task_id)),
+            h('td', { 'data-label': cols[2] }, badge(r.status)),
+            h('td', { 'data-label': cols[3] }, r.exit_code == null ? '—' : String(r.exit_code)),
+            h('td', { 'data-label': cols[4] }, t('trigger.' + r.trigger)),
+            h('td', { 'data-label': cols[5] }, fmtTime(r.created_at_ms)),
+            h('td', { 'data-label': cols[6] }, r.started_at_ms
+              ? fmtDur((r.finished_at_ms || Date.now()) - r.started_at_ms) : '—'))))));
+      }
+      if (state.cursors.length) {
+        pager.append(btn(t('runs.first'), () => { state.cursors = []; load(); }, 'ghost',
+          { 'data-action': 'first' }));
+      }
+      pager.append(h('span', { class: 'muted' }, t('runs.page', { n: state.cursors.length + 1 })));
+      if (page.next_cursor) {
+        pager.append(btn(t('runs.next'), () => { state.cursors.push(page.next_cursor); load(); },
+          '', { 'data-action': 'next' }));
+      }
+    }
+  }
+
+  window.QLEDGE.pages.runs = viewRuns;
+})();

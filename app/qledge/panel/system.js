@@ -1,0 +1,107 @@
+/* qledge panel: the appliance's health (#/system). */
+'use strict';
+(() => {
+  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
+    failBox } = window.QLEDGE;
+
+  function countsTable(report) {
+    if (!report) return h('p', { class: 'muted' }, t('system.noRound'));
+    const counts = Object.entries(report.counts || {});
+    return h('div', null,
+      dl([[t('system.kind'), report.kind],
+        [t('system.when'), fmtTime(report.finished_at_ms || report.started_at_ms)],
+        [t('system.took'), report.finished_at_ms
+          ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
+        [t('system.examined'), String(report.examined)]]),
+      counts.length ? h('table', { class: 'grid compact' },
+        h('thead', null, h('tr', null, h('th', { scope: 'col' }, t('system.outcome')),
+          h('th', { scope: 'col' }, t('system.count')))),
+        h('tbody', null, counts.map(([k, v]) => h('tr', null,
+          h('td', { 'data-label': t('system.outcome') }, h('code', null, k)),
+          h('td', { 'data-label': t('system.count') }, String(v))))))
+        : h('p', { class: 'muted small' }, t('system.nothing')));
+  }
+
+  function volumesView(volumes) {
+    const list = Array.isArray(volumes) ? volumes
+      : Object.entries(volumes).map(([name, v]) => ({ name, ...(typeof v === 'object' && v ? v : {}) }));
+    return h('div', { class: 'volumes' }, list.map((v) => {
+      const total = v.total_bytes;
+      const free = v.free_bytes;
+      const used = v.used_bytes ?? (total != null && free != null ? total - free : null);
+      const pct = total ? Math.round((100 * used) / total) : null;
+      return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name },
+        h('div', { class: 'vol-head' }, h('strong', null, v.name || '?'),
+          v.pressure ? h('span', { class: 'badge badge-timed_out' }, t('system.lowSpace')) : null),
+        pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
+          'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
+        h('div', { class: 'small' }, [
+          used != null ? t('system.used', { n: fmtBytes(used) }) : null,
+          free != null ? t('system.free', { n: fmtBytes(free) }) : null,
+          total != null ? t('system.total', { n: fmtBytes(total) }) : null,
+          pct != null ? `${pct}%` : null,
+          v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) }) : null,
+        ].filter(Boolean).join(' · ')),
+        v.error ? h('div', { class: 'field-error small' }, String(v.error)) : null);
+    }));
+  }
+
+  function viewSystem(main, alive) {
+    heading(main, t('system.title'),
+      btn(t('common.refresh'), () => load(), 'ghost', { 'data-action': 'refresh' }));
+    const box = h('div', { class: 'system' }, h('p', { class: 'muted' }, t('common.loading')));
+    main.append(box);
+    async function load() {
+      let s;
+      try { s = await api('GET', '/system'); } catch (e) {
+        if (alive()) { clear(box); failBox(box, e); }
+        return;
+      }
+      if (!alive()) return;
+      const j = s.journal || {};
+      fill(box,
+        h('section', { class: 'card', 'aria-labelledby': 'sys-h1' },
+          h('h2', { id: 'sys-h1' }, t('system.appliance')),
+          dl([[t('system.version'), s.version],
+            [t('system.profile'), s.profile],
+            [t('system.node'), h('code', { class: 'wrap' }, s.node_id)],
+            [t('system.uptime'), fmtDur((s.uptime_s || 0) * 1000)],
+            [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],
+            [t('system.watched'), String(s.watched_attempts ?? '—')],
+            [t('system.streams'), String(s.log_streams ?? '—')],
+            [t('system.rounds'), String(s.rounds ?? '—')]])),
+        h('section', { class: 'card', 'aria-labelledby': 'sys-h2' },
+          h('h2', { id: 'sys-h2' }, t('system.journal')),
+          h('div', { class: 'stats' },
+            stat(t('system.backlog'), s.journal_backlog, 'backlog'),
+            stat(t('system.active'), j.active ?? 0, 'active'),
+            stat(t('system.terminal'), j.terminal ?? 0, 'terminal'),
+            stat(t('system.quarantined'), j.quarantined ?? 0, 'quarantined',
+              (j.quarantined || 0) > 0)),
+          h('p', { class: 'muted small' }, t('system.journalHelp'))),
+        s.volumes ? h('section', { class: 'card', 'aria-labelledby': 'sys-h5' },
+          h('h2', { id: 'sys-h5' }, t('system.volumes')),
+          s.pressure && s.pressure.state === 'pressure'
+            ? h('div', { class: 'alert warn', role: 'status' }, t('system.pressure',
+              { reason: s.pressure.reason || '' })) : null,
+          volumesView(s.volumes),
+          s.retention && s.retention.logs_total_bytes != null
+            ? h('p', { class: 'small muted' }, t('system.logsUse', {
+              n: fmtBytes(s.retention.logs_total_bytes),
+              cap: s.retention.logs_cap_bytes ? fmtBytes(s.retention.logs_cap_bytes) : '—',
+              runs: s.retention.runs_kept ?? '—' })) : null) : null,
+        h('section', { class: 'card', 'aria-labelledby': 'sys-h3' },
+          h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
+        h('section', { class: 'card', 'aria-labelledby': 'sys-h4' },
+          h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)));
+    }
+    function stat(label, value, key, warn) {
+      return h('div', { class: 'stat' + (warn ? ' warn' : ''), 'data-stat': key },
+        h('div', { class: 'stat-value' }, String(value ?? '—')),
+        h('div', { class: 'stat-label' }, label));
+    }
+    load();
+  }
+
+  window.QLEDGE.pages.system = viewSystem;
+})();
