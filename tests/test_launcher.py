@@ -416,7 +416,7 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
     launcher: Launcher, attempt: Attempt
 ) -> None:
     stray = os.open("/dev/null", os.O_RDONLY)  # inherited by the launcher, not the child
-    env = {**os.environ, "QLEDGE_TEST_MARK": "visible"}
+    env = {**os.environ, "QLTEST_MARK": "visible"}
     try:
         proc = start(
             launcher, attempt, sh('echo "child=$$"; sleep 1; exit 0'), pass_fds=(stray,), env=env
@@ -435,7 +435,7 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
                     for fd in os.listdir(f"/proc/{proc.pid}/fd") if int(fd) > 2]
             assert held == [str(attempt.receipt_dir)], held
         child_env = Path(f"/proc/{child}/environ").read_bytes()
-        assert b"QLEDGE_TEST_MARK=visible" in child_env
+        assert b"QLTEST_MARK=visible" in child_env
         assert token not in child_env
         assert token not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert token not in Path(f"/proc/{proc.pid}/environ").read_bytes()

@@ -299,7 +299,7 @@ def test_kill_between_commit_and_unlink_then_next_round_cleans(
         "                  disk=DiskWatch({}, low_water_mb=0, low_water_pct=0))\n"
         "    await r.round()\n"
         "asyncio.run(main())\n")
-    env = {**os.environ, "QLEDGE_FAILPOINTS": "retention.after_commit=exit",
+    env = {**os.environ, "QLTEST_FAILPOINTS": "retention.after_commit=exit",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "app")}
     res = subprocess.run([sys.executable, str(script), str(conf.db_path), str(conf.logs_path)],
                          env=env, capture_output=True, timeout=120)
