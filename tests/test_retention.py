@@ -128,8 +128,9 @@ async def _task(db: Database, **fields: object) -> str:
 async def _run(db: Database, conf: Settings, task_id: str, *, status: str = "succeeded",
                finished_at_ms: int | None = None, log_bytes: int = 100,
                keep_journal: bool = False) -> tuple[str, str]:
-    """A run with one attempt and a log file; terminal unless status is queued/running."""
-    now = int(time.time() * 1000)
+    """A run with one attempt and a log file; terminal unless status is queued/running.
+    With `finished_at_ms` it all happened then (a run never finishes before it began)."""
+    now = int(time.time() * 1000) if finished_at_ms is None else finished_at_ms
     async with db.write() as tx:
         run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
         if status == "queued":
@@ -231,6 +232,37 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
     report = await retention.round()
     assert report.counts.get("runs_deleted") == 1
     assert not _log_file(conf, with_journal[1]).exists()
+
+
+async def test_round_deletes_runs_past_their_age_but_keeps_each_newest(
+        db: Database, conf: Settings) -> None:
+    """The age limit through the path production takes (Retention.round: the SQL
+    pre-filter, then verdict): a task's own keep_days, the profile's when unset, 0 = none."""
+    now = int(time.time() * 1000)
+
+    async def runs(task: str, ages_days: list[float]) -> list[tuple[str, str]]:
+        return [await _run(db, conf, task, finished_at_ms=int(now - age * DAY_MS))
+                for age in ages_days]  # created in this order: the last is the newest
+
+    own = await _task(db, keep_runs=0, keep_days=7)
+    own_runs = await runs(own, [30, 10, 7.1, 6.9, 1, 20])  # the newest finished 20 days ago
+    profiles = await _task(db, keep_runs=0)  # keep_days unset: the profile's 3
+    profile_runs = await runs(profiles, [5, 4, 2, 0.5])
+    unlimited = await _task(db, keep_runs=0, keep_days=0)
+    unlimited_runs = await runs(unlimited, [100, 50])
+    old_running = await _run(db, conf, own, status="running")
+
+    retention = _retention(db, conf, _profile(keep_runs_per_task=0, keep_days=3))
+    report = await retention.round()
+
+    gone = [*own_runs[:3], *profile_runs[:2]]
+    kept = [*own_runs[3:], *profile_runs[2:], *unlimited_runs, old_running]
+    assert report.counts["runs_deleted"] == len(gone) == 5, report.counts
+    assert {r for (r,) in _rows(conf, "SELECT id FROM runs")} == {r for r, _ in kept}
+    assert not any(_log_file(conf, aid).exists() for _, aid in gone)
+    assert all(_log_file(conf, aid).exists() for _, aid in kept)
+    _no_dangling_rows(conf)
+    assert "runs_deleted" not in (await retention.round()).counts  # nothing more is due
 
 
 async def test_crash_between_commit_and_unlink_leaves_only_a_queued_orphan(
