@@ -35,7 +35,7 @@ from qledge.runtime.retention import (
 )
 from qledge.settings import Profile, Settings
 
-from conftest import migrate_in_child
+from conftest import killed_mid_vacuum
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -515,30 +515,34 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
 
 
 def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
-    """kill -9 during the VACUUM: the database is intact (old mode) and the next start converts."""
+    """kill -9 at two known points of the VACUUM (conftest.killed_mid_vacuum): the
+    database is exactly the old one (no auto-vacuum, 4 KiB pages) with the migrations
+    committed before it, and the next start converts it."""
     db = tmp_path / "q.db"
     _legacy_db(db, _copy_migrations(tmp_path / "m", 5))
-    _fill(db, 20000, blob=1500)  # ~35 MB: the VACUUM takes a moment
-    full = migrate_in_child(db)
-    # again from scratch, killed part-way through
-    db2 = tmp_path / "q2.db"
-    _legacy_db(db2, _copy_migrations(tmp_path / "m2", 5))
-    _fill(db2, 20000, blob=1500)
-    migrate_in_child(db2, kill_after_s=full * 0.6)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] in (0, 2)
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 20000
+    _fill(db, 5000, blob=1500)
+    conn = sqlite3.connect(db)
+    before = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
     conn.close()
-    migrate.apply(db2)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024  # 0007's wish, same VACUUM
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 20000
-    assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
-        migrate.bundled())
-    conn.close()
+
+    for name, path in killed_mid_vacuum(db).items():
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok", name
+        assert not Path(f"{path}-journal").exists(), name  # rolled back by that read
+        killed = name != "full"
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == (0 if killed else 2), name
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == (4096 if killed else 1024)
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
+            migrate.bundled())  # 0006 and 0007 committed before the VACUUM
+        assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == before, name
+        conn.close()
+        assert migrate.apply(path) == []
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2, name
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024, name
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal", name
+        assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == before, name
+        conn.close()
 
 
 # -- a card too full to record an eviction -------------------------------------------
