@@ -1,6 +1,6 @@
 """Helpers for the black-box ql-launch tests: find the binary, start attempts.
 
-The binary for arch A is `$QLEDGE_LAUNCHER_<A>` (e.g. QLEDGE_LAUNCHER_AARCH64),
+The binary for arch A is `$QLTEST_LAUNCHER_<A>` (e.g. QLTEST_LAUNCHER_AARCH64),
 or `$QLEDGE_LAUNCHER` for the host arch, or build/launcher/<A>/ql-launch. The
 default paths are (re)built with scripts/build-launcher when missing or older
 than the C source. A foreign arch runs through /usr/bin/qemu-<A>-static.
@@ -68,7 +68,7 @@ def locate(arch: str) -> Launcher | str:
         if not qemu.exists():
             return f"{qemu} is not installed (apt-get install qemu-user-static)"
         prefix = (str(qemu),)
-    override = os.environ.get(f"QLEDGE_LAUNCHER_{arch.upper()}") or (
+    override = os.environ.get(f"QLTEST_LAUNCHER_{arch.upper()}") or (
         os.environ.get("QLEDGE_LAUNCHER") if arch == HOST_ARCH else None
     )
     if override:

@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,6 +17,8 @@ from qledge import paths, settings
 from qledge.db import migrate
 from qledge.db.connection import Database
 from qledge.runtime.lifecycle import Runtime
+
+import _skips
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "test-admin-token-0123456789abcdef"
@@ -92,29 +95,120 @@ def time_zone(name: str) -> Iterator[None]:
         time.tzset()
 
 
-_MIGRATE = ("import sys; from pathlib import Path; from qledge.db import migrate;"
-            " migrate.apply(Path(sys.argv[1]))")
+# `migrate.apply` in a child whose storage-conversion VACUUM is watched: SQLite's
+# progress handler counts every 1000 VM steps inside the VACUUM (and SIGKILLs the
+# child at step argv[2], when not 0); a stat of argv[3] marks its start for strace.
+_MIGRATE = """
+import os, signal, sys
+from pathlib import Path
+from qledge.db import migrate, upkeep
+
+db, kill_at, marker = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+real = upkeep.apply_storage_settings
+state = {"vacuum": False, "steps": 0}
+
+def watched(conn):
+    def trace(sql):
+        state["vacuum"] = sql.strip().upper() == "VACUUM"
+        if state["vacuum"]:
+            os.path.exists(marker)
+
+    def progress():
+        if state["vacuum"]:
+            state["steps"] += 1
+            if state["steps"] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+
+    conn.set_trace_callback(trace)
+    conn.set_progress_handler(progress, 1000)
+    try:
+        return real(conn)
+    finally:
+        conn.set_progress_handler(None, 0)
+        conn.set_trace_callback(None)
+
+upkeep.apply_storage_settings = watched
+migrate.apply(db)
+print(state["steps"])
+"""
 
 
-def migrate_in_child(db: Path, *, kill_after_s: float | None = None) -> float:
-    """`migrate.apply` in a child process: run to the end (returns its duration), or
-    SIGKILL it `kill_after_s` into the run (the crash-safety tests of conversions)."""
+class Vacuumed(NamedTuple):
+    steps: int  # progress callbacks inside the VACUUM (1000 VM steps each)
+    writes_before: int  # pwrite64s to the database file before the VACUUM began
+    writes_from: int  # ... from its start to the end of migrate.apply (the copy back)
+
+
+def migrate_in_child(db: Path, *, kill_at_step: int = 0, kill_at_write: int = 0
+                     ) -> Vacuumed | None:
+    """`migrate.apply(db)` in a child process, for the crash-safety tests of the
+    storage conversion (one VACUUM, db/upkeep.py). Without a kill: run to the end
+    under strace and count (Vacuumed). `kill_at_step`: SIGKILL at that progress step
+    of the VACUUM, while it copies into its temporary database. `kill_at_write`:
+    SIGKILL (strace inject) instead of the database file's pwrite64 of that number,
+    i.e. while the VACUUM copies back over the file with a hot journal beside it."""
+    import shutil
     import signal
     import subprocess
     import sys
-    import time
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "app")}
-    t0 = time.monotonic()
-    if kill_after_s is None:
-        subprocess.run([sys.executable, "-c", _MIGRATE, str(db)], check=True, env=env,
-                       timeout=300)
+    marker = f"{db}.vacuum-starts"
+    child = [sys.executable, "-c", _MIGRATE, str(db), str(kill_at_step), marker]
+    if kill_at_step:
+        done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == -signal.SIGKILL, (done.returncode, done.stderr)
+        return None
+    strace = shutil.which("strace")
+    if strace is None:
+        unavailable("strace is not installed (scripts/bootstrap installs it)")
+    trace = Path(f"{db}.strace")
+    watch = [strace, "-f", "-qq", "-o", str(trace), "-P", str(db),
+             "-P", marker, "-e", "trace=pwrite64,newfstatat,stat"]
+    if kill_at_write:  # (strace 6.1 injects nothing with --seccomp-bpf)
+        watch += ["-e", f"inject=pwrite64:signal=SIGKILL:when={kill_at_write}"]
     else:
-        proc = subprocess.Popen([sys.executable, "-c", _MIGRATE, str(db)], env=env)
-        time.sleep(kill_after_s)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    return time.monotonic() - t0
+        watch.insert(1, "--seccomp-bpf")  # stops at the traced calls only: faster
+    done = subprocess.run([*watch, *child], env=env, capture_output=True, text=True,
+                          timeout=300)
+    if kill_at_write:
+        assert done.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), (
+            done.returncode, done.stderr)
+        return None
+    assert done.returncode == 0, done.stderr
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if marker in line)
+    writes = [i for i, line in enumerate(lines) if " pwrite64(" in line]
+    return Vacuumed(steps=int(done.stdout.split()[-1]),
+                    writes_before=sum(i < start for i in writes),
+                    writes_from=sum(i > start for i in writes))
+
+
+def killed_mid_vacuum(db: Path) -> dict[str, Path]:
+    """Copies of `db` (closed, conversion pending) after `migrate.apply` in a child:
+    "full" ran to the end; "copy_in" was SIGKILLed half-way through the VACUUM's
+    progress steps, while it fills its temporary database (the file itself untouched:
+    no hot journal); "copy_back" half-way through its writes over the file (a hot journal
+    beside it, rolled back by the next open)."""
+    import shutil
+
+    copies = {}
+    for name in ("full", "copy_in", "copy_back"):
+        copies[name] = db.with_name(f"{db.stem}-{name}{db.suffix}")
+        for suffix in ("", "-wal"):
+            if Path(f"{db}{suffix}").exists():
+                shutil.copyfile(f"{db}{suffix}", f"{copies[name]}{suffix}")
+    full = migrate_in_child(copies["full"])
+    assert full is not None and full.steps >= 10 and full.writes_from >= 10, full
+    migrate_in_child(copies["copy_in"], kill_at_step=full.steps // 2)
+    unused = Path(f"{copies['copy_in']}-journal")
+    assert not unused.exists() or unused.stat().st_size == 0, "the file was written"
+    migrate_in_child(copies["copy_back"],
+                     kill_at_write=full.writes_before + full.writes_from // 2)
+    journal = Path(f"{copies['copy_back']}-journal")
+    assert journal.exists() and journal.stat().st_size > 0, "no hot journal beside the file"
+    return copies
 
 
 @pytest.fixture
@@ -224,10 +318,15 @@ def wait_terminal(http: object, run_id: str, timeout: float = 30.0) -> dict[str,
         time.sleep(0.02)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Under CI a skip without a reviewed reason fails the run (tests/_skips.py).
+    config.pluginmanager.register(_skips, "qledge-skips")
+
+
 def unavailable(reason: str) -> None:
     """A prerequisite of a promised check is missing: skip with the reason on a
     developer's machine, but FAIL under CI, where scripts/bootstrap installs
     everything and a skip would hide the promise going unproven."""
-    if os.environ.get("CI"):
+    if _skips.under_ci():
         pytest.fail(f"required under CI: {reason}")
     pytest.skip(reason)

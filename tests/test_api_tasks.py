@@ -44,12 +44,17 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
         ({**TASK, "concurrency": "sometimes"}, "concurrency"),
         ({k: v for k, v in TASK.items() if k != "command"}, "command"),
     ]
+    # Well-formed JSON that fails validation: 422 INVALID naming the field.
     for body, field in cases:
         r = client.post("/api/v1/tasks", json=body)
-        assert r.status_code in (400, 422), (body, r.text)
+        assert r.status_code == 422, (body, r.text)
+        assert r.json()["error"] == "INVALID", (body, r.json())
         assert r.json().get("field") == field, (body, r.json())
-    r = client.post("/api/v1/tasks", content=b"{not json")
-    assert r.status_code == 400
+    # Not JSON at all: 400 BAD_REQUEST.
+    for raw in (b"{not json", b"", b'{"name": "x",'):
+        r = client.post("/api/v1/tasks", content=raw)
+        assert r.status_code == 400, (raw, r.text)
+        assert r.json()["error"] == "BAD_REQUEST", (raw, r.json())
     assert client.get("/api/v1/tasks").json()["items"] == []
 
 

@@ -289,18 +289,31 @@ def test_only_the_direct_child_counts(launcher: Launcher, attempt: Attempt) -> N
 
 
 def test_orphaned_grandchildren_are_reaped(launcher: Launcher, attempt: Attempt) -> None:
+    """A grandchild orphaned while the command runs is re-parented to the launcher
+    (PR_SET_CHILD_SUBREAPER), not to init, and reaped by it when it exits."""
     if launcher.emulated:
         pytest.skip("qemu-user does not implement PR_SET_CHILD_SUBREAPER")
-    proc = start(launcher, attempt, sh("(sleep 0.2 &); echo ready; sleep 2; exit 0"))
+    pidfile, done = attempt.root / "grandchild.pid", attempt.root / "done"
+    # The subshell starts the sleep and exits at once: the sleep is orphaned.
+    script = (f"(sleep 0.5 & echo $! > {pidfile}); echo ready;"
+              f" while [ ! -e {done} ]; do sleep 0.05; done; exit 0")
+    proc = start(launcher, attempt, sh(script))
     try:
-        wait_until(lambda: "ready" in attempt.log_text(), what="ready")
-        time.sleep(0.8)  # the orphaned sleep has exited and was re-parented to us
-        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        states = [proc_stat(int(k))[0] for k in kids]
-        assert "Z" not in states
+        _wait_ready(attempt)
+        grandchild = int(pidfile.read_text())
+        parent = proc_stat(grandchild)[1]  # the subshell has exited: this is the new parent
+        assert parent == str(proc.pid), (
+            f"orphan re-parented to {parent}, not to the launcher {proc.pid}")
+        # It exits after 0.5 s; the launcher reaps it at once (no zombie left behind)
+        # while the command still runs.
+        wait_until(lambda: not Path(f"/proc/{grandchild}").exists(), timeout=10,
+                   what=f"the orphan {grandchild} reaped")
+        assert proc.poll() is None
+        done.touch()
         assert finish(proc) == 0
     finally:
         kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 0
 
 
 # ---- signals ---------------------------------------------------------------
@@ -416,7 +429,7 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
     launcher: Launcher, attempt: Attempt
 ) -> None:
     stray = os.open("/dev/null", os.O_RDONLY)  # inherited by the launcher, not the child
-    env = {**os.environ, "QLEDGE_TEST_MARK": "visible"}
+    env = {**os.environ, "QLTEST_MARK": "visible"}
     try:
         proc = start(
             launcher, attempt, sh('echo "child=$$"; sleep 1; exit 0'), pass_fds=(stray,), env=env
@@ -435,7 +448,7 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
                     for fd in os.listdir(f"/proc/{proc.pid}/fd") if int(fd) > 2]
             assert held == [str(attempt.receipt_dir)], held
         child_env = Path(f"/proc/{child}/environ").read_bytes()
-        assert b"QLEDGE_TEST_MARK=visible" in child_env
+        assert b"QLTEST_MARK=visible" in child_env
         assert token not in child_env
         assert token not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert token not in Path(f"/proc/{proc.pid}/environ").read_bytes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -33,7 +33,8 @@ def _events(lines: Iterator[str]) -> Iterator[tuple[str, int | None, str]]:
             data.append(line[6:])
 
 
-def _follow(server: Server, run_id: str, offset: int = 0, stop_after: int | None = None
+def _follow(server: Server, run_id: str, offset: int = 0, stop_after: int | None = None,
+            on_text: Callable[[str], None] | None = None
             ) -> tuple[str, dict[str, object] | None, int]:
     text, end, last = "", None, offset
     with httpx.stream("GET", f"{server.url}/api/v1/runs/{run_id}/log/stream",
@@ -46,6 +47,8 @@ def _follow(server: Server, run_id: str, offset: int = 0, stop_after: int | None
                 text += json.loads(data)["text"]
                 assert ident is not None and ident > last
                 last = ident
+                if on_text is not None:
+                    on_text(text)
                 if stop_after is not None and text.count("\n") >= stop_after:
                     break
             elif event == "end":
@@ -55,8 +58,20 @@ def _follow(server: Server, run_id: str, offset: int = 0, stop_after: int | None
 
 
 def test_stream_follows_lines_live_and_ends_with_status(server: Server) -> None:
-    run_id = _start(server, 'for i in $(seq 1 30); do echo "n $i"; sleep 0.02; done; exit 4')
-    text, end, _ = _follow(server, run_id)
+    # The task prints its lines, then waits for the gate: every line must come
+    # through while it still runs, and the end event only after it exits.
+    gate = server.state.parent / "gate"
+    run_id = _start(server, f'for i in $(seq 1 30); do echo "n $i"; sleep 0.02; done;'
+                            f" while [ ! -e {gate} ]; do sleep 0.05; done; exit 4")
+
+    def open_gate_after_the_last_line(text: str) -> None:
+        if text.count("\n") == 30 and not gate.exists():
+            run = server.http.get(f"/api/v1/runs/{run_id}").json()
+            assert (run["status"], run["terminal"]) == ("running", False), run
+            gate.touch()
+
+    text, end, _ = _follow(server, run_id, on_text=open_gate_after_the_last_line)
+    assert gate.exists(), "the 30 lines never came while the task ran"
     assert text == "".join(f"n {i}\n" for i in range(1, 31))
     assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED"}
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import sqlite3
 from pathlib import Path
@@ -12,7 +13,7 @@ from qledge import ids
 from qledge.db import migrate, upkeep
 from qledge.launch import logs
 
-from conftest import migrate_in_child
+from conftest import killed_mid_vacuum
 
 
 def _copy_migrations(dst: Path, upto: int | None = None) -> list[migrate.Migration]:
@@ -399,45 +400,52 @@ def test_database_left_in_rollback_journal_mode_goes_back_to_wal(tmp_path: Path)
     conn.close()
 
 
-def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
-    """kill -9 during the VACUUM: the database is intact and the next start converts it."""
-
-    def pending_conversion(name: str) -> Path:
-        db = _legacy_db(tmp_path, name=name, upto=6)
-        conn = sqlite3.connect(db)
-        with conn:
-            conn.execute("INSERT INTO tasks (id, name, command, created_at_ms, updated_at_ms)"
-                         " VALUES ('t1', 'task', 'true', 1, 1)")
-            conn.executemany(
-                "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, reason_code)"
-                " VALUES (?, 't1', 'api', 'succeeded', 1, ?)",
-                [(f"r{i:06d}", "z" * 150) for i in range(120_000)])
-        conn.close()
-        other = sqlite3.connect(db)  # 0007 applies, the conversion is refused for now
-        other.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
-        assert migrate.apply(db) == [7]
-        other.close()
-        return db
-
-    db = pending_conversion("a.db")
-    full = migrate_in_child(db)
+def _digest(db: Path) -> str:
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
-    conn.close()
+    try:
+        rows = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        return hashlib.sha256(repr(rows).encode()).hexdigest()
+    finally:
+        conn.close()
 
-    db2 = pending_conversion("b.db")
-    migrate_in_child(db2, kill_after_s=full * 0.6)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("PRAGMA page_size").fetchone()[0] in (4096, 1024)
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 120_000
+
+def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
+    """kill -9 at two known points of the VACUUM (conftest.killed_mid_vacuum): the
+    database is exactly the old one, 4 KiB pages, and the next start converts it."""
+    db = _legacy_db(tmp_path, upto=6)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("INSERT INTO tasks (id, name, command, created_at_ms, updated_at_ms)"
+                     " VALUES ('t1', 'task', 'true', 1, 1)")
+        conn.executemany(
+            "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, reason_code)"
+            " VALUES (?, 't1', 'api', 'succeeded', 1, ?)",
+            [(f"r{i:06d}", "z" * 150) for i in range(30_000)])
     conn.close()
-    migrate.apply(db2)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 120_000
-    conn.close()
+    other = sqlite3.connect(db)  # 0007 applies, the conversion is refused for now
+    other.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
+    assert migrate.apply(db) == [7]
+    other.close()
+    before = _digest(db)
+
+    copies = killed_mid_vacuum(db)
+    for name, path in copies.items():
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok", name
+        assert not Path(f"{path}-journal").exists(), name  # rolled back by that read
+        killed = name != "full"
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == (4096 if killed else 1024)
+        # killed after the switch to the rollback journal the page size needs
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == (
+            "delete" if killed else "wal"), name
+        conn.close()
+        assert _digest(path) == before, name
+        assert migrate.apply(path) == []
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024, name
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal", name
+        conn.close()
+        assert _digest(path) == before, name
 
 
 class _Recorder:

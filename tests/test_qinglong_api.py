@@ -238,6 +238,9 @@ def test_run_poll_log_stop_delete(ql: tuple[TestClient, dict[str, str]]) -> None
     running = poll(lambda: client.get(f"/open/crons/{long['id']}", headers=h).json()["data"],
                    lambda c: c["status"] == 0 and c["pid"])
     assert isinstance(running["pid"], int)
+    # a stop before the shell's first line would leave an empty log (a loaded machine)
+    poll(lambda: client.get(f"/open/crons/{long['id']}/log", headers=h).json()["data"],
+         lambda text: text == "started\n")
     # running twice a forbid task is not an error (like QingLong) and starts nothing new
     assert client.put("/open/crons/run", headers=h, json=[long["id"]]).json()["code"] == 200
     # a running cron cannot be deleted

@@ -35,7 +35,7 @@ from qledge.runtime.retention import (
 )
 from qledge.settings import Profile, Settings
 
-from conftest import migrate_in_child
+from conftest import killed_mid_vacuum
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -128,8 +128,9 @@ async def _task(db: Database, **fields: object) -> str:
 async def _run(db: Database, conf: Settings, task_id: str, *, status: str = "succeeded",
                finished_at_ms: int | None = None, log_bytes: int = 100,
                keep_journal: bool = False) -> tuple[str, str]:
-    """A run with one attempt and a log file; terminal unless status is queued/running."""
-    now = int(time.time() * 1000)
+    """A run with one attempt and a log file; terminal unless status is queued/running.
+    With `finished_at_ms` it all happened then (a run never finishes before it began)."""
+    now = int(time.time() * 1000) if finished_at_ms is None else finished_at_ms
     async with db.write() as tx:
         run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
         if status == "queued":
@@ -233,6 +234,37 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
     assert not _log_file(conf, with_journal[1]).exists()
 
 
+async def test_round_deletes_runs_past_their_age_but_keeps_each_newest(
+        db: Database, conf: Settings) -> None:
+    """The age limit through the path production takes (Retention.round: the SQL
+    pre-filter, then verdict): a task's own keep_days, the profile's when unset, 0 = none."""
+    now = int(time.time() * 1000)
+
+    async def runs(task: str, ages_days: list[float]) -> list[tuple[str, str]]:
+        return [await _run(db, conf, task, finished_at_ms=int(now - age * DAY_MS))
+                for age in ages_days]  # created in this order: the last is the newest
+
+    own = await _task(db, keep_runs=0, keep_days=7)
+    own_runs = await runs(own, [30, 10, 7.1, 6.9, 1, 20])  # the newest finished 20 days ago
+    profiles = await _task(db, keep_runs=0)  # keep_days unset: the profile's 3
+    profile_runs = await runs(profiles, [5, 4, 2, 0.5])
+    unlimited = await _task(db, keep_runs=0, keep_days=0)
+    unlimited_runs = await runs(unlimited, [100, 50])
+    old_running = await _run(db, conf, own, status="running")
+
+    retention = _retention(db, conf, _profile(keep_runs_per_task=0, keep_days=3))
+    report = await retention.round()
+
+    gone = [*own_runs[:3], *profile_runs[:2]]
+    kept = [*own_runs[3:], *profile_runs[2:], *unlimited_runs, old_running]
+    assert report.counts["runs_deleted"] == len(gone) == 5, report.counts
+    assert {r for (r,) in _rows(conf, "SELECT id FROM runs")} == {r for r, _ in kept}
+    assert not any(_log_file(conf, aid).exists() for _, aid in gone)
+    assert all(_log_file(conf, aid).exists() for _, aid in kept)
+    _no_dangling_rows(conf)
+    assert "runs_deleted" not in (await retention.round()).counts  # nothing more is due
+
+
 async def test_crash_between_commit_and_unlink_leaves_only_a_queued_orphan(
         db: Database, conf: Settings) -> None:
     task = await _task(db, keep_runs=1, keep_days=0)
@@ -299,7 +331,7 @@ def test_kill_between_commit_and_unlink_then_next_round_cleans(
         "                  disk=DiskWatch({}, low_water_mb=0, low_water_pct=0))\n"
         "    await r.round()\n"
         "asyncio.run(main())\n")
-    env = {**os.environ, "QLEDGE_FAILPOINTS": "retention.after_commit=exit",
+    env = {**os.environ, "QLTEST_FAILPOINTS": "retention.after_commit=exit",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "app")}
     res = subprocess.run([sys.executable, str(script), str(conf.db_path), str(conf.logs_path)],
                          env=env, capture_output=True, timeout=120)
@@ -483,30 +515,34 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
 
 
 def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
-    """kill -9 during the VACUUM: the database is intact (old mode) and the next start converts."""
+    """kill -9 at two known points of the VACUUM (conftest.killed_mid_vacuum): the
+    database is exactly the old one (no auto-vacuum, 4 KiB pages) with the migrations
+    committed before it, and the next start converts it."""
     db = tmp_path / "q.db"
     _legacy_db(db, _copy_migrations(tmp_path / "m", 5))
-    _fill(db, 20000, blob=1500)  # ~35 MB: the VACUUM takes a moment
-    full = migrate_in_child(db)
-    # again from scratch, killed part-way through
-    db2 = tmp_path / "q2.db"
-    _legacy_db(db2, _copy_migrations(tmp_path / "m2", 5))
-    _fill(db2, 20000, blob=1500)
-    migrate_in_child(db2, kill_after_s=full * 0.6)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] in (0, 2)
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 20000
+    _fill(db, 5000, blob=1500)
+    conn = sqlite3.connect(db)
+    before = conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
     conn.close()
-    migrate.apply(db2)
-    conn = sqlite3.connect(db2)
-    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024  # 0007's wish, same VACUUM
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 20000
-    assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
-        migrate.bundled())
-    conn.close()
+
+    for name, path in killed_mid_vacuum(db).items():
+        conn = sqlite3.connect(path, isolation_level=None)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok", name
+        assert not Path(f"{path}-journal").exists(), name  # rolled back by that read
+        killed = name != "full"
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == (0 if killed else 2), name
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == (4096 if killed else 1024)
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
+            migrate.bundled())  # 0006 and 0007 committed before the VACUUM
+        assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == before, name
+        conn.close()
+        assert migrate.apply(path) == []
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2, name
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024, name
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal", name
+        assert conn.execute("SELECT * FROM runs ORDER BY id").fetchall() == before, name
+        conn.close()
 
 
 # -- a card too full to record an eviction -------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 from qledge import ids, transitions
 from qledge.db import store
-from qledge.db.connection import Database
+from qledge.db.connection import Database, Tx
 from qledge.model import CancelReason, RunStatus, Trigger
 
 
@@ -91,29 +91,49 @@ async def test_readers_cannot_write(db: Database) -> None:
 
 
 async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Database) -> None:
-    # An SSE client that disconnects cancels its task mid-read; the connection
-    # must come back usable (not stuck "within a transaction").
-    started = asyncio.Event()
+    # An SSE client that disconnects cancels its task mid-read; a stopped loop cancels
+    # a write. Cancelled inside the transaction, each ends it (the writer's changes
+    # rolled back) and its connection comes back usable.
+    inside: list[Tx] = []
+    undone: list[str] = []
 
     async def reader() -> None:
         async with db.read() as tx:
             await tx.one("SELECT 1")
-            started.set()
+            inside.append(tx)
             await asyncio.sleep(30)
 
     async def writer() -> None:
         async with db.write() as tx:
-            await tx.one("SELECT 1")
+            await store.create_task(
+                tx, ids.uuid7(), {"name": "x", "command": "true", "env": {}, "labels": []}, 1)
+            tx.on_rollback(lambda: undone.append("writer"))
+            inside.append(tx)
             await asyncio.sleep(30)
 
-    for body in (reader, writer):
-        started.clear()
+    # Four of each: two readers fit (readers=2) and one writer (the write lock); the
+    # rest are cancelled while waiting for a connection.
+    for body, fit in ((reader, 2), (writer, 1)):
+        inside.clear()
         tasks = [asyncio.create_task(body()) for _ in range(4)]
-        await asyncio.sleep(0.05)
+        async with asyncio.timeout(10):
+            while len(inside) < fit:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # nobody else gets in meanwhile
+        assert len(inside) == fit
+        assert all(tx._conn.in_transaction for tx in inside)
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for conn in db._all:  # the writer and readers: a BEGIN whose task never resumed
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert not any(conn.in_transaction for conn in db._all), body.__name__
+    assert undone == ["writer"]
+    async with db.read() as tx:
+        assert await store.list_tasks(tx) == []  # the cancelled write left nothing
+
+    # A cancel that lands while COMMIT/ROLLBACK itself is queued can leave a BEGIN
+    # open on the connection: the next user rolls it back instead of failing.
+    for conn in db._all:
         await conn.execute("BEGIN")
     for _ in range(4):
         async with db.read() as tx:

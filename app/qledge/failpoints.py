@@ -1,6 +1,6 @@
-"""Named crash points, off unless QLEDGE_FAILPOINTS enables them (tests and drills only).
+"""Named crash points, off unless QLTEST_FAILPOINTS enables them (tests and drills only).
 
-`QLEDGE_FAILPOINTS="consumer.after_commit=exit"` makes the process exit
+`QLTEST_FAILPOINTS="consumer.after_commit=exit"` makes the process exit
 abruptly (os._exit, like a kill -9 for the data on disk) the first time that
 point is reached; `=raise` raises `FailpointError` instead. Several points are
 separated by commas. Read once at import, so production pays one dict lookup.
@@ -24,7 +24,7 @@ def _parse(spec: str) -> dict[str, str]:
     return points
 
 
-_points = _parse(os.environ.get("QLEDGE_FAILPOINTS", ""))
+_points = _parse(os.environ.get("QLTEST_FAILPOINTS", ""))
 
 
 def configure(spec: str) -> None:

@@ -208,8 +208,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         raise SettingsError(f"invalid settings: {exc}") from exc
 
 
-# Variables that configure tooling around the worker, not the worker itself.
-_IGNORED_ENV = frozenset({
-    "QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_FAILPOINTS",
-    "QLEDGE_LAUNCHER_ARCH", "QLEDGE_LOG_LEVEL",
-})
+# Variables of the product's own tooling around the worker (the config file, the
+# image's entrypoint and supervisord, log verbosity), not settings of the worker.
+# Test and tool knobs are QLTEST_*, a name space the settings never read.
+_IGNORED_ENV = frozenset({"QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_LOG_LEVEL"})

@@ -19,13 +19,13 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 from _appliance import ADMIN, Appliance
 from conftest import ROOT, free_port
 
-CHROMIUM = os.environ.get("QLEDGE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("QLTEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 # build/ by default, so a test run leaves the tree clean; refresh the docs' copies
-# with QLEDGE_SCREENSHOTS_DIR=docs/screenshots.
-SHOTS = ROOT / os.environ.get("QLEDGE_SCREENSHOTS_DIR", "build/screenshots")
+# with QLTEST_SCREENSHOTS_DIR=docs/screenshots.
+SHOTS = ROOT / os.environ.get("QLTEST_SCREENSHOTS_DIR", "build/screenshots")
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 375, "height": 812}
 # Fast supervision for tests, as in the drills.

@@ -4,7 +4,7 @@ terminal with the exit code its task was told to produce, exactly one terminal
 event pair each, no false success, no unjustified `lost`, no receipt left, an
 empty journal backlog.
 
-The random seed is printed first; `QLEDGE_SOAK_SEED=<seed>` replays the same
+The random seed is printed first; `QLTEST_SOAK_SEED=<seed>` replays the same
 tasks, waves and kill delays (the interleaving with the kernel stays live).
 """
 
@@ -114,8 +114,8 @@ def all_runs(app: Any) -> list[dict[str, Any]]:
 
 
 def test_soak_random_tasks_random_kills(appliance: Factory) -> None:
-    seed = int(os.environ.get("QLEDGE_SOAK_SEED") or random.SystemRandom().randrange(2**32))
-    print(f"\nsoak seed: QLEDGE_SOAK_SEED={seed}")
+    seed = int(os.environ.get("QLTEST_SOAK_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"\nsoak seed: QLTEST_SOAK_SEED={seed}")
     rng = random.Random(seed)
     t0 = time.monotonic()
     app = appliance(max_concurrent_attempts="64")
