@@ -163,12 +163,11 @@ def start(
         else:
             args = [a.replace("{fd}", str(r)) for a in argv]
         with open(attempt.log, "ab") as log:
-            options: dict[str, object] = {"start_new_session": True, "cwd": attempt.root, **popen}
+            options: dict[str, object] = {
+                "start_new_session": True, "cwd": attempt.root, "stdin": subprocess.DEVNULL,
+                "stdout": log, "stderr": log, **popen}
             return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
                 launcher.argv(*args),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
                 pass_fds=(r, *pass_fds),
                 **options,
             )
