@@ -614,6 +614,8 @@ class ForgetfulMount:
         self.log = backing.parent / f"{backing.name}.fuse.log"
 
     def mount(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError("already mounted")
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
