@@ -163,12 +163,11 @@ def start(
         else:
             args = [a.replace("{fd}", str(r)) for a in argv]
         with open(attempt.log, "ab") as log:
-            options: dict[str, object] = {"start_new_session": True, "cwd": attempt.root, **popen}
+            options: dict[str, object] = {
+                "start_new_session": True, "cwd": attempt.root, "stdin": subprocess.DEVNULL,
+                "stdout": log, "stderr": log, **popen}
             return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
                 launcher.argv(*args),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
                 pass_fds=(r, *pass_fds),
                 **options,
             )
@@ -251,3 +250,22 @@ def deny_hard_links() -> Callable[[], None] | None:
 
     preexec.keep = (code, program)  # type: ignore[attr-defined]
     return preexec
+
+
+def build_variant(define: str) -> Path | str:
+    """A host-arch launcher compiled with one test/bench-only switch (-D`define`,
+    image/launcher/README.md) into build/launcher-test/; the shipped build is
+    untouched. Returns the binary, or why it could not be built."""
+    out = REPO / "build/launcher-test" / HOST_ARCH / f"ql-launch-{define.lower()}"
+    if not _stale(out):
+        return out
+    cc = shutil.which("musl-gcc")
+    if cc is None:
+        return "musl-gcc is not installed (apt-get install musl-tools)"
+    flags = f"-std=c11 -Wall -Wextra -Werror -O2 -D{define}"
+    build = subprocess.run(
+        ["make", "-s", "-B", "-C", str(REPO / "image/launcher"), f"CC={cc}", f"OUT={out}",
+         f"CFLAGS={flags}"], capture_output=True, text=True, check=False)
+    if build.returncode != 0 or not out.exists():
+        return f"test build -D{define} failed: {(build.stderr or build.stdout).strip()[-300:]}"
+    return out

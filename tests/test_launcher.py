@@ -49,7 +49,7 @@ RECEIPT_RE = re.compile(
     rb'\{"schemaVersion":1,"runId":"[0-9a-f-]{36}","attemptId":"[0-9a-f-]{36}",'
     rb'"callbackSequence":[1-9][0-9]*,"token":"[A-Za-z0-9_-]{16,128}",'
     rb'"startedAtMs":(?:0|[1-9][0-9]*),"finishedAtMs":(?:0|[1-9][0-9]*),'
-    rb'"exitCode":(?:0|[1-9][0-9]{0,2})\}'
+    rb'"exitCode":(?:0|[1-9][0-9]{0,2})(?:,"logBytes":(?:0|[1-9][0-9]*))?\}'
 )
 IS_ROOT = os.geteuid() == 0
 
@@ -77,7 +77,8 @@ def receipt_of(attempt: Attempt) -> dict[str, object]:
     raw = attempt.receipt.read_bytes()
     assert RECEIPT_RE.fullmatch(raw), raw.replace(attempt.token.encode(), b"<token>")
     pairs = json.loads(raw, object_pairs_hook=lambda kv: kv)
-    assert tuple(k for k, _ in pairs) == RECEIPT_KEYS
+    keys = tuple(k for k, _ in pairs)
+    assert keys in (RECEIPT_KEYS, (*RECEIPT_KEYS, "logBytes")), keys
     return dict(pairs)
 
 
@@ -236,6 +237,26 @@ def test_every_exit_code_round_trips(launcher: Launcher, tmp_path: Path) -> None
     with ThreadPoolExecutor(max_workers=16) as pool:
         for code, got, in_receipt in pool.map(one, codes):
             assert (got, in_receipt) == (code, code)
+
+
+def test_receipt_records_the_logs_length_at_exit(launcher: Launcher, tmp_path: Path) -> None:
+    """logBytes = the log's size when the command exited (what a power cut may take
+    from an unsynced log); later output of a background process is not counted."""
+    a = Attempt(tmp_path / "a")
+    gate = tmp_path / "gate"
+    got = run(launcher, a, sh(f"printf 'hello\\n'; (while [ ! -e {gate} ]; do sleep 0.01;"
+                              " done; echo late) & printf 'x%.0s' $(seq 1 5000); exit 3"))
+    assert got == 3
+    doc = receipt_of(a)
+    assert doc["logBytes"] == len("hello\n") + 5000 == a.log.stat().st_size
+    gate.touch()
+
+
+def test_receipt_has_no_log_length_when_stdout_is_not_a_file(
+        launcher: Launcher, attempt: Attempt) -> None:
+    proc = start(launcher, attempt, sh("echo to-a-pipe; exit 0"), stdout=subprocess.PIPE)
+    assert finish(proc) == 0
+    assert "logBytes" not in receipt_of(attempt)
 
 
 @pytest.mark.parametrize(
@@ -484,6 +505,7 @@ def test_receipt_is_canonical(launcher: Launcher, tmp_path: Path, umask: int) ->
         "startedAtMs": receipt["startedAtMs"],
         "finishedAtMs": receipt["finishedAtMs"],
         "exitCode": 42,
+        "logBytes": 0,
     }
     started, finished = receipt["startedAtMs"], receipt["finishedAtMs"]
     assert isinstance(started, int) and isinstance(finished, int)

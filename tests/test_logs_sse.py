@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 
@@ -73,7 +75,8 @@ def test_stream_follows_lines_live_and_ends_with_status(server: Server) -> None:
     text, end, _ = _follow(server, run_id, on_text=open_gate_after_the_last_line)
     assert gate.exists(), "the 30 lines never came while the task ran"
     assert text == "".join(f"n {i}\n" for i in range(1, 31))
-    assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED"}
+    assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED",
+                   "log_bytes_at_exit": len(text), "log_truncated": False, "log_note": None}
 
 
 def test_resume_from_offset_without_gap_or_duplicate(server: Server) -> None:
@@ -133,3 +136,60 @@ def test_no_tail_is_left_after_the_last_subscriber(server: Server) -> None:
 def test_stream_unknown_run_is_404(server: Server) -> None:
     r = server.http.get("/api/v1/runs/01a22c6f-dc91-7024-a839-591fbcd14523/log/stream")
     assert r.status_code == 404
+
+
+def _log_file(server: Server, run: dict[str, object]) -> Path:
+    attempt_id = str(run["attempts"][0]["id"])  # type: ignore[index]
+    return server.state / "logs" / attempt_id[-2:] / f"{attempt_id}.log"
+
+
+def test_a_log_cut_short_by_a_power_loss_says_so(server: Server) -> None:
+    """The receipt records the log's length at exit (logBytes); a log file found
+    shorter (a power cut took its unsynced tail) is reported as truncated
+    everywhere: run detail, log read headers, the stream's end event."""
+    out = "".join(f"line {i}\n" for i in range(1, 201))
+    run_id = _start(server, "for i in $(seq 1 200); do echo \"line $i\"; done; exit 3")
+    run = wait_terminal(server.http, run_id)
+    assert run["exit_code"] == 3
+    (attempt,) = run["attempts"]  # type: ignore[misc]
+    assert attempt["log_bytes_at_exit"] == len(out) == attempt["log_size"]
+    assert attempt["log_truncated"] is False and attempt["log_note"] is None
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.content.decode() == out
+    assert r.headers["X-Log-Expected-Size"] == str(len(out))
+    assert r.headers["X-Log-Truncated"] == "false" and "X-Log-Note" not in r.headers
+    _, end, _ = _follow(server, run_id)
+    assert end is not None and end["log_truncated"] is False
+    assert end["log_bytes_at_exit"] == len(out)
+
+    os.truncate(_log_file(server, run), 100)  # what the power cut left on the card
+    run = server.http.get(f"/api/v1/runs/{run_id}").json()
+    (attempt,) = run["attempts"]
+    assert (attempt["log_size"], attempt["log_truncated"]) == (100, True)
+    note = f"log truncated by power loss: 100 of {len(out)} bytes"
+    assert attempt["log_note"] == note
+    assert run["exit_code"] == 3  # the result stands; only the log is incomplete
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.content.decode() == out[:100]
+    assert r.headers["X-Log-Truncated"] == "true" and r.headers["X-Log-Note"] == note
+    assert r.headers["X-Log-Size"] == "100"
+    text, end, _ = _follow(server, run_id)
+    assert text == out[:100]
+    assert end is not None and end["log_truncated"] is True and end["log_note"] == note
+
+    _log_file(server, run).unlink()  # nothing at all survived
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.headers["X-Log-Note"] == f"log truncated by power loss: 0 of {len(out)} bytes"
+
+
+def test_later_output_of_a_background_process_is_not_truncation(server: Server) -> None:
+    run_id = _start(server, "(sleep 0.3; echo late) & echo early; exit 0")
+    run = wait_terminal(server.http, run_id)
+    (attempt,) = run["attempts"]  # type: ignore[misc]
+    assert attempt["log_bytes_at_exit"] == len("early\n")
+    deadline = time.monotonic() + 10
+    while server.http.get(f"/api/v1/runs/{run_id}/log").content != b"early\nlate\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (attempt,) = server.http.get(f"/api/v1/runs/{run_id}").json()["attempts"]
+    assert attempt["log_size"] == len("early\nlate\n") and attempt["log_truncated"] is False

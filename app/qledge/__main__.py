@@ -28,8 +28,13 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def serve() -> int:
-    """Run the HTTP worker in ONE process (no forking supervisor of its own)."""
+def serve(*, boot_id: str | None = None) -> int:
+    """Run the HTTP worker in ONE process (no forking supervisor of its own).
+
+    `boot_id` exists for the power-cut drills, whose runner simulates a reboot
+    (tests/drills/_reboot_worker.py); the CLI never passes it, so the product
+    always reads /proc/sys/kernel/random/boot_id.
+    """
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config, Sockets
 
@@ -71,7 +76,7 @@ def serve() -> int:
     config.startup_timeout = 120.0
     config.shutdown_timeout = conf.shutdown_drain_s + 5.0
     config.graceful_timeout = 5.0
-    app = create_app(conf, token)
+    app = create_app(conf, token, boot_id=boot_id)
 
     async def main() -> None:
         stop = asyncio.Event()

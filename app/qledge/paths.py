@@ -19,9 +19,28 @@ class AlreadyRunning(Exception):
     pass
 
 
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def ensure_private_dir(path: Path) -> Path:
-    """Create 0700 if missing; refuse a symlink or a non-directory."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create 0700 if missing; refuse a symlink or a non-directory.
+
+    A directory created here is made durable in its parent (an fsync of the
+    parent, once in the directory's life): without it a power cut soon after the
+    first start could take the whole data directory, database and all.
+    """
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    for new in reversed(missing):
+        try:
+            new.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        fsync_dir(new.parent)
     st = os.lstat(path)
     if not os.path.isdir(path) or os.path.islink(path):
         raise RootError(f"{path} is not a directory")
@@ -86,4 +105,5 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
         os.fsync(fd)
     finally:
         os.close(fd)
+    fsync_dir(path.parent)  # the name too: a token shown once must not vanish
     return token, True

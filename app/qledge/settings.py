@@ -128,6 +128,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     logs_cap_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
     low_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
     low_water_pct: Annotated[float, msgspec.Meta(ge=0, le=50)] | None = None
+    # A volume whose filesystem reports no size (no statfs): "off" = not guarded
+    # (default; the writes tell), "hold" = hold new attempts (DISK_FREE_UNKNOWN).
+    disk_guard_unknown: Literal["off", "hold"] = "off"
 
     @property
     def profile_limits(self) -> Profile:

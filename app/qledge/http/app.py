@@ -16,8 +16,10 @@ from .auth import AdminAuth
 from .errors import HANDLERS
 
 
-def create_app(settings: Settings, admin_token: str) -> Starlette:
-    runtime = Runtime(settings)
+def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = None
+               ) -> Starlette:
+    """`boot_id`: tests only (a simulated reboot), see `Runtime`."""
+    runtime = Runtime(settings, boot_id=boot_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

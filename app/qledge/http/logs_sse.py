@@ -19,7 +19,7 @@ from starlette.routing import Route
 from .. import ids
 from ..db import retention_queries, store
 from ..launch import logs
-from ..model import RunStatus
+from ..model import Attempt, RunStatus
 from ..runtime.lifecycle import Runtime
 from .errors import Invalid, Missing, json_response
 
@@ -34,15 +34,37 @@ def _rt(request: Request) -> Runtime:
     return rt
 
 
-async def _target(rt: Runtime, run_id: str) -> tuple[str | None, bool, str]:
-    """(log path of the latest attempt, run terminal?, status)."""
+async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
+    """(the latest attempt, run terminal?, status)."""
     if not ids.is_uuid7(run_id):
         raise Missing("run not found")
     async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
     terminal = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
-    return (attempts[-1].log_path if attempts else None), terminal, run.status.value
+    return (attempts[-1] if attempts else None), terminal, run.status.value
+
+
+class LogState(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt's log against what its receipt said (docs/storage.md)."""
+
+    size: int
+    expected: int | None  # the log's length when the command exited, if known
+    truncated: bool  # shorter than at exit and not evicted: a power cut took the rest
+
+    @property
+    def note(self) -> str | None:
+        if not self.truncated:
+            return None
+        return f"log truncated by power loss: {self.size} of {self.expected} bytes"
+
+
+async def log_state(rt: Runtime, attempt: Attempt) -> LogState:
+    size = await asyncio.to_thread(logs.size, rt.settings.logs_path, attempt.log_path)
+    expected = attempt.log_bytes_at_exit
+    truncated = (expected is not None and size < expected
+                 and await _evicted(rt, attempt.log_path) is None)
+    return LogState(size=size, expected=expected, truncated=truncated)
 
 
 def _offset(request: Request) -> int:
@@ -64,7 +86,8 @@ async def read(request: Request) -> Response:
     except ValueError as exc:
         raise Invalid("limit must be an integer", field="limit") from exc
     limit = max(1, min(limit, rt.settings.log_read_limit))
-    path, terminal, status = await _target(rt, request.path_params["run_id"])
+    attempt, terminal, status = await _target(rt, request.path_params["run_id"])
+    path = None if attempt is None else attempt.log_path
     data, size = (b"", 0) if path is None else await asyncio.to_thread(
         logs.read, rt.settings.logs_path, path, offset, limit)
     if size == 0 and path is not None:
@@ -77,10 +100,19 @@ async def read(request: Request) -> Response:
                          "X-Run-Terminal": "true" if terminal else "false"})
     if offset > size:
         raise Invalid(f"offset {offset} is past the end of the log ({size})", field="offset")
-    return Response(data, media_type="application/octet-stream", headers={
+    headers = {
         "X-Log-Offset": str(offset), "X-Log-Next-Offset": str(offset + len(data)),
         "X-Log-Size": str(size), "X-Run-Terminal": "true" if terminal else "false",
-        "X-Run-Status": status, "Cache-Control": "no-store"})
+        "X-Run-Status": status, "Cache-Control": "no-store"}
+    if attempt is not None and attempt.log_bytes_at_exit is not None:
+        # A power cut can take an unsynced log's tail while the result survives:
+        # say so instead of serving the rest as the whole log.
+        state = await log_state(rt, attempt)
+        headers["X-Log-Expected-Size"] = str(attempt.log_bytes_at_exit)
+        headers["X-Log-Truncated"] = "true" if state.truncated else "false"
+        if state.note:
+            headers["X-Log-Note"] = state.note
+    return Response(data, media_type="application/octet-stream", headers=headers)
 
 
 async def _evicted(rt: Runtime, path: str) -> tuple[str, int] | None:
@@ -121,10 +153,11 @@ async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
     try:
         yield b"retry: 1000\n\n"
         polls = 0
-        path, terminal, _ = await _target(rt, run_id)
+        attempt, terminal, _ = await _target(rt, run_id)
         while True:
-            if path is None or polls % STATUS_EVERY == 0:
-                path, terminal, _ = await _target(rt, run_id)
+            if attempt is None or polls % STATUS_EVERY == 0:
+                attempt, terminal, _ = await _target(rt, run_id)
+            path = None if attempt is None else attempt.log_path
             data = b""
             if path is not None:
                 data, _ = await asyncio.to_thread(logs.read, rt.settings.logs_path, path,
@@ -143,9 +176,13 @@ async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
                                                        "evicted_at_ms": evicted[1]}).decode())
                 async with rt.db.read() as tx:
                     run = await store.get_run(tx, run_id)
-                yield _sse("end", _enc.encode({"status": run.status.value,
-                                               "exit_code": run.exit_code,
-                                               "reason_code": run.reason_code}).decode(), offset)
+                state = None if attempt is None else await log_state(rt, attempt)
+                yield _sse("end", _enc.encode({
+                    "status": run.status.value, "exit_code": run.exit_code,
+                    "reason_code": run.reason_code,
+                    "log_bytes_at_exit": None if state is None else state.expected,
+                    "log_truncated": state is not None and state.truncated,
+                    "log_note": None if state is None else state.note}).decode(), offset)
                 return
             polls += 1
             await asyncio.sleep(POLL_S)

@@ -15,6 +15,7 @@ from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, Run
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime, now_ms
 from .errors import Invalid, Missing, StateConflict, json_response
+from .logs_sse import log_state
 
 
 def _rt(request: Request) -> Runtime:
@@ -103,11 +104,19 @@ async def _run_id(request: Request) -> str:
 
 
 async def get(request: Request) -> Response:
+    rt = _rt(request)
     run_id = await _run_id(request)
-    async with _rt(request).db.read() as tx:
+    async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
-    return json_response({**run_view(run), "attempts": [attempt_view(a) for a in attempts]})
+    views = []
+    for a in attempts:
+        view = attempt_view(a)
+        state = await log_state(rt, a)
+        view.update(log_size=state.size, log_bytes_at_exit=a.log_bytes_at_exit,
+                    log_truncated=state.truncated, log_note=state.note)
+        views.append(view)
+    return json_response({**run_view(run), "attempts": views})
 
 
 async def events(request: Request) -> Response:

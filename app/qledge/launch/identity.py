@@ -70,7 +70,12 @@ def check(ident: Identity | None, boot_id: str) -> Liveness:
 
 def open_pidfd(ident: Identity, boot_id: str) -> tuple[int | None, Liveness]:
     """Open a pidfd, THEN re-check the identity: a pidfd taken after the check
-    could point at a recycled pid; one taken before it cannot change target."""
+    could point at a recycled pid; one taken before it cannot change target.
+
+    The boot id comes first: a pid recorded on another boot proves nothing, not
+    even that its process exited (docs/recovery.md, RECOVERY_BOOT_CHANGED)."""
+    if ident.boot_id != boot_id:
+        return None, Liveness.BOOT_CHANGED
     try:
         fd = os.pidfd_open(ident.pid)
     except ProcessLookupError:

@@ -54,6 +54,7 @@ class ReceiptReason(enum.StrEnum):
     RECEIPT_BAD_TIME = "RECEIPT_BAD_TIME"
     RECEIPT_TIME_ORDER = "RECEIPT_TIME_ORDER"
     RECEIPT_BAD_EXIT_CODE = "RECEIPT_BAD_EXIT_CODE"
+    RECEIPT_BAD_LOG_BYTES = "RECEIPT_BAD_LOG_BYTES"
     # Store level: the thing at the receipt path is not a file we may read.
     RECEIPT_NOT_REGULAR = "RECEIPT_NOT_REGULAR"
     # Store level: only a launcher temp file was left (publication never finished).
@@ -73,6 +74,9 @@ class Receipt(
     started_at_ms: int
     finished_at_ms: int
     exit_code: int
+    # Optional: the log's length when the command exited (absent when stdout was
+    # not a regular file). Absent, never null: UNSET rejects a JSON null.
+    log_bytes: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -181,6 +185,8 @@ def check(receipt: Receipt) -> ReceiptReason | None:
         return ReceiptReason.RECEIPT_TIME_ORDER
     if not 0 <= receipt.exit_code <= 255:
         return ReceiptReason.RECEIPT_BAD_EXIT_CODE
+    if receipt.log_bytes is not msgspec.UNSET and not 0 <= receipt.log_bytes <= _INT64_MAX:
+        return ReceiptReason.RECEIPT_BAD_LOG_BYTES
     return None
 
 

@@ -49,13 +49,15 @@ async def no_global_env(tx: Tx) -> dict[str, str]:
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
+        """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
+        product never passes it and always reads the kernel's."""
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
         self.node_id = ""
         self.incarnation = ids.uuid7()
-        self.boot_id = read_boot_id()
+        self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
