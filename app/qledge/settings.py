@@ -15,6 +15,8 @@ import msgspec
 
 ProfileName = Literal["edge", "standalone"]
 _CLUSTER = ("cluster-control", "cluster-worker")
+# A guessable admin token is no lock at all; the generated one has 43 characters.
+MIN_ADMIN_TOKEN = 32
 
 
 class SettingsError(Exception):
@@ -203,9 +205,20 @@ def load(environ: dict[str, str] | None = None) -> Settings:
             "qledge runs only as 'edge' or 'standalone' on one node"
         )
     try:
-        return msgspec.convert(raw, Settings, strict=False)
+        conf = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings: {exc}") from exc
+    check_admin_token(conf.admin_token, "QLEDGE_ADMIN_TOKEN")
+    return conf
+
+
+def check_admin_token(token: str, source: str) -> None:
+    """Empty means "generate one"; anything else must be long enough to be unguessable."""
+    if token and (len(token) < MIN_ADMIN_TOKEN or token != token.strip()):
+        raise SettingsError(
+            f"{source} is too weak: an admin token must be at least {MIN_ADMIN_TOKEN}"
+            f" characters without surrounding whitespace (this one has {len(token)});"
+            " use e.g. `openssl rand -base64 33`, or leave it unset to have one generated")
 
 
 # Variables that configure tooling around the worker, not the worker itself.
