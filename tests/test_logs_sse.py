@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import stat
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
+import pytest
 
-from conftest import Server, wait_terminal
+from _appliance import Appliance
+from conftest import Server, free_port, wait_terminal
 
 
 def _start(server: Server, command: str) -> str:
@@ -118,3 +123,139 @@ def test_no_tail_is_left_after_the_last_subscriber(server: Server) -> None:
 def test_stream_unknown_run_is_404(server: Server) -> None:
     r = server.http.get("/api/v1/runs/01a22c6f-dc91-7024-a839-591fbcd14523/log/stream")
     assert r.status_code == 404
+
+
+# -- hostile log files: a task replaces its own log ------------------------------------
+
+# The task finds its log through its stdout and swaps it for something else.
+_SWAP = 'L=$(readlink /proc/$$/fd/1); rm "$L"; {make}; {then}'
+_MAKERS = {"fifo": 'mkfifo "$L"', "symlink": 'ln -s /etc/passwd "$L"',
+           "directory": 'mkdir "$L"'}
+
+
+def _log_file(app: Appliance, run_id: str) -> Path:
+    attempt = app.api("GET", f"/runs/{run_id}").json()["attempts"][-1]["id"]
+    return app.state / "logs" / attempt[-2:] / f"{attempt}.log"
+
+
+def _stream_end(url: str, headers: dict[str, str], timeout: float) -> dict[str, object]:
+    with httpx.stream("GET", url, headers=headers, timeout=timeout) as r:
+        assert r.status_code == 200
+        for event, _, data in _events(r.iter_lines()):
+            if event == "end":
+                return dict(json.loads(data))
+    raise AssertionError("stream closed without an end event")
+
+
+@pytest.mark.drill
+def test_hostile_log_files_never_stall_the_worker(tmp_path: Path) -> None:
+    """A FIFO, a symlink or a directory at a log path: every read answers 409 naming
+    it at once, every stream ends with the reason, nothing else slows down, and
+    `supervisorctl restart http` still stops the worker cleanly (no SIGKILL)."""
+    app = Appliance(tmp_path / "state", free_port())
+    app.start()
+    try:
+        runs: dict[str, str] = {}
+        for kind, make in _MAKERS.items():
+            then = "sleep 120" if kind == "fifo" else "true"
+            task = app.api("POST", "/tasks", json={
+                "name": kind, "command": _SWAP.format(make=make, then=then)}).json()
+            runs[kind] = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+        fine_task = app.api("POST", "/tasks", json={"name": "fine", "command": "echo fine"})
+        fine = app.api("POST", f"/tasks/{fine_task.json()['id']}/runs").json()["run"]["id"]
+        checks = {"fifo": stat.S_ISFIFO, "symlink": stat.S_ISLNK, "directory": stat.S_ISDIR}
+        for kind, run_id in runs.items():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if checks[kind](_log_file(app, run_id).lstat().st_mode):
+                        break
+                except (FileNotFoundError, IndexError):
+                    pass
+                assert time.monotonic() < deadline, f"the {kind} task never swapped its log"
+                time.sleep(0.05)
+        assert wait_terminal(app.http, fine)["status"] == "succeeded"
+
+        base = f"http://127.0.0.1:{app.port}"
+        headers = dict(app.http.headers)
+        fifo_log = f"{base}/api/v1/runs/{runs['fifo']}/log"
+
+        def read() -> httpx.Response:
+            return httpx.get(fifo_log, headers=headers, timeout=10)
+
+        # More concurrent reads than any default executor has threads, and streams.
+        with ThreadPoolExecutor(max_workers=48) as pool:
+            reads = [pool.submit(read) for _ in range(40)]
+            streams = [pool.submit(_stream_end, f"{fifo_log}/stream", headers, 10)
+                       for _ in range(8)]
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            assert app.http.get("/readyz").status_code == 200
+            other = app.api("GET", f"/runs/{fine}/log", timeout=5)
+            assert other.status_code == 200 and other.content == b"fine\n"
+            assert time.monotonic() - t0 < 3, "the worker stalled"
+            for f in reads:
+                r = f.result(timeout=20)
+                assert r.status_code == 409, r.text
+                body = r.json()
+                assert body["error"] == "LOG_NOT_REGULAR_FILE" and body["kind"] == "fifo"
+            for f in streams:
+                end = f.result(timeout=20)
+                assert end["error"] == "LOG_NOT_REGULAR_FILE" and end["kind"] == "fifo"
+                assert end["status"] == "running"  # the run goes on; only its log is gone
+
+        for kind in ("symlink", "directory"):
+            assert wait_terminal(app.http, runs[kind])["status"] == "succeeded"
+            r = app.api("GET", f"/runs/{runs[kind]}/log")
+            assert r.status_code == 409 and r.json()["kind"] == kind, r.text
+            end = _stream_end(f"{base}/api/v1/runs/{runs[kind]}/log/stream", headers, 10)
+            assert end["error"] == "LOG_NOT_REGULAR_FILE" and end["kind"] == kind
+            assert end["status"] == "succeeded"
+        num = app.api("GET", "/tasks").json()["items"][0]["num"]
+        ql = app.http.get(f"/open/crons/{num}/log")
+        assert ql.status_code == 409 and ql.json()["code"] == 409, ql.text
+        assert app.http.get("/api/v1/system").json()["file_reads"]["timeouts"] == 0
+
+        # A clean stop within supervisord's bound: the worker exits by itself.
+        old = app.worker_pid()
+        t0 = time.monotonic()
+        app.ctl("restart", "http")
+        assert time.monotonic() - t0 < 20, "the worker needed supervisord's SIGKILL"
+        app.wait_ready()
+        assert app.worker_pid() != old
+        assert "terminated by SIGKILL" not in app.output.read_text(errors="replace")
+        app.api("POST", f"/runs/{runs['fifo']}/cancel")
+    finally:
+        app.stop()
+
+
+async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the task prints nothing, the stream sends `: keep-alive` every
+    KEEPALIVE_S (shortened here); the bytes are what the response sends."""
+    from qledge.http import logs_sse
+    from qledge.model import Trigger
+    from qledge.runtime.lifecycle import Runtime
+
+    from conftest import add_task, make_runtime
+
+    monkeypatch.setattr(logs_sse, "KEEPALIVE_S", 0.4, raising=False)
+    rt: Runtime = make_runtime(tmp_path / "state")
+    await rt.start()
+    try:
+        from qledge.http.runs import trigger_run
+
+        task_id = await add_task(rt, "echo first; sleep 2.5; echo second")
+        run = await trigger_run(rt, task_id, Trigger.API)
+        seen: list[bytes] = []
+        async for chunk in logs_sse._tail(rt, run.id, 0):
+            seen.append(chunk)
+            if chunk.startswith(b"event: end"):
+                break
+        logs_at = [i for i, c in enumerate(seen) if c.startswith(b"event: log")]
+        assert len(logs_at) == 2
+        quiet = seen[logs_at[0] + 1:logs_at[1]]
+        assert quiet and all(c == b": keep-alive\n\n" for c in quiet)
+        assert 3 <= len(quiet) <= 7  # ~2.5 s / 0.4 s
+    finally:
+        await rt.stop()

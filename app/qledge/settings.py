@@ -122,6 +122,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     shutdown_policy: Literal["leave", "cancel"] = "leave"
     shutdown_drain_s: float = 15.0
     log_read_limit: int = 1 << 20
+    # Largest request body any route accepts (413 beyond; docs/api.md).
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
     # Bounded disk (docs/retention.md): 0 = profile value for the interval; for the
     # others unset = profile value and 0 = no such limit (low_water_*: 0 = off).
     retention_interval_s: float = 0.0
