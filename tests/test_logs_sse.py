@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import stat
 import threading
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from _appliance import Appliance
 from conftest import Server, free_port, wait_terminal
@@ -259,3 +262,45 @@ async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
         assert 3 <= len(quiet) <= 7  # ~2.5 s / 0.4 s
     finally:
         await rt.stop()
+
+
+def test_a_stuck_file_pool_answers_503_and_ends_the_stream(client: TestClient) -> None:
+    """When every file thread is stuck (a hung filesystem), log reads answer 503
+    LOG_READ_TIMEOUT after the bound, a stream ends with that error, and the rest
+    of the worker does not notice."""
+    from qledge.launch.fileio import FilePool, FileTimeout
+    from test_envs import run_and_log
+
+    task = client.post("/api/v1/tasks", json={"name": "t", "command": "echo hi"}).json()
+    run, log = run_and_log(client, task["id"])
+    assert log == "hi\n"
+    rt = client.app.state.runtime  # type: ignore[attr-defined]
+    rt.files = FilePool(threads=1, timeout_s=0.3)
+    stuck = threading.Event()
+
+    async def occupy() -> None:
+        with contextlib.suppress(FileTimeout):
+            await rt.files.run(stuck.wait)
+
+    threading.Thread(target=asyncio.run, args=(occupy(),), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 5
+        while rt.files.stats() != {"threads": 1, "idle": 0, "pending": 0,
+                                   "timeouts": rt.files.stats()["timeouts"]}:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        r = client.get(f"/api/v1/runs/{run['id']}/log")
+        assert r.status_code == 503 and r.json()["error"] == "LOG_READ_TIMEOUT", r.text
+        assert r.headers["retry-after"] == "5"
+        ql = client.get(f"/open/crons/{task['num']}/log")
+        assert ql.status_code == 503 and ql.json()["code"] == 503
+        stream = client.get(f"/api/v1/runs/{run['id']}/log/stream")
+        assert "event: end" in stream.text and '"error":"LOG_READ_TIMEOUT"' in stream.text
+        assert client.get("/readyz").status_code == 200
+        assert client.get(f"/api/v1/runs/{run['id']}").status_code == 200
+    finally:
+        stuck.set()
+    deadline = time.monotonic() + 5
+    while client.get(f"/api/v1/runs/{run['id']}/log").status_code != 200:
+        assert time.monotonic() < deadline, "the pool did not recover"
+        time.sleep(0.05)

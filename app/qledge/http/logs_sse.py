@@ -152,10 +152,11 @@ async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
                     yield await _end(rt, run_id, offset, error="LOG_NOT_REGULAR_FILE",
                                      kind=exc.kind, message=str(exc))
                     return
-                except (FileTimeout, FileBusy) as exc:
-                    code = "LOG_READ_TIMEOUT" if isinstance(exc, FileTimeout) else \
-                        "LOG_READ_BUSY"
-                    yield await _end(rt, run_id, offset, error=code, message=str(exc))
+                except FileBusy:
+                    pass  # a burst of readers: this poll is skipped, the next one reads
+                except FileTimeout as exc:
+                    yield await _end(rt, run_id, offset, error="LOG_READ_TIMEOUT",
+                                     message=str(exc))
                     return
             if data:
                 cut = len(data) if terminal else _complete_utf8(data)

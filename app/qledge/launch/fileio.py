@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 THREADS = 4
 TIMEOUT_S = 5.0
-MAX_PENDING = 64
+MAX_PENDING = 256
 
 
 class FileTimeout(Exception):
