@@ -219,6 +219,16 @@ def test_where_newlines_are_allowed(client: TestClient) -> None:
     assert env.status_code == 201, env.text
 
 
+def test_a_name_derived_from_the_command_has_no_control_characters(client: TestClient
+                                                                    ) -> None:
+    r = client.post("/open/crons", json={"command": "printf '\x1b[1m'\techo " + "x" * 300,
+                                         "schedule": "0 0 * * *"})
+    assert r.status_code == 200, r.text
+    name = r.json()["data"]["name"]
+    assert name.startswith("printf '") and len(name) == 200
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name)
+
+
 def test_query_text_is_bounded(client: TestClient) -> None:
     assert client.get("/api/v1/envs", params={"search": "x" * 257}).status_code == 422
     assert client.get("/open/envs", params={"searchValue": "x" * 257}).status_code == 400

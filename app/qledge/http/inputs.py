@@ -97,6 +97,11 @@ def text(value: str, field: str, max_chars: int, *, lines: bool = False,
     return value
 
 
+def without_controls(value: str) -> str:
+    """`value` with each control character replaced by a space (derived names)."""
+    return _CONTROL.sub(" ", value)
+
+
 def utf8_bytes(value: str, field: str, max_bytes: int, error: type[ApiError] = Invalid,
                what: str | None = None) -> str:
     """At most `max_bytes` bytes of UTF-8 and no NUL (commands, env values: any other

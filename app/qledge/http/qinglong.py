@@ -240,8 +240,9 @@ def cron_view(task: Task, summary: qstore.RunSummary | None) -> dict[str, Any]:
 
 
 def _default_name(command: str) -> str:
+    """The command's first line, as a name must be (no control characters)."""
     first = command.strip().splitlines()[0] if command.strip() else ""
-    return first[:200] or "cron"
+    return inputs.without_controls(first).strip()[:inputs.MAX_NAME] or "cron"
 
 
 def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
