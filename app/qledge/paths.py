@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .settings import Settings
+from .settings import MIN_ADMIN_TOKEN, Settings
 
 
 class RootError(Exception):
@@ -96,8 +96,9 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         token = path.read_text().strip()
-        if len(token) < 16:
-            raise RootError(f"{path} holds no usable token; remove it to generate one") from None
+        if len(token) < MIN_ADMIN_TOKEN:
+            raise RootError(f"{path} holds no usable token (fewer than {MIN_ADMIN_TOKEN}"
+                            " characters); remove it to generate one") from None
         return token, False
     token = secrets.token_urlsafe(32)
     try:

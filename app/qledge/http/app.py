@@ -14,6 +14,7 @@ from ..settings import Settings
 from . import apps, envs, logs_sse, panel, qinglong, runs, schedule, system, tasks, tickets
 from .auth import AdminAuth
 from .errors import HANDLERS
+from .guard import Guard
 
 
 def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = None
@@ -36,7 +37,9 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         # The operator panel (static files) at / and /assets/*.
         routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", routes=qinglong.routes)],
-        middleware=[Middleware(AdminAuth)],
+        # Guard first: the body limit and JSON for unhandled errors cover everything.
+        middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes),
+                    Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from .. import ids
 from ..db import qinglong_store as qstore
 from ..runtime.lifecycle import Runtime, now_ms
+from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
 SCOPES = ("crons", "envs", "logs")
@@ -57,13 +58,16 @@ def _rt(request: Request) -> Runtime:
 
 
 def _validated(body: AppIn) -> tuple[str, list[str]]:
-    name = body.name.strip()
-    if not name or len(name) > 100:
-        raise Invalid("name must be 1-100 characters", field="name")
+    name = inputs.text(body.name.strip(), "name", inputs.MAX_APP_NAME)
+    if not name:
+        raise Invalid(f"name must be 1-{inputs.MAX_APP_NAME} characters", field="name")
+    if len(body.scopes) > 2 * len(SCOPES):
+        raise Invalid(f"scopes lists {len(body.scopes)} entries; supported: "
+                      + ", ".join(SCOPES), field="scopes")
     scopes: list[str] = []
     for scope in body.scopes:
         if scope not in SCOPES:
-            raise Invalid(f"unsupported scope {scope!r} (supported: {', '.join(SCOPES)})",
+            raise Invalid(f"unsupported scope {scope[:32]!r} (supported: {', '.join(SCOPES)})",
                           field="scopes")
         if scope not in scopes:
             scopes.append(scope)

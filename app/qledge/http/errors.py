@@ -1,7 +1,12 @@
-"""Named errors and their one mapping to JSON responses."""
+"""Named errors and their one mapping to JSON responses (docs/api.md)."""
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
+import secrets
+import sqlite3
 from typing import TypeVar
 
 import msgspec
@@ -10,6 +15,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..db.store import Conflict, NotFound
+from ..launch.environment import EnvironmentTooLarge
+from ..launch.fileio import FileBusy, FileTimeout
+from ..launch.logs import UnsafeLogFile
+from ..receipts.codec import DuplicateKey, unique_pairs
+
+log = logging.getLogger("qledge.http")
 
 
 class ApiError(Exception):
@@ -58,6 +69,26 @@ class Unavailable(ApiError):
     code = "UNAVAILABLE"
 
 
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class LogNotRegular(ApiError):
+    status = 409
+    code = "LOG_NOT_REGULAR_FILE"
+
+
+class DiskFull(ApiError):
+    status = 507
+    code = "DISK_FULL"
+
+
+class Internal(ApiError):
+    status = 500
+    code = "INTERNAL"
+
+
 _enc = msgspec.json.Encoder()
 T = TypeVar("T")
 
@@ -101,16 +132,83 @@ async def handle_http(request: Request, exc: Exception) -> Response:
     return await handle_api_error(request, mapped)
 
 
+async def handle_unsafe_log(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UnsafeLogFile)
+    return await handle_api_error(request, LogNotRegular(
+        f"{exc}: qledge serves regular files only (the task replaced its log file)",
+        extra={"kind": exc.kind}))
+
+
+async def handle_file_pool(request: Request, exc: Exception) -> Response:
+    code = "LOG_READ_TIMEOUT" if isinstance(exc, FileTimeout) else "LOG_READ_BUSY"
+    error = Unavailable(f"{exc}; try again later")
+    error.code = code
+    response = await handle_api_error(request, error)
+    response.headers["Retry-After"] = "5"
+    return response
+
+
+async def handle_environment(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, EnvironmentTooLarge)
+    kind = BadRequest if request.url.path.startswith("/open/") else Invalid
+    extra: dict[str, object] = {} if exc.variable is None else {"variable": exc.variable}
+    return await handle_api_error(request, kind(str(exc), field="env", extra=extra))
+
+
+def disk_full(exc: BaseException) -> bool:
+    """SQLITE_FULL (a commit that found no room), or ENOSPC/EDQUOT from a file write."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+async def handle_unexpected(request: Request, exc: BaseException) -> Response:
+    """Any exception no handler above claims: JSON with an error id that is also in
+    the worker log (with the traceback); a full disk is named as such (507)."""
+    error_id = secrets.token_hex(6)
+    where = f"{request.method} {request.url.path}"  # never the query: it may hold a ticket
+    if disk_full(exc):
+        log.error("disk full (error id %s) answering %s: %s", error_id, where, exc)
+        return await handle_api_error(request, DiskFull(
+            f"disk full: no space left to save this change (error id {error_id}); nothing"
+            " was saved, free some space and retry", extra={"error_id": error_id}))
+    log.error("unhandled error (error id %s) answering %s", error_id, where, exc_info=exc)
+    return await handle_api_error(request, Internal(
+        f"internal error (error id {error_id}); the worker log has the details",
+        extra={"error_id": error_id}))
+
+
 HANDLERS = {
     ApiError: handle_api_error,
     NotFound: handle_not_found,
     Conflict: handle_conflict,
     HTTPException: handle_http,
+    UnsafeLogFile: handle_unsafe_log,
+    FileTimeout: handle_file_pool,
+    FileBusy: handle_file_pool,
+    EnvironmentTooLarge: handle_environment,
 }
+
+
+def _duplicate_keys(data: bytes) -> None:
+    """The receipt codec's pre-pass: msgspec keeps the last of two equal keys; the API
+    refuses them instead (a body must mean one thing). Bad JSON is msgspec's to report."""
+    if b"{" not in data:
+        return
+    try:
+        json.loads(data, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise Invalid(f"duplicate key {exc.key!r} in the JSON body", field=exc.key) from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
+    except ValueError:
+        pass
 
 
 def decode_body(data: bytes, kind: type[T]) -> T:
     """Strict JSON decode; the error names the offending field."""
+    _duplicate_keys(data)
     try:
         return msgspec.json.decode(data, type=kind, strict=True)
     except msgspec.ValidationError as exc:

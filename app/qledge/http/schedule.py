@@ -16,6 +16,7 @@ from starlette.routing import Route
 from .. import cron
 from ..cron import local_zone
 from ..runtime.scheduler import next_ticks
+from . import inputs
 from .errors import Invalid, json_response
 
 MAX_N = 50
@@ -25,16 +26,12 @@ async def preview(request: Request) -> Response:
     raw = request.query_params.get("schedule")
     if raw is None or not raw.strip():
         raise Invalid("schedule is required", field="schedule")
+    inputs.text(raw, "schedule", inputs.MAX_SCHEDULE, lines=True)
     try:
         expr = cron.validate(raw)
     except cron.CronError as exc:
         raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
-    try:
-        n = int(request.query_params.get("n", "5"))
-    except ValueError as exc:
-        raise Invalid("n must be an integer", field="n") from exc
-    if not 1 <= n <= MAX_N:
-        raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
+    n = inputs.query_int(request, "n", 5, 1, MAX_N)
     now_ms = int(time.time() * 1000)
     now = datetime.fromtimestamp(now_ms / 1000, local_zone())
     offset = now.utcoffset()

@@ -95,13 +95,23 @@ class _PrepassRejected(Exception):
         self.reason = reason
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # msgspec silently keeps the last of duplicated keys (msgspec#648), so a
-    # receipt could carry two exit codes and mean whichever a reader picks.
+class DuplicateKey(_PrepassRejected):
+    """A JSON object names `key` twice (also used by the HTTP API's body decoder)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(ReceiptReason.RECEIPT_DUPLICATE_KEY)
+        self.key = key
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(object_pairs_hook=...)` that raises DuplicateKey.
+
+    msgspec silently keeps the last of duplicated keys (msgspec#648), so a
+    receipt could carry two exit codes and mean whichever a reader picks."""
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _PrepassRejected(ReceiptReason.RECEIPT_DUPLICATE_KEY)
+            raise DuplicateKey(key)
         result[key] = value
     return result
 
@@ -138,7 +148,7 @@ def _too_deep(text: str) -> bool:
 def _prepass(text: str) -> ReceiptReason | None:
     try:
         document = json.loads(
-            text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant
+            text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant
         )
     except _PrepassRejected as exc:
         return exc.reason

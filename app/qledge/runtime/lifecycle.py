@@ -19,6 +19,7 @@ from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..launch.executor import LocalExecutor, SpawnResult
+from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
 from .cancellation import Cancellation
@@ -65,6 +66,9 @@ class Runtime:
         self.global_env = qinglong_store.global_env
         self._finishing: set[asyncio.Task[None]] = set()
         self.log_streams = 0
+        # User-reachable file work (log reads and tails): its own bounded threads,
+        # never the default executor the runtime's own file work needs.
+        self.files = FilePool()
 
     # -- start / stop ------------------------------------------------------------
 
@@ -134,6 +138,7 @@ class Runtime:
             await asyncio.wait(self._finishing, timeout=5.0)
         await self.reaper.stop()
         self.watcher.close()
+        self.files.close()
         await self.db.close()
 
     # -- attempts ----------------------------------------------------------------
@@ -213,6 +218,7 @@ class Runtime:
             "last_round": _report(last),
             "rounds": self.supervision.rounds,
             "log_streams": self.log_streams,
+            "file_reads": self.files.stats(),
             # Results committed without their own fsync (docs/storage.md): receipts
             # kept until one covers them, and the fsyncs paid when none came along.
             "durability": {"commits": self.db.commit_seq, "durable": self.db.durable_seq,
