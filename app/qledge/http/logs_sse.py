@@ -58,11 +58,14 @@ async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
 
 
 class LogState(msgspec.Struct, frozen=True, kw_only=True):
-    """An attempt's log against what its receipt said (docs/storage.md)."""
+    """An attempt's log against what its receipt said (docs/storage.md).
 
-    size: int
+    size and truncated are None when the file could not be looked at now (the
+    file pool is stuck or full): a run's record must not wait on its log file."""
+
+    size: int | None
     expected: int | None  # the log's length when the command exited, if known
-    truncated: bool  # shorter than at exit and not evicted: a power cut took the rest
+    truncated: bool | None  # shorter than at exit and not evicted: a power cut took the rest
 
     @property
     def note(self) -> str | None:
@@ -72,8 +75,11 @@ class LogState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def log_state(rt: Runtime, attempt: Attempt) -> LogState:
-    size = await rt.files.run(logs.size, rt.settings.logs_path, attempt.log_path)
     expected = attempt.log_bytes_at_exit
+    try:
+        size = await rt.files.run(logs.size, rt.settings.logs_path, attempt.log_path)
+    except (FileBusy, FileTimeout):
+        return LogState(size=None, expected=expected, truncated=None)
     truncated = (expected is not None and size < expected
                  and await _evicted(rt, attempt.log_path) is None)
     return LogState(size=size, expected=expected, truncated=truncated)
@@ -118,7 +124,8 @@ async def read(request: Request) -> Response:
         # say so instead of serving the rest as the whole log.
         state = await log_state(rt, attempt)
         headers["X-Log-Expected-Size"] = str(attempt.log_bytes_at_exit)
-        headers["X-Log-Truncated"] = "true" if state.truncated else "false"
+        if state.truncated is not None:
+            headers["X-Log-Truncated"] = "true" if state.truncated else "false"
         if state.note:
             headers["X-Log-Note"] = state.note
     return Response(data, media_type="application/octet-stream", headers=headers)
@@ -167,7 +174,7 @@ async def _end(rt: Runtime, run_id: str, offset: int, attempt: Attempt | None = 
     body: dict[str, object] = {
         "status": run.status.value, "exit_code": run.exit_code, "reason_code": run.reason_code,
         "log_bytes_at_exit": None if state is None else state.expected,
-        "log_truncated": state is not None and state.truncated,
+        "log_truncated": False if state is None else state.truncated,
         "log_note": None if state is None else state.note, **error}
     return _sse("end", _enc.encode(body).decode(), offset)
 
