@@ -18,7 +18,9 @@ ADMIN = "drill-admin-token-0123456789abcdef"
 
 
 class Appliance:
-    def __init__(self, state: Path, port: int, **env: str) -> None:
+    def __init__(self, state: Path, port: int, *, failpoints: str = "", **env: str) -> None:
+        """`env`: settings (QLEDGE_<NAME>); `failpoints`: the test-only crash points
+        (QLTEST_FAILPOINTS, outside the settings' name space)."""
         from conftest import launcher_path
 
         self.state = state
@@ -36,6 +38,8 @@ class Appliance:
             "QLEDGE_LAUNCHER": launcher_path(),
             **{f"QLEDGE_{k.upper()}": v for k, v in env.items()},
         }
+        if failpoints:
+            self.env["QLTEST_FAILPOINTS"] = failpoints
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
                                  headers={"Authorization": f"Bearer {ADMIN}"})
