@@ -11,7 +11,20 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import apps, envs, logs_sse, panel, qinglong, runs, schedule, system, tasks, tickets
+from . import (
+    apps,
+    envs,
+    logs_sse,
+    panel,
+    qinglong,
+    qinglong_scripts,
+    runs,
+    schedule,
+    scripts,
+    system,
+    tasks,
+    tickets,
+)
 from .auth import AdminAuth
 from .errors import HANDLERS
 
@@ -28,12 +41,12 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
             await runtime.stop()
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes, *tickets.routes]
+           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
         routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
-                Mount("/open", routes=qinglong.routes)],
+                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes])],
         middleware=[Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

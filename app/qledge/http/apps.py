@@ -24,7 +24,7 @@ from ..db import qinglong_store as qstore
 from ..runtime.lifecycle import Runtime, now_ms
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
-SCOPES = ("crons", "envs", "logs")
+SCOPES = ("crons", "envs", "logs", "scripts")
 _ALNUM = string.ascii_letters + string.digits
 
 
