@@ -214,8 +214,8 @@ class Scripts:
 
     def place(self, up: Upload, rel: str, *, overwrite: bool) -> Saved:
         """Rename a staged upload into place (atomically; its history like a save)."""
-        parts = fs.parse(rel)
         try:
+            parts = fs.parse(rel)
             with self._lock, self._parent(parts, create=True) as dfd:
                 st = self._existing(dfd, parts[-1], rel)
                 if st is not None and not overwrite:

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import script_meta
 from ..runtime.lifecycle import Runtime
-from ..scripts import Limits, Scripts, text_of
+from ..scripts import Limits, ScriptPathInvalid, Scripts, text_of
 from ._files import offload, read_body, read_form
 from .errors import BadRequest, Invalid, decode_body, json_response
 
@@ -118,10 +118,11 @@ async def upload(request: Request) -> Response:
         if up is not None:
             await offload(up.abort)
         raise BadRequest("the form needs a file part with a file name", field="file")
-    rel = f"{folder}/{name}" if folder else name
     if "/" in name:
         await offload(up.abort)
-        raise Invalid("the file name must be a name, not a path", field="filename")
+        raise ScriptPathInvalid("the file name must be a name, not a path", path=name,
+                                reason="not_a_name", field="filename")
+    rel = f"{folder}/{name}" if folder else name
     saved = await offload(lambda: sc.place(up, rel, overwrite=overwrite))
     return json_response(saved, 201 if saved.created else 200)
 
