@@ -128,7 +128,12 @@ async def handle_script_error(request: Request, exc: Exception) -> Response:
         extra["path"] = exc.path
     mapped = ApiError(exc.message, field=exc.field, extra=extra)
     mapped.status, mapped.code = status, code
-    return await handle_api_error(request, mapped)
+    response = await handle_api_error(request, mapped)
+    if status == 413:
+        # The rest of the body is never read: close the connection after the answer, or
+        # a client still sending would wait on a full socket instead of reading it.
+        response.headers["Connection"] = "close"
+    return response
 
 
 HANDLERS = {
