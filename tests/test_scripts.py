@@ -608,3 +608,22 @@ def test_upload_over_the_cap_is_413_before_the_body_is_read(client: TestClient) 
     r = client.post("/api/v1/scripts/upload", files={"file": ("a.js", b"y" * 1024)})
     assert r.status_code == 201, r.text
     assert (sc.root / "a.js").read_bytes() == b"y" * 1024
+
+
+def test_start_up_makes_the_scripts_folder_private(tmp_path: Path) -> None:
+    from qledge import paths
+
+    from conftest import make_settings
+
+    conf = make_settings(tmp_path / "state")
+    for folder in (conf.scripts_path, conf.script_history_path):
+        assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert conf.scripts_path == conf.work_path / "scripts"
+    assert conf.script_history_path.parent == conf.work_path  # beside, not inside, scripts/
+    os.chmod(conf.scripts_path, 0o755)  # e.g. a folder copied in from QingLong
+    paths.prepare_roots(conf)
+    assert stat.S_IMODE(conf.scripts_path.stat().st_mode) == 0o700
+    conf.scripts_path.rmdir()
+    os.symlink(tmp_path, conf.scripts_path)
+    with pytest.raises(paths.RootError):
+        paths.prepare_roots(conf)
