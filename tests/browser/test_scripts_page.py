@@ -54,6 +54,14 @@ def test_create_edit_save_and_restore_from_history(page: Page, appliance: Applia
     editor.fill(V1)
     expect(page.locator(".code-wrap .gutter")).to_have_text("1\n2\n3\n4")
     expect(page.get_by_text("Unsaved changes")).to_be_visible()
+    # leaving through the tree with unsaved edits asks first; Cancel keeps them
+    page.get_by_role("navigation", name="Scripts folder").get_by_role(
+        "link", name="scripts/").click()
+    leave = page.get_by_role("dialog", name="Discard unsaved changes?")
+    expect(leave).to_contain_text("jd/sign.js")
+    leave.get_by_role("button", name="Cancel").click()
+    expect(editor).to_have_value(V1)
+    expect(page).to_have_url(re.compile(r"#/scripts/jd%2Fsign\.js$"))
     page.get_by_role("button", name="Save", exact=True).click()
     expect(page.locator("[data-role='editor'] [aria-live]")).to_contain_text("Saved")
     assert (root / "jd" / "sign.js").read_text() == V1

@@ -7,6 +7,7 @@
   const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, notify, confirmDialog, api, q,
     onLeave, heading, failBox, render } = window.QLEDGE;
   const opened = new Set(); // folders the user unfolded, kept across pages
+  let unsaved = null; // the path whose edits are not saved yet
   const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
   const href = (p) => '#/scripts' + (p ? '/' + encodeURIComponent(p) : '');
   const go = (p) => { if (location.hash === href(p)) render(); else location.hash = href(p); };
@@ -194,6 +195,7 @@
     api('GET', '/scripts/file' + q({ path })).then((file) => {
       if (!alive()) return;
       let sha = file.sha256;
+      unsaved = null;
       const status = h('p', { class: 'muted small', 'aria-live': 'polite' },
         t('scripts.info', { size: fmtBytes(file.size), when: fmtTime(file.mtime_ms) }));
       const ed = codeEditor(t('scripts.content', { path }), file.content);
@@ -206,6 +208,7 @@
             base_sha256: sha });
           sha = res.sha256;
           ed.area.dataset.dirty = '';
+          unsaved = null;
           status.textContent = t('scripts.saved', { size: fmtBytes(res.size) });
           notify(t('scripts.saved', { size: fmtBytes(res.size) }), 'ok');
           if (!histBox.hidden && histBox.firstChild) fill(histBox, historyCard(path, reload));
@@ -214,6 +217,7 @@
       const reload = () => fileView(box, path, alive);
       ed.area.addEventListener('input', () => {
         if (!ed.area.dataset.dirty) { ed.area.dataset.dirty = '1'; status.textContent = t('scripts.unsaved'); }
+        unsaved = path;
       });
       ed.area.addEventListener('keydown', (e) => {
         if ((e.ctrlKey || e.metaKey) && e.key === 's') { e.preventDefault(); save(); }
@@ -326,7 +330,23 @@
 
     if (!path) fill(box, h('div', { class: 'card' }, h('p', { class: 'muted' }, t('scripts.pick'))));
     else fileView(box, path, alive);
-    onLeave(() => { for (const d of document.querySelectorAll('dialog.dialog')) d.remove(); });
+    // Leaving through the tree asks first while the editor holds unsaved changes; so
+    // does closing the tab.
+    nav.addEventListener('click', async (e) => {
+      const a = e.target.closest('a[href]');
+      if (!a || !unsaved) return;
+      e.preventDefault();
+      const ok = await confirmDialog(t('scripts.leaveTitle'), t('scripts.leaveBody', { path: unsaved }),
+        t('scripts.leave'), true);
+      if (ok) { unsaved = null; location.hash = a.getAttribute('href'); }
+    });
+    const guard = (e) => { if (unsaved) { e.preventDefault(); e.returnValue = ''; } };
+    addEventListener('beforeunload', guard);
+    onLeave(() => {
+      unsaved = null;
+      removeEventListener('beforeunload', guard);
+      for (const d of document.querySelectorAll('dialog.dialog')) d.remove();
+    });
   }
 
   window.QLEDGE.pages.scripts = viewScripts;
