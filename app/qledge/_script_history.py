@@ -45,10 +45,14 @@ class History:
     def record(self, parts: tuple[str, ...], content: bytes, now_ms: int) -> str | None:
         """Keep `content` as the newest version of `parts`; drop the oldest beyond `keep`.
         None when the name is too long to map (the save goes ahead without history)."""
-        vid = f"{now_ms:013d}-{secrets.token_hex(3)}"
         root_fd = fs.open_root(self.root)
         try:
             with fs.folder(root_fd, _mapped(parts, False), create=True, mode=0o700) as dfd:
+                existing = self._ids(dfd)
+                # Strictly after the newest one, so two saves in one millisecond keep
+                # their order (and the bound drops the older).
+                ms = max(now_ms, int(existing[0][:13]) + 1) if existing else now_ms
+                vid = f"{ms:013d}-{secrets.token_hex(3)}"
                 fs.write_atomic(dfd, vid, content, 0o600)
                 for old in self._ids(dfd)[self.keep:]:
                     with contextlib.suppress(FileNotFoundError):
