@@ -175,3 +175,20 @@ def test_a_full_disk_answers_507_and_saves_nothing(tmp_path: Path, tiny_data: Pa
         assert names == saved | {"after"}  # nothing of the refused requests was kept
     finally:
         srv.stop()
+
+
+def test_scripts_uploads_may_pass_the_body_limit_up_to_their_own_cap(server: Server) -> None:
+    """The scripts routes bound their bodies themselves (32 MiB uploads); the outer
+    limit stays 1 MiB everywhere else."""
+    big = b"#!/bin/sh\n" + b"# " + b"x" * (3 << 20) + b"\n"  # 3 MiB: above the outer limit
+    r = server.http.post("/api/v1/scripts/upload", params={"path": "big"},
+                         files={"file": ("big.sh", big)})
+    assert r.status_code == 201, r.text
+    assert (server.state / "work" / "scripts" / "big" / "big.sh").read_bytes() == big
+    r = server.http.post("/api/v1/tasks", content=b"{" + b" " * (3 << 20) + b"}",
+                         headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["limit_bytes"] == 1 << 20
+    status, body = _raw(server, _head("/api/v1/scripts/upload",
+                                      "Content-Length: 300000000\r\n"), [b"-"])
+    # above the scripts' own ceiling: refused before it is read
+    assert status == 413 and body["error"] == "PAYLOAD_TOO_LARGE"

@@ -1,4 +1,4 @@
-"""The three roots (data, receipts, logs), private and confined."""
+"""The roots (data, receipts, logs, work and its scripts folder), private and confined."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def prepare_roots(settings: Settings) -> None:
                  settings.work_path):
         ensure_private_dir(root)
     ensure_private_dir(settings.data_path / "secrets")
+    ensure_private_dir(settings.scripts_path)
+    ensure_private_dir(settings.script_history_path)
 
 
 def confined(root: Path, relative: str) -> Path:

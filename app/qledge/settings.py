@@ -178,6 +178,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return self._root(self.work_dir, "work")
 
     @property
+    def scripts_path(self) -> Path:
+        """The scripts folder in the work volume (docs/scripts.md)."""
+        return self.work_path / "scripts"
+
+    @property
+    def script_history_path(self) -> Path:
+        """The scripts' previous versions: in the work volume, outside the scripts tree."""
+        return self.work_path / ".scripts-history"
+
+    @property
     def db_path(self) -> Path:
         return self.data_path / "qledge.sqlite3"
 

@@ -11,7 +11,20 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import apps, envs, logs_sse, panel, qinglong, runs, schedule, system, tasks, tickets
+from . import (
+    apps,
+    envs,
+    logs_sse,
+    panel,
+    qinglong,
+    qinglong_scripts,
+    runs,
+    schedule,
+    scripts,
+    system,
+    tasks,
+    tickets,
+)
 from .auth import AdminAuth
 from .errors import HANDLERS
 from .guard import Guard
@@ -31,14 +44,15 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
             await runtime.stop()
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes, *tickets.routes]
+           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
         routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
-                Mount("/open", routes=qinglong.routes)],
+                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
-        middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes),
+        middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
+                               wider=scripts.body_ceilings()),
                     Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

@@ -25,7 +25,7 @@ from ..runtime.lifecycle import Runtime, now_ms
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
-SCOPES = ("crons", "envs", "logs")
+SCOPES = ("crons", "envs", "logs", "scripts")
 _ALNUM = string.ascii_letters + string.digits
 
 

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import scripts
 from ..db.store import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
@@ -179,7 +180,42 @@ async def handle_unexpected(request: Request, exc: BaseException) -> Response:
         extra={"error_id": error_id}))
 
 
+# Scripts (docs/scripts.md): each refusal keeps its class's code and carries the reason.
+SCRIPT_ERRORS: dict[type[scripts.ScriptError], tuple[int, str]] = {
+    scripts.ScriptPathInvalid: (400, "SCRIPT_PATH_INVALID"),
+    scripts.ScriptSymlink: (403, "SCRIPT_PATH_SYMLINK"),
+    scripts.ScriptNotRegular: (403, "SCRIPT_NOT_REGULAR"),
+    scripts.ScriptNotFound: (404, "SCRIPT_NOT_FOUND"),
+    scripts.ScriptVersionNotFound: (404, "SCRIPT_VERSION_NOT_FOUND"),
+    scripts.ScriptExists: (409, "SCRIPT_EXISTS"),
+    scripts.ScriptWrongType: (409, "SCRIPT_WRONG_TYPE"),
+    scripts.ScriptChanged: (409, "SCRIPT_CHANGED"),
+    scripts.ScriptTreeTooLarge: (409, "SCRIPT_TREE_TOO_LARGE"),
+    scripts.ScriptTooLarge: (413, "SCRIPT_TOO_LARGE"),
+    scripts.ScriptBinary: (415, "SCRIPT_BINARY"),
+    scripts.ScriptsUnavailable: (503, "SCRIPTS_UNAVAILABLE"),
+}
+
+
+async def handle_script_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, scripts.ScriptError)
+    status, code = next((v for k, v in SCRIPT_ERRORS.items() if isinstance(exc, k)),
+                        (400, "SCRIPT_ERROR"))
+    extra: dict[str, object] = {"reason": exc.reason}
+    if exc.path:
+        extra["path"] = exc.path
+    mapped = ApiError(exc.message, field=exc.field, extra=extra)
+    mapped.status, mapped.code = status, code
+    response = await handle_api_error(request, mapped)
+    if status == 413:
+        # The rest of the body is never read: close the connection after the answer, or
+        # a client still sending would wait on a full socket instead of reading it.
+        response.headers["Connection"] = "close"
+    return response
+
+
 HANDLERS = {
+    scripts.ScriptError: handle_script_error,
     ApiError: handle_api_error,
     NotFound: handle_not_found,
     Conflict: handle_conflict,

@@ -24,24 +24,35 @@ log = logging.getLogger("qledge.http")
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    """`wider`: path prefixes whose routes take larger bodies and bound them
+    themselves, each with its own ceiling here (the scripts upload)."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int,
+                 wider: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.wider = sorted((wider or {}).items(), key=lambda kv: -len(kv[0]))
 
-    def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(
-            f"request body is larger than {self.max_body_bytes} bytes"
-            " (setting QLEDGE_MAX_BODY_BYTES)", extra={"limit_bytes": self.max_body_bytes})
+    def _limit(self, path: str) -> int:
+        for prefix, limit in self.wider:
+            if path == prefix or path.startswith(prefix + "/"):
+                return max(limit, self.max_body_bytes)
+        return self.max_body_bytes
+
+    def _too_large(self, limit: int) -> PayloadTooLarge:
+        setting = " (setting QLEDGE_MAX_BODY_BYTES)" if limit == self.max_body_bytes else ""
+        return PayloadTooLarge(f"request body is larger than {limit} bytes{setting}",
+                               extra={"limit_bytes": limit})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        limit = self._limit(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and (
                 len(declared) > 18 or int(declared) > limit):
-            response = await handle_api_error(Request(scope), self._too_large())
+            response = await handle_api_error(Request(scope), self._too_large(limit))
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
@@ -54,7 +65,7 @@ class Guard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise self._too_large()
+                    raise self._too_large(limit)
             return message
 
         async def watched(message: Message) -> None:
