@@ -7,14 +7,13 @@ scheduler computes them; a bad expression answers 422 naming the problem.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
-from ..cron import local_zone
+from ..cron import from_ms, local_zone
 from ..runtime.scheduler import next_ticks
 from .errors import Invalid, json_response
 
@@ -36,7 +35,7 @@ async def preview(request: Request) -> Response:
     if not 1 <= n <= MAX_N:
         raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
     now_ms = int(time.time() * 1000)
-    now = datetime.fromtimestamp(now_ms / 1000, local_zone())
+    now = from_ms(now_ms, local_zone())
     offset = now.utcoffset()
     times = next_ticks(expr, now_ms, n)
     return json_response({
