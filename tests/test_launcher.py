@@ -1,10 +1,11 @@
 """Black-box tests for the static launcher `ql-launch` (image/launcher).
 
-Every test runs once per arch: natively for the host arch, and through
-qemu-user for the other one (skipped, with the reason shown by -ra, when the
-binary cannot be built or qemu is missing). The launcher is driven the way the
-control plane drives it: own session, stdin /dev/null, stdout+stderr on the
-attempt's log, the token through an inherited pipe.
+Every test runs once per arch (x86_64, aarch64, armv7): natively for the host
+arch, through qemu-user for the others (skipped, with the reason shown by -ra,
+when the binary cannot be built or qemu is missing; a failure under CI). The
+launcher is driven the way the control plane drives it: own session, stdin
+/dev/null, stdout+stderr on the attempt's log, the token through an inherited
+pipe.
 """
 
 from __future__ import annotations

@@ -36,9 +36,11 @@ def serve() -> int:
     from . import paths, settings
     from .db import migrate
     from .http.app import create_app
+    from .launch.identity import PidfdUnavailable, require_pidfds
     from .receipts.store import UnsupportedVolume, probe
 
     try:
+        require_pidfds()
         conf = settings.load()
         paths.prepare_roots(conf)
         lock_fd = paths.acquire_runtime_lock(conf)
@@ -48,7 +50,7 @@ def serve() -> int:
     except paths.AlreadyRunning as exc:
         return _fail(str(exc), 3)
     except (settings.SettingsError, migrate.MigrationError, paths.RootError,
-            UnsupportedVolume, OSError) as exc:
+            UnsupportedVolume, PidfdUnavailable, OSError) as exc:
         return _fail(str(exc))
     if generated:
         # Shown once, at generation; afterwards only the file holds it.
@@ -80,8 +82,10 @@ def serve() -> int:
             loop.add_signal_handler(sig, stop.set)
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
-    log.info("qledge %s serving on %s (pid %d)", __version__, config.bind[0], os.getpid())
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    factory = _loop_factory()
+    log.info("qledge %s serving on %s (pid %d, %s loop)", __version__, config.bind[0],
+             os.getpid(), "asyncio" if factory is None else "uvloop")
+    with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())
     os.close(lock_fd)
     return 0
@@ -90,7 +94,7 @@ def serve() -> int:
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
-    except ImportError:  # non-Linux development machines
+    except ImportError:  # no wheel (32-bit ARM, non-Linux): asyncio's own loop
         return None
     return uvloop.new_event_loop
 
@@ -98,12 +102,17 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def migrate_cmd() -> int:
     from . import paths, settings
     from .db import migrate
+    from .launch.identity import PidfdUnavailable, require_pidfds
 
     try:
+        # The image's entrypoint runs this first: an unusable kernel stops the
+        # container here with one message, not in a worker restart loop.
+        require_pidfds()
         conf = settings.load()
         paths.prepare_roots(conf)
         done = migrate.apply(conf.db_path)
-    except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
+    except (settings.SettingsError, migrate.MigrationError, paths.RootError, PidfdUnavailable,
+            OSError) as exc:
         return _fail(str(exc))
     print(f"migrations applied: {done or 'none (up to date)'}")
     return 0

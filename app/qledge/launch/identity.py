@@ -13,6 +13,31 @@ import os
 import msgspec
 
 
+class PidfdUnavailable(Exception):
+    """The kernel (or a seccomp profile) refuses pidfd_open."""
+
+
+def require_pidfds() -> None:
+    """Fail at start, with the reason, where pidfd_open does not work.
+
+    The runtime watches launcher exits, re-attaches them after a restart and
+    signals them race-free through pidfds: Linux >= 5.3 (every Raspberry Pi OS
+    since bullseye, 32-bit included; Docker >= 20.10's seccomp profile allows
+    it). There is no polling fallback: on an older kernel the container stops
+    here with this message instead of failing at the first task.
+    """
+    if not hasattr(os, "pidfd_open"):
+        raise PidfdUnavailable("this Python has no os.pidfd_open (built without it)")
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except OSError as exc:
+        raise PidfdUnavailable(
+            f"pidfd_open failed: {os.strerror(exc.errno or 0)}: qledge needs Linux >= 5.3 "
+            f"(this kernel: {os.uname().release}) and, in a container, a seccomp "
+            "profile that allows pidfd_open (Docker >= 20.10)") from exc
+    os.close(fd)
+
+
 class Identity(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     start_time: int
