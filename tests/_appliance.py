@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ ADMIN = "drill-admin-token-0123456789abcdef"
 
 
 class Appliance:
-    def __init__(self, state: Path, port: int, **env: str) -> None:
+    def __init__(self, state: Path, port: int, *,
+                 preexec_fn: Callable[[], None] | None = None, **env: str) -> None:
         from conftest import launcher_path
 
         self.state = state
@@ -36,6 +38,7 @@ class Appliance:
             "QLEDGE_LAUNCHER": launcher_path(),
             **{f"QLEDGE_{k.upper()}": v for k, v in env.items()},
         }
+        self.preexec_fn = preexec_fn  # e.g. a seccomp filter, inherited by the whole tree
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
                                  headers={"Authorization": f"Bearer {ADMIN}"})
@@ -46,7 +49,7 @@ class Appliance:
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(
                 [str(supervisord), "-c", str(CONF)], env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self.preexec_fn)
         self.wait_ready(timeout)
 
     def ctl(self, *args: str) -> str:

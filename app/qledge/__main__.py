@@ -36,11 +36,10 @@ def serve() -> int:
     from . import paths, settings
     from .db import migrate
     from .http.app import create_app
-    from .launch.identity import PidfdUnavailable, require_pidfds
+    from .launch.identity import pidfd_unavailable
     from .receipts.store import UnsupportedVolume, probe
 
     try:
-        require_pidfds()
         conf = settings.load()
         paths.prepare_roots(conf)
         lock_fd = paths.acquire_runtime_lock(conf)
@@ -50,8 +49,13 @@ def serve() -> int:
     except paths.AlreadyRunning as exc:
         return _fail(str(exc), 3)
     except (settings.SettingsError, migrate.MigrationError, paths.RootError,
-            UnsupportedVolume, PidfdUnavailable, OSError) as exc:
+            UnsupportedVolume, OSError) as exc:
         return _fail(str(exc))
+    why = pidfd_unavailable()
+    if why is not None:
+        log.warning("no pidfds (%s): launcher exits are found by checking pid + start time + "
+                    "boot id in /proc every 0.2 s, and signals go by pid after a fresh "
+                    "identity check", why)
     if generated:
         # Shown once, at generation; afterwards only the file holds it.
         log.warning("generated admin token (shown once, also stored in %s): %s",
@@ -102,17 +106,12 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def migrate_cmd() -> int:
     from . import paths, settings
     from .db import migrate
-    from .launch.identity import PidfdUnavailable, require_pidfds
 
     try:
-        # The image's entrypoint runs this first: an unusable kernel stops the
-        # container here with one message, not in a worker restart loop.
-        require_pidfds()
         conf = settings.load()
         paths.prepare_roots(conf)
         done = migrate.apply(conf.db_path)
-    except (settings.SettingsError, migrate.MigrationError, paths.RootError, PidfdUnavailable,
-            OSError) as exc:
+    except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
         return _fail(str(exc))
     print(f"migrations applied: {done or 'none (up to date)'}")
     return 0
