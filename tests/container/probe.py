@@ -112,7 +112,28 @@ def log_past_2gib() -> list[int]:
         return [logs.size(root, rel), end, len(data)]
 
 
+def heap_after_imports() -> int:
+    """KiB the Python heap holds after importing the worker's stack: a memory
+    figure of the target's own ABI (4-byte pointers on arm/v7), which RSS under
+    qemu-user is not (that is the emulator's)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    import aiosqlite  # noqa: F401
+    import hypercorn.asyncio  # noqa: F401
+    import msgspec  # noqa: F401
+    import starlette.applications  # noqa: F401
+
+    import qledge.http.app
+    import qledge.runtime.lifecycle  # noqa: F401
+
+    size, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return size // 1024
+
+
 def main() -> None:
+    heap_kib = _try(heap_after_imports)  # first: nothing of the stack imported yet
     from qledge.__main__ import _loop_factory
 
     factory = _loop_factory()
@@ -133,6 +154,7 @@ def main() -> None:
         "schedule_after_2038": _try(schedule_after_2038),
         "qinglong_dates_after_2038": _try(qinglong_dates),
         "log_past_2gib": _try(log_past_2gib),
+        "heap_after_imports_kib": heap_kib,
     }
     print(json.dumps(out))
 

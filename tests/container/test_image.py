@@ -78,3 +78,4 @@ def test_image_abi_and_times_after_2038(platform: str) -> None:
     assert iso == "2100-01-01T00:00:00.000Z" and "2038" in js_date, got
     size = 3 * 2**30 + len(b"tail past 3 GiB\n")
     assert got["log_past_2gib"] == {"ok": True, "value": [size, size, 16]}, got
+    assert got["heap_after_imports_kib"]["ok"] and got["heap_after_imports_kib"]["value"] > 1000
