@@ -9,15 +9,27 @@ import contextlib
 import functools
 import os
 import re
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from cronsim.cronsim import FIELD_NAMES, RANGES, Field
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 class CronError(ValueError):
     pass
+
+
+def from_ms(ms: int, tz: tzinfo) -> datetime:
+    """Epoch milliseconds as an aware datetime in `tz`, without a C time_t on the way.
+
+    datetime.fromtimestamp() goes through the platform's time_t, which is 32-bit
+    in Debian bookworm's armhf userland (the arm/v7 image): it raises
+    OverflowError for any time after 2038-01-19. Date arithmetic does not.
+    """
+    return (_EPOCH + timedelta(milliseconds=ms)).astimezone(tz)
 
 
 def validate(expr: str) -> str:

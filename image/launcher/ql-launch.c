@@ -26,6 +26,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* 32-bit targets (armv7): receipt times come from a time_t and must not wrap
+ * in 2038; fstat/lseek on a log past 2 GiB need a 64-bit off_t. musl >= 1.2
+ * has both; a glibc build gets them from the Makefile's -D_TIME_BITS=64
+ * -D_FILE_OFFSET_BITS=64. Checked here, at compile time, by the very toolchain
+ * that builds the binary. */
+_Static_assert(sizeof(time_t) == 8, "time_t must be 64-bit (receipt times after 2038)");
+_Static_assert(sizeof(off_t) == 8, "off_t must be 64-bit (files over 2 GiB)");
+
 #ifndef QL_VERSION
 #define QL_VERSION "0.0.0-dev"
 #endif

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..cron import from_ms, local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Tx
@@ -131,13 +132,13 @@ async def auth_token(request: Request) -> Response:
 # -- helpers ---------------------------------------------------------------------------
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
+    return from_ms(ms, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
         f"{ms % 1000:03d}Z"
 
 
 def _timestamp(ms: int) -> str:
     """QingLong's `timestamp` is JavaScript's Date.toString() of the last save."""
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime(
+    return from_ms(ms, local_zone()).strftime(
         "%a %b %d %Y %H:%M:%S GMT%z (%Z)")
 
 

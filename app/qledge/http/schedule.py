@@ -7,14 +7,13 @@ scheduler computes them; a bad expression answers 422 naming the problem.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
-from ..cron import local_zone
+from ..cron import from_ms, local_zone
 from ..runtime.scheduler import next_ticks
 from . import inputs
 from .errors import Invalid, json_response
@@ -33,7 +32,7 @@ async def preview(request: Request) -> Response:
         raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
     n = inputs.query_int(request, "n", 5, 1, MAX_N)
     now_ms = int(time.time() * 1000)
-    now = datetime.fromtimestamp(now_ms / 1000, local_zone())
+    now = from_ms(now_ms, local_zone())
     offset = now.utcoffset()
     times = next_ticks(expr, now_ms, n)
     return json_response({

@@ -136,7 +136,7 @@ class LocalExecutor:
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
             return None
         # Step 4.
-        pidfd = os.pidfd_open(pid)
+        pidfd = identity.child_fd(pid, self.boot_id)
         try:
             ident = identity.capture(pid, self.boot_id)
             if ident is None:
@@ -206,10 +206,7 @@ class LocalExecutor:
                 break
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline:
-                try:
-                    if os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG) is not None:
-                        return
-                except ChildProcessError:
+                if identity.reaped(pid, pidfd):
                     return
                 time.sleep(0.01)
 

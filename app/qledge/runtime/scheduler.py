@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from cronsim import CronSim, CronSimError
 
 from .. import ids
-from ..cron import local_zone
+from ..cron import from_ms, local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
@@ -60,7 +60,7 @@ def wall_ms() -> int:
 
 
 def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, local_zone())
+    return from_ms(ms, local_zone())
 
 
 def _ms(dt: datetime) -> int:
