@@ -1,5 +1,5 @@
 """The crash drills inside real containers: the full suite on amd64 and arm/v7
-(qemu-arm, ~50 s; QLEDGE_ARMV7_DRILL=smoke keeps only the worker kill), smoke
+(qemu-arm, ~50 s; QLTEST_ARMV7_DRILL=smoke keeps only the worker kill), smoke
 on arm64 (qemu).
 
 scripts/test builds the three images first (scripts/image build). Without a
@@ -39,7 +39,7 @@ def _require(platform: str) -> None:
         pytest.skip(reason)
 
 
-ARMV7_MODE = "smoke" if os.environ.get("QLEDGE_ARMV7_DRILL") == "smoke" else "full"
+ARMV7_MODE = "smoke" if os.environ.get("QLTEST_ARMV7_DRILL") == "smoke" else "full"
 LOOP = {"linux/amd64": "uvloop", "linux/arm64": "uvloop", "linux/arm/v7": "asyncio"}
 
 
