@@ -4,6 +4,7 @@ import json
 import string
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -129,6 +130,14 @@ BAD: list[tuple[str, bytes, ReceiptReason]] = [
     ("finished-before-started", raw(startedAtMs=10, finishedAtMs=9), R.RECEIPT_TIME_ORDER),
     ("exit-256", raw(exitCode=256), R.RECEIPT_BAD_EXIT_CODE),
     ("exit-minus-1", raw(exitCode=-1), R.RECEIPT_BAD_EXIT_CODE),
+    ("leftovers-0", raw(leftoverProcesses=0), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-negative", raw(leftoverProcesses=-2), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-over-int32", raw(leftoverProcesses=2**31), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-null", raw(leftoverProcesses=None), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-string", raw(leftoverProcesses="3"), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-float", raw(leftoverProcesses=3.0), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-dup", raw(leftoverProcesses=1)[:-1] + b',"leftoverProcesses":2}',
+     R.RECEIPT_DUPLICATE_KEY),
 ]
 
 
@@ -190,6 +199,16 @@ def test_encode_is_the_canonical_launcher_format() -> None:
     assert encode(receipt) == expected.encode() == VALID
 
 
+def test_leftover_processes_is_optional_and_last() -> None:
+    receipt = decode(raw(leftoverProcesses=500))
+    assert isinstance(receipt, Receipt)
+    assert receipt.leftover_processes == 500
+    assert encode(receipt) == VALID[:-1] + b',"leftoverProcesses":500}'
+    plain = decode(VALID)
+    assert isinstance(plain, Receipt) and plain.leftover_processes is msgspec.UNSET
+    assert b"leftoverProcesses" not in encode(plain)
+
+
 def test_encode_refuses_an_invalid_receipt() -> None:
     receipt = decode(VALID)
     assert isinstance(receipt, Receipt)
@@ -219,6 +238,7 @@ def uuid7_text(draw: st.DrawFn) -> str:
 @st.composite
 def receipts(draw: st.DrawFn) -> Receipt:
     started = draw(st.integers(0, INT64_MAX))
+    leftovers = draw(st.one_of(st.just(msgspec.UNSET), st.integers(1, 2**31 - 1)))
     return Receipt(
         schema_version=1,
         run_id=draw(uuid7_text()),
@@ -228,6 +248,7 @@ def receipts(draw: st.DrawFn) -> Receipt:
         started_at_ms=started,
         finished_at_ms=draw(st.integers(started, INT64_MAX)),
         exit_code=draw(st.integers(0, 255)),
+        leftover_processes=leftovers,
     )
 
 
@@ -240,7 +261,10 @@ def test_round_trip_and_canonical_bytes(receipt: Receipt) -> None:
         f'{{"schemaVersion":1,"runId":"{receipt.run_id}","attemptId":"{receipt.attempt_id}",'
         f'"callbackSequence":{receipt.callback_sequence},"token":"{receipt.token}",'
         f'"startedAtMs":{receipt.started_at_ms},"finishedAtMs":{receipt.finished_at_ms},'
-        f'"exitCode":{receipt.exit_code}}}'
+        f'"exitCode":{receipt.exit_code}'
+        + ("" if receipt.leftover_processes is msgspec.UNSET
+           else f',"leftoverProcesses":{receipt.leftover_processes}')
+        + "}"
     )
     assert data == by_hand.encode()
 

@@ -30,6 +30,7 @@ MAX_RECEIPT_BYTES = 4096
 MAX_JSON_DEPTH = 32
 # Times and sequences land in SQLite INTEGER columns (signed 64-bit).
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
@@ -54,6 +55,7 @@ class ReceiptReason(enum.StrEnum):
     RECEIPT_BAD_TIME = "RECEIPT_BAD_TIME"
     RECEIPT_TIME_ORDER = "RECEIPT_TIME_ORDER"
     RECEIPT_BAD_EXIT_CODE = "RECEIPT_BAD_EXIT_CODE"
+    RECEIPT_BAD_LEFTOVER_COUNT = "RECEIPT_BAD_LEFTOVER_COUNT"
     # Store level: the thing at the receipt path is not a file we may read.
     RECEIPT_NOT_REGULAR = "RECEIPT_NOT_REGULAR"
     # Store level: only a launcher temp file was left (publication never finished).
@@ -63,7 +65,11 @@ class ReceiptReason(enum.StrEnum):
 class Receipt(
     msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, rename="camel"
 ):
-    """Schema v1. Field order is the canonical order the launcher writes."""
+    """Schema v1. Field order is the canonical order the launcher writes.
+
+    Optional fields follow the eight required ones, present only when they say
+    something (absent is never the same as `null` or `0`, which are refused).
+    """
 
     schema_version: int
     run_id: str
@@ -73,6 +79,8 @@ class Receipt(
     started_at_ms: int
     finished_at_ms: int
     exit_code: int
+    # Processes the launcher ended after the command (docs/tasks.md); >= 1.
+    leftover_processes: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -181,6 +189,9 @@ def check(receipt: Receipt) -> ReceiptReason | None:
         return ReceiptReason.RECEIPT_TIME_ORDER
     if not 0 <= receipt.exit_code <= 255:
         return ReceiptReason.RECEIPT_BAD_EXIT_CODE
+    leftovers = receipt.leftover_processes
+    if leftovers is not msgspec.UNSET and not 1 <= leftovers <= _INT32_MAX:
+        return ReceiptReason.RECEIPT_BAD_LEFTOVER_COUNT
     return None
 
 

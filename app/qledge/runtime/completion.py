@@ -86,8 +86,10 @@ class CompletionService:
         run = await store.get_run(tx, attempt.run_id)
         if run.status in TERMINAL_RUN:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
-        tr = transitions.complete(run, attempt, exit_code=receipt.exit_code,
-                                  finished_at_ms=receipt.finished_at_ms)
+        leftovers = receipt.leftover_processes
+        tr = transitions.complete(
+            run, attempt, exit_code=receipt.exit_code, finished_at_ms=receipt.finished_at_ms,
+            leftover_processes=0 if leftovers is msgspec.UNSET else leftovers)
         await store.apply(tx, run, tr, now_ms())
         return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
 
