@@ -189,6 +189,13 @@ def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
         conn.close()
 
 
+def _columns_of(before: dict[str, list[dict[str, object]]],
+                after: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[str, object]]]:
+    """`after` with only the columns `before` had (later migrations add some)."""
+    return {t: [{k: r[k] for k in rows[0]} for r in after[t]] if rows else after[t]
+            for t, rows in before.items()}
+
+
 def _schema(conn: sqlite3.Connection) -> dict[str, str]:
     return {name: sql for name, sql in conn.execute(
         "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL")}
@@ -200,7 +207,7 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     before = _snapshot(db)
     assert sum(len(rows) for rows in before.values()) > 150
 
-    assert 7 in migrate.apply(db)
+    assert migrate.apply(db, _copy_migrations(tmp_path / "m-7", upto=7)) == [7]
     assert _snapshot(db) == before
     conn = sqlite3.connect(db)
     schema = _schema(conn)
@@ -268,6 +275,37 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     conn.close()
 
 
+# -- 0008: keep_background, settled journal rows, DISK_CRITICAL ------------------------
+
+
+def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=7)
+    _seed(db, runs=40)
+    before = _snapshot(db)
+    assert migrate.apply(db) == [8]
+    after = _snapshot(db)
+    assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
+    assert after["receipt_journal"] == sorted(
+        ({**j, "settled_at_ms": None} for j in before["receipt_journal"]), key=repr)
+    for table in set(RUN_TABLES) - {"tasks", "receipt_journal"}:
+        assert after[table] == before[table], table
+    conn = sqlite3.connect(db)
+    assert "WITHOUT ROWID" in _schema(conn)["log_artifacts"]
+    assert conn.execute("SELECT COUNT(*) FROM receipt_journal INDEXED BY journal_settled"
+                        " WHERE settled_at_ms IS NOT NULL").fetchone()[0] == 0
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("UPDATE log_artifacts SET evicted_reason = 'DISK_CRITICAL' WHERE id = 'l00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE log_artifacts SET evicted_reason = 'x' WHERE id = 'l00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE tasks SET keep_background = 2")
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
 def _trace_storage(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
     """Results of `apply_storage_settings` as `migrate.apply` calls it, and its statements."""
     results: list[str] = []
@@ -319,7 +357,7 @@ def test_existing_database_converts_to_small_pages_in_one_vacuum(
 
     results, statements = _trace_storage(monkeypatch)
     with caplog.at_level("INFO", logger="qledge.db.upkeep"):
-        assert migrate.apply(db) == [6, 7]
+        assert migrate.apply(db) == [6, 7, 8]
     assert results == ["converted"]
     assert _vacuums(statements) == 1
     assert [r.levelname for r in caplog.records] == ["INFO"]  # converted, checkpointed
@@ -349,13 +387,13 @@ def test_page_size_conversion_of_an_incremental_database(tmp_path: Path) -> None
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
     conn.close()
     before = _snapshot(db)
-    assert migrate.apply(db) == [7]
+    assert migrate.apply(db) == [7, 8]
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
 
 def test_failed_page_size_conversion_is_retried_at_the_next_start(
@@ -368,7 +406,7 @@ def test_failed_page_size_conversion_is_retried_at_the_next_start(
     other = sqlite3.connect(db)
     other.execute("SELECT COUNT(*) FROM runs").fetchone()
     with caplog.at_level("WARNING", logger="qledge.db.upkeep"):
-        assert migrate.apply(db) == [7]
+        assert migrate.apply(db) == [7, 8]
     assert "will retry at the next start" in caplog.text
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
@@ -376,14 +414,14 @@ def test_failed_page_size_conversion_is_retried_at_the_next_start(
     assert upkeep.apply_storage_settings(conn).startswith("failed")  # still refused
     conn.close()
     other.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
     assert migrate.apply(db) == []
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
 
 def test_database_left_in_rollback_journal_mode_goes_back_to_wal(tmp_path: Path) -> None:
@@ -415,7 +453,7 @@ def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
         conn.close()
         other = sqlite3.connect(db)  # 0007 applies, the conversion is refused for now
         other.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
-        assert migrate.apply(db) == [7]
+        assert migrate.apply(db) == [7, 8]
         other.close()
         return db
 

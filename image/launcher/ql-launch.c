@@ -447,7 +447,7 @@ static int allow_entries(int ruleset, const char *dir, uint64_t handled)
         while (off < n) {
             struct linux_dirent64 *e = (struct linux_dirent64 *)(dents + off);
             struct stat st;
-            int efd, r;
+            int efd, r, is_dir;
             off += e->d_reclen;
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
@@ -456,15 +456,20 @@ static int allow_entries(int ruleset, const char *dir, uint64_t handled)
             /* A path too long to compose cannot lead to a denied one. */
             if (r > 0 && (size_t)r < sizeof(entry_path) && on_denied_path(entry_path))
                 continue;
+            if (e->d_type == DT_LNK)
+                continue;
             efd = openat(fd, e->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
             if (efd < 0)
                 continue;   /* gone meanwhile: nothing to grant */
-            if (fstat(efd, &st) < 0 || S_ISLNK(st.st_mode)) {
-                close(efd);
-                continue;
+            is_dir = e->d_type == DT_DIR;
+            if (e->d_type == DT_UNKNOWN) {   /* a filesystem without d_type: ask */
+                if (fstat(efd, &st) < 0 || S_ISLNK(st.st_mode)) {
+                    close(efd);
+                    continue;
+                }
+                is_dir = S_ISDIR(st.st_mode);
             }
-            if (add_rule(ruleset, efd, S_ISDIR(st.st_mode) ? handled : handled & LL_FS_FILE) < 0 &&
-                S_ISDIR(st.st_mode)) {
+            if (add_rule(ruleset, efd, is_dir ? handled : handled & LL_FS_FILE) < 0 && is_dir) {
                 /* A directory left out would be denied with everything in it. */
                 walk_failed(efd, "landlock_add_rule");
                 return walk_failed(fd, "landlock_add_rule");

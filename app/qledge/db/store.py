@@ -49,6 +49,7 @@ def _task(row: sqlite3.Row) -> Task:
         labels=msgspec.json.decode(row["labels_json"], type=list[str]),
         created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
         version=row["version"], keep_runs=row["keep_runs"], keep_days=row["keep_days"],
+        keep_background=bool(row["keep_background"]),
     )
 
 
@@ -93,7 +94,7 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 # -- tasks -----------------------------------------------------------------------
 
 _TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
-                 "labels", "keep_runs", "keep_days")
+                 "labels", "keep_runs", "keep_days", "keep_background")
 
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +107,8 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
         out["concurrency"] = str(out["concurrency"])
     if "enabled" in out:
         out["enabled"] = int(bool(out["enabled"]))
+    if "keep_background" in out:
+        out["keep_background"] = int(bool(out["keep_background"]))
     return out
 
 
