@@ -521,6 +521,8 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         store.attempts_of_run(tx, r), store.active_attempts_page(tx, owner, "", 64),
         store.expired_attempts(tx, owner, 1, 64), store.journal_page(tx, "", 64),
         store.journal_mark_terminal(tx, a, 1), store.journal_delete(tx, a),
+        store.journal_settle(tx, [a], 1), store.journal_unsettle(tx, [a]),
+        store.journal_age_out(tx, 1, 4000), store.journal_settled_page(tx, "", 64),
         store.attempts_without_journal(tx, owner, 64), store.list_events(tx, r),
         leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
         leases.acquire(tx, a, "h", 1, 10),
@@ -538,10 +540,16 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
             await call
     conn = sqlite3.connect(db)
     scans = {}
+    plans = {}
     for sql, params in rec.calls:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        plans[" ".join(sql.split())] = plan
         if any(_FULL_SCAN.match(step) for step in plan):
             scans[" ".join(sql.split())] = plan
     conn.close()
+    # Ageing the journal reads only settled rows, oldest first, through their index.
+    [age_out] = [plan for sql, plan in plans.items()
+                 if sql.startswith("DELETE FROM receipt_journal") and "settled_at_ms" in sql]
+    assert any("INDEX journal_settled" in step for step in age_out), age_out
     assert len(rec.calls) >= len(calls)
     assert scans == {}

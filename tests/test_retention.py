@@ -3,6 +3,7 @@ crash in between), the logs size cap, database upkeep and the auto-vacuum migrat
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -571,3 +572,44 @@ def test_task_retention_overrides_and_system_figures(client: object) -> None:
     ret = system["retention"]
     assert ret["runs_kept"] == 0 and ret["policy"]["logs_cap_mb"] == 256
     assert ret["next_round_at_ms"] is not None
+
+
+# -- a round that stops at its caps is followed by a catch-up round -------------------
+
+async def test_capped_rounds_catch_up_instead_of_waiting_the_interval(
+        tmp_path: Path) -> None:
+    from conftest import make_runtime
+
+    rt = make_runtime(tmp_path / "state", retention_interval_s="600")
+    conf = rt.settings
+    # 29 runs to delete, 4 per round (1 page of 4): the edge profile's 64 per 120 s is
+    # below a run rate of 120/min the same way.
+    seed = Database(conf.db_path)
+    await seed.open()
+    task = await _task(seed, keep_runs=1)
+    for _ in range(30):
+        await _run(seed, conf, task)
+    await seed.close()
+    rt.profile = _profile(retention_pages=1, retention_page_size=4, retention_interval_s=600.0)
+    await rt.start()
+    try:
+        deadline = time.monotonic() + 15
+        while _rows(conf, "SELECT COUNT(*) FROM runs") != [(1,)]:
+            assert time.monotonic() < deadline, _rows(conf, "SELECT COUNT(*) FROM runs")
+            await asyncio.sleep(0.1)
+        assert rt.disk.loop.rounds >= 8  # 29 / 4 rounds, not one per 600 s
+        last = rt.disk.retention.last
+        assert last is not None and last.counts.get("runs_deleted", 0) <= 4
+    finally:
+        await rt.stop()
+    _no_dangling_rows(conf)
+
+
+async def test_a_round_reports_whether_work_is_left(db: Database, conf: Settings) -> None:
+    task = await _task(db, keep_runs=1)
+    for _ in range(9):
+        await _run(db, conf, task)
+    retention = _retention(db, conf, _profile(retention_pages=1, retention_page_size=4))
+    reports = [await retention.round() for _ in range(3)]
+    assert [r.counts.get("runs_deleted", 0) for r in reports] == [4, 4, 0]
+    assert [r.more for r in reports] == [True, True, False]

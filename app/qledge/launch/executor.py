@@ -134,14 +134,14 @@ class LocalExecutor:
         if self.isolation.refuses:
             # task_isolation = "required" and Landlock is unavailable: nothing runs.
             await self._finish_without_process(attempt_id, Reason.TASK_ISOLATION_UNAVAILABLE,
-                                               AttemptStatus.BLOCKED)
+                                               AttemptStatus.BLOCKED, settled=True)
             return None
         # Steps 2 and 3.
         try:
             pid = self._launch(attempt, run, p.task, p.token, p.env)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
-            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
+            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
             return None
         # Step 4.
         pidfd = os.pidfd_open(pid)
@@ -224,9 +224,14 @@ class LocalExecutor:
                 time.sleep(0.01)
 
     async def _finish_without_process(self, attempt_id: str, reason: Reason,
-                                      status: AttemptStatus = AttemptStatus.LOST) -> None:
+                                      status: AttemptStatus = AttemptStatus.LOST, *,
+                                      settled: bool = False) -> None:
+        """`settled`: no launcher ever ran, so no receipt can come (journal: ageing only).
+        A launcher stopped for lack of an identity may still publish: not settled."""
         async with self.db.write() as tx:
             attempt = await store.get_attempt(tx, attempt_id)
             run = await store.get_run(tx, attempt.run_id)
             tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
             await store.apply(tx, run, tr, now_ms())
+            if settled:
+                await store.journal_settle(tx, [attempt_id], now_ms())

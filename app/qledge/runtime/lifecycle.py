@@ -167,8 +167,10 @@ class Runtime:
                 if got in (Consumed.MISSING, Consumed.QUARANTINED):
                     from ..model import Reason
 
+                    # The launcher is reaped and published nothing: none will come.
                     result = await self.completion.without_receipt(
-                        attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT)
+                        attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT,
+                        settled=got is Consumed.MISSING)
                     log.warning("attempt %s exited without a receipt: %s", attempt_id,
                                 result.status)
         except Exception:

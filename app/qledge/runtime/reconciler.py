@@ -75,8 +75,27 @@ class Reconciler:
                 break
             cursor = page[-1].id
             await self.check(page, report, startup=True)
+        await self._recheck_settled(report, page_size, max_pages)
         report.finished_at_ms = now_ms()
         return report
+
+    async def _recheck_settled(self, report: RoundReport, page_size: int,
+                               max_pages: int) -> None:
+        """Settled rows age out without file work because the previous worker's reaper
+        deleted their receipts after the fsync. It may have died first, or a power cut
+        may have undone an unlink: look at each such file once (at most rate × the
+        journal retention of them), and consume what is there (`already_terminal`)."""
+        cursor = ""
+        for _ in range(max_pages):
+            async with self.db.read() as tx:
+                ids = await store.journal_settled_page(tx, cursor, page_size)
+            if not ids:
+                break
+            cursor = ids[-1]
+            results = await self.consumer.consume_many(ids)
+            for got in results.values():
+                if got is not Consumed.MISSING:
+                    report.add(f"settled_receipt_{got.value}")
 
     async def _adopt(self, attempt: Attempt) -> bool:
         """Record the identity of an unconfirmed launcher found by its attempt id.

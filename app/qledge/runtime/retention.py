@@ -51,6 +51,9 @@ NO_LIMIT = 1 << 62
 CAP_TARGET = 0.9  # once over the cap, evict down to 90% of it (no eviction every round)
 PRESSURE_INTERVAL_S = 5.0  # retention rounds while under disk pressure
 VACUUM_SHARE = 4  # incremental_vacuum once free pages are >= 1/4 of the file (or pressure)
+# A round that stopped at its caps with work left is followed by another this soon,
+# not after the interval: each round stays bounded, the rate follows the load.
+CATCH_UP_S = 1.0
 SIZE_CAP = "SIZE_CAP"
 DISK_PRESSURE = "DISK_PRESSURE"
 
@@ -148,6 +151,7 @@ class RetentionReport(msgspec.Struct, kw_only=True):
     started_at_ms: int
     finished_at_ms: int | None = None
     counts: dict[str, int] = {}
+    more: bool = False  # a capped pass left work for a catch-up round
 
     def add(self, key: str, n: int = 1) -> None:
         if n:
@@ -224,21 +228,25 @@ class Retention:
                             type(exc).__name__)
         return gone, removed, failed
 
-    async def _remove_files(self, paths: list[str], report: RetentionReport) -> None:
+    async def _remove_files(self, paths: list[str], report: RetentionReport) -> int:
+        """Unlink after commit; how many of these files are gone now."""
         if not paths:
-            return
+            return 0
         gone, removed, failed = await asyncio.to_thread(self._unlink, paths)
         self._done.extend(gone)
         report.add("files_removed", removed)
         report.add("files_already_gone", len(gone) - removed)
         report.add("files_failed", failed)
+        return len(gone)
 
     async def _drain(self, report: RetentionReport) -> None:
         """Files queued by an earlier round, task deletion, or before a crash."""
+        limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
-            pending = await q.pending_deletions(tx, self.profile.retention_pages
-                                                * self.profile.retention_page_size)
-        await self._remove_files(pending, report)
+            pending = await q.pending_deletions(tx, limit)
+        gone = await self._remove_files(pending, report)
+        # More queued, and progress made (files that keep failing wait for the interval).
+        report.more |= len(pending) == limit and gone > 0
 
     async def _apply_policy(self, report: RetentionReport) -> None:
         size, pages = self.profile.retention_page_size, self.profile.retention_pages
@@ -265,11 +273,14 @@ class Retention:
                     flushed += 1
                     if flushed >= pages:
                         self.task_cursor = task.num - 1  # resume with this task
+                        report.more = True
                         return
                 self.task_cursor = task.num
             if len(tasks) < size:
                 self.task_cursor = 0  # wrapped: start from the first task next round
                 break
+        else:
+            report.more = True  # task budget spent before the last task
         if victims:
             await self._delete(victims, report)
 
@@ -294,6 +305,7 @@ class Retention:
             return sizes, sum(logs.size(root, rel) for rel in active)
 
         sizes, active_bytes = await asyncio.to_thread(stat_all)
+        report.more |= len(unsized) == limit
         if sizes:
             async with self._tx() as tx:
                 await q.set_sizes(tx, sizes)
@@ -453,8 +465,9 @@ class DiskKeeper:
             self.loop.interval_s = self.profile.retention_interval_s
             self._wake_dispatcher()
 
-    async def _round(self) -> None:
-        await self.retention.round()
+    async def _round(self) -> float | None:
+        report = await self.retention.round()
+        return CATCH_UP_S if report.more else None
 
     async def report(self) -> dict[str, object]:
         self.disk.check()
