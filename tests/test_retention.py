@@ -529,7 +529,7 @@ async def test_disk_full_unlinks_finished_logs_first_and_marks_them_later(
     made = [await _run(db, conf, task) for _ in range(3)]
     active = await _run(db, conf, task, status="running")
     disk = DiskWatch({"data": conf.data_path, "logs": conf.logs_path}, low_water_mb=10,
-                     low_water_pct=0, statvfs=Full())
+                     low_water_pct=0, critical_water_mb=16, statvfs=Full())
     retention = _retention(db, conf, _profile(), disk)
 
     async def no_room(*args: object, **kw: object) -> object:
@@ -546,8 +546,10 @@ async def test_disk_full_unlinks_finished_logs_first_and_marks_them_later(
     monkeypatch.undo()
     report = await retention.round()  # room to write again: the marks follow
     assert report.counts["logs_evicted"] == 3
-    assert _rows(conf, "SELECT COUNT(*) FROM log_artifacts WHERE evicted_reason ="
-                       " 'DISK_PRESSURE'") == [(3,)]
+    # Critically full (40 KiB free): the task's newest log went too, under its own reason.
+    assert _rows(conf, "SELECT evicted_reason, COUNT(*) FROM log_artifacts WHERE"
+                       " evicted_at_ms IS NOT NULL GROUP BY 1 ORDER BY 1") \
+        == [("DISK_CRITICAL", 1), ("DISK_PRESSURE", 2)]
     assert _rows(conf, "SELECT COUNT(*) FROM file_deletions") == [(0,)]
     _no_dangling_rows(conf)
 
@@ -613,3 +615,14 @@ async def test_a_round_reports_whether_work_is_left(db: Database, conf: Settings
     reports = [await retention.round() for _ in range(3)]
     assert [r.counts.get("runs_deleted", 0) for r in reports] == [4, 4, 0]
     assert [r.more for r in reports] == [True, True, False]
+
+
+async def test_size_cap_keeps_each_tasks_newest_log(db: Database, conf: Settings) -> None:
+    task = await _task(db, keep_runs=0, keep_days=0)
+    older, newest = [await _run(db, conf, task, log_bytes=1536 * 1024) for _ in range(2)]
+    report = await _retention(db, conf, _profile(logs_cap_mb=1)).round()
+    assert not _log_file(conf, older[1]).exists()
+    # Over the cap still: the task's newest result keeps its log (only a critically
+    # full disk may take it).
+    assert _log_file(conf, newest[1]).exists()
+    assert report.deleted == {"logs": {"SIZE_CAP": 1}}
