@@ -506,12 +506,13 @@ async def journal_unsettle(tx: Tx, attempt_ids: list[str]) -> None:
 
 
 async def journal_age_out(tx: Tx, settled_before_ms: int, limit: int) -> int:
-    """Drop settled rows older than the cutoff: one bounded DELETE through the partial
-    index journal_settled, whatever the backlog; no file is looked at."""
+    """Drop settled rows older than the cutoff, at most `limit`: one DELETE walking the
+    primary key (oldest attempts first), whatever the backlog; no file is looked at.
+    No index on purpose: the journal is small once it keeps up, an index costs WAL."""
     return await tx.execute(
         "DELETE FROM receipt_journal WHERE attempt_id IN (SELECT attempt_id"
-        " FROM receipt_journal WHERE settled_at_ms IS NOT NULL AND settled_at_ms <= ?"
-        " ORDER BY settled_at_ms LIMIT ?) AND state = 'pending'", (settled_before_ms, limit))
+        " FROM receipt_journal WHERE settled_at_ms <= ? AND state = 'pending'"
+        " ORDER BY attempt_id LIMIT ?)", (settled_before_ms, limit))
 
 
 async def journal_settled_page(tx: Tx, after_id: str, limit: int) -> list[str]:

@@ -10,10 +10,11 @@ ALTER TABLE tasks ADD COLUMN keep_background INTEGER NOT NULL DEFAULT 0
 -- into the attempt's terminal state (its file is the reaper's to delete), or
 -- known never to come (the launcher is gone and no receipt was there). Such a
 -- row ages out by one bounded DELETE per supervision round (docs/storage.md);
--- NULL rows of terminal attempts still need the paged file checks.
+-- NULL rows of terminal attempts still need the paged file checks. No index:
+-- that DELETE walks the journal's primary key (the journal holds about run
+-- rate x journal retention rows), and an index on the completion path would
+-- cost ~1.5 KiB of WAL per attempt on the card (docs/performance.md).
 ALTER TABLE receipt_journal ADD COLUMN settled_at_ms INTEGER;
-CREATE INDEX journal_settled ON receipt_journal (settled_at_ms)
-    WHERE settled_at_ms IS NOT NULL;
 
 -- A third eviction reason: DISK_CRITICAL (a task's newest finished log, taken
 -- only below the critical mark). CHECK constraints cannot be altered, so the
