@@ -674,6 +674,20 @@ static pid_t scan_pid[SCAN_MAX], scan_ppid[SCAN_MAX];
 static unsigned char scan_mark[SCAN_MAX];
 static int subreaper;   /* PR_SET_CHILD_SUBREAPER took effect */
 
+/* The next space-separated decimal field of /proc/<pid>/stat (no sign there). */
+static char *next_int(char *p, pid_t *out)
+{
+    long v = 0;
+    while (*p == ' ')
+        p++;
+    if (*p < '0' || *p > '9')
+        return NULL;
+    for (; *p >= '0' && *p <= '9'; p++)
+        v = v * 10 + (*p - '0');
+    *out = (pid_t)v;
+    return p;
+}
+
 static int read_facts(int proc_fd, pid_t pid, struct proc_facts *f)
 {
     char path[32];
@@ -693,8 +707,16 @@ static int read_facts(int proc_fd, pid_t pid, struct proc_facts *f)
     p = strrchr(stat_text, ')');
     if (p == NULL)
         return -1;
+    /* no sscanf: it would pull musl's whole scanf into a launcher that waits */
+    if (p[1] != ' ' || p[2] == '\0' || p[3] != ' ')
+        return -1;
     f->pid = pid;
-    return sscanf(p + 1, " %c %d %d %d", &f->state, &f->ppid, &f->pgrp, &f->sid) == 4 ? 0 : -1;
+    f->state = p[2];
+    p += 3;
+    if ((p = next_int(p, &f->ppid)) == NULL || (p = next_int(p, &f->pgrp)) == NULL ||
+        next_int(p, &f->sid) == NULL)
+        return -1;
+    return 0;
 }
 
 /* Call fn for every process but ourselves and zombies; -1 without /proc. */
