@@ -65,11 +65,14 @@ struct options {
     char **command;           /* NULL-terminated, points into argv */
 };
 
-/* Static buffers: the launcher never touches the heap itself. */
+/* Static buffers: the launcher never touches the heap itself. Those written
+ * before the wait come first: the compiler lays them out beside libc's own
+ * (written) data, so a waiting launcher dirties as few pages as it can; the
+ * larger ones written only at the end, or with --deny or leftovers, follow. */
 static char token[TOKEN_READ_CAP + 1];
-static char receipt[RECEIPT_MAX];
 static char temp_name[UUID_LEN + 32];
 static char final_name[UUID_LEN + 8];
+static char receipt[RECEIPT_MAX];
 
 static const char usage_text[] =
     "usage: ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID\n"
