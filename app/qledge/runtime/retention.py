@@ -302,7 +302,9 @@ class Retention:
                 self.task_cursor = 0  # wrapped: start from the first task next round
                 break
         else:
-            report.more = True  # task budget spent before the last task
+            # Task budget spent before the last task: catch up only if this walk found
+            # runs to delete (many tasks with nothing to do wait for the interval).
+            report.more = bool(flushed or victims)
         if victims:
             await self._delete(victims, report)
 
