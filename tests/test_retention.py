@@ -632,7 +632,8 @@ async def test_many_tasks_with_nothing_to_delete_need_no_catch_up(
         db: Database, conf: Settings) -> None:
     for _ in range(10):
         await _run(db, conf, await _task(db, keep_runs=1))
+    await _retention(db, conf, _profile()).round()  # every log measured already
     retention = _retention(db, conf, _profile(retention_pages=1, retention_page_size=4))
     report = await retention.round()  # 4 of 10 tasks looked at, nothing to delete
-    assert report.counts.get("runs_deleted", 0) == 0
+    assert report.counts == {}
     assert report.more is False
