@@ -1176,7 +1176,8 @@ int main(int argc, char **argv)
     /* 8. end what it left running (unless the task keeps its daemons) */
     if (!o.keep_background)
         leftovers = end_leftovers(&set);
-    /* 9. publish the receipt; whatever happens, exit with the child's code */
+    /* 9. publish the receipt (the log's length is taken now, after step 8);
+     * whatever happens, exit with the child's code */
     umask(077);
     sync_log();
     if (format_receipt(&o, started, finished, exit_code, leftovers, &len) < 0)
