@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -869,6 +870,37 @@ def test_keep_background_leaves_them_running(
     wait_until(lambda: len(_marked()) == 1, what="the kept background sleep")
     time.sleep(0.3)
     assert len(_marked()) == 1
+
+
+NR_PIDFD_OPEN = 434  # the same number in every syscall table since Linux 5.3
+
+# A parent that shrugs TERM off (a handler, reset by exec) keeps a TERM-trapping
+# child that is in the task's session but is no child of the launcher's.
+_SHRUGGER = ("import signal, subprocess, sys, time; "
+             "signal.signal(signal.SIGTERM, lambda *a: None); "
+             "subprocess.Popen(['/bin/sh', '-c', sys.argv[2], sys.argv[1]]); "
+             "time.sleep(float(sys.argv[1]))")
+
+
+@pytest.mark.parametrize("refused", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
+def test_leftovers_get_term_where_pidfd_open_is_refused(
+    launcher: Launcher, attempt: Attempt, no_marked: None, refused: int
+) -> None:
+    """No pidfd_open (a kernel before 5.3: ENOSYS; a seccomp profile: EPERM, the case
+    the control plane falls back for too): a session member whose parent is alive
+    still gets TERM (a plain kill), not only KILL once it is re-parented."""
+    preexec = seccomp_errno({NR_PIDFD_OPEN: refused})
+    if preexec is None:
+        pytest.skip(f"the seccomp filter is written for x86_64 hosts, not {HOST_ARCH}")
+    ready = attempt.root / "ready"
+    inner = f"trap 'echo bye; exit 0' TERM; touch {ready}; while :; do sleep 0.01; done"
+    script = (f"{shlex.quote(sys.executable)} -c {shlex.quote(_SHRUGGER)} {MARK} "
+              f"{shlex.quote(inner)} & while [ ! -e {ready} ]; do sleep 0.01; done; exit 0")
+    assert finish(start(launcher, attempt, sh(script), preexec_fn=preexec), timeout=60) == 0
+    doc = receipt_of(attempt, leftovers=True)
+    assert isinstance(doc["leftoverProcesses"], int) and doc["leftoverProcesses"] >= 2
+    assert "bye" in attempt.log_text().split()
+    assert _marked() == []
 
 
 def test_no_leftovers_no_field(launcher: Launcher, attempt: Attempt) -> None:

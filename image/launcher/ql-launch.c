@@ -779,7 +779,9 @@ static void signal_one(int proc_fd, const struct proc_facts *f, void *arg)
         return;
     pidfd = (int)syscall(SYS_pidfd_open, f->pid, 0);
     if (pidfd < 0) {
-        if (errno == ENOSYS)   /* before Linux 5.3: the plain (racy) kill */
+        /* No pidfds (ENOSYS before Linux 5.3; EPERM from a seccomp profile, which
+         * the control plane falls back for too): the plain (racy) kill. */
+        if (errno != ESRCH)
             (void)kill(f->pid, s->sig);
         return;
     }
