@@ -6,9 +6,11 @@ Full suite (amd64 in CI): 1. kill -9 of the HTTP worker inside the container
 mid-run; 2. `docker restart` with a finished-but-unconsumed receipt and a
 still-running task (the task dies with the PID namespace → `lost`, the receipt
 → its exact exit code); 3. `docker kill` then `docker start` (volumes keep
-every run). `--smoke` (arm64 under emulation in CI): start, run, kill the
-worker, recover. `--variant node` runs the node image's JavaScript drill
-instead: a `node` script saved through the scripts API exits with a chosen code
+every run). Both modes also check that a task reaches neither the admin token
+(PID 1's and the worker's environment, the handed-over file) nor the database.
+`--smoke` (arm64 under emulation in CI): start, run, kill the worker, recover.
+`--variant node` runs the node image's JavaScript drill instead of the worker
+kill: a `node` script saved through the scripts API exits with a chosen code
 across a kill -9 of the worker, `node -e` reads values set through qledge's
 envs, npm packs and installs a package offline into the work volume. Prints a
 JSON summary; exit 1 on any broken invariant. Only the image's API,
@@ -63,7 +65,7 @@ class Box:
         sh("run", "-d", "--name", self.name, "--platform", self.platform,
            "-p", f"127.0.0.1:{self.port}:5700",
            "-e", f"QLEDGE_ADMIN_TOKEN={TOKEN}", "-e", "QLEDGE_ROUND_INTERVAL_S=1",
-           "-e", "QLEDGE_PUBLISH_GRACE_MS=200",
+           "-e", "QLEDGE_PUBLISH_GRACE_MS=200", "--pids-limit", "512",
            *(a for v in ("data", "receipts", "logs")
              for a in ("-v", f"{self.name}-{v}:/var/lib/qledge/{v}")),
            self.image)
@@ -179,6 +181,42 @@ def drill_worker_kill(box: Box, tally: Tally, lines: int) -> None:
         log = box.api("GET", f"/runs/{run_id}/log").text
         assert log == "".join(f"line {i}\n" for i in range(1, lines + 1)), "log gap/dup"
     tally.drills.append("worker_kill_mid_run")
+
+
+SECRET_PROBES = {
+    # PID 1 (supervisord) runs as the tasks' uid: its environ must not hold the token.
+    # ... and it is readable (same uid): the file it was handed over in is named there.
+    "pid1_token": "tr '\\0' '\\n' </proc/1/environ | grep -q '^QLEDGE_ADMIN_TOKEN='",
+    "pid1_token_file": "tr '\\0' '\\n' </proc/1/environ | grep -q '^QLEDGE_ADMIN_TOKEN_FILE='",
+    "worker_environ": "head -c 1 /proc/$W/environ",
+    "token_file": "cat /run/qledge/admin.token",
+    "database": "head -c 16 /var/lib/qledge/data/qledge.sqlite3",
+    "work_dir": "echo hi >/var/lib/qledge/work/probe && rm /var/lib/qledge/work/probe",
+    "tmp": "t=$(mktemp) && rm $t",
+}
+
+
+def drill_secrets(box: Box, tally: Tally) -> None:
+    """A task (the qledge uid) reaches neither the admin token nor the database."""
+    isolation = box.api("GET", "/system").json()["task_isolation"]
+    assert isolation["mode"] == "auto", isolation
+    script = "; ".join(f"if {cmd} >/dev/null 2>&1; then echo {k}=ok; else echo {k}=no; fi"
+                       for k, cmd in SECRET_PROBES.items())
+    r = box.api("POST", "/tasks", json={"name": "secrets", "command": script,
+                                        "env": {"W": str(box.worker_pid())}})
+    assert r.status_code == 201, r.text
+    run_id = box.trigger(str(r.json()["id"]))
+    box.wait(run_id)
+    tally.check(box, run_id, status="succeeded", exit_code=0)
+    log = box.api("GET", f"/runs/{run_id}/log").text
+    got = dict(line.split("=", 1) for line in log.split() if "=" in line)
+    # Without Landlock (a seccomp profile refusing it) the files are within reach;
+    # the environments never are.
+    confined = "no" if isolation["effective"] else "ok"
+    assert got == {"pid1_token": "no", "pid1_token_file": "ok", "worker_environ": "no",
+                   "token_file": confined,
+                   "database": confined, "work_dir": "ok", "tmp": "ok"}, (got, isolation)
+    tally.drills.append("secrets_out_of_reach")
 
 
 def drill_docker_restart(box: Box, tally: Tally) -> None:
@@ -309,6 +347,7 @@ def main() -> int:
             drill_node(box, tally, lines=100)
         else:
             drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
+        drill_secrets(box, tally)
         if not args.smoke and args.variant == "default":
             drill_docker_restart(box, tally)
             drill_docker_kill(box, tally)
