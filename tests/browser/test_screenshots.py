@@ -4,6 +4,7 @@ tasks and runs. Also checks that no page scrolls sideways on a phone."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -142,6 +143,27 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "timed_out")
     expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
     shoot(page, "run-timed-out")
+
+    # a log cut short by a power loss (the file truncated after the run, as a cut leaves it)
+    export = api_task(appliance, name="export-csv", command='for i in $(seq 1 40); do echo '
+                      '"[export] row $i written"; done; echo "[export] done"')
+    cut = _wait_terminal(appliance, _run(appliance, export))
+    attempt = str(cut["attempts"][-1]["id"])  # type: ignore[index]
+    os.truncate(appliance.state / "logs" / attempt[-2:] / f"{attempt}.log", 230)
+    page.goto(f"/#/runs/{cut['id']}")
+    expect(page.locator("#log-note")).to_contain_text("power loss")
+    shoot(page, "run-log-truncated")
+
+    # a task that replaced its own log with a FIFO: why the log cannot be shown
+    piped = api_task(appliance, name="log-to-pipe", command='L=$(readlink /proc/$$/fd/1); '
+                     'rm "$L"; mkfifo "$L"; sleep 300')
+    pipe_run = _run(appliance, piped)
+    page.goto(f"/#/runs/{pipe_run}")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "error")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+    shoot(page, "run-log-unreadable")
+    assert appliance.api("POST", f"/runs/{pipe_run}/cancel").status_code == 202
+    _wait_terminal(appliance, pipe_run)
 
     page.get_by_role("navigation").get_by_role("link", name="Envs").click()
     row = page.locator("tr[data-env-name='WEATHER_API_KEY']")

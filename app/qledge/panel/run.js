@@ -167,6 +167,12 @@
       fill(summary, ...summaryView(r, taskName, now));
       fill(timeline, ...timelineItems(r, events));
       fill(attempts, attemptsView(r, now));
+      // the log of the latest attempt (the one the stream follows) against its length at
+      // exit; null = the file could not be looked at just now: leave the note as it is
+      const last = r.attempts[r.attempts.length - 1];
+      if (last && last.log_truncated != null) {
+        log.truncated(last.log_truncated, last.log_size, last.log_bytes_at_exit);
+      }
     }
 
     // Polls the run and its events every 2 s while it is active (backing off while the

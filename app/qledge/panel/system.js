@@ -22,28 +22,57 @@
         : h('p', { class: 'muted small' }, t('system.nothing')));
   }
 
-  function volumesView(volumes) {
+  // A volume whose filesystem reports no size (no statfs) has unknown free space, not
+  // zero: no bar, the words, and what the guard does about it (docs/retention.md).
+  function unknownVolume(v, guard) {
+    const key = 'system.guard.' + guard;
+    return [h('div', { class: 'small', 'data-role': 'free-unknown' }, t('system.freeUnknown')),
+      h('div', { class: 'small muted', 'data-role': 'guard' },
+        t(key) === key ? t('system.guard', { mode: guard || '—' }) : t(key))];
+  }
+
+  function volumesView(volumes, pressure) {
     const list = Array.isArray(volumes) ? volumes
       : Object.entries(volumes).map(([name, v]) => ({ name, ...(typeof v === 'object' && v ? v : {}) }));
     return h('div', { class: 'volumes' }, list.map((v) => {
+      const known = v.free_space_known !== false;
       const total = v.total_bytes;
       const free = v.free_bytes;
       const used = v.used_bytes ?? (total != null && free != null ? total - free : null);
       const pct = total ? Math.round((100 * used) / total) : null;
-      return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name },
+      return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
+        'data-free': known ? 'known' : 'unknown' },
         h('div', { class: 'vol-head' }, h('strong', null, v.name || '?'),
-          v.pressure ? h('span', { class: 'badge badge-timed_out' }, t('system.lowSpace')) : null),
-        pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
-          'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
-        h('div', { class: 'small' }, [
-          used != null ? t('system.used', { n: fmtBytes(used) }) : null,
-          free != null ? t('system.free', { n: fmtBytes(free) }) : null,
-          total != null ? t('system.total', { n: fmtBytes(total) }) : null,
-          pct != null ? `${pct}%` : null,
-          v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) }) : null,
-        ].filter(Boolean).join(' · ')),
+          v.pressure ? h('span', { class: 'badge badge-timed_out' },
+            t(known ? 'system.lowSpace' : 'system.heldUnknown')) : null),
+        known ? [
+          pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
+            'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
+          h('div', { class: 'small' }, [
+            used != null ? t('system.used', { n: fmtBytes(used) }) : null,
+            free != null ? t('system.free', { n: fmtBytes(free) }) : null,
+            total != null ? t('system.total', { n: fmtBytes(total) }) : null,
+            pct != null ? `${pct}%` : null,
+            v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) })
+              : null,
+          ].filter(Boolean).join(' · '))] : unknownVolume(v, pressure && pressure.guard_unknown),
         v.error ? h('div', { class: 'field-error small' }, String(v.error)) : null);
     }));
+  }
+
+  function pressureAlert(p) {
+    if (!p || p.state !== 'pressure') return null;
+    const text = p.reason === 'DISK_FREE_UNKNOWN'
+      ? t('system.pressureUnknown', { volumes: (p.volumes || []).join(', ') })
+      : t('system.pressure', { reason: p.reason || '' });
+    return h('div', { class: 'alert warn', role: 'status', id: 'sys-pressure' }, text);
+  }
+
+  // The bounded pool that reads log files (launch/fileio.py): a stuck filesystem shows
+  // as busy threads and timeouts here, not as a stuck worker.
+  function fileReads(f) {
+    return f ? h('span', { id: 'sys-file-reads', class: f.timeouts ? 'warn-text' : null },
+      t('system.fileReadsVal', f)) : '—';
   }
 
   function viewSystem(main, alive) {
@@ -69,6 +98,7 @@
             [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],
             [t('system.watched'), String(s.watched_attempts ?? '—')],
             [t('system.streams'), String(s.log_streams ?? '—')],
+            [t('system.fileReads'), fileReads(s.file_reads)],
             [t('system.rounds'), String(s.rounds ?? '—')]])),
         h('section', { class: 'card', 'aria-labelledby': 'sys-h2' },
           h('h2', { id: 'sys-h2' }, t('system.journal')),
@@ -81,10 +111,8 @@
           h('p', { class: 'muted small' }, t('system.journalHelp'))),
         s.volumes ? h('section', { class: 'card', 'aria-labelledby': 'sys-h5' },
           h('h2', { id: 'sys-h5' }, t('system.volumes')),
-          s.pressure && s.pressure.state === 'pressure'
-            ? h('div', { class: 'alert warn', role: 'status' }, t('system.pressure',
-              { reason: s.pressure.reason || '' })) : null,
-          volumesView(s.volumes),
+          pressureAlert(s.pressure),
+          volumesView(s.volumes, s.pressure),
           s.retention && s.retention.logs_total_bytes != null
             ? h('p', { class: 'small muted' }, t('system.logsUse', {
               n: fmtBytes(s.retention.logs_total_bytes),
