@@ -209,3 +209,23 @@ def test_every_log_read_error_and_file_kind_has_words() -> None:
     en = _i18n_keys("en")
     assert {f"log.err.{c}" for c in codes} <= en, {f"log.err.{c}" for c in codes} - en
     assert {f"kind.{k}" for k in kinds} <= en, {f"kind.{k}" for k in kinds} - en
+
+
+def test_every_deletion_reason_and_isolation_mode_has_words() -> None:
+    """The System page's deletions by kind and reason (the zero-filled shape of
+    /api/v1/system) and the warning for each task_isolation mode are in words; an
+    evicted log's reason (DISK_CRITICAL…) reads the same on the run page."""
+    import typing
+
+    from qledge.runtime.retention import _by_reason
+    from qledge.settings import Settings
+
+    en = _i18n_keys("en")
+    shape = _by_reason({})
+    assert {"DISK_CRITICAL", "DISK_PRESSURE", "SIZE_CAP"} <= set(shape["logs"])
+    assert {f"system.del.{kind}" for kind in shape} <= en
+    assert {f"evict.{why}" for reasons in shape.values() for why in reasons} <= en
+    modes = typing.get_args(typing.get_type_hints(Settings, include_extras=True)
+                            ["task_isolation"])
+    assert set(modes) == {"auto", "required", "off"}
+    assert {f"system.iso.{mode}" for mode in modes} <= en

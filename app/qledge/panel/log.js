@@ -1,7 +1,7 @@
 /* qledge panel: the live log of a run and its download (run.js shows the section). */
 'use strict';
 (() => {
-  const { t, statusLabel, h, fill, btn, notify, api, q, onLeave } = window.QLEDGE;
+  const { t, words, statusLabel, h, fill, btn, notify, api, q, onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
   /* The log card of a run page: state, download, why the log cannot be read, a power
@@ -112,7 +112,7 @@
       source.addEventListener('evicted', (ev) => {
         // retention deleted the log file; the run itself is kept (docs/retention.md)
         const info = JSON.parse(ev.data);
-        trimmedNote.textContent = t('log.evicted', { reason: info.reason || '' });
+        trimmedNote.textContent = t('log.evicted', { reason: words('evict.', info.reason || '') });
         trimmedNote.hidden = false;
         section.dataset.evicted = 'true';
       });

@@ -1,7 +1,7 @@
 /* qledge panel: the appliance's health (#/system). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
+  const { t, words, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
     failBox } = window.QLEDGE;
 
   function countsTable(report) {
@@ -43,8 +43,9 @@
       return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
         'data-free': known ? 'known' : 'unknown' },
         h('div', { class: 'vol-head' }, h('strong', null, v.name || '?'),
-          v.pressure ? h('span', { class: 'badge badge-timed_out' },
-            t(known ? 'system.lowSpace' : 'system.heldUnknown')) : null),
+          v.pressure || v.critical ? h('span', { class: 'badge badge-timed_out' },
+            t(v.critical ? 'system.critical' : known ? 'system.lowSpace' : 'system.heldUnknown'))
+            : null),
         known ? [
           pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
             'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
@@ -55,6 +56,7 @@
             pct != null ? `${pct}%` : null,
             v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) })
               : null,
+            v.critical_bytes ? t('system.criticalMark', { n: fmtBytes(v.critical_bytes) }) : null,
           ].filter(Boolean).join(' · '))] : unknownVolume(v, pressure && pressure.guard_unknown),
         v.error ? h('div', { class: 'field-error small' }, String(v.error)) : null);
     }));
@@ -73,6 +75,41 @@
   function fileReads(f) {
     return f ? h('span', { id: 'sys-file-reads', class: f.timeouts ? 'warn-text' : null },
       t('system.fileReadsVal', f)) : '—';
+  }
+
+  // What keeps tasks away from the database and the admin token (docs/security.md); a
+  // warning whenever it is not in effect.
+  function isolationView(iso) {
+    return h('section', { class: 'card', 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
+      'data-effective': String(!!iso.effective) },
+    h('h2', { id: 'sys-h6' }, t('system.isolation')),
+    iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
+      role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
+    dl([[t('system.isoMode'), h('code', null, iso.mode)],
+      [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
+      [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
+      iso.reason ? [t('system.isoReason'), iso.reason] : null,
+      [t('system.isoProtected'), h('ul', { class: 'plain', id: 'sys-iso-protected' },
+        (iso.protected || []).map((d) => h('li', null, h('code', { class: 'wrap' }, d))))]]),
+    iso.effective ? h('p', { class: 'muted small' }, t('system.isoHelp')) : null);
+  }
+
+  // What retention deleted, by kind and reason: the last round and since the worker started.
+  function deletionsView(r) {
+    const total = r.deleted_since_start;
+    if (!total) return null;
+    const last = (r.last_round && r.last_round.deleted) || {};
+    const cols = [t('system.delWhat'), t('system.delWhy'), t('system.delLast'),
+      t('system.delTotal')];
+    return [h('h3', null, t('system.deleted')), h('table', { class: 'grid compact',
+      id: 'sys-deleted' },
+    h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', null, Object.entries(total).flatMap(([kind, reasons]) =>
+      Object.entries(reasons).map(([why, n]) => h('tr', { 'data-reason': why },
+        h('td', { 'data-label': cols[0] }, words('system.del.', kind)),
+        h('td', { 'data-label': cols[1] }, words('evict.', why)),
+        h('td', { 'data-label': cols[2] }, String((last[kind] || {})[why] ?? '—')),
+        h('td', { 'data-label': cols[3] }, String(n)))))))];
   }
 
   function viewSystem(main, alive) {
@@ -100,12 +137,14 @@
             [t('system.streams'), String(s.log_streams ?? '—')],
             [t('system.fileReads'), fileReads(s.file_reads)],
             [t('system.rounds'), String(s.rounds ?? '—')]])),
+        s.task_isolation ? isolationView(s.task_isolation) : null,
         h('section', { class: 'card', 'aria-labelledby': 'sys-h2' },
           h('h2', { id: 'sys-h2' }, t('system.journal')),
           h('div', { class: 'stats' },
             stat(t('system.backlog'), s.journal_backlog, 'backlog'),
             stat(t('system.active'), j.active ?? 0, 'active'),
             stat(t('system.terminal'), j.terminal ?? 0, 'terminal'),
+            j.settled != null ? stat(t('system.settled'), j.settled, 'settled') : null,
             stat(t('system.quarantined'), j.quarantined ?? 0, 'quarantined',
               (j.quarantined || 0) > 0)),
           h('p', { class: 'muted small' }, t('system.journalHelp'))),
@@ -117,7 +156,10 @@
             ? h('p', { class: 'small muted' }, t('system.logsUse', {
               n: fmtBytes(s.retention.logs_total_bytes),
               cap: s.retention.logs_cap_bytes ? fmtBytes(s.retention.logs_cap_bytes) : '—',
-              runs: s.retention.runs_kept ?? '—' })) : null) : null,
+              runs: s.retention.runs_kept ?? '—' })) : null,
+          s.retention && s.retention.policy ? h('p', { class: 'small muted', id: 'sys-policy' },
+            t('system.policy', s.retention.policy)) : null,
+          s.retention ? deletionsView(s.retention) : null) : null,
         h('section', { class: 'card', 'aria-labelledby': 'sys-h3' },
           h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
         h('section', { class: 'card', 'aria-labelledby': 'sys-h4' },
