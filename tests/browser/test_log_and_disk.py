@@ -1,8 +1,8 @@
 """The panel when a log cannot be read or is incomplete, and when a volume's free space
 is unknown — each under the real condition: a task that replaces its log with a FIFO
-or a directory, a log cut short after the run (what a power cut leaves), a logs volume
-on a FUSE filesystem whose daemon is stopped (a hung filesystem), and one without
-statfs (no size at all)."""
+or a directory (task isolation off), a log cut short after the run (what a power cut
+leaves), a log on a FUSE filesystem whose daemon is stopped (a hung filesystem), and a
+logs volume on FUSE without statfs (no size at all)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,22 +42,43 @@ def _wait_run(app: Appliance, run_id: str, want: set[str],
         time.sleep(0.05)
 
 
+def _sign_in_at(page: Page, app: Appliance) -> None:
+    page.goto(f"http://127.0.0.1:{app.port}/")
+    page.get_by_label("Admin token").fill(ADMIN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+
+
 def _log_file(logs: Path, run: dict[str, object]) -> Path:
     attempt = str(run["attempts"][-1]["id"])  # type: ignore[index]
     return logs / attempt[-2:] / f"{attempt}.log"
 
 
+@pytest.fixture(scope="module")
+def unconfined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    """Task isolation off: with Landlock in effect a task cannot touch the logs dir, so
+    only where isolation is not in effect (off, or `auto` on a kernel without Landlock)
+    can a task replace its own log (docs/security.md)."""
+    app = Appliance(tmp_path_factory.mktemp("unconfined") / "state", free_port(),
+                    task_isolation="off", **FAST)
+    try:
+        app.start(timeout=60)
+        yield app
+    finally:
+        app.stop()
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 def test_a_log_replaced_by_a_special_file_is_explained_and_not_reopened(
-        watched: Watched, appliance: Appliance, kind: str) -> None:
-    page = watched.page
+        watched: Watched, unconfined: Appliance, kind: str) -> None:
+    page, appliance = watched.page, unconfined
     then = "sleep 120" if kind == "fifo" else "true"  # a FIFO run goes on; the other ends
     task = api_task(appliance, name=f"swaps-{kind}",
                     command=SWAP.format(make=MAKERS[kind], then=then))
     run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
     try:
-        sign_in(page)
-        page.goto(f"/#/runs/{run_id}")
+        _sign_in_at(page, appliance)
+        page.goto(f"http://127.0.0.1:{appliance.port}/#/runs/{run_id}")
         state = page.locator("#log-state")
         problem = page.locator("#log-problem")
         expect(state).to_have_attribute("data-state", "error")
@@ -69,6 +91,8 @@ def test_a_log_replaced_by_a_special_file_is_explained_and_not_reopened(
             f"the log path holds a {kind}, not a regular file")
         expect(problem).to_have_attribute("data-error", "LOG_NOT_REGULAR_FILE")
         expect(page.locator("#run-status .badge")).to_have_attribute("data-status", status)
+        if kind == "fifo":
+            shoot(page, "run-log-unreadable")
         # the end was final: no second ticket, no second stream, while the page stays open
         time.sleep(2.5)
         streams = [u for u in watched.urls if f"/runs/{run_id}/log/stream" in u]
@@ -137,13 +161,6 @@ def _fuse_or_skip() -> None:
     why = available()
     if why:
         unavailable(f"a FUSE filesystem: {why}")
-
-
-def _sign_in_at(page: Page, app: Appliance) -> None:
-    page.goto(f"http://127.0.0.1:{app.port}/")
-    page.get_by_label("Admin token").fill(ADMIN)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
 
 
 def test_a_hung_log_filesystem_times_out_in_words(page: Page, tmp_path: Path) -> None:
