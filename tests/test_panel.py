@@ -186,10 +186,46 @@ def emitted_event_types() -> set[str]:
 
 
 def test_every_event_type_the_backend_emits_has_words() -> None:
-    from qledge.runtime.diskwatch import REASON
+    from qledge.runtime.diskwatch import REASON, REASON_UNKNOWN
 
     types = emitted_event_types()
     assert {"run.created", "run.finished", "run.held", "attempt.signal_sent"} <= types
     handled = set(re.findall(r"case '([a-z_.]+)':", (PANEL / "run.js").read_text("utf-8")))
     assert types <= handled, f"no words for {types - handled} (falls back to raw JSON)"
-    assert f"held.{REASON}" in _i18n_keys("en")
+    assert {f"held.{REASON}", f"held.{REASON_UNKNOWN}"} <= _i18n_keys("en")
+
+
+def test_every_log_read_error_and_file_kind_has_words() -> None:
+    """The `error` codes of a log read or stream (docs/api.md) and the `kind` of a file that
+    replaced a log (launch/logs.py) are shown in words, never as raw codes."""
+    app = Path(panel.__file__).resolve().parents[1]
+    codes = set(re.findall(r'"(LOG_[A-Z_]+)"', "".join(
+        p.read_text("utf-8") for p in (app / "http").glob("*.py"))))
+    assert {"LOG_NOT_REGULAR_FILE", "LOG_READ_TIMEOUT", "LOG_READ_BUSY"} <= codes
+    source = (app / "launch" / "logs.py").read_text("utf-8")
+    kind_fn = source[source.index("def _kind("):]
+    kinds = set(re.findall(r'return "([a-z]+)"', kind_fn[:kind_fn.index("\n\n\n")]))
+    assert {"fifo", "symlink", "directory", "socket", "device"} <= kinds
+    en = _i18n_keys("en")
+    assert {f"log.err.{c}" for c in codes} <= en, {f"log.err.{c}" for c in codes} - en
+    assert {f"kind.{k}" for k in kinds} <= en, {f"kind.{k}" for k in kinds} - en
+
+
+def test_every_deletion_reason_and_isolation_mode_has_words() -> None:
+    """The System page's deletions by kind and reason (the zero-filled shape of
+    /api/v1/system) and the warning for each task_isolation mode are in words; an
+    evicted log's reason (DISK_CRITICAL…) reads the same on the run page."""
+    import typing
+
+    from qledge.runtime.retention import _by_reason
+    from qledge.settings import Settings
+
+    en = _i18n_keys("en")
+    shape = _by_reason({})
+    assert {"DISK_CRITICAL", "DISK_PRESSURE", "SIZE_CAP"} <= set(shape["logs"])
+    assert {f"system.del.{kind}" for kind in shape} <= en
+    assert {f"evict.{why}" for reasons in shape.values() for why in reasons} <= en
+    modes = typing.get_args(typing.get_type_hints(Settings, include_extras=True)
+                            ["task_isolation"])
+    assert set(modes) == {"auto", "required", "off"}
+    assert {f"system.iso.{mode}" for mode in modes} <= en

@@ -371,7 +371,8 @@ EVENT_SAMPLES: dict[str, dict[str, object]] = {
     "run.cancel_requested": {"reason": "timeout"},
     "attempt.signal_sent": {"signal": "SIGTERM", "epoch": 3},
     "attempt.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
-    "run.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED"},
+    "run.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED",
+                     "leftover_processes": 3},
     "run.held": {"reason": "DISK_PRESSURE", "volumes": "logs"},
 }
 
@@ -391,6 +392,7 @@ def test_every_event_type_reads_as_words_in_english_and_chinese(page: Page) -> N
     assert all(re.search(r"[\u4e00-\u9fff]", text) for text in texts["zh"].values()), texts["zh"]
     assert "logs" in texts["en"]["run.held"] and "disk" in texts["en"]["run.held"]
     assert "still queued" in texts["en"]["schedule.skipped"]
+    assert texts["en"]["run.finished"].endswith(" · ended 3 leftover processes")
 
 
 def test_a_run_held_for_low_disk_space_says_why(page: Page, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ tasks and runs. Also checks that no page scrolls sideways on a phone."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -142,6 +143,16 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "timed_out")
     expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
     shoot(page, "run-timed-out")
+
+    # a log cut short by a power loss (the file truncated after the run, as a cut leaves it)
+    export = api_task(appliance, name="export-csv", command='for i in $(seq 1 40); do echo '
+                      '"[export] row $i written"; done; echo "[export] done"')
+    cut = _wait_terminal(appliance, _run(appliance, export))
+    attempt = str(cut["attempts"][-1]["id"])  # type: ignore[index]
+    os.truncate(appliance.state / "logs" / attempt[-2:] / f"{attempt}.log", 230)
+    page.goto(f"/#/runs/{cut['id']}")
+    expect(page.locator("#log-note")).to_contain_text("power loss")
+    shoot(page, "run-log-truncated")
 
     page.get_by_role("navigation").get_by_role("link", name="Envs").click()
     row = page.locator("tr[data-env-name='WEATHER_API_KEY']")

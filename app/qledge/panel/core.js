@@ -42,6 +42,12 @@ window.QLEDGE = (() => {
     if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (vars[k] ?? m));
     return s;
   }
+  // The words for a code (the string `prefix + code`), else the code itself.
+  function words(prefix, code) {
+    const key = prefix + code;
+    const text = t(key);
+    return text === key ? String(code) : text;
+  }
   const locale = () => (lang === 'zh' ? 'zh-CN' : 'en-GB');
   const statusLabel = (s) => t('status.' + s);
 
@@ -344,7 +350,7 @@ window.QLEDGE = (() => {
   document.addEventListener('DOMContentLoaded', start);
 
   return {
-    pages, t, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
+    pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
     h, append, clear, fill, nextId, badge, btn, field, actionsCell, dl, notify, confirmDialog,
     ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
   };

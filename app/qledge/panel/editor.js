@@ -131,7 +131,7 @@
 
   function buildTaskForm(box, task, alive, prefill) {
     const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
-      enabled: true, concurrency: 'forbid', labels: [], ...prefill };
+      enabled: true, concurrency: 'forbid', labels: [], keep_background: false, ...prefill };
     const f = {
       name: h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
         maxlength: 200, autocomplete: 'off' }),
@@ -145,6 +145,8 @@
         h('option', { value: 'forbid', selected: v.concurrency === 'forbid' }, t('editor.forbid')),
         h('option', { value: 'allow', selected: v.concurrency === 'allow' }, t('editor.allow'))),
       enabled: h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled }),
+      keepBackground: h('input', { id: 'f-keep-bg', type: 'checkbox',
+        checked: !!v.keep_background, 'aria-describedby': 'f-keep-bg-help' }),
       labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
         autocomplete: 'off' }),
     };
@@ -169,6 +171,11 @@
       h('div', { class: 'field check', 'data-field': 'enabled' }, f.enabled,
         h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
         h('p', { class: 'field-error', id: 'f-enabled-err', hidden: true })),
+      // off: what the command leaves running is ended at its exit and counted (docs/tasks.md)
+      h('div', { class: 'field check', 'data-field': 'keep_background' }, f.keepBackground,
+        h('label', { htmlFor: 'f-keep-bg' }, t('editor.keepBackground')),
+        h('p', { class: 'help', id: 'f-keep-bg-help' }, t('editor.keepBackgroundHelp')),
+        h('p', { class: 'field-error', id: 'f-keep-bg-err', hidden: true })),
       h('div', { class: 'actions' }, submit,
         h('a', { class: 'btn ghost', href: '#/tasks' }, t('common.cancel'))));
     box.append(form);
@@ -217,6 +224,7 @@
           timeout_s: tv ? Number(tv) : null,
           env: Object.fromEntries(envs.entries().map((x) => [x.key, x.value])),
           enabled: f.enabled.checked, concurrency: f.concurrency.value,
+          keep_background: f.keepBackground.checked,
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
         };
         if (task) await api('PUT', `/tasks/${encodeURIComponent(task.id)}`, body);

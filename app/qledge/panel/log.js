@@ -1,31 +1,55 @@
 /* qledge panel: the live log of a run and its download (run.js shows the section). */
 'use strict';
 (() => {
-  const { t, statusLabel, h, btn, notify, api, q, onLeave } = window.QLEDGE;
+  const { t, words, statusLabel, h, fill, btn, notify, api, q, onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
-  /* The log card of a run page: state, download, the log itself. `start` follows the
-   * stream until it ends (then calls onEnd) or the page is left. */
+  /* The log card of a run page: state, download, why the log cannot be read, a power
+   * loss note, the log itself. `start` follows the stream until it ends (then calls onEnd)
+   * or the page is left; `truncated(on, size, expected)` shows or hides the power loss note. */
   function logSection(runId) {
     const stateEl = h('span', { class: 'log-state', id: 'log-state', 'data-state': 'connecting' },
       t('log.connecting'));
     const pre = h('pre', { class: 'log', id: 'log', role: 'log', tabIndex: 0,
       'aria-labelledby': 'log-h', 'aria-live': 'off' });
     const trimmed = h('p', { class: 'muted small', hidden: true }, t('log.trimmed'));
-    const download = btn(t('log.download'), () => downloadLog(runId, download), 'small ghost',
-      { 'data-action': 'download' });
+    const problem = h('div', { class: 'alert error', id: 'log-problem', role: 'alert',
+      hidden: true });
+    const note = h('p', { class: 'alert warn', id: 'log-note', hidden: true });
+    const download = btn(t('log.download'), () => downloadLog(runId, download, problem),
+      'small ghost', { 'data-action': 'download' });
     const el = h('section', { class: 'card', id: 'log-section', 'data-reconnects': '0' },
       h('div', { class: 'section-head' }, h('h2', { id: 'log-h' }, t('log.title')), stateEl,
         download),
-      trimmed, pre);
-    return { el, start: (alive, onEnd) => follow(runId, pre, stateEl, el, trimmed, alive, onEnd) };
+      problem, note, trimmed, pre);
+    const truncated = (on, size, expected) => {
+      note.textContent = on ? t('log.truncated', { n: size, m: expected }) : '';
+      note.hidden = !on;
+    };
+    return { el, truncated,
+      start: (alive, onEnd) => follow(runId, pre, stateEl, el, trimmed, problem, truncated,
+        alive, onEnd) };
+  }
+
+  /* A log the API cannot read (docs/api.md): the task replaced its file, or the file pool
+   * gave up on a stuck filesystem. Words for the code, the API's own message under them. */
+  function showProblem(box, code, kind, message, from) {
+    const kindKey = 'kind.' + kind;
+    const key = 'log.err.' + code;
+    let text = t(key, { kind: t(kindKey) === kindKey ? kind || '?' : t(kindKey) });
+    if (text === key) text = message || code;
+    fill(box, h('p', null, text), message && message !== text
+      ? h('p', { class: 'small', 'data-role': 'api-message' }, message) : null);
+    box.dataset.error = code;
+    box.dataset.from = from;
+    box.hidden = false;
   }
 
   /* The live log. EventSource would reconnect on its own, but with the same URL —
    * whose ticket is already spent — so errors are handled here: close, back off, get a
    * new ticket and reopen from the last offset we hold (the `id` of the last `log`
    * event = the next byte offset), so nothing is shown twice or skipped. */
-  function follow(runId, pre, stateEl, section, trimmedNote, alive, onEnd) {
+  function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, alive, onEnd) {
     let offset = 0;
     let es = null;
     let done = false;
@@ -88,7 +112,7 @@
       source.addEventListener('evicted', (ev) => {
         // retention deleted the log file; the run itself is kept (docs/retention.md)
         const info = JSON.parse(ev.data);
-        trimmedNote.textContent = t('log.evicted', { reason: info.reason || '' });
+        trimmedNote.textContent = t('log.evicted', { reason: words('evict.', info.reason || '') });
         trimmedNote.hidden = false;
         section.dataset.evicted = 'true';
       });
@@ -97,7 +121,18 @@
         es = null;
         done = true;
         const end = JSON.parse(ev.data);
-        setState('ended', t('log.ended', { status: statusLabel(end.status) }));
+        if (end.error) {
+          // the log cannot be read (a FIFO in its place, a stuck filesystem): reconnecting
+          // would only end the same way, so the stream stays closed (docs/api.md)
+          setState('error', t('log.stopped', { status: statusLabel(end.status) }));
+          showProblem(problem, end.error, end.kind, end.message, 'stream');
+        } else {
+          // shorter than at exit: a power loss took the tail (null: unknown right now)
+          const cut = end.log_truncated === true;
+          setState('ended', t(cut ? 'log.endedCut' : 'log.ended',
+            { status: statusLabel(end.status) }));
+          if (cut) truncated(true, offset, end.log_bytes_at_exit);
+        }
         onEnd(end);
       });
       source.onerror = () => {
@@ -112,8 +147,9 @@
     open();
   }
 
-  async function downloadLog(runId, button) {
+  async function downloadLog(runId, button, problem) {
     button.disabled = true;
+    if (problem.dataset.from === 'download') problem.hidden = true;
     try {
       const parts = [];
       let offset = 0;
@@ -132,7 +168,13 @@
       a.remove();
       setTimeout(() => URL.revokeObjectURL(url), 10000);
     } catch (e) {
-      notify(e.message, 'error');
+      // 409 LOG_NOT_REGULAR_FILE, 410 LOG_EVICTED, 503 LOG_READ_TIMEOUT / LOG_READ_BUSY:
+      // said in the log card, where it stays (a toast would be gone in 6 s)
+      if (e.code.startsWith('LOG_')) {
+        showProblem(problem, e.code, e.body.kind, e.message, 'download');
+      } else {
+        notify(e.message, 'error');
+      }
     } finally {
       button.disabled = false;
     }

@@ -16,15 +16,23 @@
       case 'run.cancel_requested': return t('ev.cancelRequested', { reason: t('cancel.' + d.reason) });
       case 'attempt.signal_sent': return t('ev.signal', { signal: d.signal, epoch: d.epoch });
       case 'attempt.finished': return t('ev.attemptFinished', { status: statusLabel(d.status) }) +
-        (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
+        finishFacts(d);
       case 'run.finished': return t('ev.finished', { status: statusLabel(d.status) }) +
-        (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '');
+        finishFacts(d);
       case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
         : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
       case 'run.held': return t('ev.held', { why: heldText(d) });
       default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
     }
   }
+
+  // After a finish: its exit code, and how many processes the command left running that
+  // the launcher ended (`leftover_processes`, absent when none; docs/tasks.md).
+  function finishFacts(d) {
+    return (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '') +
+      (d.leftover_processes ? ' · ' + leftoverText(d.leftover_processes) : '');
+  }
+  const leftoverText = (n) => t(n === 1 ? 'ev.leftover1' : 'ev.leftover', { n });
 
   // Why a queued run was held back (docs/retention.md: disk pressure).
   function heldText(d) {
@@ -41,8 +49,10 @@
   }
 
   // The summary card: status, exit code, reason, times and durations.
-  function summaryView(r, taskName, now) {
+  function summaryView(r, taskName, now, events) {
     const reason = reasonText(r.reason_code);
+    const fin = events.find((ev) => ev.type === 'run.finished');
+    const leftover = fin && fin.data && fin.data.leftover_processes;
     return [
       h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')),
       h('div', { class: 'status-line' }, h('span', { id: 'run-status' }, badge(r.status)),
@@ -64,6 +74,8 @@
           ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
           : '—'],
         r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
+        leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
+          : null,
       ]),
     ];
   }
@@ -164,9 +176,15 @@
       cancelBtn.disabled = r.cancel_reason != null;
       cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
       const now = Date.now();
-      fill(summary, ...summaryView(r, taskName, now));
+      fill(summary, ...summaryView(r, taskName, now, events));
       fill(timeline, ...timelineItems(r, events));
       fill(attempts, attemptsView(r, now));
+      // the log of the latest attempt (the one the stream follows) against its length at
+      // exit; null = the file could not be looked at just now: leave the note as it is
+      const last = r.attempts[r.attempts.length - 1];
+      if (last && last.log_truncated != null) {
+        log.truncated(last.log_truncated, last.log_size, last.log_bytes_at_exit);
+      }
     }
 
     // Polls the run and its events every 2 s while it is active (backing off while the

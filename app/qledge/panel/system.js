@@ -1,7 +1,7 @@
 /* qledge panel: the appliance's health (#/system). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
+  const { t, words, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
     failBox } = window.QLEDGE;
 
   function countsTable(report) {
@@ -22,28 +22,94 @@
         : h('p', { class: 'muted small' }, t('system.nothing')));
   }
 
-  function volumesView(volumes) {
+  // A volume whose filesystem reports no size (no statfs) has unknown free space, not
+  // zero: no bar, the words, and what the guard does about it (docs/retention.md).
+  function unknownVolume(v, guard) {
+    const key = 'system.guard.' + guard;
+    return [h('div', { class: 'small', 'data-role': 'free-unknown' }, t('system.freeUnknown')),
+      h('div', { class: 'small muted', 'data-role': 'guard' },
+        t(key) === key ? t('system.guard', { mode: guard || '—' }) : t(key))];
+  }
+
+  function volumesView(volumes, pressure) {
     const list = Array.isArray(volumes) ? volumes
       : Object.entries(volumes).map(([name, v]) => ({ name, ...(typeof v === 'object' && v ? v : {}) }));
     return h('div', { class: 'volumes' }, list.map((v) => {
+      const known = v.free_space_known !== false;
       const total = v.total_bytes;
       const free = v.free_bytes;
       const used = v.used_bytes ?? (total != null && free != null ? total - free : null);
       const pct = total ? Math.round((100 * used) / total) : null;
-      return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name },
+      return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
+        'data-free': known ? 'known' : 'unknown' },
         h('div', { class: 'vol-head' }, h('strong', null, v.name || '?'),
-          v.pressure ? h('span', { class: 'badge badge-timed_out' }, t('system.lowSpace')) : null),
-        pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
-          'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
-        h('div', { class: 'small' }, [
-          used != null ? t('system.used', { n: fmtBytes(used) }) : null,
-          free != null ? t('system.free', { n: fmtBytes(free) }) : null,
-          total != null ? t('system.total', { n: fmtBytes(total) }) : null,
-          pct != null ? `${pct}%` : null,
-          v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) }) : null,
-        ].filter(Boolean).join(' · ')),
+          v.pressure || v.critical ? h('span', { class: 'badge badge-timed_out' },
+            t(v.critical ? 'system.critical' : known ? 'system.lowSpace' : 'system.heldUnknown'))
+            : null),
+        known ? [
+          pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
+            'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
+          h('div', { class: 'small' }, [
+            used != null ? t('system.used', { n: fmtBytes(used) }) : null,
+            free != null ? t('system.free', { n: fmtBytes(free) }) : null,
+            total != null ? t('system.total', { n: fmtBytes(total) }) : null,
+            pct != null ? `${pct}%` : null,
+            v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) })
+              : null,
+            v.critical_bytes ? t('system.criticalMark', { n: fmtBytes(v.critical_bytes) }) : null,
+          ].filter(Boolean).join(' · '))] : unknownVolume(v, pressure && pressure.guard_unknown),
         v.error ? h('div', { class: 'field-error small' }, String(v.error)) : null);
     }));
+  }
+
+  function pressureAlert(p) {
+    if (!p || p.state !== 'pressure') return null;
+    const text = p.reason === 'DISK_FREE_UNKNOWN'
+      ? t('system.pressureUnknown', { volumes: (p.volumes || []).join(', ') })
+      : t('system.pressure', { reason: p.reason || '' });
+    return h('div', { class: 'alert warn', role: 'status', id: 'sys-pressure' }, text);
+  }
+
+  // The bounded pool that reads log files (launch/fileio.py): a stuck filesystem shows
+  // as busy threads and timeouts here, not as a stuck worker.
+  function fileReads(f) {
+    return f ? h('span', { id: 'sys-file-reads', class: f.timeouts ? 'warn-text' : null },
+      t('system.fileReadsVal', f)) : '—';
+  }
+
+  // What keeps tasks away from the database and the admin token (docs/security.md); a
+  // warning whenever it is not in effect.
+  function isolationView(iso) {
+    return h('section', { class: 'card', 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
+      'data-effective': String(!!iso.effective) },
+    h('h2', { id: 'sys-h6' }, t('system.isolation')),
+    iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
+      role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
+    dl([[t('system.isoMode'), h('code', null, iso.mode)],
+      [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
+      [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
+      iso.reason ? [t('system.isoReason'), iso.reason] : null,
+      [t('system.isoProtected'), h('ul', { class: 'plain', id: 'sys-iso-protected' },
+        (iso.protected || []).map((d) => h('li', null, h('code', { class: 'wrap' }, d))))]]),
+    iso.effective ? h('p', { class: 'muted small' }, t('system.isoHelp')) : null);
+  }
+
+  // What retention deleted, by kind and reason: the last round and since the worker started.
+  function deletionsView(r) {
+    const total = r.deleted_since_start;
+    if (!total) return null;
+    const last = (r.last_round && r.last_round.deleted) || {};
+    const cols = [t('system.delWhat'), t('system.delWhy'), t('system.delLast'),
+      t('system.delTotal')];
+    return [h('h3', null, t('system.deleted')), h('table', { class: 'grid compact',
+      id: 'sys-deleted' },
+    h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', null, Object.entries(total).flatMap(([kind, reasons]) =>
+      Object.entries(reasons).map(([why, n]) => h('tr', { 'data-reason': why },
+        h('td', { 'data-label': cols[0] }, words('system.del.', kind)),
+        h('td', { 'data-label': cols[1] }, words('evict.', why)),
+        h('td', { 'data-label': cols[2] }, String((last[kind] || {})[why] ?? '—')),
+        h('td', { 'data-label': cols[3] }, String(n)))))))];
   }
 
   function viewSystem(main, alive) {
@@ -69,27 +135,31 @@
             [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],
             [t('system.watched'), String(s.watched_attempts ?? '—')],
             [t('system.streams'), String(s.log_streams ?? '—')],
+            [t('system.fileReads'), fileReads(s.file_reads)],
             [t('system.rounds'), String(s.rounds ?? '—')]])),
+        s.task_isolation ? isolationView(s.task_isolation) : null,
         h('section', { class: 'card', 'aria-labelledby': 'sys-h2' },
           h('h2', { id: 'sys-h2' }, t('system.journal')),
           h('div', { class: 'stats' },
             stat(t('system.backlog'), s.journal_backlog, 'backlog'),
             stat(t('system.active'), j.active ?? 0, 'active'),
             stat(t('system.terminal'), j.terminal ?? 0, 'terminal'),
+            j.settled != null ? stat(t('system.settled'), j.settled, 'settled') : null,
             stat(t('system.quarantined'), j.quarantined ?? 0, 'quarantined',
               (j.quarantined || 0) > 0)),
           h('p', { class: 'muted small' }, t('system.journalHelp'))),
         s.volumes ? h('section', { class: 'card', 'aria-labelledby': 'sys-h5' },
           h('h2', { id: 'sys-h5' }, t('system.volumes')),
-          s.pressure && s.pressure.state === 'pressure'
-            ? h('div', { class: 'alert warn', role: 'status' }, t('system.pressure',
-              { reason: s.pressure.reason || '' })) : null,
-          volumesView(s.volumes),
+          pressureAlert(s.pressure),
+          volumesView(s.volumes, s.pressure),
           s.retention && s.retention.logs_total_bytes != null
             ? h('p', { class: 'small muted' }, t('system.logsUse', {
               n: fmtBytes(s.retention.logs_total_bytes),
               cap: s.retention.logs_cap_bytes ? fmtBytes(s.retention.logs_cap_bytes) : '—',
-              runs: s.retention.runs_kept ?? '—' })) : null) : null,
+              runs: s.retention.runs_kept ?? '—' })) : null,
+          s.retention && s.retention.policy ? h('p', { class: 'small muted', id: 'sys-policy' },
+            t('system.policy', s.retention.policy)) : null,
+          s.retention ? deletionsView(s.retention) : null) : null,
         h('section', { class: 'card', 'aria-labelledby': 'sys-h3' },
           h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
         h('section', { class: 'card', 'aria-labelledby': 'sys-h4' },
