@@ -1,4 +1,4 @@
-"""The run model of SPEC §2 as msgspec Structs and enums. No I/O here."""
+"""The run model (docs/contract.md §2) as msgspec Structs and enums. No I/O here."""
 
 from __future__ import annotations
 

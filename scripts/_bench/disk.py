@@ -1,4 +1,4 @@
-"""Disk write amplification per attempt (ADR-0007 gate 10), edge profile.
+"""Disk write amplification per attempt (docs/performance.md, Disk), edge profile.
 
 What is measured, over --runs sequential attempts of `true` (after a warm-up)
 with the real runtime in-process (dispatcher, launcher, completion, consumer,

@@ -340,7 +340,8 @@ async def prepare_attempt(
     deadline_at_ms: int | None, log_artifact_id: str, log_path: str, receipt_path: str,
     now_ms: int,
 ) -> Attempt:
-    """SPEC §3 step 1: attempt, log artifact, token hash, deadline and journal row together."""
+    """Spawn step 1 (docs/contract.md §3): attempt, log artifact, token hash, deadline and
+    journal row together."""
     row = await tx.one(
         "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
     attempt_no = int(row["n"]) + 1 if row else 1

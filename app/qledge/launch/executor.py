@@ -1,4 +1,4 @@
-"""LocalProcess executor: the spawn protocol of SPEC §3, in that order.
+"""LocalProcess executor: the spawn protocol of docs/contract.md §3, in that order.
 
 1. one transaction: attempt (preparing), token hash, sequence, deadline, log
    artifact and journal row — if it fails, nothing is spawned;

@@ -1,4 +1,4 @@
-"""A periodic loop with the lifecycle rules of SPEC §6.
+"""A periodic loop with the lifecycle rules of docs/contract.md §6.
 
 Explicit start/stop; one round at a time (the next is scheduled only after
 the previous finished); stop waits for a running round within a bound, then
@@ -81,7 +81,7 @@ class PeriodicLoop:
 
 async def drain(task: asyncio.Task[None], *, in_round: bool, timeout_s: float) -> None:
     """Stop a loop task: cancel it while it sleeps; mid-round, let the round finish
-    within `timeout_s`, then cancel. Shared by every loop (bounded stop, SPEC §6)."""
+    within `timeout_s`, then cancel. Shared by every loop (bounded stop, docs/contract.md §6)."""
     if not in_round:
         task.cancel()
     try:
