@@ -10,12 +10,12 @@ import hashlib
 import os
 import re
 import sqlite3
-import time
 from importlib import resources
 from pathlib import Path
 
 import msgspec
 
+from ..clock import now_ms
 from . import upkeep
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -128,7 +128,7 @@ def _apply_one(conn: sqlite3.Connection, mig: Migration) -> None:
         conn.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at_ms)"
             " VALUES (?, ?, ?, ?)",
-            (mig.version, mig.name, mig.checksum, int(time.time() * 1000)),
+            (mig.version, mig.name, mig.checksum, now_ms()),
         )
         conn.execute("COMMIT")
     except Exception as exc:

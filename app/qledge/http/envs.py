@@ -17,8 +17,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..clock import now_ms
 from ..db import qinglong_store as qstore
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime.lifecycle import Runtime
 from .errors import ApiError, Invalid, Missing, decode_body, json_response
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -22,12 +22,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..clock import now_ms
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..launch import logs
 from ..model import CancelReason, Concurrency, RunStatus, Task, Trigger
 from ..runtime.cancellation import RunTerminal
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime.lifecycle import Runtime
 from . import tasks as native_tasks
 from .apps import digest, new_secret
 from .envs import validate_env

@@ -10,10 +10,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..clock import now_ms
 from ..db import store
 from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, RunStatus, Trigger
 from ..runtime.cancellation import RunTerminal
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime.lifecycle import Runtime
 from .errors import Invalid, Missing, StateConflict, json_response
 
 

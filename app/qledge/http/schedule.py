@@ -6,7 +6,6 @@ scheduler computes them; a bad expression answers 422 naming the problem.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 from starlette.requests import Request
@@ -14,8 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
-from ..cron import local_zone
-from ..runtime.scheduler import next_ticks
+from ..clock import now_ms
 from .errors import Invalid, json_response
 
 MAX_N = 50
@@ -35,10 +33,10 @@ async def preview(request: Request) -> Response:
         raise Invalid("n must be an integer", field="n") from exc
     if not 1 <= n <= MAX_N:
         raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
-    now_ms = int(time.time() * 1000)
-    now = datetime.fromtimestamp(now_ms / 1000, local_zone())
+    at_ms = now_ms()
+    now = datetime.fromtimestamp(at_ms / 1000, cron.local_zone())
     offset = now.utcoffset()
-    times = next_ticks(expr, now_ms, n)
+    times = cron.next_ticks(expr, at_ms, n)
     return json_response({
         "schedule": expr,
         "seconds_field": len(expr.split()) == 6,

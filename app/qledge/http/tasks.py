@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -12,9 +11,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron, ids
+from ..clock import now_ms
 from ..db import store
 from ..model import Task
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime.lifecycle import Runtime
 from .errors import Invalid, StateConflict, decode_body, json_response
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,8 +86,7 @@ def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
     if task.schedule and task.enabled:
-        nxt = cron.next_after(task.schedule, datetime.now(cron.local_zone()))
-        body["next_fire_at_ms"] = int(nxt.timestamp() * 1000) if nxt else None
+        body["next_fire_at_ms"] = cron.first_due_after(task.schedule, now_ms())
     return body
 
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .. import failpoints, ids, transitions
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database, Tx
 from ..model import Attempt, Reason, Run, RunStatus, Task
@@ -32,10 +33,6 @@ TOKEN_FD = 3
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def base_env(work_dir: Path) -> dict[str, str]:

@@ -22,10 +22,10 @@ import signal
 from collections.abc import Callable
 
 from .. import transitions
+from ..clock import now_ms
 from ..db import leases, store
 from ..db.connection import Database
 from ..launch import identity
-from ..launch.executor import now_ms
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
 from .completion import CompletionService
 

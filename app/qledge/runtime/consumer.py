@@ -20,9 +20,9 @@ import sqlite3
 import msgspec
 
 from .. import failpoints
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
-from ..launch.executor import now_ms
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
 from .completion import CompletionService, Outcome, Result

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
+
+from ..clock import now_ms
 
 log = logging.getLogger("qledge.diskwatch")
 MIB = 1 << 20
@@ -91,7 +92,7 @@ class DiskWatch:
         now = any(v.pressure for v in self.volumes.values())
         if now != self.pressure:
             self.pressure = now
-            self.since_ms = int(time.time() * 1000)
+            self.since_ms = now_ms()
             if now:
                 log.warning("disk pressure on %s: new attempts are held",
                             ", ".join(self.pressed()))

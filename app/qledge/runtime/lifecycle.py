@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from pathlib import Path
 
 from .. import ids
+from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
@@ -34,10 +34,6 @@ from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
 log = logging.getLogger("qledge.runtime")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def read_boot_id() -> str:

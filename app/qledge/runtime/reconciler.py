@@ -16,10 +16,10 @@ from collections.abc import Callable
 import msgspec
 
 from .. import transitions
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
 from ..launch import identity
-from ..launch.executor import now_ms
 from ..model import Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer

@@ -37,6 +37,7 @@ from pathlib import Path
 import msgspec
 
 from .. import failpoints
+from ..clock import now_ms
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
 from ..launch import logs
@@ -53,10 +54,6 @@ PRESSURE_INTERVAL_S = 5.0  # retention rounds while under disk pressure
 VACUUM_SHARE = 4  # incremental_vacuum once free pages are >= 1/4 of the file (or pressure)
 SIZE_CAP = "SIZE_CAP"
 DISK_PRESSURE = "DISK_PRESSURE"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # -- policy maths (pure) ---------------------------------------------------------

@@ -17,9 +17,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
-from ..launch.executor import now_ms
 from ..model import ACTIVE_ATTEMPT
 from ..receipts.store import MAX_QUARANTINE_SUFFIX, QUARANTINE_DIR, ReceiptStore
 from ..settings import Profile

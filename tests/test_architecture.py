@@ -1,0 +1,44 @@
+"""Structural rules of app/qledge/ (docs/architecture.md), checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "app" / "qledge"
+
+
+def _modules() -> Iterator[tuple[str, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        yield rel, ast.parse(path.read_text("utf-8"), filename=rel)
+
+
+def _imported(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+
+
+def test_only_cron_wraps_cronsim() -> None:
+    users = {rel for rel, tree in _modules()
+             if any(name.split(".")[0] == "cronsim" for name in _imported(tree))}
+    assert users == {"cron.py"}
+
+
+def test_one_wall_clock() -> None:
+    own_clocks = []
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and re.fullmatch(
+                    r"_?(now|wall)_ms", node.name):
+                own_clocks.append(f"{rel}:{node.name}")
+            elif isinstance(node, ast.Attribute) and node.attr in ("time", "time_ns") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "time" and \
+                    rel not in ("clock.py", "audit.py"):  # audit compares file mtimes, in s
+                own_clocks.append(f"{rel}:{node.lineno}")
+    assert own_clocks == ["clock.py:now_ms"]
