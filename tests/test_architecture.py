@@ -42,3 +42,30 @@ def test_one_wall_clock() -> None:
                     rel not in ("clock.py", "audit.py"):  # audit compares file mtimes, in s
                 own_clocks.append(f"{rel}:{node.lineno}")
     assert own_clocks == ["clock.py:now_ms"]
+
+
+def test_nothing_sleeps_on_the_event_loop() -> None:
+    sleeps = [f"{rel}:{node.lineno}" for rel, tree in _modules() for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr == "sleep"
+              and isinstance(node.value, ast.Name) and node.value.id == "time"]
+    assert sleeps == []
+
+
+def test_no_background_task_is_dropped() -> None:
+    """A task nobody holds can be collected mid-run and its exception is lost: every
+    create_task/ensure_future result is kept (and awaited at stop by its owner)."""
+    spawners = ("create_task", "ensure_future")
+    dropped = []
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            calls = []
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                calls.append(node.value)  # a statement: the result goes nowhere
+            elif isinstance(node, ast.Lambda) and isinstance(node.body, ast.Call):
+                calls.append(node.body)  # a callback's return value goes nowhere
+            for call in calls:
+                func = call.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in spawners:
+                    dropped.append(f"{rel}:{call.lineno}")
+    assert dropped == []

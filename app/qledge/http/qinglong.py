@@ -364,7 +364,7 @@ async def crons_delete(request: Request) -> Response:
             if await store.active_run_of_task(tx, task.id) is not None:
                 raise StateConflict(f"cron {num} has an active run; stop it first")
             removed += await store.delete_task(tx, task.id)
-    rt.remove_logs(removed)
+    await rt.remove_logs(removed)
     return ok()
 
 

@@ -142,7 +142,7 @@ async def delete(request: Request) -> Response:
             raise StateConflict("task has an active run; cancel it first",
                                 extra={"active_run_id": active.id})
         logs = await store.delete_task(tx, task_id, now_ms())
-    rt.remove_logs(logs)
+    await rt.remove_logs(logs)
     rt.scheduler.wake()
     return Response(status_code=204)
 

@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ log = logging.getLogger("qledge.executor")
 EXECUTOR_TYPE = "local_process"
 TOKEN_FD = 3
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
 
@@ -125,9 +127,10 @@ class LocalExecutor:
     async def _launch_steps(self, p: Prepared) -> SpawnResult | None:
         attempt, run, attempt_id = p.attempt, p.run, p.attempt.id
         failpoints.hit("spawn.after_prepare")
-        # Steps 2 and 3.
+        # Steps 2 and 3, in a thread: a new shard costs a directory fsync, which must
+        # not stall the event loop on an SD card.
         try:
-            pid = self._launch(attempt, run, p.task, p.token, p.env)
+            pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, p.env)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
@@ -156,7 +159,7 @@ class LocalExecutor:
         except Exception as exc:
             log.error("could not persist the identity of attempt %s (%s): stopping it",
                       attempt_id, type(exc).__name__)
-            self._stop_group(pid, pidfd)
+            await self._stop_group(pid, pidfd)
             os.close(pidfd)
             await self._finish_without_process(attempt_id, Reason.SPAWN_HANDLE_PERSIST_FAILED)
             return None
@@ -194,21 +197,21 @@ class LocalExecutor:
             if write_end >= 0:
                 os.close(write_end)
 
-    def _stop_group(self, pid: int, pidfd: int) -> None:
-        """Compensation for an unrecorded process: TERM, then KILL, its whole group."""
+    async def _stop_group(self, pid: int, pidfd: int) -> None:
+        """Compensation for an unrecorded process: TERM, then KILL, its whole group.
+
+        The launcher is our unreaped child (the pidfd holds it), so its pid — the
+        group id — cannot be recycled. The waits are on the loop, never blocking it.
+        """
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                try:
-                    if os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG) is not None:
-                        return
-                except ChildProcessError:
-                    return
-                time.sleep(0.01)
+            if await identity.wait_exit(pidfd, STOP_WAIT_S):
+                break
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 - no wait
 
     async def _finish_without_process(self, attempt_id: str, reason: Reason) -> None:
         async with self.db.write() as tx:

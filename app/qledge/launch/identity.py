@@ -6,9 +6,11 @@ The start time pins the exact process; the boot id pins the kernel instance.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import os
+import select
 
 import msgspec
 
@@ -113,3 +115,29 @@ def find_launcher(run_id: str, attempt_id: str, boot_id: str) -> Identity | None
 
 def _has_pair(argv: list[bytes], flag: bytes, value: bytes) -> bool:
     return any(a == flag and b == value for a, b in itertools.pairwise(argv))
+
+
+def exited(pidfd: int) -> bool:
+    """Has the process behind `pidfd` exited? (A pidfd turns readable then; no wait.)"""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def wait_exit(pidfd: int, timeout_s: float) -> bool:
+    """Wait on the event loop, never blocking it, until the process exits; False on timeout."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(True)
+
+    loop.add_reader(pidfd, ready)
+    try:
+        await asyncio.wait_for(done, timeout_s)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)

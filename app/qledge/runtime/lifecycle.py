@@ -25,7 +25,7 @@ from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
-from .loop import PeriodicLoop
+from .loop import PeriodicLoop, settle
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
@@ -124,8 +124,7 @@ class Runtime:
         await self.disk.stop()
         await self.dispatcher.stop()
         await self.cancellation.stop()
-        if self._finishing:
-            await asyncio.wait(self._finishing, timeout=5.0)
+        await settle(self._finishing, 5.0)
         await self.reaper.stop()
         self.watcher.close()
         await self.db.close()
@@ -182,8 +181,13 @@ class Runtime:
 
     # -- housekeeping ------------------------------------------------------------
 
-    def remove_logs(self, relative_paths: list[str]) -> None:
-        """Delete log files after their rows are gone (retention, task deletion)."""
+    async def remove_logs(self, relative_paths: list[str]) -> None:
+        """Delete log files after their rows are gone (task deletion), in a thread.
+
+        Their `file_deletions` rows stay until a retention round sees them gone."""
+        await asyncio.to_thread(self._remove_logs, relative_paths)
+
+    def _remove_logs(self, relative_paths: list[str]) -> None:
         for rel in relative_paths:
             try:
                 logs.remove(self.settings.logs_path, rel)

@@ -84,7 +84,9 @@ class Reconciler:
         Safe against impostors: adoption only decides that we keep waiting; the
         result still needs a receipt carrying the attempt's token.
         """
-        ident = identity.find_launcher(attempt.run_id, attempt.id, self.boot_id)
+        # A walk of /proc: in a thread, off the loop.
+        ident = await asyncio.to_thread(identity.find_launcher, attempt.run_id, attempt.id,
+                                        self.boot_id)
         if ident is None:
             return False
         pidfd, _live = identity.open_pidfd(ident, self.boot_id)
