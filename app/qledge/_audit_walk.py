@@ -21,6 +21,7 @@ import msgspec
 
 from .db.audit_queries import Lookup
 from .ids import shard_key
+from .model import TERMINAL_ATTEMPT
 from .receipts.store import (
     _NO_HARDLINK,
     UnsafeStore,
@@ -44,8 +45,9 @@ CLASSES = (JOURNALED, ACTIVE, TERMINAL_UNJOURNALED, UNKNOWN_ATTEMPT, TEMP, OTHER
            TOO_YOUNG, UNSAFE)
 CLEAN = frozenset({JOURNALED, ACTIVE})
 ELIGIBLE = frozenset({TERMINAL_UNJOURNALED, UNKNOWN_ATTEMPT, TEMP, OTHER_REGULAR})
-# Listed explicitly: a status this code does not know (a newer schema) counts as active.
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost", "blocked"})
+# The terminal set, not "not active": a status this code does not know (a newer
+# schema) counts as active.
+TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL_ATTEMPT)
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 _RECEIPT = re.compile(rf"({_UUID})\.json")

@@ -26,10 +26,15 @@ from ..model import (
     Trigger,
 )
 from ..transitions import Transition
+from . import statuses as st
 from .connection import Tx
 
 _json = msgspec.json.Encoder()
-_ACTIVE_RUN = "('queued', 'running')"
+_ACTIVE_RUN = st.active_run()
+_QUEUED = st.is_("status", RunStatus.QUEUED)
+_ACTIVE_ATTEMPT = st.active_attempt()
+_A_ACTIVE = st.active_attempt("a.status")
+_A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
 
 
 class Conflict(Exception):
@@ -221,7 +226,7 @@ async def get_run(tx: Tx, run_id: str) -> Run:
 
 async def active_run_of_task(tx: Tx, task_id: str) -> Run | None:
     row = await tx.one(
-        f"SELECT * FROM runs WHERE task_id = ? AND status IN {_ACTIVE_RUN}"  # noqa: S608
+        f"SELECT * FROM runs WHERE task_id = ? AND {_ACTIVE_RUN}"  # noqa: S608
         " ORDER BY id LIMIT 1", (task_id,))
     return _run(row) if row else None
 
@@ -258,31 +263,30 @@ async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
 
 async def queued_runs(tx: Tx, limit: int) -> list[Run]:
     rows = await tx.all(
-        "SELECT * FROM runs WHERE status = 'queued' ORDER BY id LIMIT ?", (limit,))
+        f"SELECT * FROM runs WHERE {_QUEUED} ORDER BY id LIMIT ?", (limit,))  # noqa: S608
     return [_run(r) for r in rows]
 
 
-# Active attempts are named as equalities, `status = 'preparing' OR status =
-# 'running'`: that is the WHERE of the partial index attempts_active (migration
-# 0007), and SQLite uses a partial index only when the query implies it.
+# Active attempts are spelled like the WHERE of the partial index attempts_active
+# (db/statuses.py): SQLite uses a partial index only when the query implies it.
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
-        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"
-        " AND (status = 'preparing' OR status = 'running')", (owner,))
+        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"  # noqa: S608
+        f" AND {_ACTIVE_ATTEMPT}", (owner,))
     return int(row["n"]) if row else 0
 
 
 async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
     row = await tx.one(
-        "SELECT 1 FROM run_attempts WHERE run_id = ? AND status IN ('preparing', 'running')"
+        f"SELECT 1 FROM run_attempts WHERE run_id = ? AND {_ACTIVE_ATTEMPT}"  # noqa: S608
         " LIMIT 1", (run_id,))
     return row is not None
 
 
 async def task_has_running_attempt(tx: Tx, task_id: str) -> bool:
     row = await tx.one(
-        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?"
-        " AND a.status IN ('preparing', 'running') LIMIT 1", (task_id,))
+        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id"  # noqa: S608
+        f" WHERE r.task_id = ? AND {_A_ACTIVE} LIMIT 1", (task_id,))
     return row is not None
 
 
@@ -351,8 +355,9 @@ async def prepare_attempt(
     await tx.execute(
         "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
         " callback_token_hash, callback_sequence, log_artifact_id, created_at_ms,"
-        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, 'preparing', ?, ?, ?, ?, ?)",
-        (attempt_id, run.id, attempt_no, executor_type, owner, token_hash, 1,
+        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (attempt_id, run.id, attempt_no, executor_type, owner, AttemptStatus.PREPARING.value,
+         token_hash, 1,
          log_artifact_id, now_ms, deadline_at_ms))
     await journal_register(tx, attempt_id, receipt_path, now_ms)
     await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
@@ -380,15 +385,14 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
     """A stable cursor over this node's active attempts (recovery never lists directories)."""
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ?"
-        " AND (a.status = 'preparing' OR a.status = 'running')"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [_attempt(r) for r in rows]
 
 
 async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status = 'running'"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
         " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
         " LIMIT ?", (owner, now_ms, limit))
     return [_attempt(r) for r in rows]
@@ -485,8 +489,8 @@ async def journal_delete(tx: Tx, attempt_id: str) -> None:
 async def journal_counts(tx: Tx) -> dict[str, int]:
     """active: awaiting a result; terminal: ageing out; quarantined: awaiting purge."""
     row = await tx.one(
-        "SELECT SUM(a.status IN ('preparing', 'running')) AS active,"
-        " SUM(j.state = 'pending' AND a.status NOT IN ('preparing', 'running')) AS terminal,"
+        f"SELECT SUM({_A_ACTIVE}) AS active,"  # noqa: S608
+        f" SUM(j.state = 'pending' AND NOT {_A_ACTIVE}) AS terminal,"
         " SUM(j.state = 'quarantined') AS quarantined"
         " FROM receipt_journal j JOIN run_attempts a ON a.id = j.attempt_id")
     if row is None:
@@ -497,6 +501,6 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
         f"{_ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
-        " WHERE a.runtime_owner = ? AND (a.status = 'preparing' OR a.status = 'running')"
+        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [_attempt(r) for r in rows]

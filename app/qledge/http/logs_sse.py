@@ -19,7 +19,7 @@ from starlette.routing import Route
 from .. import ids
 from ..db import retention_queries, store
 from ..launch import logs
-from ..model import RunStatus
+from ..model import TERMINAL_RUN
 from ..runtime.lifecycle import Runtime
 from .errors import Invalid, Missing, json_response
 
@@ -41,7 +41,7 @@ async def _target(rt: Runtime, run_id: str) -> tuple[str | None, bool, str]:
     async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
-    terminal = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    terminal = run.status in TERMINAL_RUN
     return (attempts[-1].log_path if attempts else None), terminal, run.status.value
 
 

@@ -26,7 +26,7 @@ from ..clock import now_ms
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..launch import logs
-from ..model import CancelReason, Concurrency, RunStatus, Task, Trigger
+from ..model import ACTIVE_RUN, CancelReason, Concurrency, Task, Trigger
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime
 from . import tasks as native_tasks
@@ -430,7 +430,7 @@ async def crons_log(request: Request) -> Response:
         attempts = await store.attempts_of_run(tx, latest.id) if latest else []
     if latest is None:
         return json_response({"code": 200, "data": "", "logStatus": "notFound"})
-    active = latest.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    active = latest.status in ACTIVE_RUN
     status = "running" if active else "completed"
     if not attempts:
         return json_response({"code": 200, "data": "", "logStatus": status})

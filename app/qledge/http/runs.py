@@ -12,7 +12,16 @@ from starlette.routing import Route
 from .. import ids
 from ..clock import now_ms
 from ..db import store
-from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, RunStatus, Trigger
+from ..model import (
+    ACTIVE_ATTEMPT,
+    TERMINAL_RUN,
+    Attempt,
+    CancelReason,
+    Concurrency,
+    Run,
+    RunStatus,
+    Trigger,
+)
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime
 from .errors import Invalid, Missing, StateConflict, json_response
@@ -25,7 +34,7 @@ def _rt(request: Request) -> Runtime:
 
 def run_view(run: Run) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(run)
-    body["terminal"] = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    body["terminal"] = run.status in TERMINAL_RUN
     return body
 
 
