@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from qledge import dirfd
+from qledge.dirfd import MAX_SUFFIX, UnsafeDirectory
 from qledge.ids import uuid7
-from qledge.receipts import store as store_module
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected, decode
-from qledge.receipts.store import ReceiptStore, UnsafeStore, UnsupportedVolume, probe
+from qledge.receipts.store import ReceiptStore, UnsupportedVolume, probe
 
 from conftest import unavailable
 
@@ -96,9 +97,9 @@ def test_ensure_shard_refuses_a_symlink(store: ReceiptStore, tmp_path: Path) -> 
     outside = tmp_path / "outside"
     outside.mkdir()
     (store.root / attempt_id[-2:]).symlink_to(outside)
-    with pytest.raises(UnsafeStore):
+    with pytest.raises(UnsafeDirectory):
         store.ensure_shard(attempt_id)
-    with pytest.raises(UnsafeStore):
+    with pytest.raises(UnsafeDirectory):
         store.read(attempt_id)
 
 
@@ -197,7 +198,7 @@ def test_quarantine_uses_deterministic_suffixes(store: ReceiptStore) -> None:
 
 def test_quarantine_bounded_suffixes(store: ReceiptStore) -> None:
     attempt_id = uuid7()
-    for _ in range(store_module.MAX_QUARANTINE_SUFFIX + 1):
+    for _ in range(MAX_SUFFIX + 1):
         put(store, attempt_id)
         store.quarantine(attempt_id, ReceiptReason.RECEIPT_BAD_TOKEN)
     path = put(store, attempt_id)
@@ -244,7 +245,7 @@ def test_quarantine_refuses_a_symlinked_quarantine(store: ReceiptStore, tmp_path
     outside = tmp_path / "outside"
     outside.mkdir()
     (store.root / ".quarantine").symlink_to(outside)
-    with pytest.raises(UnsafeStore):
+    with pytest.raises(UnsafeDirectory):
         store.quarantine(attempt_id, ReceiptReason.RECEIPT_BAD_ID)
     assert path.exists() and not any(outside.iterdir())
 
@@ -350,7 +351,7 @@ def test_probe_without_links_or_renameat2(root: Path, monkeypatch: pytest.Monkey
         raise OSError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(os, "link", no_links)
-    monkeypatch.setattr(store_module, "_libc_renameat2", lambda: None)
+    monkeypatch.setattr(dirfd, "_libc_renameat2", lambda: None)
     with pytest.raises(UnsupportedVolume, match="hard links or rename-no-replace"):
         probe(root)
     assert list(root.iterdir()) == []
