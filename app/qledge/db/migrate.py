@@ -149,21 +149,3 @@ def _statements(sql: str) -> list[str]:
     if buf.strip():
         raise MigrationError("migration ends with an incomplete statement")
     return out
-
-
-def status(db_path: Path) -> tuple[int, int]:
-    """(applied, known) counts, for /readyz and the CLI."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        applied = _applied_ro(conn)
-    finally:
-        conn.close()
-    return applied, len(bundled())
-
-
-def _applied_ro(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()
-    except sqlite3.OperationalError:
-        return 0
-    return int(row[0])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import logging
 import os
 import re
@@ -30,15 +29,12 @@ from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected
 logger = logging.getLogger(__name__)
 
 QUARANTINE_DIR = ".quarantine"
-MAX_SCAN_ENTRIES = 4096  # per directory walk; a shard is bounded work, not a full listing
 # O_NONBLOCK: if the entry was swapped for a FIFO after the lstat, open must not hang.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PROBE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 # Quarantine names are dirfd.numbered(<id>.json, n): <id>.json, then <id>.<n>.json.
 _QUARANTINE_REF = re.compile(rf"\.quarantine/([0-9a-f]{{2}})/({_UUID})(?:\.([1-9]|1[0-6]))?\.json")
-_QUARANTINE_NAME = re.compile(rf"({_UUID})(?:\.([1-9]|1[0-6]))?\.json")
-_TEMP_NAME = re.compile(rf"\.({_UUID})\.[0-9]{{1,10}}\.tmp")
 
 
 class UnsupportedVolume(Exception):
@@ -81,9 +77,6 @@ class ReceiptStore:
 
     def relative_path(self, attempt_id: str) -> str:
         return f"{shard_key(_checked_id(attempt_id))}/{attempt_id}.json"
-
-    def shard_dir(self, attempt_id: str) -> Path:
-        return self.root / shard_key(_checked_id(attempt_id))
 
     def ensure_shard(self, attempt_id: str) -> Path:
         """Create the attempt's shard (0700) before spawn; refuse a symlinked one."""
@@ -169,31 +162,6 @@ class ReceiptStore:
         logger.info("receipt quarantined ref=%s reason=%s", ref, reason)
         return ref
 
-    def quarantined_files(self, limit: int = 64) -> list[str]:
-        """Up to `limit` quarantine references, shard by shard in order (bounded walk)."""
-        refs: list[str] = []
-        with contextlib.ExitStack() as stack:
-            root_fd = stack.enter_context(dirfd.open_dir(str(self.root), None))
-            try:
-                top_fd = stack.enter_context(dirfd.open_dir(QUARANTINE_DIR, root_fd))
-            except FileNotFoundError:
-                return refs
-            with os.scandir(top_fd) as entries:
-                shards = sorted(
-                    e.name
-                    for e in itertools.islice(entries, MAX_SCAN_ENTRIES)
-                    if re.fullmatch(r"[0-9a-f]{2}", e.name) and e.is_dir(follow_symlinks=False)
-                )
-            for shard in shards:
-                with dirfd.open_dir(shard, top_fd) as shard_fd, os.scandir(shard_fd) as entries:
-                    for entry in itertools.islice(entries, MAX_SCAN_ENTRIES):
-                        match = _QUARANTINE_NAME.fullmatch(entry.name)
-                        if match and shard_key(match.group(1)) == shard:
-                            refs.append(f"{QUARANTINE_DIR}/{shard}/{entry.name}")
-                            if len(refs) >= limit:
-                                return refs
-        return refs
-
     def purge_quarantined(self, ref: str) -> bool:
         """Delete one quarantined file by its exact reference (retention)."""
         match = _QUARANTINE_REF.fullmatch(ref)
@@ -211,39 +179,6 @@ class ReceiptStore:
         except FileNotFoundError:
             return False
         return True
-
-    def temp_files(self, attempt_id: str, limit: int = 16) -> list[str]:
-        """Launcher temp leftovers `<shard>/.<id>.<pid>.tmp` of this attempt (bounded scan)."""
-        shard = shard_key(_checked_id(attempt_id))
-        found: list[str] = []
-        try:
-            with self._shard_fd(attempt_id) as shard_fd, os.scandir(shard_fd) as entries:
-                for entry in itertools.islice(entries, MAX_SCAN_ENTRIES):
-                    match = _TEMP_NAME.fullmatch(entry.name)
-                    if (
-                        match
-                        and match.group(1) == attempt_id
-                        and not entry.is_dir(follow_symlinks=False)
-                    ):
-                        found.append(f"{shard}/{entry.name}")
-                        if len(found) >= limit:
-                            break
-        except FileNotFoundError:
-            pass
-        return found
-
-    def remove_temp(self, attempt_id: str) -> int:
-        """Delete this attempt's temp leftovers; only once its launcher has exited."""
-        refs = self.temp_files(attempt_id)
-        removed = 0
-        if refs:
-            with self._shard_fd(attempt_id) as shard_fd:
-                for ref in refs:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(ref.split("/", 1)[1], dir_fd=shard_fd)
-                        removed += 1
-                os.fsync(shard_fd)
-        return removed
 
 
 def _advice(root: str, problem: str) -> str:
