@@ -1,9 +1,9 @@
 // qledge image targets for `docker buildx bake`. Run from the repository root:
 //
-//   docker buildx bake -f buildx/docker-bake.hcl                 # amd64 + arm64 (group default)
-//   docker buildx bake -f buildx/docker-bake.hcl validate        # launcher stage, both arches
+//   docker buildx bake -f buildx/docker-bake.hcl                 # amd64 + arm64 + armv7 (group default)
+//   docker buildx bake -f buildx/docker-bake.hcl validate        # launcher stage, all three arches
 //   docker buildx bake -f buildx/docker-bake.hcl image-local     # host arch → qledge:local
-//   docker buildx bake -f buildx/docker-bake.hcl armv7           # best effort, not in default
+//   docker buildx bake -f buildx/docker-bake.hcl armv7           # linux/arm/v7 alone
 //   docker buildx bake -f buildx/docker-bake.hcl --print         # resolved JSON, no build
 //   REGISTRY=ghcr.io/acme docker buildx bake -f buildx/docker-bake.hcl release --push
 //
@@ -11,7 +11,7 @@
 // has one place (app/qledge/__init__.py), and the image build refuses a VERSION
 // that is not the code's.
 //
-// Add --load to put amd64/arm64 into the local engine (tags qledge:local-<arch>).
+// Add --load to put them into the local engine (tags qledge:local-<arch>).
 //
 // Without a registry (the CI machine), build per-arch bases with
 // `scripts/image base --platform …` and set BASE_PREFIX=qledge/base:bookworm:
@@ -63,11 +63,11 @@ function "image" {
 }
 
 group "default" {
-  targets = ["amd64", "arm64"]
+  targets = ["amd64", "arm64", "armv7"]
 }
 
 group "validate" {
-  targets = ["launcher-amd64", "launcher-arm64"]
+  targets = ["launcher-amd64", "launcher-arm64", "launcher-armv7"]
 }
 
 target "_common" {
@@ -96,7 +96,8 @@ target "arm64" {
   tags      = [image("${VERSION}-arm64"), "qledge:local-arm64"]
 }
 
-// Best effort: uvloop and msgspec compile from source (no armv7 wheels).
+// 32-bit ARM: no uvloop (its lock marker), msgspec built from its pinned sdist
+// in the Containerfile's wheels stage (docs/image.md).
 target "armv7" {
   inherits  = ["_common"]
   platforms = ["linux/arm/v7"]
@@ -114,7 +115,7 @@ target "image-local" {
 // One multi-arch manifest (needs a registry: add --push).
 target "release" {
   inherits  = ["_common"]
-  platforms = ["linux/amd64", "linux/arm64"]
+  platforms = ["linux/amd64", "linux/arm64", "linux/arm/v7"]
   tags      = [image(VERSION), image("latest")]
 }
 
@@ -132,5 +133,13 @@ target "launcher-arm64" {
   target    = "launcher"
   platforms = ["linux/arm64"]
   args      = { BASE_IMAGE = base("arm64") }
+  output    = ["type=cacheonly"]
+}
+
+target "launcher-armv7" {
+  inherits  = ["_common"]
+  target    = "launcher"
+  platforms = ["linux/arm/v7"]
+  args      = { BASE_IMAGE = base("armv7") }
   output    = ["type=cacheonly"]
 }

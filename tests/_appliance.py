@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,11 @@ TEST_KNOBS = frozenset({"failpoints"})
 
 
 class Appliance:
-    def __init__(self, state: Path, port: int, **env: str) -> None:
+    def __init__(self, state: Path, port: int, *, failpoints: str = "",
+                 preexec_fn: Callable[[], None] | None = None, **env: str) -> None:
+        """`env`: settings (QLEDGE_<NAME>); `failpoints`: the test-only crash points
+        (QLTEST_FAILPOINTS, outside the settings' name space); `preexec_fn`: e.g. a
+        seccomp filter, inherited by the whole tree."""
         from conftest import launcher_path
 
         self.state = state
@@ -40,6 +45,9 @@ class Appliance:
             **{f"{'QLTEST' if k in TEST_KNOBS else 'QLEDGE'}_{k.upper()}": v
                for k, v in env.items()},
         }
+        if failpoints:
+            self.env["QLTEST_FAILPOINTS"] = failpoints
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
                                  headers={"Authorization": f"Bearer {ADMIN}"})
@@ -50,7 +58,7 @@ class Appliance:
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(
                 [str(supervisord), "-c", str(CONF)], env=self.env, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=self.preexec_fn)
         self.wait_ready(timeout)
 
     def ctl(self, *args: str) -> str:

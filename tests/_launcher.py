@@ -3,13 +3,15 @@
 The binary for arch A is `$QLTEST_LAUNCHER_<A>` (e.g. QLTEST_LAUNCHER_AARCH64),
 or `$QLEDGE_LAUNCHER` for the host arch, or build/launcher/<A>/ql-launch. The
 default paths are (re)built with scripts/build-launcher when missing or older
-than the C source. A foreign arch runs through /usr/bin/qemu-<A>-static.
+than the C source. A foreign arch runs through qemu-user
+(/usr/bin/qemu-aarch64-static, /usr/bin/qemu-arm-static for armv7).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import platform
 import secrets
@@ -24,8 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = (REPO / "image/launcher/ql-launch.c", REPO / "image/launcher/Makefile")
-ARCHES = ("x86_64", "aarch64")
+ARCHES = ("x86_64", "aarch64", "armv7")
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "armv7l": "armv7"}
+_QEMU = {"x86_64": "qemu-x86_64", "aarch64": "qemu-aarch64", "armv7": "qemu-arm"}
 HOST_ARCH = _ALIASES.get(platform.machine(), platform.machine())
 RECEIPT_KEYS = (
     "schemaVersion",
@@ -64,7 +67,7 @@ def locate(arch: str) -> Launcher | str:
     """The launcher for `arch`, or a human-readable reason why there is none."""
     prefix: tuple[str, ...] = ()
     if arch != HOST_ARCH:
-        qemu = Path(f"/usr/bin/qemu-{arch}-static")
+        qemu = Path(f"/usr/bin/{_QEMU[arch]}-static")
         if not qemu.exists():
             return f"{qemu} is not installed (apt-get install qemu-user-static)"
         prefix = (str(qemu),)
@@ -163,12 +166,11 @@ def start(
         else:
             args = [a.replace("{fd}", str(r)) for a in argv]
         with open(attempt.log, "ab") as log:
-            options: dict[str, object] = {"start_new_session": True, "cwd": attempt.root, **popen}
+            options: dict[str, object] = {
+                "start_new_session": True, "cwd": attempt.root, "stdin": subprocess.DEVNULL,
+                "stdout": log, "stderr": log, **popen}
             return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
                 launcher.argv(*args),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
                 pass_fds=(r, *pass_fds),
                 **options,
             )
@@ -213,11 +215,19 @@ def deny_hard_links() -> Callable[[], None] | None:
     works. The filter is keyed on the *host* syscall table, so it also holds
     for a binary running under qemu-user. x86_64 hosts only (None otherwise).
     """
+    nr_link, nr_linkat = 86, 265
+    return deny_syscalls((nr_link, nr_linkat), errno.EPERM)
+
+
+def deny_syscalls(numbers: Sequence[int], err: int) -> Callable[[], None] | None:
+    """A preexec_fn whose seccomp filter fails the x86_64 syscalls `numbers`
+    with `err` (e.g. pidfd_open, 434, with ENOSYS: a kernel older than 5.3).
+    x86_64 hosts only (None otherwise)."""
     if HOST_ARCH != "x86_64":
         return None
-    audit_arch_x86_64, nr_link, nr_linkat = 0xC000003E, 86, 265
+    audit_arch_x86_64 = 0xC000003E
     ld_abs, jeq, ret = 0x20, 0x15, 0x06
-    errno_eperm, allow = 0x00050000 | 1, 0x7FFF0000
+    fail, allow = 0x00050000 | err, 0x7FFF0000
 
     class Filter(ctypes.Structure):
         _fields_ = (
@@ -230,15 +240,17 @@ def deny_hard_links() -> Callable[[], None] | None:
     class Program(ctypes.Structure):
         _fields_ = (("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter)))
 
-    code = (Filter * 7)(
+    n = len(numbers)
+    insns = [
         Filter(ld_abs, 0, 0, 4),  # seccomp_data.arch
-        Filter(jeq, 0, 4, audit_arch_x86_64),  # other arch: allow
+        Filter(jeq, 0, n + 1, audit_arch_x86_64),  # other arch: allow
         Filter(ld_abs, 0, 0, 0),  # seccomp_data.nr
-        Filter(jeq, 1, 0, nr_linkat),
-        Filter(jeq, 0, 1, nr_link),
-        Filter(ret, 0, 0, errno_eperm),
+        # the i-th comparison jumps over the n-1-i others to "fail", else falls through
+        *(Filter(jeq, n - i, 0, nr) for i, nr in enumerate(numbers)),
         Filter(ret, 0, 0, allow),
-    )
+        Filter(ret, 0, 0, fail),
+    ]
+    code = (Filter * len(insns))(*insns)
     program = Program(len(code), code)
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
@@ -251,3 +263,22 @@ def deny_hard_links() -> Callable[[], None] | None:
 
     preexec.keep = (code, program)  # type: ignore[attr-defined]
     return preexec
+
+
+def build_variant(define: str) -> Path | str:
+    """A host-arch launcher compiled with one test/bench-only switch (-D`define`,
+    image/launcher/README.md) into build/launcher-test/; the shipped build is
+    untouched. Returns the binary, or why it could not be built."""
+    out = REPO / "build/launcher-test" / HOST_ARCH / f"ql-launch-{define.lower()}"
+    if not _stale(out):
+        return out
+    cc = shutil.which("musl-gcc")
+    if cc is None:
+        return "musl-gcc is not installed (apt-get install musl-tools)"
+    flags = f"-std=c11 -Wall -Wextra -Werror -O2 -D{define}"
+    build = subprocess.run(
+        ["make", "-s", "-B", "-C", str(REPO / "image/launcher"), f"CC={cc}", f"OUT={out}",
+         f"CFLAGS={flags}"], capture_output=True, text=True, check=False)
+    if build.returncode != 0 or not out.exists():
+        return f"test build -D{define} failed: {(build.stderr or build.stdout).strip()[-300:]}"
+    return out

@@ -44,10 +44,20 @@ def test_one_wall_clock() -> None:
     assert own_clocks == ["clock.py:now_ms"]
 
 
+# Functions that run on threads of their own, where a blocking sleep stalls nobody.
+THREAD_BODIES = {("launch/_exitpoll.py", "_run")}
+
+
 def test_nothing_sleeps_on_the_event_loop() -> None:
-    sleeps = [f"{rel}:{node.lineno}" for rel, tree in _modules() for node in ast.walk(tree)
-              if isinstance(node, ast.Attribute) and node.attr == "sleep"
-              and isinstance(node.value, ast.Name) and node.value.id == "time"]
+    sleeps = []
+    for rel, tree in _modules():
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) or \
+                    (rel, func.name) in THREAD_BODIES:
+                continue
+            sleeps += [f"{rel}:{func.name}" for node in ast.walk(func)
+                       if isinstance(node, ast.Attribute) and node.attr == "sleep"
+                       and isinstance(node.value, ast.Name) and node.value.id == "time"]
     assert sleeps == []
 
 

@@ -131,3 +131,17 @@ def test_zone_rules_follow_dst() -> None:
         # 02:30 does not exist on 2024-03-31: Debian-cron semantics fire it right after the gap
         assert cron.first_due_after("30 2 * * *", before) == _ms(2024, 3, 31, 3, 0, tzinfo=cest)
         assert str(cron.local_zone()) == "Europe/Berlin"
+
+
+@pytest.mark.parametrize("ms", [0, 1_700_000_000_123, 2**31 * 1000 - 1, 2**31 * 1000 + 5,
+                                4_102_444_800_000, 7_258_118_400_042])
+def test_from_ms_agrees_with_fromtimestamp(ms: int) -> None:
+    """Same instant and wall time as the C conversion, where the host's 64-bit
+    time_t can still do it (1970 to 2200). On a 32-bit time_t (the arm/v7
+    image) only from_ms works past 2038: tests/container/test_image.py."""
+    for zone in (UTC, cron._zone("Europe/Berlin"), SHANGHAI):
+        got = cron.from_ms(ms, zone)
+        want = datetime.fromtimestamp(ms / 1000, zone)
+        assert got == want and got.utcoffset() == want.utcoffset()
+        assert (got.year, got.hour, got.minute, got.microsecond) == (
+            want.year, want.hour, want.minute, (ms % 1000) * 1000)

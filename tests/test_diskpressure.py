@@ -18,7 +18,14 @@ from qledge import ids
 from qledge.db import store
 from qledge.db.connection import Database
 from qledge.model import Trigger
-from qledge.runtime.diskwatch import MIB, REASON, DiskWatch, low_water, under_pressure
+from qledge.runtime.diskwatch import (
+    MIB,
+    REASON,
+    REASON_UNKNOWN,
+    DiskWatch,
+    low_water,
+    under_pressure,
+)
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
 
@@ -76,7 +83,63 @@ def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
     vols = watch.volumes_report()
     assert vols["logs"] == {"total_bytes": 1000 * MIB, "used_bytes": 870 * MIB,
                             "free_bytes": 130 * MIB, "low_water_bytes": 100 * MIB,
-                            "pressure": False, "error": None}
+                            "pressure": False, "error": None, "free_space_known": True}
+
+
+def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path) -> None:
+    """A filesystem reporting size 0 (no statfs) used to hold every run forever
+    as 'disk pressure'. Default: not guarded, and said so; "hold": held with its
+    own reason, never plain DISK_PRESSURE."""
+    known, bare = FakeFs(total=1000 * MIB, free=500 * MIB), FakeFs(total=0, free=0)
+
+    def fs(path: Path) -> Any:
+        return bare(path) if path.name == "logs" else known(path)
+
+    roots = {"data": tmp_path / "data", "logs": tmp_path / "logs"}
+    for root in roots.values():
+        root.mkdir()
+    watch = DiskWatch(roots, low_water_mb=100, low_water_pct=0, statvfs=fs)
+    assert watch.check() is None
+    assert watch.volumes_report()["logs"] == {
+        "total_bytes": None, "used_bytes": None, "free_bytes": None, "low_water_bytes": 0,
+        "pressure": False, "error": None, "free_space_known": False}
+    assert watch.report()["free_space_unknown"] == ["logs"]
+    assert watch.report()["guard_unknown"] == "off"
+
+    hold = DiskWatch(roots, low_water_mb=100, low_water_pct=0, statvfs=fs, guard_unknown="hold")
+    assert hold.check() == REASON_UNKNOWN
+    assert hold.pressed() == ["logs"]
+    assert hold.bytes_to_release() == 0  # deleting logs cannot be measured to help
+    known.free = 50 * MIB  # real pressure elsewhere wins the reason
+    assert hold.check() == REASON
+
+
+def test_a_run_is_not_held_forever_on_a_filesystem_without_statfs(tmp_path: Path) -> None:
+    """The real thing: the logs volume on a FUSE filesystem without statfs."""
+    from drills._forgetful import ForgetfulMount, available
+
+    why = available()
+    if why:
+        unavailable(f"a FUSE filesystem without statfs: {why}")
+    rig = ForgetfulMount(tmp_path / "backing", tmp_path / "logs", statfs=False)
+    rig.mount()
+    try:
+        assert os.statvfs(tmp_path / "logs").f_blocks == 0
+        srv = Server(tmp_path / "state", logs_dir=str(tmp_path / "logs"))
+        try:
+            task = srv.http.post("/api/v1/tasks", json={"name": "q", "command": "echo hi"}).json()
+            run = srv.http.post(f"/api/v1/tasks/{task['id']}/runs").json()["run"]
+            done = wait_terminal(srv.http, run["id"], timeout=20)
+            assert (done["status"], done["exit_code"]) == ("succeeded", 0)
+            system = srv.http.get("/api/v1/system").json()
+            assert system["volumes"]["logs"]["free_space_known"] is False
+            assert system["volumes"]["logs"]["free_bytes"] is None
+            assert system["pressure"]["free_space_unknown"] == ["logs"]
+            assert system["pressure"]["state"] == "ok"
+        finally:
+            srv.stop()
+    finally:
+        rig.unmount()
 
 
 async def test_held_runs_get_one_event_each_and_resume_by_themselves(

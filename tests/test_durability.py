@@ -84,8 +84,27 @@ def test_durable_commits_fsync_deferred_ones_do_not(tmp_path: Path) -> None:
 
 
 async def _put(db: Database, *, durable: bool) -> None:
+    """A commit that changes a row (it writes WAL frames)."""
     async with db.write(durable=durable) as tx:
-        await store.ensure_node_id(tx, ids.uuid7(), 1)
+        await store.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": "true", "env": {}, "labels": [],
+            "concurrency": "allow"}, 1)
+
+
+async def test_a_durable_transaction_that_changed_nothing_makes_nothing_durable(
+        db: Database) -> None:
+    """SQLite writes no frame, and so fsyncs nothing, for a commit without changes
+    (a dispatcher pass that found no free slot): the deferred commits before it
+    are still only in the page cache and must not be reported durable."""
+    async with db.write(durable=True) as tx:
+        await store.ensure_node_id(tx, ids.uuid7(), 1)  # the node row, once
+    await _put(db, durable=False)
+    deferred = db.commit_seq
+    async with db.write(durable=True) as tx:
+        await store.ensure_node_id(tx, ids.uuid7(), 1)  # INSERT OR IGNORE: no change
+    assert db.durable_seq < deferred
+    await _put(db, durable=True)  # one that does write: its fsync covers them all
+    assert db.durable_seq == db.commit_seq
 
 
 async def test_durable_seq_follows_commits_and_syncs(db: Database) -> None:

@@ -1,10 +1,11 @@
 """Black-box tests for the static launcher `ql-launch` (image/launcher).
 
-Every test runs once per arch: natively for the host arch, and through
-qemu-user for the other one (skipped, with the reason shown by -ra, when the
-binary cannot be built or qemu is missing). The launcher is driven the way the
-control plane drives it: own session, stdin /dev/null, stdout+stderr on the
-attempt's log, the token through an inherited pipe.
+Every test runs once per arch (x86_64, aarch64, armv7): natively for the host
+arch, through qemu-user for the others (skipped, with the reason shown by -ra,
+when the binary cannot be built or qemu is missing; a failure under CI). The
+launcher is driven the way the control plane drives it: own session, stdin
+/dev/null, stdout+stderr on the attempt's log, the token through an inherited
+pipe.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from _launcher import (
     ARCHES,
     HOST_ARCH,
     RECEIPT_KEYS,
+    REPO,
     Attempt,
     Launcher,
     deny_hard_links,
@@ -49,7 +51,7 @@ RECEIPT_RE = re.compile(
     rb'\{"schemaVersion":1,"runId":"[0-9a-f-]{36}","attemptId":"[0-9a-f-]{36}",'
     rb'"callbackSequence":[1-9][0-9]*,"token":"[A-Za-z0-9_-]{16,128}",'
     rb'"startedAtMs":(?:0|[1-9][0-9]*),"finishedAtMs":(?:0|[1-9][0-9]*),'
-    rb'"exitCode":(?:0|[1-9][0-9]{0,2})\}'
+    rb'"exitCode":(?:0|[1-9][0-9]{0,2})(?:,"logBytes":(?:0|[1-9][0-9]*))?\}'
 )
 IS_ROOT = os.geteuid() == 0
 
@@ -77,7 +79,8 @@ def receipt_of(attempt: Attempt) -> dict[str, object]:
     raw = attempt.receipt.read_bytes()
     assert RECEIPT_RE.fullmatch(raw), raw.replace(attempt.token.encode(), b"<token>")
     pairs = json.loads(raw, object_pairs_hook=lambda kv: kv)
-    assert tuple(k for k, _ in pairs) == RECEIPT_KEYS
+    keys = tuple(k for k, _ in pairs)
+    assert keys in (RECEIPT_KEYS, (*RECEIPT_KEYS, "logBytes")), keys
     return dict(pairs)
 
 
@@ -235,6 +238,26 @@ def test_every_exit_code_round_trips(launcher: Launcher, tmp_path: Path) -> None
     with ThreadPoolExecutor(max_workers=16) as pool:
         for code, got, in_receipt in pool.map(one, codes):
             assert (got, in_receipt) == (code, code)
+
+
+def test_receipt_records_the_logs_length_at_exit(launcher: Launcher, tmp_path: Path) -> None:
+    """logBytes = the log's size when the command exited (what a power cut may take
+    from an unsynced log); later output of a background process is not counted."""
+    a = Attempt(tmp_path / "a")
+    gate = tmp_path / "gate"
+    got = run(launcher, a, sh(f"printf 'hello\\n'; (while [ ! -e {gate} ]; do sleep 0.01;"
+                              " done; echo late) & printf 'x%.0s' $(seq 1 5000); exit 3"))
+    assert got == 3
+    doc = receipt_of(a)
+    assert doc["logBytes"] == len("hello\n") + 5000 == a.log.stat().st_size
+    gate.touch()
+
+
+def test_receipt_has_no_log_length_when_stdout_is_not_a_file(
+        launcher: Launcher, attempt: Attempt) -> None:
+    proc = start(launcher, attempt, sh("echo to-a-pipe; exit 0"), stdout=subprocess.PIPE)
+    assert finish(proc) == 0
+    assert "logBytes" not in receipt_of(attempt)
 
 
 @pytest.mark.parametrize(
@@ -483,6 +506,7 @@ def test_receipt_is_canonical(launcher: Launcher, tmp_path: Path, umask: int) ->
         "startedAtMs": receipt["startedAtMs"],
         "finishedAtMs": receipt["finishedAtMs"],
         "exitCode": 42,
+        "logBytes": 0,
     }
     started, finished = receipt["startedAtMs"], receipt["finishedAtMs"]
     assert isinstance(started, int) and isinstance(finished, int)
@@ -663,3 +687,46 @@ def test_renameat2_fallback_does_not_overwrite(launcher: Launcher, attempt: Atte
     assert attempt.receipt.read_bytes() == b"earlier receipt"
     assert attempt.entries() == [attempt.receipt.name]
     assert_one_diagnostic(attempt, "already exists, not overwritten: File exists")
+
+
+# ---- 32-bit targets ----------------------------------------------------------
+
+
+def test_log_already_past_2_gib_is_appended_to(launcher: Launcher, attempt: Attempt) -> None:
+    """The launcher and its command keep appending to a log over 2 GiB (sparse).
+
+    The command is this very launcher (`--version`): on armv7 a 32-bit musl
+    program writes at an offset over 2**31 through the inherited O_APPEND fd.
+    Under qemu-user the syscalls are the host kernel's; what this covers is
+    that nothing in the launcher (its 64-bit off_t, asserted at compile time)
+    stats, seeks or reopens the log in a way that breaks past 2 GiB.
+    """
+    size = 3 * 2**30
+    with open(attempt.log, "wb") as f:
+        f.truncate(size)
+    assert run(launcher, attempt, launcher.argv("--version")) == 0
+    assert receipt_of(attempt)["exitCode"] == 0
+    with open(attempt.log, "rb") as f:
+        f.seek(size)
+        assert re.fullmatch(rb"ql-launch \S+\n", f.read())
+
+
+def test_abi_flags_give_a_32_bit_glibc_build_64_bit_time_and_off(tmp_path: Path) -> None:
+    """The Makefile's ABI_FLAGS are what makes a glibc armhf build 2038-safe:
+    ql-launch.c's static asserts fail without them (musl needs none)."""
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        unavailable("the ziglang wheel (requirements-dev) cross-compiles the check")
+    makefile = (REPO / "image/launcher/Makefile").read_text()
+    flags = re.search(r"^ABI_FLAGS := (.+)$", makefile, re.M)
+    assert flags is not None
+    cc = [sys.executable, "-m", "ziglang", "cc", "-target", "arm-linux-gnueabihf.2.36",
+          "-std=c11", "-Wall", "-Wextra", "-Werror", '-DQL_VERSION="t"', "-c",
+          "-o", str(tmp_path / "ql-launch.o"), str(REPO / "image/launcher/ql-launch.c")]
+    with_flags = subprocess.run([*cc, *flags.group(1).split()], capture_output=True, text=True,
+                                check=False)
+    assert with_flags.returncode == 0, with_flags.stderr
+    without = subprocess.run(cc, capture_output=True, text=True, check=False)
+    assert without.returncode != 0
+    assert "time_t must be 64-bit" in without.stderr and "off_t must be 64-bit" in without.stderr

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
+import pytest
+from starlette.testclient import TestClient
 
-from conftest import Server, wait_terminal
+from _appliance import Appliance
+from conftest import Server, free_port, wait_terminal
 
 
 def _start(server: Server, command: str) -> str:
@@ -73,7 +82,8 @@ def test_stream_follows_lines_live_and_ends_with_status(server: Server) -> None:
     text, end, _ = _follow(server, run_id, on_text=open_gate_after_the_last_line)
     assert gate.exists(), "the 30 lines never came while the task ran"
     assert text == "".join(f"n {i}\n" for i in range(1, 31))
-    assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED"}
+    assert end == {"status": "failed", "exit_code": 4, "reason_code": "EXITED",
+                   "log_bytes_at_exit": len(text), "log_truncated": False, "log_note": None}
 
 
 def test_resume_from_offset_without_gap_or_duplicate(server: Server) -> None:
@@ -133,3 +143,241 @@ def test_no_tail_is_left_after_the_last_subscriber(server: Server) -> None:
 def test_stream_unknown_run_is_404(server: Server) -> None:
     r = server.http.get("/api/v1/runs/01a22c6f-dc91-7024-a839-591fbcd14523/log/stream")
     assert r.status_code == 404
+
+
+def _attempt_log_file(server: Server, run: dict[str, object]) -> Path:
+    attempt_id = str(run["attempts"][0]["id"])  # type: ignore[index]
+    return server.state / "logs" / attempt_id[-2:] / f"{attempt_id}.log"
+
+
+def test_a_log_cut_short_by_a_power_loss_says_so(server: Server) -> None:
+    """The receipt records the log's length at exit (logBytes); a log file found
+    shorter (a power cut took its unsynced tail) is reported as truncated
+    everywhere: run detail, log read headers, the stream's end event."""
+    out = "".join(f"line {i}\n" for i in range(1, 201))
+    run_id = _start(server, "for i in $(seq 1 200); do echo \"line $i\"; done; exit 3")
+    run = wait_terminal(server.http, run_id)
+    assert run["exit_code"] == 3
+    (attempt,) = run["attempts"]  # type: ignore[misc]
+    assert attempt["log_bytes_at_exit"] == len(out) == attempt["log_size"]
+    assert attempt["log_truncated"] is False and attempt["log_note"] is None
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.content.decode() == out
+    assert r.headers["X-Log-Expected-Size"] == str(len(out))
+    assert r.headers["X-Log-Truncated"] == "false" and "X-Log-Note" not in r.headers
+    _, end, _ = _follow(server, run_id)
+    assert end is not None and end["log_truncated"] is False
+    assert end["log_bytes_at_exit"] == len(out)
+
+    os.truncate(_attempt_log_file(server, run), 100)  # what the power cut left on the card
+    run = server.http.get(f"/api/v1/runs/{run_id}").json()
+    (attempt,) = run["attempts"]
+    assert (attempt["log_size"], attempt["log_truncated"]) == (100, True)
+    note = f"log truncated by power loss: 100 of {len(out)} bytes"
+    assert attempt["log_note"] == note
+    assert run["exit_code"] == 3  # the result stands; only the log is incomplete
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.content.decode() == out[:100]
+    assert r.headers["X-Log-Truncated"] == "true" and r.headers["X-Log-Note"] == note
+    assert r.headers["X-Log-Size"] == "100"
+    text, end, _ = _follow(server, run_id)
+    assert text == out[:100]
+    assert end is not None and end["log_truncated"] is True and end["log_note"] == note
+
+    _attempt_log_file(server, run).unlink()  # nothing at all survived
+    r = server.http.get(f"/api/v1/runs/{run_id}/log")
+    assert r.headers["X-Log-Note"] == f"log truncated by power loss: 0 of {len(out)} bytes"
+
+
+def test_later_output_of_a_background_process_is_not_truncation(server: Server) -> None:
+    run_id = _start(server, "(sleep 0.3; echo late) & echo early; exit 0")
+    run = wait_terminal(server.http, run_id)
+    (attempt,) = run["attempts"]  # type: ignore[misc]
+    assert attempt["log_bytes_at_exit"] == len("early\n")
+    deadline = time.monotonic() + 10
+    while server.http.get(f"/api/v1/runs/{run_id}/log").content != b"early\nlate\n":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (attempt,) = server.http.get(f"/api/v1/runs/{run_id}").json()["attempts"]
+    assert attempt["log_size"] == len("early\nlate\n") and attempt["log_truncated"] is False
+
+
+# -- hostile log files: a task replaces its own log ------------------------------------
+
+# The task finds its log through its stdout and swaps it for something else.
+_SWAP = 'L=$(readlink /proc/$$/fd/1); rm "$L"; {make}; {then}'
+_MAKERS = {"fifo": 'mkfifo "$L"', "symlink": 'ln -s /etc/passwd "$L"',
+           "directory": 'mkdir "$L"'}
+
+
+def _log_file(app: Appliance, run_id: str) -> Path:
+    attempt = app.api("GET", f"/runs/{run_id}").json()["attempts"][-1]["id"]
+    return app.state / "logs" / attempt[-2:] / f"{attempt}.log"
+
+
+def _stream_end(url: str, headers: dict[str, str], timeout: float) -> dict[str, object]:
+    with httpx.stream("GET", url, headers=headers, timeout=timeout) as r:
+        assert r.status_code == 200
+        for event, _, data in _events(r.iter_lines()):
+            if event == "end":
+                return dict(json.loads(data))
+    raise AssertionError("stream closed without an end event")
+
+
+@pytest.mark.drill
+def test_hostile_log_files_never_stall_the_worker(tmp_path: Path) -> None:
+    """A FIFO, a symlink or a directory at a log path: every read answers 409 naming
+    it at once, every stream ends with the reason, nothing else slows down, and
+    `supervisorctl restart http` still stops the worker cleanly (no SIGKILL)."""
+    app = Appliance(tmp_path / "state", free_port())
+    app.start()
+    try:
+        runs: dict[str, str] = {}
+        for kind, make in _MAKERS.items():
+            then = "sleep 120" if kind == "fifo" else "true"
+            task = app.api("POST", "/tasks", json={
+                "name": kind, "command": _SWAP.format(make=make, then=then)}).json()
+            runs[kind] = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+        fine_task = app.api("POST", "/tasks", json={"name": "fine", "command": "echo fine"})
+        fine = app.api("POST", f"/tasks/{fine_task.json()['id']}/runs").json()["run"]["id"]
+        checks = {"fifo": stat.S_ISFIFO, "symlink": stat.S_ISLNK, "directory": stat.S_ISDIR}
+        for kind, run_id in runs.items():
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if checks[kind](_log_file(app, run_id).lstat().st_mode):
+                        break
+                except (FileNotFoundError, IndexError):
+                    pass
+                assert time.monotonic() < deadline, f"the {kind} task never swapped its log"
+                time.sleep(0.05)
+        assert wait_terminal(app.http, fine)["status"] == "succeeded"
+
+        base = f"http://127.0.0.1:{app.port}"
+        headers = dict(app.http.headers)
+        fifo_log = f"{base}/api/v1/runs/{runs['fifo']}/log"
+
+        def read() -> httpx.Response:
+            return httpx.get(fifo_log, headers=headers, timeout=10)
+
+        # More concurrent reads than any default executor has threads, and streams.
+        with ThreadPoolExecutor(max_workers=48) as pool:
+            reads = [pool.submit(read) for _ in range(40)]
+            streams = [pool.submit(_stream_end, f"{fifo_log}/stream", headers, 10)
+                       for _ in range(8)]
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            assert app.http.get("/readyz").status_code == 200
+            other = app.api("GET", f"/runs/{fine}/log", timeout=5)
+            assert other.status_code == 200 and other.content == b"fine\n"
+            assert time.monotonic() - t0 < 3, "the worker stalled"
+            for f in reads:
+                r = f.result(timeout=20)
+                assert r.status_code == 409, r.text
+                body = r.json()
+                assert body["error"] == "LOG_NOT_REGULAR_FILE" and body["kind"] == "fifo"
+            for f in streams:
+                end = f.result(timeout=20)
+                assert end["error"] == "LOG_NOT_REGULAR_FILE" and end["kind"] == "fifo"
+                assert end["status"] == "running"  # the run goes on; only its log is gone
+
+        for kind in ("symlink", "directory"):
+            assert wait_terminal(app.http, runs[kind])["status"] == "succeeded"
+            r = app.api("GET", f"/runs/{runs[kind]}/log")
+            assert r.status_code == 409 and r.json()["kind"] == kind, r.text
+            end = _stream_end(f"{base}/api/v1/runs/{runs[kind]}/log/stream", headers, 10)
+            assert end["error"] == "LOG_NOT_REGULAR_FILE" and end["kind"] == kind
+            assert end["status"] == "succeeded"
+        num = app.api("GET", "/tasks").json()["items"][0]["num"]
+        ql = app.http.get(f"/open/crons/{num}/log")
+        assert ql.status_code == 409 and ql.json()["code"] == 409, ql.text
+        assert app.http.get("/api/v1/system").json()["file_reads"]["timeouts"] == 0
+
+        # A clean stop within supervisord's bound: the worker exits by itself.
+        old = app.worker_pid()
+        t0 = time.monotonic()
+        app.ctl("restart", "http")
+        assert time.monotonic() - t0 < 20, "the worker needed supervisord's SIGKILL"
+        app.wait_ready()
+        assert app.worker_pid() != old
+        assert "terminated by SIGKILL" not in app.output.read_text(errors="replace")
+        app.api("POST", f"/runs/{runs['fifo']}/cancel")
+    finally:
+        app.stop()
+
+
+async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the task prints nothing, the stream sends `: keep-alive` every
+    KEEPALIVE_S (shortened here); the bytes are what the response sends."""
+    from qledge.http import logs_sse
+    from qledge.model import Trigger
+    from qledge.runtime.lifecycle import Runtime
+
+    from conftest import add_task, make_runtime
+
+    monkeypatch.setattr(logs_sse, "KEEPALIVE_S", 0.4, raising=False)
+    rt: Runtime = make_runtime(tmp_path / "state")
+    await rt.start()
+    try:
+        from qledge.http.runs import trigger_run
+
+        task_id = await add_task(rt, "echo first; sleep 2.5; echo second")
+        run = await trigger_run(rt, task_id, Trigger.API)
+        seen: list[bytes] = []
+        async for chunk in logs_sse._tail(rt, run.id, 0):
+            seen.append(chunk)
+            if chunk.startswith(b"event: end"):
+                break
+        logs_at = [i for i, c in enumerate(seen) if c.startswith(b"event: log")]
+        assert len(logs_at) == 2
+        quiet = seen[logs_at[0] + 1:logs_at[1]]
+        assert quiet and all(c == b": keep-alive\n\n" for c in quiet)
+        assert 3 <= len(quiet) <= 7  # ~2.5 s / 0.4 s
+    finally:
+        await rt.stop()
+
+
+def test_a_stuck_file_pool_answers_503_and_ends_the_stream(client: TestClient) -> None:
+    """When every file thread is stuck (a hung filesystem), log reads answer 503
+    LOG_READ_TIMEOUT after the bound, a stream ends with that error, and the rest
+    of the worker does not notice."""
+    from qledge.launch.fileio import FilePool, FileTimeout
+    from test_envs import run_and_log
+
+    task = client.post("/api/v1/tasks", json={"name": "t", "command": "echo hi"}).json()
+    run, log = run_and_log(client, task["id"])
+    assert log == "hi\n"
+    rt = client.app.state.runtime  # type: ignore[attr-defined]
+    rt.files = FilePool(threads=1, timeout_s=0.3)
+    stuck = threading.Event()
+
+    async def occupy() -> None:
+        with contextlib.suppress(FileTimeout):
+            await rt.files.run(stuck.wait)
+
+    threading.Thread(target=asyncio.run, args=(occupy(),), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 5
+        while rt.files.stats() != {"threads": 1, "idle": 0, "pending": 0,
+                                   "timeouts": rt.files.stats()["timeouts"]}:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        r = client.get(f"/api/v1/runs/{run['id']}/log")
+        assert r.status_code == 503 and r.json()["error"] == "LOG_READ_TIMEOUT", r.text
+        assert r.headers["retry-after"] == "5"
+        ql = client.get(f"/open/crons/{task['num']}/log")
+        assert ql.status_code == 503 and ql.json()["code"] == 503
+        stream = client.get(f"/api/v1/runs/{run['id']}/log/stream")
+        assert "event: end" in stream.text and '"error":"LOG_READ_TIMEOUT"' in stream.text
+        assert client.get("/readyz").status_code == 200
+        detail = client.get(f"/api/v1/runs/{run['id']}")
+        assert detail.status_code == 200  # the run's record does not wait on its log file
+        (attempt,) = detail.json()["attempts"]
+        assert (attempt["log_size"], attempt["log_truncated"]) == (None, None)  # unknown
+    finally:
+        stuck.set()
+    deadline = time.monotonic() + 5
+    while client.get(f"/api/v1/runs/{run['id']}/log").status_code != 200:
+        assert time.monotonic() < deadline, "the pool did not recover"
+        time.sleep(0.05)

@@ -325,6 +325,41 @@ def test_envs_crud_as_qinglong_clients_do_it(ql: tuple[TestClient, dict[str, str
     assert client.get("/open/envs", headers=h).json() == {"code": 200, "data": []}
 
 
+def test_envs_rename_like_qinglong(ql: tuple[TestClient, dict[str, str]]) -> None:
+    """PUT /open/envs/name {"ids": [...], "name": ...} (QingLong's back/api/env.ts):
+    every listed env takes the name; the answer is {"code": 200}, as QingLong's."""
+    client, h = ql
+    made = client.post("/open/envs", headers=h, json=[
+        {"name": "OLD_A", "value": "a"}, {"name": "OLD_B", "value": "b"},
+        {"name": "KEEP", "value": "k"}]).json()["data"]
+    a, b, keep = (e["id"] for e in made)
+    r = client.put("/open/envs/name", headers=h, json={"ids": [a, str(b)], "name": "JD_COOKIE"})
+    assert r.status_code == 200 and r.json() == {"code": 200}, r.text
+    envs = {e["id"]: e for e in client.get("/open/envs", headers=h).json()["data"]}
+    assert [envs[i]["name"] for i in (a, b, keep)] == ["JD_COOKIE", "JD_COOKIE", "KEEP"]
+    assert envs[a]["updatedAt"] >= made[0]["updatedAt"]
+    task = client.post("/api/v1/tasks", json={"name": "e", "command": 'echo "$JD_COOKIE"'}
+                       ).json()
+    run = client.post(f"/api/v1/tasks/{task['id']}/runs").json()["run"]
+    poll(lambda: client.get(f"/api/v1/runs/{run['id']}").json(), lambda x: x["terminal"])
+    assert client.get(f"/api/v1/runs/{run['id']}/log").text == "a&b\n"  # joined like QingLong
+
+    for body, status, says in (
+            ({"ids": [a], "name": "1BAD"}, 400, "name"),
+            ({"ids": [a], "name": "a b"}, 400, "name"),
+            ({"ids": [a]}, 400, "name"),
+            ({"name": "X"}, 400, "ids"),
+            ({"ids": [a, 999999], "name": "X"}, 404, "999999"),
+            ({"ids": [a], "name": "X", "extra": 1}, 400, "extra")):
+        r = client.put("/open/envs/name", headers=h, json=body)
+        assert r.status_code == status and says in r.json()["message"], (body, r.text)
+    assert client.get(f"/open/envs/{a}", headers=h).json()["data"]["name"] == "JD_COOKIE"
+    cid, secret = make_app(client, "crons-only", ["crons"])
+    r = client.put("/open/envs/name", headers=bearer(get_token(client, cid, secret)),
+                   json={"ids": [a], "name": "X"})
+    assert r.status_code == 403
+
+
 def test_cron_preview(client: TestClient) -> None:
     asked_at_ms = time.time() * 1000
     r = client.get("/api/v1/cron/preview", params={"schedule": "30 */5 * * * *", "n": 3})

@@ -4,6 +4,7 @@ import json
 import string
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -129,6 +130,11 @@ BAD: list[tuple[str, bytes, ReceiptReason]] = [
     ("finished-before-started", raw(startedAtMs=10, finishedAtMs=9), R.RECEIPT_TIME_ORDER),
     ("exit-256", raw(exitCode=256), R.RECEIPT_BAD_EXIT_CODE),
     ("exit-minus-1", raw(exitCode=-1), R.RECEIPT_BAD_EXIT_CODE),
+    ("negative-log-bytes", raw(logBytes=-1), R.RECEIPT_BAD_LOG_BYTES),
+    ("log-bytes-over-int64", raw(logBytes=INT64_MAX + 1), R.RECEIPT_BAD_LOG_BYTES),
+    ("null-log-bytes", raw(logBytes=None), R.RECEIPT_WRONG_TYPE),
+    ("string-log-bytes", raw(logBytes="12"), R.RECEIPT_WRONG_TYPE),
+    ("dup-log-bytes", raw(logBytes=1)[:-1] + b',"logBytes":2}', R.RECEIPT_DUPLICATE_KEY),
 ]
 
 
@@ -171,6 +177,19 @@ def test_every_decode_reason_is_covered_by_the_table() -> None:
 )
 def test_non_canonical_but_valid_json_is_accepted(data: bytes) -> None:
     assert isinstance(decode(data), Receipt)
+
+
+def test_log_bytes_is_optional_and_round_trips() -> None:
+    """The launcher adds logBytes (the log's length at exit) when stdout is a file;
+    receipts without it (older launchers, stdout not a file) stay valid."""
+    with_len = raw(logBytes=12345)
+    receipt = decode(with_len)
+    assert isinstance(receipt, Receipt) and receipt.log_bytes == 12345
+    assert encode(receipt) == with_len
+    plain = decode(VALID)
+    assert isinstance(plain, Receipt) and plain.log_bytes is msgspec.UNSET
+    assert encode(plain) == VALID
+    assert isinstance(decode(raw(logBytes=0)), Receipt)
 
 
 def test_size_boundary_is_4096_bytes() -> None:

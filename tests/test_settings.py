@@ -55,3 +55,40 @@ def test_bad_values_refused() -> None:
         settings.load({"QLEDGE_PROFILE": "tiny"})
     with pytest.raises(settings.SettingsError, match="port"):
         settings.load({"QLEDGE_PORT": "eighty"})
+
+
+@pytest.mark.parametrize("token", ["a", "x" * 31, " " + "x" * 32, "x" * 32 + "\n"])
+def test_weak_admin_tokens_are_refused(token: str) -> None:
+    with pytest.raises(settings.SettingsError, match="at least 32 characters"):
+        settings.load({"QLEDGE_ADMIN_TOKEN": token})
+
+
+def test_a_strong_admin_token_and_none_are_accepted() -> None:
+    assert settings.load({"QLEDGE_ADMIN_TOKEN": "x" * 32}).admin_token == "x" * 32
+    assert settings.load({}).admin_token == ""  # generated at start-up
+
+
+def test_serve_exits_at_once_naming_the_token_rule(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QLEDGE_")}
+    env.update(QLEDGE_STATE_DIR=str(tmp_path / "state"), QLEDGE_ADMIN_TOKEN="a",
+               QLEDGE_HOST="127.0.0.1", QLEDGE_PORT="1")
+    res = subprocess.run([sys.executable, "-m", "qledge", "serve"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "QLEDGE_ADMIN_TOKEN is too weak" in res.stderr
+    assert "at least 32 characters" in res.stderr
+
+
+def test_a_short_token_file_is_refused(tmp_path: Path) -> None:
+    from qledge import paths
+
+    conf = settings.load({"QLEDGE_STATE_DIR": str(tmp_path)})
+    paths.prepare_roots(conf)
+    (conf.data_path / "secrets" / "admin.token").write_text("short-token-0123456789\n")
+    with pytest.raises(paths.RootError, match="fewer than 32"):
+        paths.admin_token(conf)
+

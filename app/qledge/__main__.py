@@ -28,14 +28,20 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def serve() -> int:
-    """Run the HTTP worker in ONE process (no forking supervisor of its own)."""
+def serve(*, boot_id: str | None = None) -> int:
+    """Run the HTTP worker in ONE process (no forking supervisor of its own).
+
+    `boot_id` exists for the power-cut drills, whose runner simulates a reboot
+    (tests/drills/_reboot_worker.py); the CLI never passes it, so the product
+    always reads /proc/sys/kernel/random/boot_id.
+    """
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config, Sockets
 
     from . import paths, settings
     from .db import migrate
     from .http.app import create_app
+    from .launch.identity import pidfd_unavailable
     from .receipts.store import UnsupportedVolume, probe
 
     try:
@@ -50,6 +56,11 @@ def serve() -> int:
     except (settings.SettingsError, migrate.MigrationError, paths.RootError,
             UnsupportedVolume, OSError) as exc:
         return _fail(str(exc))
+    why = pidfd_unavailable()
+    if why is not None:
+        log.warning("no pidfds (%s): launcher exits are found by checking pid + start time + "
+                    "boot id in /proc every 0.2 s, and signals go by pid after a fresh "
+                    "identity check", why)
     if generated:
         # Shown once, at generation; afterwards only the file holds it.
         log.warning("generated admin token (shown once, also stored in %s): %s",
@@ -71,7 +82,7 @@ def serve() -> int:
     config.startup_timeout = 120.0
     config.shutdown_timeout = conf.shutdown_drain_s + 5.0
     config.graceful_timeout = 5.0
-    app = create_app(conf, token)
+    app = create_app(conf, token, boot_id=boot_id)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -80,8 +91,10 @@ def serve() -> int:
             loop.add_signal_handler(sig, stop.set)
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
-    log.info("qledge %s serving on %s (pid %d)", __version__, config.bind[0], os.getpid())
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    factory = _loop_factory()
+    log.info("qledge %s serving on %s (pid %d, %s loop)", __version__, config.bind[0],
+             os.getpid(), "asyncio" if factory is None else "uvloop")
+    with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())
     os.close(lock_fd)
     return 0
@@ -90,7 +103,7 @@ def serve() -> int:
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
-    except ImportError:  # non-Linux development machines
+    except ImportError:  # no wheel (32-bit ARM, non-Linux): asyncio's own loop
         return None
     return uvloop.new_event_loop
 

@@ -18,24 +18,41 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from cronsim.cronsim import FIELD_NAMES, RANGES, Field
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 class CronError(ValueError):
     pass
 
 
+def from_ms(ms: int, tz: tzinfo) -> datetime:
+    """Epoch milliseconds as an aware datetime in `tz`, without a C time_t on the way.
+
+    datetime.fromtimestamp() goes through the platform's time_t, which is 32-bit
+    in Debian bookworm's armhf userland (the arm/v7 image): it raises
+    OverflowError for any time after 2038-01-19. Date arithmetic does not.
+    """
+    return (_EPOCH + timedelta(milliseconds=ms)).astimezone(tz)
+
+
 def validate(expr: str) -> str:
-    """Normalise whitespace and prove the expression parses; raises CronError naming why."""
+    """Normalise whitespace and prove the expression parses; raises CronError naming why.
+
+    Pure (no clock, no time zone): whether an expression fires does not depend on
+    when one looks, cron has no year field."""
     parts = expr.split()
     if len(parts) not in (5, 6):
         raise CronError(f"expected 5 fields (or 6 with leading seconds), got {len(parts)}")
     text = " ".join(parts)
     try:
-        it = CronSim(text, datetime.now(local_zone()))
+        it = CronSim(text, _EPOCH)
         next(it)
     except CronSimError as exc:
         raise CronError(_diagnose(parts, str(exc))) from exc
     except StopIteration as exc:
         raise CronError("the schedule never fires") from exc
+    except ValueError as exc:  # cronsim lets a few malformed terms through as ValueError
+        raise CronError(f"not a valid cron expression: {exc}") from exc
     return text
 
 
@@ -107,7 +124,7 @@ def _zone(tz: str | None) -> tzinfo:
 
 
 def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, local_zone())
+    return from_ms(ms, local_zone())
 
 
 def _ms(dt: datetime) -> int:

@@ -136,6 +136,9 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     started_at_ms: int | None
     finished_at_ms: int | None
     deadline_at_ms: int | None
+    # The log's length when the command exited, from the receipt (None: no receipt,
+    # or a launcher that did not say). A shorter log file was cut by a power loss.
+    log_bytes_at_exit: int | None = None
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):

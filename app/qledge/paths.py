@@ -1,4 +1,4 @@
-"""The three roots (data, receipts, logs), private and confined."""
+"""The roots (data, receipts, logs, work and its scripts folder), private and confined."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .settings import Settings
+from .settings import MIN_ADMIN_TOKEN, Settings
 
 
 class RootError(Exception):
@@ -19,9 +19,28 @@ class AlreadyRunning(Exception):
     pass
 
 
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def ensure_private_dir(path: Path) -> Path:
-    """Create 0700 if missing; refuse a symlink or a non-directory."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create 0700 if missing; refuse a symlink or a non-directory.
+
+    A directory created here is made durable in its parent (an fsync of the
+    parent, once in the directory's life): without it a power cut soon after the
+    first start could take the whole data directory, database and all.
+    """
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    for new in reversed(missing):
+        try:
+            new.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        fsync_dir(new.parent)
     st = os.lstat(path)
     if not os.path.isdir(path) or os.path.islink(path):
         raise RootError(f"{path} is not a directory")
@@ -35,6 +54,8 @@ def prepare_roots(settings: Settings) -> None:
                  settings.work_path):
         ensure_private_dir(root)
     ensure_private_dir(settings.data_path / "secrets")
+    ensure_private_dir(settings.scripts_path)
+    ensure_private_dir(settings.script_history_path)
 
 
 def confined(root: Path, relative: str) -> Path:
@@ -77,8 +98,9 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         token = path.read_text().strip()
-        if len(token) < 16:
-            raise RootError(f"{path} holds no usable token; remove it to generate one") from None
+        if len(token) < MIN_ADMIN_TOKEN:
+            raise RootError(f"{path} holds no usable token (fewer than {MIN_ADMIN_TOKEN}"
+                            " characters); remove it to generate one") from None
         return token, False
     token = secrets.token_urlsafe(32)
     try:
@@ -86,4 +108,5 @@ def admin_token(settings: Settings) -> tuple[str, bool]:
         os.fsync(fd)
     finally:
         os.close(fd)
+    fsync_dir(path.parent)  # the name too: a token shown once must not vanish
     return token, True

@@ -15,6 +15,8 @@ import msgspec
 
 ProfileName = Literal["edge", "standalone"]
 _CLUSTER = ("cluster-control", "cluster-worker")
+# A guessable admin token is no lock at all; the generated one has 43 characters.
+MIN_ADMIN_TOKEN = 32
 
 
 class SettingsError(Exception):
@@ -120,6 +122,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     shutdown_policy: Literal["leave", "cancel"] = "leave"
     shutdown_drain_s: float = 15.0
     log_read_limit: int = 1 << 20
+    # Largest request body any route accepts (413 beyond; docs/api.md).
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
     # Bounded disk (docs/retention.md): 0 = profile value for the interval; for the
     # others unset = profile value and 0 = no such limit (low_water_*: 0 = off).
     retention_interval_s: float = 0.0
@@ -128,6 +132,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     logs_cap_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
     low_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
     low_water_pct: Annotated[float, msgspec.Meta(ge=0, le=50)] | None = None
+    # A volume whose filesystem reports no size (no statfs): "off" = not guarded
+    # (default; the writes tell), "hold" = hold new attempts (DISK_FREE_UNKNOWN).
+    disk_guard_unknown: Literal["off", "hold"] = "off"
 
     @property
     def profile_limits(self) -> Profile:
@@ -171,6 +178,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return self._root(self.work_dir, "work")
 
     @property
+    def scripts_path(self) -> Path:
+        """The scripts folder in the work volume (docs/scripts.md)."""
+        return self.work_path / "scripts"
+
+    @property
+    def script_history_path(self) -> Path:
+        """The scripts' previous versions: in the work volume, outside the scripts tree."""
+        return self.work_path / ".scripts-history"
+
+    @property
     def db_path(self) -> Path:
         return self.data_path / "qledge.sqlite3"
 
@@ -203,9 +220,20 @@ def load(environ: dict[str, str] | None = None) -> Settings:
             "qledge runs only as 'edge' or 'standalone' on one node"
         )
     try:
-        return msgspec.convert(raw, Settings, strict=False)
+        conf = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings: {exc}") from exc
+    check_admin_token(conf.admin_token, "QLEDGE_ADMIN_TOKEN")
+    return conf
+
+
+def check_admin_token(token: str, source: str) -> None:
+    """Empty means "generate one"; anything else must be long enough to be unguessable."""
+    if token and (len(token) < MIN_ADMIN_TOKEN or token != token.strip()):
+        raise SettingsError(
+            f"{source} is too weak: an admin token must be at least {MIN_ADMIN_TOKEN}"
+            f" characters without surrounding whitespace (this one has {len(token)});"
+            " use e.g. `openssl rand -base64 33`, or leave it unset to have one generated")
 
 
 # Variables of the product's own tooling around the worker (the config file, the

@@ -146,9 +146,12 @@ def _finish(
 
 
 def complete(
-    run: Run, attempt: Attempt, *, exit_code: int, finished_at_ms: int
+    run: Run, attempt: Attempt, *, exit_code: int, finished_at_ms: int,
+    log_bytes: int | None = None,
 ) -> Transition:
     """A receipt's facts: exit code decides unless a committed intent wins."""
+    if log_bytes is not None:
+        attempt = replace(attempt, log_bytes_at_exit=log_bytes)
     if _intent_wins(run, attempt, finished_at_ms):
         reason = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
                   else Reason.CANCEL_REQUESTED)

@@ -29,6 +29,12 @@ A second phase measures retention's own cost: rounds until the edge policy
 
 Target (edge): <= 32 KiB and <= 4 fsyncs per attempt. Misses print MISS;
 exit status is 0.
+
+`--compare-log-fsync` measures, in the same run, the alternative to the
+receipt's `logBytes` (docs/storage.md, "Logs and power loss"): a launcher
+built with -DQL_BENCH_FSYNC_LOG that fsyncs the log before the receipt, plus
+the fsync of the log's directory after the worker creates the log file (without
+it the log's name, and so the log, would still vanish in a power cut).
 """
 
 from __future__ import annotations
@@ -67,7 +73,33 @@ def _mark(name: str) -> None:
     os.access(f"{MARK}{name}", os.F_OK)  # a syscall strace shows: the window boundary
 
 
-async def _inner(state: Path, runs: int, warmup: int, spaced: bool) -> dict[str, object]:
+def _fsync_log_variant() -> str:
+    """The durable-log alternative: its launcher, and the log's directory entry fsync'd."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from qledge.launch import logs
+
+    from _launcher import build_variant
+
+    binary = build_variant("QL_BENCH_FSYNC_LOG")
+    if isinstance(binary, str):
+        raise SystemExit(f"bench disk: {binary}")
+    create = logs.create
+
+    def create_durably(root: Path, attempt_id: str) -> tuple[int, str]:
+        fd, rel = create(root, attempt_id)
+        dfd = os.open(root / rel.split("/")[0], os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return fd, rel
+
+    logs.create = create_durably  # type: ignore[assignment]
+    return str(binary)
+
+
+async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
+                 variant: str = "") -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate, store
     from qledge.http.runs import trigger_run
@@ -76,9 +108,12 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool) -> dict[str,
     from qledge.receipts.codec import Receipt, encode, new_token
     from qledge.runtime.lifecycle import Runtime
 
+    launcher = str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")
+    if variant == "fsync-log":
+        launcher = _fsync_log_variant()
     conf = settings.load({
         "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,
-        "QLEDGE_LAUNCHER": str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")})
+        "QLEDGE_LAUNCHER": launcher})
     prepare_roots(conf)
     migrate.apply(conf.db_path)
     rt = Runtime(conf)
@@ -192,6 +227,8 @@ def _classify(path: str) -> str:
         return "database"
     if "/receipts" in path:
         return "receipts (file+dir)"
+    if "/logs" in path:
+        return "log (file+dir)"
     return "other"
 
 
@@ -221,9 +258,21 @@ def main() -> int:
     ap.add_argument("--spaced", action="store_true",
                     help="attempts far apart (cron-like): each result pays its own fsync "
                          "and every attempt starts from a written-back page cache")
+    ap.add_argument("--compare-log-fsync", action="store_true",
+                    help="also measure a durable log (launcher fsyncs it, worker fsyncs its"
+                         " directory entry) instead of the receipt's logBytes")
+    ap.add_argument("--variant", default="", help=argparse.SUPPRESS)
     ap.add_argument("--inner", metavar="STATE", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compare_log_fsync:
+        base = [sys.executable, __file__, "--runs", str(args.runs), "--warmup",
+                str(args.warmup), *(["--spaced"] if args.spaced else [])]
+        print("== chosen: the receipt records logBytes (no log fsync)")
+        subprocess.run(base, check=True)
+        print("== alternative: the log made durable before the receipt")
+        subprocess.run([*base, "--variant", "fsync-log"], check=True)
+        return 0
     if args.inner:
         try:
             import uvloop
@@ -232,7 +281,7 @@ def main() -> int:
             runner = asyncio.Runner()
         with runner:
             result = runner.run(_inner(Path(args.inner), args.runs, args.warmup,
-                                       args.spaced))
+                                       args.spaced, args.variant))
         Path(args.out).write_text(json.dumps(result))
         return 0
 
@@ -244,7 +293,8 @@ def main() -> int:
         trace = root / "trace.txt"
         cmd = [sys.executable, __file__, "--inner", str(root / "state"), "--out", str(out),
                "--runs", str(args.runs), "--warmup", str(args.warmup),
-               *(["--spaced"] if args.spaced else [])]
+               *(["--spaced"] if args.spaced else []),
+               *(["--variant", args.variant] if args.variant else [])]
         if strace:
             cmd = [strace, "-f", "-y", "-qq", "-o", str(trace), "-e",
                    "trace=fsync,fdatasync,access,faccessat,faccessat2", *cmd]

@@ -4,6 +4,7 @@ tasks and runs. Also checks that no page scrolls sideways on a phone."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -59,6 +60,32 @@ def _seed(app: Appliance) -> dict[str, str]:
     app.api("POST", "/envs", json={"name": "NOTIFY_URL", "value": "https://hooks.example/abc",
                                    "remarks": "", "enabled": False})
     return runs
+
+
+BEAN = """/*
+京东京豆签到
+cron 10 7 * * * jd_bean.js, tag=京豆签到
+*/
+const $ = new Env('京东京豆签到');
+const cookies = (process.env.JD_COOKIE || '').split('&').filter(Boolean);
+!(async () => {
+  for (const [i, cookie] of cookies.entries()) {
+    console.log(`account ${i + 1}: signing in`);
+    await sign(cookie);
+  }
+})().finally(() => $.done());
+"""
+
+
+def _seed_scripts(app: Appliance) -> None:
+    for path, content in (("jd/jd_bean.js", BEAN), ("jd/jd_fruit.js", "// cron: 5 6-18/6 * * *\n"),
+                          ("weather.py", "# cron: 0 7 * * *\nprint('sunny')\n"),
+                          ("notify.sh", "#!/bin/sh\necho notify\n")):
+        r = app.api("PUT", "/scripts/file", json={"path": path, "content": content})
+        assert r.status_code == 201, r.text
+    r = app.api("PUT", "/scripts/file", json={"path": "jd/jd_bean.js",
+                                              "content": BEAN.replace("10 7", "15 7")})
+    assert r.status_code == 200, r.text
 
 
 def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
@@ -121,6 +148,16 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     row.get_by_role("button", name="Reveal").click()
     expect(row).to_contain_text("wx-3f9c2a77d1")
     shoot(page, "envs")
+
+    _seed_scripts(appliance)
+    page.get_by_role("navigation").get_by_role("link", name="Scripts").click()
+    tree = page.get_by_role("navigation", name="Scripts folder")
+    tree.get_by_role("link", name="jd/").click()
+    tree.get_by_role("link", name="jd_bean.js").click()
+    expect(page.get_by_label("Content of jd/jd_bean.js")).to_have_value(re.compile("new Env"))
+    page.get_by_role("button", name="History").click()
+    expect(page.locator("[data-role='history'] ol.versions li")).to_have_count(1)
+    shoot(page, "scripts")
 
     page.get_by_role("navigation").get_by_role("link", name="System").click()
     expect(page.locator("[data-stat='backlog']")).to_be_visible()

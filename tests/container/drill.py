@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -74,6 +75,13 @@ class Box:
             time.sleep(0.1)
         logs = sh("logs", "--tail", "40", self.name, check=False)
         raise AssertionError(f"{self.name} not ready:\n{logs}")
+
+    def loop(self) -> str | None:
+        """The event loop the worker announced at start ("uvloop" or "asyncio")."""
+        res = subprocess.run([DOCKER, "logs", self.name], capture_output=True, text=True,
+                             timeout=60)
+        m = re.search(r"serving on \S+ \(pid \d+, (\w+) loop\)", res.stdout + res.stderr)
+        return m.group(1) if m else None
 
     def exec(self, *args: str) -> str:
         return sh("exec", self.name, *args)
@@ -213,7 +221,7 @@ def main() -> int:
     ap.add_argument("--platform", default="linux/amd64")
     ap.add_argument("--smoke", action="store_true", help="start, run, kill worker, recover")
     args = ap.parse_args()
-    slow = 1.0 if args.platform == "linux/amd64" else 6.0
+    slow = {"linux/amd64": 1.0, "linux/arm64": 6.0}.get(args.platform, 10.0)
     box = Box(args.platform, slow)
     tally = Tally()
     t0 = time.monotonic()
@@ -221,6 +229,7 @@ def main() -> int:
     try:
         box.run()
         ready_s = box.ready()
+        loop = box.loop()
         drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
         if not args.smoke:
             drill_docker_restart(box, tally)
@@ -229,12 +238,14 @@ def main() -> int:
         error = str(exc)
         print(sh("logs", "--tail", "60", box.name, check=False), file=sys.stderr)
         ready_s = -1.0
+        loop = None
     finally:
         box.remove()
     summary = {"platform": args.platform, "mode": "smoke" if args.smoke else "full",
                "drills": tally.drills, "runs": tally.runs,
                "terminal_events": tally.terminal_events, "duplicates": tally.duplicates,
                "false_successes": tally.false_successes, "first_ready_s": round(ready_s, 2),
+               "loop": loop,
                "elapsed_s": round(time.monotonic() - t0, 1), "ok": error is None,
                "error": error}
     print(json.dumps(summary))

@@ -277,13 +277,15 @@ _FAILED = pytest.StashKey[bool]()
 class Factory:
     """`appliance(state=None, start=True, **settings)`: a started appliance, stopped later."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, preexec_fn: Callable[[], None] | None = None) -> None:
         self.tmp_path = tmp_path
+        self.preexec_fn = preexec_fn
         self.made: list[Appliance] = []
 
     def __call__(self, state: Path | None = None, *, start: bool = True, **settings: str
                  ) -> Appliance:
-        app = Appliance(state or self.tmp_path / "state", free_port(), **{**FAST, **settings})
+        app = Appliance(state or self.tmp_path / "state", free_port(),
+                        preexec_fn=self.preexec_fn, **{**FAST, **settings})
         self.made.append(app)
         if start:
             app.start(timeout=60)

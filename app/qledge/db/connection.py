@@ -206,6 +206,7 @@ class Database:
                 await _set_synchronous(conn, "FULL" if durable else "NORMAL")
                 self._full = durable
             await _begin(conn, "BEGIN IMMEDIATE")
+            changes = conn.total_changes
             tx = Tx(conn)
             try:
                 yield tx
@@ -217,7 +218,11 @@ class Database:
                 tx._rolled_back()
                 raise
             self.commit_seq += 1
-            if durable:
+            # A transaction that changed nothing writes no WAL frame, so SQLite does
+            # not fsync it even at synchronous=FULL: it must not claim the earlier
+            # deferred commits durable (found by the power-cut drill: the reaper
+            # deleted a receipt whose result was still only in the page cache).
+            if durable and conn.total_changes != changes:
                 await self._advance(self.commit_seq)
 
     async def sync(self) -> None:

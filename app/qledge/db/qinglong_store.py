@@ -145,6 +145,24 @@ async def set_envs_enabled(tx: Tx, nums: list[int], enabled: bool, now_ms: int) 
         " AND enabled != ?", [int(enabled), now_ms, *nums, int(enabled)])
 
 
+async def rename_envs(tx: Tx, nums: list[int], name: str, now_ms: int) -> int:
+    """QingLong's PUT /envs/name: every listed env gets `name`; returns how many."""
+    if not nums:
+        return 0
+    marks = ",".join("?" * len(nums))
+    return await tx.execute(
+        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE num IN ({marks})",  # noqa: S608
+        [name, now_ms, *nums])
+
+
+async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:
+    """(num, name, env) of every task with an env of its own (the size check of a
+    changed global env, http/envs.py)."""
+    rows = await tx.all("SELECT num, name, env_json FROM tasks WHERE env_json != '{}'")
+    return [(r["num"], r["name"], msgspec.json.decode(r["env_json"], type=dict[str, str]))
+            for r in rows]
+
+
 async def global_env(tx: Tx) -> dict[str, str]:
     """Enabled envs for a task's spawn environment; same-name values joined with '&'."""
     rows = await tx.all(

@@ -79,6 +79,7 @@ def _attempt(row: sqlite3.Row) -> Attempt:
         boot_id=row["boot_id"], exit_code=row["exit_code"], reason_code=row["reason_code"],
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],
+        log_bytes_at_exit=row["log_bytes_at_exit"],
     )
 
 
@@ -417,10 +418,10 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
         await tx.execute(
             "UPDATE run_attempts SET status = ?, pid = ?, proc_start_time = ?, boot_id = ?,"
             " exit_code = ?, reason_code = ?, started_at_ms = ?, finished_at_ms = ?,"
-            " callback_sequence = ? WHERE id = ?",
+            " callback_sequence = ?, log_bytes_at_exit = ? WHERE id = ?",
             (att.status.value, att.pid, att.proc_start_time, att.boot_id, att.exit_code,
              att.reason_code, att.started_at_ms, att.finished_at_ms, att.callback_sequence,
-             att.id))
+             att.log_bytes_at_exit, att.id))
         if att.status not in ACTIVE_ATTEMPT:
             await journal_mark_terminal(tx, att.id, now_ms)
     if transition.events:

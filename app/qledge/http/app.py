@@ -11,13 +11,29 @@ from starlette.routing import Mount
 
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
-from . import apps, envs, logs_sse, panel, qinglong, runs, schedule, system, tasks, tickets
+from . import (
+    apps,
+    envs,
+    logs_sse,
+    panel,
+    qinglong,
+    qinglong_scripts,
+    runs,
+    schedule,
+    scripts,
+    system,
+    tasks,
+    tickets,
+)
 from .auth import AdminAuth
 from .errors import HANDLERS
+from .guard import Guard
 
 
-def create_app(settings: Settings, admin_token: str) -> Starlette:
-    runtime = Runtime(settings)
+def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = None
+               ) -> Starlette:
+    """`boot_id`: tests only (a simulated reboot), see `Runtime`."""
+    runtime = Runtime(settings, boot_id=boot_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -28,13 +44,16 @@ def create_app(settings: Settings, admin_token: str) -> Starlette:
             await runtime.stop()
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes, *tickets.routes]
+           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
         routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
-                Mount("/open", routes=qinglong.routes)],
-        middleware=[Middleware(AdminAuth)],
+                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes])],
+        # Guard first: the body limit and JSON for unhandled errors cover everything.
+        middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
+                               wider=scripts.body_ceilings()),
+                    Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,
     )

@@ -23,9 +23,10 @@ from .. import ids
 from ..clock import now_ms
 from ..db import qinglong_store as qstore
 from ..runtime.lifecycle import Runtime
+from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
-SCOPES = ("crons", "envs", "logs")
+SCOPES = ("crons", "envs", "logs", "scripts")
 _ALNUM = string.ascii_letters + string.digits
 
 
@@ -58,13 +59,16 @@ def _rt(request: Request) -> Runtime:
 
 
 def _validated(body: AppIn) -> tuple[str, list[str]]:
-    name = body.name.strip()
-    if not name or len(name) > 100:
-        raise Invalid("name must be 1-100 characters", field="name")
+    name = inputs.text(body.name.strip(), "name", inputs.MAX_APP_NAME)
+    if not name:
+        raise Invalid(f"name must be 1-{inputs.MAX_APP_NAME} characters", field="name")
+    if len(body.scopes) > 2 * len(SCOPES):
+        raise Invalid(f"scopes lists {len(body.scopes)} entries; supported: "
+                      + ", ".join(SCOPES), field="scopes")
     scopes: list[str] = []
     for scope in body.scopes:
         if scope not in SCOPES:
-            raise Invalid(f"unsupported scope {scope!r} (supported: {', '.join(SCOPES)})",
+            raise Invalid(f"unsupported scope {scope[:32]!r} (supported: {', '.join(SCOPES)})",
                           field="scopes")
         if scope not in scopes:
             scopes.append(scope)

@@ -19,13 +19,16 @@ from starlette.routing import Route
 from .. import ids
 from ..clock import now_ms
 from ..db import qinglong_store as qstore
+from ..db.connection import Tx
+from ..launch import environment
 from ..runtime.lifecycle import Runtime
+from . import inputs
 from .errors import ApiError, Invalid, Missing, decode_body, json_response
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_NAME = 256
-MAX_VALUE = 65536
-MAX_REMARKS = 4096
+MAX_NAME = inputs.MAX_ENV_NAME
+MAX_VALUE = inputs.MAX_ENV_VALUE_BYTES
+MAX_REMARKS = inputs.MAX_REMARKS
 UNSET = msgspec.UNSET
 
 
@@ -48,18 +51,25 @@ def validate_env(fields: dict[str, Any], error: type[ApiError] = Invalid,
     """Checks beyond types; the error names its field and never echoes a value."""
     out = dict(fields)
     if "name" in out:
-        name = out["name"].strip()
-        if not ENV_NAME.match(name) or len(name) > MAX_NAME:
-            raise error(f"{prefix}name must be a shell identifier ([A-Za-z_][A-Za-z0-9_]*,"
-                        f" at most {MAX_NAME} characters)", field=f"{prefix}name")
-        out["name"] = name
-    if "value" in out and ("\x00" in out["value"] or len(out["value"]) > MAX_VALUE):
-        raise error(f"{prefix}value contains NUL or is longer than {MAX_VALUE} characters",
-                    field=f"{prefix}value")
-    if out.get("remarks") is not None and len(out["remarks"]) > MAX_REMARKS:
-        raise error(f"{prefix}remarks longer than {MAX_REMARKS} characters",
-                    field=f"{prefix}remarks")
+        out["name"] = env_name(out["name"], f"{prefix}name", error)
+    if "value" in out:
+        inputs.utf8_bytes(out["value"], f"{prefix}value", MAX_VALUE, error)
+    if out.get("remarks") is not None:
+        inputs.text(out["remarks"], f"{prefix}remarks", MAX_REMARKS, lines=True, error=error)
     return out
+
+
+def env_name(raw: str, field: str = "name", error: type[ApiError] = Invalid) -> str:
+    name = raw.strip()
+    if not ENV_NAME.match(name) or len(name) > MAX_NAME:
+        raise error(f"{field} must be a shell identifier ([A-Za-z_][A-Za-z0-9_]*,"
+                    f" at most {MAX_NAME} characters)", field=field)
+    return name
+
+
+async def verify_environment(rt: Runtime, tx: Tx) -> None:
+    """After a change to envs, inside its transaction: every task can still spawn."""
+    await environment.verify(tx, rt.settings.work_path)
 
 
 def env_view(env: qstore.EnvVar) -> dict[str, Any]:
@@ -80,7 +90,7 @@ def _env_id(request: Request) -> str:
 
 
 async def list_(request: Request) -> Response:
-    search = request.query_params.get("search", "")
+    search = inputs.query_text(request, "search")
     async with _rt(request).db.read() as tx:
         envs = await qstore.list_envs(tx, search)
     return json_response({"items": [env_view(e) for e in envs]})
@@ -89,8 +99,10 @@ async def list_(request: Request) -> Response:
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), EnvIn)
     fields = validate_env(msgspec.structs.asdict(body))
-    async with _rt(request).db.write() as tx:
+    rt = _rt(request)
+    async with rt.db.write() as tx:
         env = await qstore.create_env(tx, ids.uuid7(), fields, now_ms())
+        await verify_environment(rt, tx)
     return json_response(env_view(env), 201)
 
 
@@ -106,8 +118,10 @@ async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), EnvPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
     fields = validate_env(fields)
-    async with _rt(request).db.write() as tx:
+    rt = _rt(request)
+    async with rt.db.write() as tx:
         env = await qstore.update_env(tx, env_id, fields, now_ms())
+        await verify_environment(rt, tx)
     return json_response(env_view(env))
 
 

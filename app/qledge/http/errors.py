@@ -1,7 +1,12 @@
-"""Named errors and their one mapping to JSON responses."""
+"""Named errors and their one mapping to JSON responses (docs/api.md)."""
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
+import secrets
+import sqlite3
 from typing import TypeVar
 
 import msgspec
@@ -9,7 +14,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import scripts
 from ..db.store import Conflict, NotFound
+from ..launch.environment import EnvironmentTooLarge
+from ..launch.fileio import FileBusy, FileTimeout
+from ..launch.logs import UnsafeLogFile
+from ..receipts.codec import DuplicateKey, unique_pairs
+
+log = logging.getLogger("qledge.http")
 
 
 class ApiError(Exception):
@@ -58,6 +70,26 @@ class Unavailable(ApiError):
     code = "UNAVAILABLE"
 
 
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "PAYLOAD_TOO_LARGE"
+
+
+class LogNotRegular(ApiError):
+    status = 409
+    code = "LOG_NOT_REGULAR_FILE"
+
+
+class DiskFull(ApiError):
+    status = 507
+    code = "DISK_FULL"
+
+
+class Internal(ApiError):
+    status = 500
+    code = "INTERNAL"
+
+
 _enc = msgspec.json.Encoder()
 T = TypeVar("T")
 
@@ -101,16 +133,118 @@ async def handle_http(request: Request, exc: Exception) -> Response:
     return await handle_api_error(request, mapped)
 
 
+async def handle_unsafe_log(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, UnsafeLogFile)
+    return await handle_api_error(request, LogNotRegular(
+        f"{exc}: qledge serves regular files only (the task replaced its log file)",
+        extra={"kind": exc.kind}))
+
+
+async def handle_file_pool(request: Request, exc: Exception) -> Response:
+    code = "LOG_READ_TIMEOUT" if isinstance(exc, FileTimeout) else "LOG_READ_BUSY"
+    error = Unavailable(f"{exc}; try again later")
+    error.code = code
+    response = await handle_api_error(request, error)
+    response.headers["Retry-After"] = "5"
+    return response
+
+
+async def handle_environment(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, EnvironmentTooLarge)
+    kind = BadRequest if request.url.path.startswith("/open/") else Invalid
+    extra: dict[str, object] = {} if exc.variable is None else {"variable": exc.variable}
+    return await handle_api_error(request, kind(str(exc), field="env", extra=extra))
+
+
+def disk_full(exc: BaseException) -> bool:
+    """SQLITE_FULL (a commit that found no room), or ENOSPC/EDQUOT from a file write."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+async def handle_unexpected(request: Request, exc: BaseException) -> Response:
+    """Any exception no handler above claims: JSON with an error id that is also in
+    the worker log (with the traceback); a full disk is named as such (507)."""
+    error_id = secrets.token_hex(6)
+    where = f"{request.method} {request.url.path}"  # never the query: it may hold a ticket
+    if disk_full(exc):
+        log.error("disk full (error id %s) answering %s: %s", error_id, where, exc)
+        return await handle_api_error(request, DiskFull(
+            f"disk full: no space left to save this change (error id {error_id}); nothing"
+            " was saved, free some space and retry", extra={"error_id": error_id}))
+    log.error("unhandled error (error id %s) answering %s", error_id, where, exc_info=exc)
+    return await handle_api_error(request, Internal(
+        f"internal error (error id {error_id}); the worker log has the details",
+        extra={"error_id": error_id}))
+
+
+# Scripts (docs/scripts.md): each refusal keeps its class's code and carries the reason.
+SCRIPT_ERRORS: dict[type[scripts.ScriptError], tuple[int, str]] = {
+    scripts.ScriptPathInvalid: (400, "SCRIPT_PATH_INVALID"),
+    scripts.ScriptSymlink: (403, "SCRIPT_PATH_SYMLINK"),
+    scripts.ScriptNotRegular: (403, "SCRIPT_NOT_REGULAR"),
+    scripts.ScriptNotFound: (404, "SCRIPT_NOT_FOUND"),
+    scripts.ScriptVersionNotFound: (404, "SCRIPT_VERSION_NOT_FOUND"),
+    scripts.ScriptExists: (409, "SCRIPT_EXISTS"),
+    scripts.ScriptWrongType: (409, "SCRIPT_WRONG_TYPE"),
+    scripts.ScriptChanged: (409, "SCRIPT_CHANGED"),
+    scripts.ScriptTreeTooLarge: (409, "SCRIPT_TREE_TOO_LARGE"),
+    scripts.ScriptTooLarge: (413, "SCRIPT_TOO_LARGE"),
+    scripts.ScriptBinary: (415, "SCRIPT_BINARY"),
+    scripts.ScriptsUnavailable: (503, "SCRIPTS_UNAVAILABLE"),
+}
+
+
+async def handle_script_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, scripts.ScriptError)
+    status, code = next((v for k, v in SCRIPT_ERRORS.items() if isinstance(exc, k)),
+                        (400, "SCRIPT_ERROR"))
+    extra: dict[str, object] = {"reason": exc.reason}
+    if exc.path:
+        extra["path"] = exc.path
+    mapped = ApiError(exc.message, field=exc.field, extra=extra)
+    mapped.status, mapped.code = status, code
+    response = await handle_api_error(request, mapped)
+    if status == 413:
+        # The rest of the body is never read: close the connection after the answer, or
+        # a client still sending would wait on a full socket instead of reading it.
+        response.headers["Connection"] = "close"
+    return response
+
+
 HANDLERS = {
+    scripts.ScriptError: handle_script_error,
     ApiError: handle_api_error,
     NotFound: handle_not_found,
     Conflict: handle_conflict,
     HTTPException: handle_http,
+    UnsafeLogFile: handle_unsafe_log,
+    FileTimeout: handle_file_pool,
+    FileBusy: handle_file_pool,
+    EnvironmentTooLarge: handle_environment,
 }
+
+
+def _duplicate_keys(data: bytes) -> None:
+    """The receipt codec's pre-pass: msgspec keeps the last of two equal keys; the API
+    refuses them instead (a body must mean one thing). Bad JSON is msgspec's to report."""
+    if b"{" not in data:
+        return
+    try:
+        json.loads(data, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
+        raise Invalid(f"duplicate key {exc.key!r} in the JSON body", field=exc.key) from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None
+    except ValueError:
+        pass
 
 
 def decode_body(data: bytes, kind: type[T]) -> T:
     """Strict JSON decode; the error names the offending field."""
+    _duplicate_keys(data)
     try:
         return msgspec.json.decode(data, type=kind, strict=True)
     except msgspec.ValidationError as exc:

@@ -4,11 +4,19 @@ Nothing reads a log while nobody asks: each subscriber gets its own reader
 that polls the file size while it is connected and stops when it leaves. The
 user process appends to the file directly, so a slow client can only fall
 behind (and resume from its offset); it can never slow the task down.
+
+Reads run on the runtime's bounded file pool (launch/fileio.py) and accept
+regular files only (launch/logs.py): a log the task replaced with a FIFO, a
+symlink or a directory answers 409 `LOG_NOT_REGULAR_FILE`, and a stream ends
+with an `end` event that carries the same `error` (a client must not
+reconnect forever). An idle stream sends an SSE comment every KEEPALIVE_S so
+proxies keep it open and a half-open client is noticed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -19,13 +27,17 @@ from starlette.routing import Route
 from .. import ids
 from ..db import retention_queries, store
 from ..launch import logs
-from ..model import TERMINAL_RUN
+from ..launch.fileio import FileBusy, FileTimeout
+from ..model import TERMINAL_RUN, Attempt
 from ..runtime.lifecycle import Runtime
+from . import inputs
 from .errors import Invalid, Missing, json_response
 
 CHUNK = 64 * 1024
 POLL_S = 0.2
 STATUS_EVERY = 5  # polls between run-status checks while the file is quiet
+KEEPALIVE_S = 15.0  # an idle stream sends ": keep-alive" this often
+KEEPALIVE = b": keep-alive\n\n"
 _enc = msgspec.json.Encoder()
 
 
@@ -34,38 +46,64 @@ def _rt(request: Request) -> Runtime:
     return rt
 
 
-async def _target(rt: Runtime, run_id: str) -> tuple[str | None, bool, str]:
-    """(log path of the latest attempt, run terminal?, status)."""
+async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
+    """(the latest attempt, run terminal?, status)."""
     if not ids.is_uuid7(run_id):
         raise Missing("run not found")
     async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
     terminal = run.status in TERMINAL_RUN
-    return (attempts[-1].log_path if attempts else None), terminal, run.status.value
+    return (attempts[-1] if attempts else None), terminal, run.status.value
+
+
+class LogState(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt's log against what its receipt said (docs/storage.md).
+
+    size and truncated are None when the file could not be looked at now (the
+    file pool is stuck or full): a run's record must not wait on its log file."""
+
+    size: int | None
+    expected: int | None  # the log's length when the command exited, if known
+    truncated: bool | None  # shorter than at exit and not evicted: a power cut took the rest
+
+    @property
+    def note(self) -> str | None:
+        if not self.truncated:
+            return None
+        return f"log truncated by power loss: {self.size} of {self.expected} bytes"
+
+
+async def log_state(rt: Runtime, attempt: Attempt) -> LogState:
+    expected = attempt.log_bytes_at_exit
+    try:
+        size = await rt.files.run(logs.size, rt.settings.logs_path, attempt.log_path)
+    except (FileBusy, FileTimeout):
+        return LogState(size=None, expected=expected, truncated=None)
+    truncated = (expected is not None and size < expected
+                 and await _evicted(rt, attempt.log_path) is None)
+    return LogState(size=size, expected=expected, truncated=truncated)
 
 
 def _offset(request: Request) -> int:
-    raw = request.query_params.get("offset") or request.headers.get("last-event-id") or "0"
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise Invalid("offset must be a non-negative integer", field="offset") from exc
-    if value < 0:
-        raise Invalid("offset must be a non-negative integer", field="offset")
-    return value
+    """`offset`, else an EventSource's Last-Event-ID (the `id` of its last `log` event)."""
+    raw = request.query_params.get("offset")
+    if raw:
+        return inputs.parse_int(raw, "offset", 0, inputs.INT64_MAX)
+    header = request.headers.get("last-event-id", "").strip()
+    if header:
+        return inputs.parse_int(header, "Last-Event-ID", 0, inputs.INT64_MAX)
+    return 0
 
 
 async def read(request: Request) -> Response:
     rt = _rt(request)
     offset = _offset(request)
-    try:
-        limit = int(request.query_params.get("limit", str(rt.settings.log_read_limit)))
-    except ValueError as exc:
-        raise Invalid("limit must be an integer", field="limit") from exc
-    limit = max(1, min(limit, rt.settings.log_read_limit))
-    path, terminal, status = await _target(rt, request.path_params["run_id"])
-    data, size = (b"", 0) if path is None else await asyncio.to_thread(
+    most = rt.settings.log_read_limit
+    limit = inputs.query_int(request, "limit", most, 1, most)
+    attempt, terminal, status = await _target(rt, request.path_params["run_id"])
+    path = None if attempt is None else attempt.log_path
+    data, size = (b"", 0) if path is None else await rt.files.run(
         logs.read, rt.settings.logs_path, path, offset, limit)
     if size == 0 and path is not None:
         evicted = await _evicted(rt, path)
@@ -77,10 +115,20 @@ async def read(request: Request) -> Response:
                          "X-Run-Terminal": "true" if terminal else "false"})
     if offset > size:
         raise Invalid(f"offset {offset} is past the end of the log ({size})", field="offset")
-    return Response(data, media_type="application/octet-stream", headers={
+    headers = {
         "X-Log-Offset": str(offset), "X-Log-Next-Offset": str(offset + len(data)),
         "X-Log-Size": str(size), "X-Run-Terminal": "true" if terminal else "false",
-        "X-Run-Status": status, "Cache-Control": "no-store"})
+        "X-Run-Status": status, "Cache-Control": "no-store"}
+    if attempt is not None and attempt.log_bytes_at_exit is not None:
+        # A power cut can take an unsynced log's tail while the result survives:
+        # say so instead of serving the rest as the whole log.
+        state = await log_state(rt, attempt)
+        headers["X-Log-Expected-Size"] = str(attempt.log_bytes_at_exit)
+        if state.truncated is not None:
+            headers["X-Log-Truncated"] = "true" if state.truncated else "false"
+        if state.note:
+            headers["X-Log-Note"] = state.note
+    return Response(data, media_type="application/octet-stream", headers=headers)
 
 
 async def _evicted(rt: Runtime, path: str) -> tuple[str, int] | None:
@@ -116,37 +164,65 @@ async def stream(request: Request) -> Response:
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
+async def _end(rt: Runtime, run_id: str, offset: int, attempt: Attempt | None = None,
+               **error: str) -> bytes:
+    """The last event of every stream: the run's state, whether its log is whole
+    (`attempt` given: a normal end), and why it ended early if so (`error`)."""
+    async with rt.db.read() as tx:
+        run = await store.get_run(tx, run_id)
+    state = None if attempt is None else await log_state(rt, attempt)
+    body: dict[str, object] = {
+        "status": run.status.value, "exit_code": run.exit_code, "reason_code": run.reason_code,
+        "log_bytes_at_exit": None if state is None else state.expected,
+        "log_truncated": False if state is None else state.truncated,
+        "log_note": None if state is None else state.note, **error}
+    return _sse("end", _enc.encode(body).decode(), offset)
+
+
 async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
     rt.log_streams += 1
     try:
         yield b"retry: 1000\n\n"
+        sent_at = time.monotonic()
         polls = 0
-        path, terminal, _ = await _target(rt, run_id)
+        attempt, terminal, _ = await _target(rt, run_id)
         while True:
-            if path is None or polls % STATUS_EVERY == 0:
-                path, terminal, _ = await _target(rt, run_id)
+            if attempt is None or polls % STATUS_EVERY == 0:
+                attempt, terminal, _ = await _target(rt, run_id)
+            path = None if attempt is None else attempt.log_path
             data = b""
             if path is not None:
-                data, _ = await asyncio.to_thread(logs.read, rt.settings.logs_path, path,
-                                                  offset, CHUNK)
+                try:
+                    data, _ = await rt.files.run(logs.read, rt.settings.logs_path, path,
+                                                 offset, CHUNK)
+                except logs.UnsafeLogFile as exc:
+                    yield await _end(rt, run_id, offset, error="LOG_NOT_REGULAR_FILE",
+                                     kind=exc.kind, message=str(exc))
+                    return
+                except FileBusy:
+                    pass  # a burst of readers: this poll is skipped, the next one reads
+                except FileTimeout as exc:
+                    yield await _end(rt, run_id, offset, error="LOG_READ_TIMEOUT",
+                                     message=str(exc))
+                    return
             if data:
                 cut = len(data) if terminal else _complete_utf8(data)
                 if cut:
                     offset += cut
                     text = data[:cut].decode("utf-8", "replace")
                     yield _sse("log", _enc.encode({"text": text}).decode(), offset)
+                    sent_at = time.monotonic()
                     continue  # drain without sleeping while there is backlog
             if terminal and not data:
                 evicted = None if path is None else await _evicted(rt, path)
                 if evicted is not None:
                     yield _sse("evicted", _enc.encode({"reason": evicted[0],
                                                        "evicted_at_ms": evicted[1]}).decode())
-                async with rt.db.read() as tx:
-                    run = await store.get_run(tx, run_id)
-                yield _sse("end", _enc.encode({"status": run.status.value,
-                                               "exit_code": run.exit_code,
-                                               "reason_code": run.reason_code}).decode(), offset)
+                yield await _end(rt, run_id, offset, attempt)
                 return
+            if time.monotonic() - sent_at >= KEEPALIVE_S:
+                yield KEEPALIVE
+                sent_at = time.monotonic()
             polls += 1
             await asyncio.sleep(POLL_S)
     finally:

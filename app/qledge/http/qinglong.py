@@ -9,11 +9,10 @@ GET /open/auth/token (scopes of its app), or the admin token (every scope).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, TypeVar
 
 import msgspec
@@ -23,15 +22,18 @@ from starlette.routing import Route
 
 from .. import ids
 from ..clock import now_ms
+from ..cron import from_ms, local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
-from ..launch import logs
+from ..db.connection import Tx
+from ..launch import environment, logs
 from ..model import ACTIVE_RUN, CancelReason, Concurrency, Task, Trigger
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime
+from . import inputs
 from . import tasks as native_tasks
 from .apps import digest, new_secret
-from .envs import validate_env
+from .envs import env_name, validate_env
 from .errors import (
     BadRequest,
     Forbidden,
@@ -47,6 +49,8 @@ from .runs import trigger_run
 TOKEN_TTL_S = 30 * 86400  # like QingLong
 MAX_LIVE_TOKENS = 20  # per app; the oldest is revoked beyond this
 MAX_LIST = 5000  # crons returned when no page/size is given
+MAX_PAGE = 1_000_000
+MAX_PAGE_SIZE = 1_000_000  # accepted; at most MAX_LIST are returned
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
 _DUMMY_HASH = digest("qledge-no-such-client")
@@ -67,13 +71,6 @@ def _decode(data: bytes, kind: type[T]) -> T:
     """QingLong answers bad input with 400; the message names the field."""
     try:
         return decode_body(data, kind)
-    except Invalid as exc:
-        raise BadRequest(exc.message, field=exc.field) from exc
-
-
-def _bad(fn: Callable[[], T]) -> T:
-    try:
-        return fn()
     except Invalid as exc:
         raise BadRequest(exc.message, field=exc.field) from exc
 
@@ -111,8 +108,8 @@ def scoped(*scopes: str) -> Callable[[Handler], Handler]:
 
 
 async def auth_token(request: Request) -> Response:
-    q = request.query_params
-    client_id, secret = q.get("client_id", ""), q.get("client_secret", "")
+    client_id = inputs.query_text(request, "client_id", BadRequest)
+    secret = inputs.query_text(request, "client_secret", BadRequest)
     if not client_id:
         raise BadRequest("client_id is required", field="client_id")
     if not secret:
@@ -136,31 +133,27 @@ async def auth_token(request: Request) -> Response:
 # -- helpers ---------------------------------------------------------------------------
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
+    return from_ms(ms, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
         f"{ms % 1000:03d}Z"
 
 
 def _timestamp(ms: int) -> str:
     """QingLong's `timestamp` is JavaScript's Date.toString() of the last save."""
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime(
+    return from_ms(ms, local_zone()).strftime(
         "%a %b %d %Y %H:%M:%S GMT%z (%Z)")
 
 
-def _id_list(raw: list[int | str], field: str = "ids") -> list[int]:
+def _id_list(raw: list[Any], field: str = "ids") -> list[int]:
     """QingLong (Joi.number()) also accepts numeric strings."""
-    out: list[int] = []
-    for item in raw:
-        if isinstance(item, int) and not isinstance(item, bool):
-            out.append(item)
-        elif isinstance(item, str) and item.strip().isdigit():
-            out.append(int(item.strip()))
-        else:
-            raise BadRequest(f"{field} must be an array of integer ids", field=field)
-    return list(dict.fromkeys(out))
+    return inputs.id_list(raw, field, BadRequest)
+
+
+def _path_id(request: Request) -> int:
+    return inputs.path_int(request, "num", "id", BadRequest)
 
 
 async def _ids_body(request: Request) -> list[int]:
-    raw = _decode(await request.body(), list[int | str])
+    raw = _decode(await request.body(), list[Any])
     return _id_list(raw)
 
 
@@ -249,8 +242,9 @@ def cron_view(task: Task, summary: qstore.RunSummary | None) -> dict[str, Any]:
 
 
 def _default_name(command: str) -> str:
+    """The command's first line, as a name must be (no control characters)."""
     first = command.strip().splitlines()[0] if command.strip() else ""
-    return first[:200] or "cron"
+    return inputs.without_controls(first).strip()[:inputs.MAX_NAME] or "cron"
 
 
 def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
@@ -266,7 +260,7 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
         fields["concurrency"] = "allow" if body.allow_multiple_instances else "forbid"
     if "schedule" in fields and not str(fields["schedule"]).strip():
         raise BadRequest("schedule must not be empty", field="schedule")
-    return _bad(lambda: native_tasks.validated(fields))
+    return native_tasks.validated(fields, BadRequest)
 
 
 async def _views(rt: Runtime, tasks: list[Task]) -> list[dict[str, Any]]:
@@ -275,26 +269,16 @@ async def _views(rt: Runtime, tasks: list[Task]) -> list[dict[str, Any]]:
     return [cron_view(t, summaries.get(t.id)) for t in tasks]
 
 
-def _int_param(request: Request, name: str) -> int:
-    raw = request.query_params.get(name, "") or "0"
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise BadRequest(f"{name} must be an integer", field=name) from exc
-    if value < 0:
-        raise BadRequest(f"{name} must not be negative", field=name)
-    return value
-
-
 @scoped("crons")
 async def crons_list(request: Request) -> Response:
     rt = _rt(request)
-    page, size = _int_param(request, "page"), _int_param(request, "size")
+    page = inputs.query_int(request, "page", 0, 0, MAX_PAGE, BadRequest)
+    size = inputs.query_int(request, "size", 0, 0, MAX_PAGE_SIZE, BadRequest)
     offset, limit = 0, MAX_LIST
     if page and size:
         limit = min(size, MAX_LIST)
         offset = (page - 1) * size
-    search = request.query_params.get("searchValue", "").strip()
+    search = inputs.query_text(request, "searchValue", BadRequest).strip()
     async with rt.db.read() as tx:
         tasks, total = await qstore.search_tasks(tx, search, offset, limit)
     return ok({"data": await _views(rt, tasks), "total": total})
@@ -304,7 +288,7 @@ async def crons_list(request: Request) -> Response:
 async def crons_get(request: Request) -> Response:
     rt = _rt(request)
     async with rt.db.read() as tx:
-        task = await store.get_task_by_num(tx, request.path_params["num"])
+        task = await store.get_task_by_num(tx, _path_id(request))
     return ok((await _views(rt, [task]))[0])
 
 
@@ -317,6 +301,7 @@ async def crons_create(request: Request) -> Response:
     fields.setdefault("name", _default_name(body.command))
     async with rt.db.write() as tx:
         task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+        await environment.verify(tx, rt.settings.work_path, task)
     rt.scheduler.wake()
     return ok(cron_view(task, None))
 
@@ -331,6 +316,7 @@ async def crons_update(request: Request) -> Response:
     async with rt.db.write() as tx:
         task = await store.get_task_by_num(tx, num)
         task = await store.update_task(tx, task.id, fields, now_ms())
+        await environment.verify(tx, rt.settings.work_path, task)
     rt.scheduler.wake()
     return ok((await _views(rt, [task]))[0])
 
@@ -425,7 +411,7 @@ async def crons_log(request: Request) -> Response:
     """The latest run's log: its last `log_read_limit` bytes (1 MiB by default)."""
     rt = _rt(request)
     async with rt.db.read() as tx:
-        task = await store.get_task_by_num(tx, request.path_params["num"])
+        task = await store.get_task_by_num(tx, _path_id(request))
         latest = (await store.latest_runs_by_task(tx, [task.id])).get(task.id)
         attempts = await store.attempts_of_run(tx, latest.id) if latest else []
     if latest is None:
@@ -434,16 +420,9 @@ async def crons_log(request: Request) -> Response:
     status = "running" if active else "completed"
     if not attempts:
         return json_response({"code": 200, "data": "", "logStatus": status})
-    limit = rt.settings.log_read_limit
-    root, rel = rt.settings.logs_path, attempts[-1].log_path
-
-    def tail() -> bytes:
-        size = logs.size(root, rel)
-        offset = max(0, size - limit)
-        data, _ = logs.read(root, rel, offset, limit)
-        return _utf8_start(data) if offset else data
-
-    data = await asyncio.to_thread(tail)
+    data, offset = await rt.files.run(logs.tail, rt.settings.logs_path, attempts[-1].log_path,
+                                      rt.settings.log_read_limit)
+    data = _utf8_start(data) if offset else data
     return json_response({"code": 200, "data": data.decode("utf-8", "replace"),
                           "logStatus": status})
 
@@ -488,7 +467,7 @@ def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @scoped("envs")
 async def envs_list(request: Request) -> Response:
-    search = request.query_params.get("searchValue", "").strip()
+    search = inputs.query_text(request, "searchValue", BadRequest).strip()
     async with _rt(request).db.read() as tx:
         envs = await qstore.list_envs(tx, search)
     return ok([env_view(e) for e in envs])
@@ -497,7 +476,7 @@ async def envs_list(request: Request) -> Response:
 @scoped("envs")
 async def envs_get(request: Request) -> Response:
     async with _rt(request).db.read() as tx:
-        found = await qstore.envs_by_nums(tx, [request.path_params["num"]])
+        found = await qstore.envs_by_nums(tx, [_path_id(request)])
     if not found:
         raise Missing("env not found")
     return ok(env_view(found[0]))
@@ -508,13 +487,17 @@ async def envs_create(request: Request) -> Response:
     items = _decode(await request.body(), list[EnvIn])
     if not items:
         raise BadRequest("body must be a non-empty array of {name, value, remarks}")
+    if len(items) > inputs.MAX_IDS:
+        raise BadRequest(f"{len(items)} envs in one request; at most {inputs.MAX_IDS}")
     checked = []
     for i, item in enumerate(items):
         _unsupported(item, ("labels",))
         fields = {"name": item.name, "value": item.value, "remarks": item.remarks or ""}
         checked.append(_env_fields(fields, f"[{i}]." if len(items) > 1 else ""))
-    async with _rt(request).db.write() as tx:
+    rt = _rt(request)
+    async with rt.db.write() as tx:
         created = [await qstore.create_env(tx, ids.uuid7(), f, now_ms()) for f in checked]
+        await environment.verify(tx, rt.settings.work_path)
     return ok([env_view(e) for e in created])
 
 
@@ -525,11 +508,13 @@ async def envs_update(request: Request) -> Response:
     num = _id_list([body.id], "id")[0]
     fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
                           if getattr(body, k) is not None})
-    async with _rt(request).db.write() as tx:
+    rt = _rt(request)
+    async with rt.db.write() as tx:
         found = await qstore.envs_by_nums(tx, [num])
         if not found:
             raise Missing(f"env {num} not found")
         env = await qstore.update_env(tx, found[0].id, fields, now_ms())
+        await environment.verify(tx, rt.settings.work_path)
     return ok(env_view(env))
 
 
@@ -543,12 +528,39 @@ async def envs_delete(request: Request) -> Response:
 
 async def _envs_enabled(request: Request, enabled: bool) -> Response:
     nums = await _ids_body(request)
-    async with _rt(request).db.write() as tx:
-        found = {e.num for e in await qstore.envs_by_nums(tx, nums)}
-        missing = [n for n in nums if n not in found]
-        if missing:
-            raise Missing(f"env {', '.join(map(str, missing))} not found")
+    rt = _rt(request)
+    async with rt.db.write() as tx:
+        await _all_envs(tx, nums)
         await qstore.set_envs_enabled(tx, nums, enabled, now_ms())
+        if enabled:
+            await environment.verify(tx, rt.settings.work_path)
+    return ok()
+
+
+async def _all_envs(tx: Tx, nums: list[int]) -> None:
+    """404 naming the unknown ids (then nothing changes)."""
+    found = {e.num for e in await qstore.envs_by_nums(tx, nums)}
+    missing = [n for n in nums if n not in found]
+    if missing:
+        raise Missing(f"env {', '.join(map(str, missing))} not found")
+
+
+class EnvRename(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    ids: list[Any]
+    name: str
+
+
+@scoped("envs")
+async def envs_rename(request: Request) -> Response:
+    """QingLong's PUT /envs/name: give every listed env one name (back/api/env.ts)."""
+    body = _decode(await request.body(), EnvRename)
+    nums = _id_list(body.ids)
+    name = env_name(body.name, "name", BadRequest)
+    rt = _rt(request)
+    async with rt.db.write() as tx:
+        await _all_envs(tx, nums)
+        await qstore.rename_envs(tx, nums, name, now_ms())
+        await environment.verify(tx, rt.settings.work_path)
     return ok()
 
 
@@ -578,13 +590,14 @@ routes = [
     Route("/crons/stop", crons_stop, methods=["PUT"]),
     Route("/crons/disable", crons_disable, methods=["PUT"]),
     Route("/crons/enable", crons_enable, methods=["PUT"]),
-    Route("/crons/{num:int}", crons_get, methods=["GET"]),
-    Route("/crons/{num:int}/log", crons_log, methods=["GET"]),
+    Route("/crons/{num:digits}", crons_get, methods=["GET"]),
+    Route("/crons/{num:digits}/log", crons_log, methods=["GET"]),
     *_both("/envs", envs_list, ["GET"]),
     *_both("/envs", envs_create, ["POST"]),
     *_both("/envs", envs_update, ["PUT"]),
     *_both("/envs", envs_delete, ["DELETE"]),
     Route("/envs/disable", envs_disable, methods=["PUT"]),
     Route("/envs/enable", envs_enable, methods=["PUT"]),
-    Route("/envs/{num:int}", envs_get, methods=["GET"]),
+    Route("/envs/name", envs_rename, methods=["PUT"]),
+    Route("/envs/{num:digits}", envs_get, methods=["GET"]),
 ]

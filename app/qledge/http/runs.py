@@ -24,7 +24,9 @@ from ..model import (
 )
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime
+from . import inputs
 from .errors import Invalid, Missing, StateConflict, json_response
+from .logs_sse import log_state
 
 
 def _rt(request: Request) -> Runtime:
@@ -76,19 +78,6 @@ async def create(request: Request) -> Response:
     return json_response({"run": run_view(run)}, 202)
 
 
-def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise Invalid(f"{name} must be an integer", field=name) from exc
-    if not lo <= value <= hi:
-        raise Invalid(f"{name} must be between {lo} and {hi}", field=name)
-    return value
-
-
 async def list_(request: Request) -> Response:
     q = request.query_params
     status = q.get("status") or None
@@ -97,9 +86,12 @@ async def list_(request: Request) -> Response:
     cursor = q.get("cursor") or None
     if cursor is not None and not ids.is_uuid7(cursor):
         raise Invalid("cursor must be a run id from next_cursor", field="cursor")
-    limit = _int(request, "limit", 50, 1, 200)
+    limit = inputs.query_int(request, "limit", 50, 1, 200)
+    task_id = q.get("task_id") or None
+    if task_id is not None and not ids.is_uuid7(task_id):
+        raise Invalid("task_id must be a task id (UUIDv7)", field="task_id")
     async with _rt(request).db.read() as tx:
-        runs = await store.list_runs(tx, task_id=q.get("task_id") or None, status=status,
+        runs = await store.list_runs(tx, task_id=task_id, status=status,
                                      before=cursor, limit=limit)
     nxt = runs[-1].id if len(runs) == limit else None
     return json_response({"items": [run_view(r) for r in runs], "next_cursor": nxt})
@@ -113,16 +105,24 @@ async def _run_id(request: Request) -> str:
 
 
 async def get(request: Request) -> Response:
+    rt = _rt(request)
     run_id = await _run_id(request)
-    async with _rt(request).db.read() as tx:
+    async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
-    return json_response({**run_view(run), "attempts": [attempt_view(a) for a in attempts]})
+    views = []
+    for a in attempts:
+        view = attempt_view(a)
+        state = await log_state(rt, a)
+        view.update(log_size=state.size, log_bytes_at_exit=a.log_bytes_at_exit,
+                    log_truncated=state.truncated, log_note=state.note)
+        views.append(view)
+    return json_response({**run_view(run), "attempts": views})
 
 
 async def events(request: Request) -> Response:
     run_id = await _run_id(request)
-    after = _int(request, "after", 0, 0, 1 << 62)
+    after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
     async with _rt(request).db.read() as tx:
         await store.get_run(tx, run_id)
         evs = await store.list_events(tx, run_id, after_seq=after)

@@ -6,14 +6,13 @@ scheduler computes them; a bad expression answers 422 naming the problem.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
 from ..clock import now_ms
+from . import inputs
 from .errors import Invalid, json_response
 
 MAX_N = 50
@@ -23,18 +22,14 @@ async def preview(request: Request) -> Response:
     raw = request.query_params.get("schedule")
     if raw is None or not raw.strip():
         raise Invalid("schedule is required", field="schedule")
+    inputs.text(raw, "schedule", inputs.MAX_SCHEDULE, lines=True)
     try:
         expr = cron.validate(raw)
     except cron.CronError as exc:
         raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
-    try:
-        n = int(request.query_params.get("n", "5"))
-    except ValueError as exc:
-        raise Invalid("n must be an integer", field="n") from exc
-    if not 1 <= n <= MAX_N:
-        raise Invalid(f"n must be between 1 and {MAX_N}", field="n")
+    n = inputs.query_int(request, "n", 5, 1, MAX_N)
     at_ms = now_ms()
-    now = datetime.fromtimestamp(at_ms / 1000, cron.local_zone())
+    now = cron.from_ms(at_ms, cron.local_zone())
     offset = now.utcoffset()
     times = cron.next_ticks(expr, at_ms, n)
     return json_response({

@@ -13,9 +13,11 @@ from starlette.routing import Route
 from .. import cron, ids
 from ..clock import now_ms
 from ..db import store
+from ..launch import environment
 from ..model import Task
 from ..runtime.lifecycle import Runtime
-from .errors import Invalid, StateConflict, decode_body, json_response
+from . import inputs
+from .errors import ApiError, Invalid, StateConflict, decode_body, json_response
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSET = msgspec.UNSET
@@ -47,38 +49,48 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     keep_days: int | msgspec.UnsetType | None = UNSET
 
 
-def validated(fields: dict[str, Any]) -> dict[str, Any]:
-    """Field checks beyond types; each error names its field."""
+def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
+    """Field checks beyond types (limits: docs/api.md); each error names its field."""
     out = dict(fields)
     if "name" in out:
-        name = out["name"].strip()
-        if not name or len(name) > 200:
-            raise Invalid("name must be 1-200 characters", field="name")
+        name = inputs.text(out["name"].strip(), "name", inputs.MAX_NAME, error=error)
+        if not name:
+            raise error(f"name must be 1-{inputs.MAX_NAME} characters", field="name")
         out["name"] = name
     if "command" in out:
         if not out["command"].strip():
-            raise Invalid("command must not be empty", field="command")
-        if len(out["command"]) > 65536 or "\x00" in out["command"]:
-            raise Invalid("command too long or contains NUL", field="command")
+            raise error("command must not be empty", field="command")
+        inputs.utf8_bytes(out["command"], "command", inputs.MAX_COMMAND_BYTES, error)
     if out.get("schedule") is not None:
+        schedule = inputs.text(out["schedule"], "schedule", inputs.MAX_SCHEDULE, lines=True,
+                               error=error)
         try:
-            out["schedule"] = cron.validate(out["schedule"])
+            out["schedule"] = cron.validate(schedule)
         except cron.CronError as exc:
-            raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
-    if out.get("timeout_s") is not None and not 0 < out["timeout_s"] <= 366 * 86400:
-        raise Invalid("timeout_s must be a positive number of seconds", field="timeout_s")
-    for key, value in (out.get("env") or {}).items():
-        if not _ENV_NAME.match(key) or len(key) > 256:
-            raise Invalid(f"env name {key!r} is not a shell identifier", field="env")
-        if "\x00" in value or len(value) > 65536:
-            raise Invalid(f"env value of {key} contains NUL or is too long", field="env")
-    for label in out.get("labels") or []:
-        if not label.strip() or len(label) > 100:
-            raise Invalid("labels must be 1-100 characters", field="labels")
-    if out.get("keep_runs") is not None and not 0 <= out["keep_runs"] <= 1_000_000:
-        raise Invalid("keep_runs must be 0 (no limit) to 1000000", field="keep_runs")
-    if out.get("keep_days") is not None and not 0 <= out["keep_days"] <= 36_500:
-        raise Invalid("keep_days must be 0 (no limit) to 36500", field="keep_days")
+            raise error(f"invalid cron schedule: {exc}", field="schedule") from exc
+    if out.get("timeout_s") is not None:
+        inputs.bounded(out["timeout_s"], "timeout_s", 1, 366 * 86400, error)
+    env = out.get("env") or {}
+    if len(env) > inputs.MAX_TASK_ENV:
+        raise error(f"env holds {len(env)} variables; at most {inputs.MAX_TASK_ENV}",
+                    field="env")
+    for key, value in env.items():
+        if not _ENV_NAME.match(key) or len(key) > inputs.MAX_ENV_NAME:
+            raise error(f"env name {key[:64]!r} is not a shell identifier"
+                        f" (at most {inputs.MAX_ENV_NAME} characters)", field="env")
+        inputs.utf8_bytes(value, "env", inputs.MAX_ENV_VALUE_BYTES, error,
+                          what=f"env value of {key}")
+    labels = out.get("labels") or []
+    if len(labels) > inputs.MAX_LABELS:
+        raise error(f"{len(labels)} labels; at most {inputs.MAX_LABELS}", field="labels")
+    for label in labels:
+        inputs.text(label, "labels", inputs.MAX_LABEL, error=error)
+        if not label.strip():
+            raise error(f"labels must be 1-{inputs.MAX_LABEL} characters", field="labels")
+    if out.get("keep_runs") is not None:
+        inputs.bounded(out["keep_runs"], "keep_runs", 0, 1_000_000, error)
+    if out.get("keep_days") is not None:
+        inputs.bounded(out["keep_days"], "keep_days", 0, 36_500, error)
     return out
 
 
@@ -96,20 +108,19 @@ def _rt(request: Request) -> Runtime:
 
 
 async def create(request: Request) -> Response:
+    rt = _rt(request)
     body = decode_body(await request.body(), TaskIn)
     fields = validated(msgspec.structs.asdict(body))
-    async with _rt(request).db.write() as tx:
+    async with rt.db.write() as tx:
         task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
-    _rt(request).scheduler.wake()
+        await environment.verify(tx, rt.settings.work_path, task)
+    rt.scheduler.wake()
     return json_response(task_view(task), 201)
 
 
 async def list_(request: Request) -> Response:
-    try:
-        after = int(request.query_params.get("after", "0"))
-        limit = min(max(int(request.query_params.get("limit", "100")), 1), 500)
-    except ValueError as exc:
-        raise Invalid("after and limit must be integers", field="limit") from exc
+    after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
+    limit = inputs.query_int(request, "limit", 100, 1, 500)
     async with _rt(request).db.read() as tx:
         tasks = await store.list_tasks(tx, after_num=after, limit=limit)
     items = [task_view(t) for t in tasks]
@@ -127,9 +138,11 @@ async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), TaskPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
     fields = validated(fields)
-    async with _rt(request).db.write() as tx:
+    rt = _rt(request)
+    async with rt.db.write() as tx:
         task = await store.update_task(tx, request.path_params["task_id"], fields, now_ms())
-    _rt(request).scheduler.wake()
+        await environment.verify(tx, rt.settings.work_path, task)
+    rt.scheduler.wake()
     return json_response(task_view(task))
 
 

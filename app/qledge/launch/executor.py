@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -136,7 +135,7 @@ class LocalExecutor:
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
             return None
         # Step 4.
-        pidfd = os.pidfd_open(pid)
+        pidfd = identity.child_fd(pid, self.boot_id)
         try:
             ident = identity.capture(pid, self.boot_id)
             if ident is None:
@@ -210,8 +209,7 @@ class LocalExecutor:
                 break
             if await identity.wait_exit(pidfd, STOP_WAIT_S):
                 break
-        with contextlib.suppress(ChildProcessError):
-            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 - no wait
+        identity.reaped(pid, pidfd)
 
     async def _finish_without_process(self, attempt_id: str, reason: Reason) -> None:
         async with self.db.write() as tx:

@@ -2,17 +2,27 @@
 
 A pid alone is never trusted: after a restart it may belong to somebody else.
 The start time pins the exact process; the boot id pins the kernel instance.
+
+Exit notification and signals go through pidfds (Linux >= 5.3). Where
+pidfd_open fails (an older kernel, e.g. on a 32-bit ARM box, or a seccomp
+profile that refuses it), the fds handed out here are the stand-ins of
+_exitpoll.py instead: exits are then found by checking this identity in /proc
+every 0.2 s, and signals go by pid right after a fresh identity check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import itertools
 import os
 import select
+import signal
 
 import msgspec
+
+from ._exitpoll import ExitPoller, reap
 
 
 class Identity(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,9 +80,82 @@ def check(ident: Identity | None, boot_id: str) -> Liveness:
     return Liveness.RUNNING
 
 
+@functools.cache
+def pidfd_unavailable() -> str | None:
+    """None where pidfd_open works, else why not (checked once per process)."""
+    if not hasattr(os, "pidfd_open"):
+        return "this Python has no os.pidfd_open"
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except OSError as exc:
+        return f"pidfd_open: {os.strerror(exc.errno or 0)} (kernel {os.uname().release})"
+    os.close(fd)
+    return None
+
+
+def _running(watched: tuple[Identity, str]) -> bool:
+    return check(*watched) is Liveness.RUNNING
+
+
+_POLLER: ExitPoller[tuple[Identity, str]] = ExitPoller(_running)
+
+
+def child_fd(pid: int, boot_id: str) -> int:
+    """The exit fd of a child just spawned (unreaped, so its pid is still its own)."""
+    if pidfd_unavailable() is None:
+        return os.pidfd_open(pid)
+    ident = capture(pid, boot_id)
+    if ident is None:
+        raise ProcessLookupError(pid)
+    return _POLLER.open(pid, (ident, boot_id))
+
+
+def reaped(pid: int, fd: int) -> bool:
+    """Collect our exited child behind `fd`; False while it still runs."""
+    if pidfd_unavailable() is not None:
+        return reap(pid)
+    try:
+        return os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is not None
+    except ChildProcessError:
+        return True
+
+
+def send_signal(fd: int, ident: Identity, boot_id: str, sig: signal.Signals, *,
+                group: bool = False) -> bool:
+    """Signal the launcher behind `fd`, or its whole process group (its pid).
+
+    With a pidfd that is open and not yet reaped the pid cannot have been
+    recycled. The stand-in re-checks the identity right before the kill: a pid
+    reaped and reused within those microseconds is the race pidfds close.
+    False: it no longer runs, nothing was sent.
+    """
+    if pidfd_unavailable() is None:
+        if group:
+            os.killpg(ident.pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+        return True
+    if check(ident, boot_id) is not Liveness.RUNNING:
+        return False
+    try:
+        (os.killpg if group else os.kill)(ident.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def open_pidfd(ident: Identity, boot_id: str) -> tuple[int | None, Liveness]:
     """Open a pidfd, THEN re-check the identity: a pidfd taken after the check
-    could point at a recycled pid; one taken before it cannot change target."""
+    could point at a recycled pid; one taken before it cannot change target.
+
+    The boot id comes first: a pid recorded on another boot proves nothing, not
+    even that its process exited (docs/recovery.md, RECOVERY_BOOT_CHANGED)."""
+    if ident.boot_id != boot_id:
+        return None, Liveness.BOOT_CHANGED
+    if pidfd_unavailable() is not None:
+        live = check(ident, boot_id)
+        fd = _POLLER.open(ident.pid, (ident, boot_id)) if live is Liveness.RUNNING else None
+        return fd, live
     try:
         fd = os.pidfd_open(ident.pid)
     except ProcessLookupError:

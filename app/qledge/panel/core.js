@@ -4,7 +4,7 @@
  * (as i18n.js shares `window.QLEDGE_I18N`): this file holds what every page uses —
  * strings, formatting, DOM helpers, the API client, the router and the page shell —
  * and each page script (login.js, tasks.js, editor.js, runs.js, run.js, log.js,
- * envs.js, system.js) adds its view to `QLEDGE.pages`. Deferred scripts run in
+ * envs.js, scripts.js, system.js) adds its view to `QLEDGE.pages`. Deferred scripts run in
  * document order before DOMContentLoaded, which is when the first page is drawn.
  *
  * Security notes (docs/panel.md):
@@ -195,12 +195,13 @@ window.QLEDGE = (() => {
   }
   async function api(method, path, body, opts) {
     const headers = { Authorization: 'Bearer ' + (opts && opts.token || token) };
-    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const form = body instanceof FormData; // an upload: the browser sets its boundary
+    if (body !== undefined && !form) headers['Content-Type'] = 'application/json';
     let res;
     try {
       res = await fetch('/api/v1' + path, {
         method, headers, cache: 'no-store', credentials: 'omit',
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined || form ? body : JSON.stringify(body),
       });
     } catch (e) {
       throw new ApiError(0, null, t('err.network'));
@@ -260,8 +261,8 @@ window.QLEDGE = (() => {
     document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
     const app = clear(document.getElementById('app'));
     const other = lang === 'zh' ? 'en' : 'zh';
-    const links = [['tasks', 'nav.tasks'], ['runs', 'nav.runs'], ['envs', 'nav.envs'],
-      ['system', 'nav.system']];
+    const links = [['tasks', 'nav.tasks'], ['scripts', 'nav.scripts'], ['runs', 'nav.runs'],
+      ['envs', 'nav.envs'], ['system', 'nav.system']];
     const main = h('main', { id: 'main', tabIndex: -1 });
     append(app, [
       h('a', { class: 'skip', href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
@@ -302,7 +303,8 @@ window.QLEDGE = (() => {
     } else {
       const main = shell(parts[0]);
       const [section, id] = parts;
-      if (section === 'tasks' && id) pages.taskEditor(main, id === 'new' ? null : id, alive);
+      if (section === 'tasks' && id) pages.taskEditor(main, id === 'new' ? null : id, alive, query);
+      else if (section === 'scripts') pages.scripts(main, id || '', alive);
       else if (section === 'runs' && id) pages.run(main, id, alive);
       else if (section === 'runs') pages.runs(main, query, alive);
       else if (section === 'envs') pages.envs(main, alive);

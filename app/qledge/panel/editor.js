@@ -6,12 +6,18 @@
   const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const MAX_TIMEOUT_S = 366 * 86400;
 
-  function viewTaskEditor(main, taskId, alive) {
+  // #/tasks/new?name=&command=&schedule= prefills a new task (the Scripts page's
+  // "Create task from this script").
+  function viewTaskEditor(main, taskId, alive, query) {
     heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
     const box = h('div', null, h('p', { class: 'muted' }, t('common.loading')));
     main.append(box);
+    const prefill = {};
+    for (const k of ['name', 'command', 'schedule']) {
+      if (!taskId && query && query.get(k)) prefill[k] = query.get(k);
+    }
     const get = taskId ? api('GET', `/tasks/${encodeURIComponent(taskId)}`) : Promise.resolve(null);
-    get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive); } },
+    get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill); } },
       (e) => { if (alive()) { clear(box); failBox(box, e); } });
   }
 
@@ -123,9 +129,9 @@
     return found;
   }
 
-  function buildTaskForm(box, task, alive) {
+  function buildTaskForm(box, task, alive, prefill) {
     const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
-      enabled: true, concurrency: 'forbid', labels: [] };
+      enabled: true, concurrency: 'forbid', labels: [], ...prefill };
     const f = {
       name: h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
         maxlength: 200, autocomplete: 'off' }),

@@ -54,6 +54,7 @@ class ReceiptReason(enum.StrEnum):
     RECEIPT_BAD_TIME = "RECEIPT_BAD_TIME"
     RECEIPT_TIME_ORDER = "RECEIPT_TIME_ORDER"
     RECEIPT_BAD_EXIT_CODE = "RECEIPT_BAD_EXIT_CODE"
+    RECEIPT_BAD_LOG_BYTES = "RECEIPT_BAD_LOG_BYTES"
     # Store level: the thing at the receipt path is not a file we may read.
     RECEIPT_NOT_REGULAR = "RECEIPT_NOT_REGULAR"
 
@@ -71,6 +72,9 @@ class Receipt(
     started_at_ms: int
     finished_at_ms: int
     exit_code: int
+    # Optional: the log's length when the command exited (absent when stdout was
+    # not a regular file). Absent, never null: UNSET rejects a JSON null.
+    log_bytes: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -89,13 +93,23 @@ class _PrepassRejected(Exception):
         self.reason = reason
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # msgspec silently keeps the last of duplicated keys (msgspec#648), so a
-    # receipt could carry two exit codes and mean whichever a reader picks.
+class DuplicateKey(_PrepassRejected):
+    """A JSON object names `key` twice (also used by the HTTP API's body decoder)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(ReceiptReason.RECEIPT_DUPLICATE_KEY)
+        self.key = key
+
+
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(object_pairs_hook=...)` that raises DuplicateKey.
+
+    msgspec silently keeps the last of duplicated keys (msgspec#648), so a
+    receipt could carry two exit codes and mean whichever a reader picks."""
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _PrepassRejected(ReceiptReason.RECEIPT_DUPLICATE_KEY)
+            raise DuplicateKey(key)
         result[key] = value
     return result
 
@@ -132,7 +146,7 @@ def _too_deep(text: str) -> bool:
 def _prepass(text: str) -> ReceiptReason | None:
     try:
         document = json.loads(
-            text, object_pairs_hook=_unique_pairs, parse_constant=_reject_constant
+            text, object_pairs_hook=unique_pairs, parse_constant=_reject_constant
         )
     except _PrepassRejected as exc:
         return exc.reason
@@ -179,6 +193,8 @@ def check(receipt: Receipt) -> ReceiptReason | None:
         return ReceiptReason.RECEIPT_TIME_ORDER
     if not 0 <= receipt.exit_code <= 255:
         return ReceiptReason.RECEIPT_BAD_EXIT_CODE
+    if receipt.log_bytes is not msgspec.UNSET and not 0 <= receipt.log_bytes <= _INT64_MAX:
+        return ReceiptReason.RECEIPT_BAD_LOG_BYTES
     return None
 
 

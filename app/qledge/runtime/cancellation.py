@@ -190,14 +190,14 @@ class Cancellation:
                 return False
             if identity.exited(pidfd):
                 return False
-            assert attempt.pid is not None
-            if sig is signal.SIGTERM:
-                # The launcher forwards TERM to the task's group and stays to write the receipt.
-                signal.pidfd_send_signal(pidfd, sig)
-            else:
-                # The pidfd is open and the launcher not yet reaped: its pid, which is
-                # also the group id, cannot have been recycled.
-                os.killpg(attempt.pid, sig)
+            assert attempt.pid is not None and attempt.proc_start_time is not None
+            ident = identity.Identity(pid=attempt.pid, start_time=attempt.proc_start_time,
+                                      boot_id=attempt.boot_id or "")
+            # TERM: the launcher forwards it to the task's group and stays to write
+            # the receipt. KILL: the whole group (the launcher's pid is its id).
+            if not identity.send_signal(pidfd, ident, self.boot_id, sig,
+                                        group=sig is not signal.SIGTERM):
+                return False
             column = "term_sent_at_ms" if sig is signal.SIGTERM else "kill_sent_at_ms"
             await leases.record_signal(tx, attempt.id, column, now_ms())
             run = await store.get_run(tx, attempt.run_id)

@@ -87,8 +87,9 @@ class CompletionService:
         run = await store.get_run(tx, attempt.run_id)
         if run.status in TERMINAL_RUN:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
+        log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
         tr = transitions.complete(run, attempt, exit_code=receipt.exit_code,
-                                  finished_at_ms=receipt.finished_at_ms)
+                                  finished_at_ms=receipt.finished_at_ms, log_bytes=log_bytes)
         await store.apply(tx, run, tr, now_ms())
         return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
 

@@ -10,6 +10,13 @@ above the mark × RELEASE_FACTOR, so spawning does not flap at the edge.
 Under pressure no new attempt is spawned (runs stay `queued`, one `run.held`
 event each), retention runs early and evicts old logs; running tasks are left
 alone. The callback hears every change of the overall state.
+
+A filesystem that reports a size of zero (no statfs support, e.g. some FUSE
+filesystems) has an *unknown* free space, not zero: with `guard_unknown="off"`
+(the default) that volume is not guarded (the writes themselves will tell: a
+full disk never gives a half receipt or a false success); with "hold" it
+holds new attempts with the reason DISK_FREE_UNKNOWN. Either way
+/api/v1/system says so (docs/retention.md).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -26,7 +34,9 @@ from ..clock import now_ms
 log = logging.getLogger("qledge.diskwatch")
 MIB = 1 << 20
 REASON = "DISK_PRESSURE"
+REASON_UNKNOWN = "DISK_FREE_UNKNOWN"
 RELEASE_FACTOR = 1.25
+GuardUnknown = Literal["off", "hold"]
 
 
 class Volume(msgspec.Struct, kw_only=True):
@@ -38,6 +48,7 @@ class Volume(msgspec.Struct, kw_only=True):
     device: int = 0
     pressure: bool = False
     error: str | None = None
+    free_space_known: bool = True
 
 
 def low_water(total_bytes: int, low_water_mb: int, low_water_pct: float) -> int:
@@ -57,14 +68,17 @@ def under_pressure(free: int, mark: int, was: bool) -> bool:
 class DiskWatch:
     def __init__(self, roots: Mapping[str, Path], *, low_water_mb: int, low_water_pct: float,
                  on_change: Callable[[bool], None] | None = None,
-                 statvfs: Callable[[Path], os.statvfs_result] = os.statvfs) -> None:
+                 statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
+                 guard_unknown: GuardUnknown = "off") -> None:
         self.roots = dict(roots)
+        self.guard_unknown = guard_unknown
         self.low_water_mb = low_water_mb
         self.low_water_pct = low_water_pct
         self.on_change = on_change
         self._statvfs = statvfs
         self.volumes = {name: Volume(name=name) for name in self.roots}
         self.pressure = False
+        self.reason: str | None = None
         self.since_ms: int | None = None
         self.checks = 0
 
@@ -82,25 +96,41 @@ class DiskWatch:
                 vol.pressure = False
                 continue
             vol.error = None
+            vol.device = device
+            if st.f_blocks == 0:
+                self._unknown(vol)
+                continue
+            vol.free_space_known = True
             vol.total_bytes = st.f_blocks * st.f_frsize
             vol.free_bytes = st.f_bavail * st.f_frsize
             vol.used_bytes = (st.f_blocks - st.f_bfree) * st.f_frsize
-            vol.device = device
             vol.low_water_bytes = low_water(vol.total_bytes, self.low_water_mb,
                                             self.low_water_pct)
             vol.pressure = under_pressure(vol.free_bytes, vol.low_water_bytes, vol.pressure)
         now = any(v.pressure for v in self.volumes.values())
+        self.reason = None if not now else REASON if any(
+            v.pressure and v.free_space_known for v in self.volumes.values()) else REASON_UNKNOWN
         if now != self.pressure:
             self.pressure = now
             self.since_ms = now_ms()
             if now:
-                log.warning("disk pressure on %s: new attempts are held",
+                log.warning("%s on %s: new attempts are held", self.reason,
                             ", ".join(self.pressed()))
             else:
                 log.info("disk pressure is over: spawning resumes")
             if self.on_change is not None:
                 self.on_change(now)
-        return REASON if now else None
+        return self.reason
+
+    def _unknown(self, vol: Volume) -> None:
+        """No size, no free space: a filesystem without statfs, not a full one."""
+        if vol.free_space_known:
+            log.warning("free space of the %s volume is unknown (its filesystem reports no"
+                        " size); disk guard for it: %s (QLEDGE_DISK_GUARD_UNKNOWN)",
+                        vol.name, self.guard_unknown)
+        vol.free_space_known = False
+        vol.total_bytes = vol.free_bytes = vol.used_bytes = vol.low_water_bytes = 0
+        vol.pressure = self.guard_unknown == "hold"
 
     def pressed(self) -> list[str]:
         return [v.name for v in self.volumes.values() if v.pressure]
@@ -114,20 +144,26 @@ class DiskWatch:
         """Bytes to free on the logs' filesystem to leave pressure on every volume it backs."""
         need = 0
         for vol in self.volumes.values():
-            if vol.pressure and self.shares_logs_device(vol.name):
+            # Unknown free space: no amount of deleted logs can be measured to help.
+            if vol.pressure and vol.free_space_known and self.shares_logs_device(vol.name):
                 need = max(need, int(vol.low_water_bytes * RELEASE_FACTOR) - vol.free_bytes + 1)
         return need
 
     def report(self) -> dict[str, object]:
         return {
             "state": "pressure" if self.pressure else "ok",
-            "reason": REASON if self.pressure else None,
+            "reason": self.reason,
             "since_ms": self.since_ms,
             "volumes": self.pressed(),
+            "free_space_unknown": [v.name for v in self.volumes.values()
+                                   if not v.free_space_known],
+            "guard_unknown": self.guard_unknown,
         }
 
     def volumes_report(self) -> dict[str, object]:
-        return {v.name: {"total_bytes": v.total_bytes, "used_bytes": v.used_bytes,
-                         "free_bytes": v.free_bytes, "low_water_bytes": v.low_water_bytes,
-                         "pressure": v.pressure, "error": v.error}
+        return {v.name: {"total_bytes": v.total_bytes if v.free_space_known else None,
+                         "used_bytes": v.used_bytes if v.free_space_known else None,
+                         "free_bytes": v.free_bytes if v.free_space_known else None,
+                         "low_water_bytes": v.low_water_bytes, "pressure": v.pressure,
+                         "error": v.error, "free_space_known": v.free_space_known}
                 for v in self.volumes.values()}

@@ -19,6 +19,7 @@ from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..launch.executor import LocalExecutor, SpawnResult
+from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
 from .cancellation import Cancellation
@@ -45,13 +46,15 @@ async def no_global_env(tx: Tx) -> dict[str, str]:
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
+        """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
+        product never passes it and always reads the kernel's."""
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
         self.node_id = ""
         self.incarnation = ids.uuid7()
-        self.boot_id = read_boot_id()
+        self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
@@ -59,6 +62,9 @@ class Runtime:
         self.global_env = qinglong_store.global_env
         self._finishing: set[asyncio.Task[None]] = set()
         self.log_streams = 0
+        # User-reachable file work (log reads and tails): its own bounded threads,
+        # never the default executor the runtime's own file work needs.
+        self.files = FilePool()
 
     # -- start / stop ------------------------------------------------------------
 
@@ -127,6 +133,7 @@ class Runtime:
         await settle(self._finishing, 5.0)
         await self.reaper.stop()
         self.watcher.close()
+        self.files.close()
         await self.db.close()
 
     # -- attempts ----------------------------------------------------------------
@@ -211,6 +218,7 @@ class Runtime:
             "last_round": _report(last),
             "rounds": self.supervision.rounds,
             "log_streams": self.log_streams,
+            "file_reads": self.files.stats(),
             # Results committed without their own fsync (docs/storage.md): receipts
             # kept until one covers them, and the fsyncs paid when none came along.
             "durability": {"commits": self.db.commit_seq, "durable": self.db.durable_seq,

@@ -1,9 +1,11 @@
 """Recovery of active attempts from the database (never from a directory listing).
 
 Per attempt: a receipt present → the consumer (one door); else the durable
-identity decides: running → keep and re-attach a pidfd; exited → one bounded
-publish grace, look again, else `lost`; unsupported/mismatched/other boot →
-fail closed with a stable reason. A bare pid is never signalled.
+identity decides: other boot → `lost` (before anything about the pid);
+running → keep and re-attach a pidfd; exited → one bounded publish grace, look
+again, else `lost`; unsupported/mismatched → fail closed with a stable reason.
+A bare pid is never signalled. At start-up, left-over receipts of attempts
+already terminal are consumed (`already_terminal`) and reaped too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
 from ..launch import identity
-from ..model import Attempt, AttemptStatus, Reason
+from ..model import ACTIVE_ATTEMPT, Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 
@@ -75,8 +77,30 @@ class Reconciler:
                 break
             cursor = page[-1].id
             await self.check(page, report, startup=True)
+        await self._leftovers(report, page_size, max_pages)
         report.finished_at_ms = now_ms()
         return report
+
+    async def _leftovers(self, report: RoundReport, page_size: int, max_pages: int) -> None:
+        """Receipts of attempts already terminal: the result was durable but the
+        receipt stayed (the worker died before the reaper's delete, or a power cut
+        forgot it). Consumed into `already_terminal` and reaped now, not a periodic
+        round (30 s on edge) later. The journal is small: it holds active attempts
+        and those that ended within the journal retention."""
+        cursor = ""
+        for _ in range(max_pages):
+            async with self.db.read() as tx:
+                rows = await store.journal_page(tx, cursor, page_size)
+            if not rows:
+                break
+            cursor = rows[-1].attempt_id
+            # Consumed by the active pass just now: already handed to the reaper.
+            ended = [r.attempt_id for r in rows
+                     if r.state == "pending" and r.attempt_status not in ACTIVE_ATTEMPT
+                     and not self.consumer.reaper.holds(r.attempt_id)]
+            for got in (await self.consumer.consume_many(ended)).values():
+                if got is not Consumed.MISSING:
+                    report.add(f"late_receipt_{got.value}")
 
     async def _adopt(self, attempt: Attempt) -> bool:
         """Record the identity of an unconfirmed launcher found by its attempt id.

@@ -375,7 +375,7 @@ class Retention:
             run_ids = await q.unheld_queued_runs(tx, limit)
         if not run_ids:
             return
-        data: dict[str, str | int | None] = {"reason": REASON,
+        data: dict[str, str | int | None] = {"reason": self.disk.reason or REASON,
                                              "volumes": ",".join(self.disk.pressed())}
         held = 0
         async with self._tx() as tx:
@@ -421,7 +421,7 @@ class DiskKeeper:
             {"data": settings.data_path, "receipts": settings.receipts_path,
              "logs": settings.logs_path},
             low_water_mb=profile.low_water_mb, low_water_pct=profile.low_water_pct,
-            on_change=self._pressure_changed)
+            on_change=self._pressure_changed, guard_unknown=settings.disk_guard_unknown)
         self.retention = Retention(db=db, logs_root=settings.logs_path,
                                    db_path=settings.db_path, profile=profile, disk=self.disk)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)

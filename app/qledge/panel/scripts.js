@@ -1,0 +1,353 @@
+/* qledge panel: the scripts folder (#/scripts, #/scripts/<path>): tree, editor with line
+ * numbers, upload, new file/folder, rename, delete, history with restore, and "Create
+ * task from this script". Paths are relative to the scripts folder; the API refuses
+ * anything else with a reason, shown here as it comes. */
+'use strict';
+(() => {
+  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, notify, confirmDialog, api, q,
+    onLeave, heading, failBox, render } = window.QLEDGE;
+  const opened = new Set(); // folders the user unfolded, kept across pages
+  let unsaved = null; // the path whose edits are not saved yet
+  const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
+  const href = (p) => '#/scripts' + (p ? '/' + encodeURIComponent(p) : '');
+  const go = (p) => { if (location.hash === href(p)) render(); else location.hash = href(p); };
+  const under = (folder, name) => (folder ? folder + '/' + name : name);
+
+  /* A modal asking for one path; `submit(value)` does the work and may throw: its error
+   * is shown in the dialog, which stays open until it succeeds or is cancelled. */
+  function askPath(title, value, okLabel, submit) {
+    const back = document.activeElement;
+    const titleId = nextId('dlg');
+    const input = h('input', { id: nextId('ask'), type: 'text', class: 'mono', value,
+      autocomplete: 'off', spellcheck: 'false', 'data-field': 'path' });
+    const err = h('p', { class: 'field-error', role: 'alert', hidden: true, id: input.id + '-err' });
+    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId });
+    const close = () => {
+      if (dialog.open) dialog.close();
+      dialog.remove();
+      if (back && back.isConnected) back.focus();
+    };
+    const form = h('form', { method: 'dialog', novalidate: true },
+      h('h2', { id: titleId }, title),
+      h('div', { class: 'field' }, h('label', { htmlFor: input.id }, t('scripts.pathLabel')), input,
+        h('p', { class: 'help' }, t('scripts.pathHelp')), err),
+      h('div', { class: 'actions' },
+        btn(t('common.cancel'), close, 'ghost', { 'data-action': 'cancel' }),
+        h('button', { type: 'submit', class: 'btn primary', 'data-action': 'confirm' }, okLabel)));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      err.hidden = true;
+      input.removeAttribute('aria-invalid');
+      try {
+        await submit(input.value.trim());
+        close();
+      } catch (ex) {
+        err.textContent = ex.message;
+        err.hidden = false;
+        input.setAttribute('aria-invalid', 'true');
+        input.setAttribute('aria-describedby', err.id);
+        input.focus();
+      }
+    });
+    dialog.addEventListener('cancel', (e) => { e.preventDefault(); close(); });
+    dialog.append(form);
+    document.body.append(dialog);
+    dialog.showModal();
+    input.focus();
+  }
+
+  // ---- the tree ------------------------------------------------------------------------
+  function treeList(nodes, selected) {
+    return h('ul', { class: 'tree' }, nodes.map((n) => {
+      const current = n.path === selected ? 'page' : null;
+      if (n.type === 'directory') {
+        const open = opened.has(n.path) || selected.startsWith(n.path + '/') || n.path === selected;
+        const det = h('details', { open, 'data-path': n.path },
+          h('summary', null, h('a', { href: href(n.path), 'aria-current': current }, n.name + '/')),
+          n.children ? treeList(n.children, selected)
+            : h('p', { class: 'muted small' }, t('scripts.notListed')),
+          n.truncated ? h('p', { class: 'muted small' }, t('scripts.truncated')) : null);
+        det.addEventListener('toggle', () => {
+          if (det.open) opened.add(n.path); else opened.delete(n.path);
+        });
+        return h('li', null, det);
+      }
+      if (n.type !== 'file') {
+        return h('li', { class: 'muted' }, n.name + ' ',
+          h('span', { class: 'small' }, t('scripts.notEditable', { kind: n.type })));
+      }
+      return h('li', null, h('a', { href: href(n.path), 'aria-current': current,
+        'data-path': n.path }, n.name));
+    }));
+  }
+
+  function find(nodes, path) {
+    for (const n of nodes) {
+      if (n.path === path) return n;
+      if (n.children && path.startsWith(n.path + '/')) return find(n.children, path);
+    }
+    return null;
+  }
+
+  // ---- the editor: a textarea with a line-number gutter --------------------------------
+  function codeEditor(label, text) {
+    const id = nextId('code');
+    const gutter = h('pre', { class: 'gutter', 'aria-hidden': 'true' });
+    const area = h('textarea', { id, class: 'code', wrap: 'off', spellcheck: 'false',
+      autocomplete: 'off', autocapitalize: 'off', 'data-role': 'script-content' });
+    area.value = text;
+    let lines = 0;
+    const paint = () => {
+      let n = 1;
+      for (let i = area.value.indexOf('\n'); i >= 0; i = area.value.indexOf('\n', i + 1)) n += 1;
+      if (n !== lines) {
+        lines = n;
+        gutter.textContent = Array.from({ length: n }, (_, i) => i + 1).join('\n');
+      }
+      gutter.scrollTop = area.scrollTop;
+    };
+    area.addEventListener('input', paint);
+    area.addEventListener('scroll', () => { gutter.scrollTop = area.scrollTop; });
+    paint();
+    return { area, el: h('div', { class: 'code-wrap' },
+      h('label', { htmlFor: id, class: 'sr-only' }, label), gutter, area) };
+  }
+
+  async function download(path, button) {
+    button.disabled = true;
+    try {
+      const res = await api('GET', '/scripts/download' + q({ path }), undefined, { raw: true });
+      const url = URL.createObjectURL(await res.blob());
+      const a = h('a', { href: url, download: path.split('/').pop(), hidden: true });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (e) { notify(e.message, 'error'); } finally { button.disabled = false; }
+  }
+
+  async function createTask(path) {
+    try {
+      const meta = await api('GET', '/scripts/meta' + q({ path }));
+      const prefill = new URLSearchParams({ name: meta.name, command: meta.command });
+      if (meta.schedule) prefill.set('schedule', meta.schedule);
+      location.hash = '#/tasks/new?' + prefill.toString();
+    } catch (e) { notify(e.message, 'error'); }
+  }
+
+  function renameOrDelete(path, isDir) {
+    return [
+      btn(t('scripts.rename'), () => askPath(t('scripts.renameTitle'), path, t('scripts.rename'),
+        async (to) => {
+          await api('POST', '/scripts/move', { from: path, to });
+          notify(t('scripts.renamed', { path: to }), 'ok');
+          go(to);
+        }), 'small', { 'data-action': 'rename' }),
+      btn(t('common.delete'), async () => {
+        const ok = await confirmDialog(t('scripts.deleteTitle'),
+          t(isDir ? 'scripts.deleteFolder' : 'scripts.deleteFile', { path }), t('common.delete'), true);
+        if (!ok) return;
+        try {
+          await api('DELETE', '/scripts' + q({ path }));
+          notify(t('scripts.deleted', { path }), 'ok');
+          go(parentOf(path));
+        } catch (e) { notify(e.message, 'error'); }
+      }, 'small danger-ghost', { 'data-action': 'delete' }),
+    ];
+  }
+
+  // The history of a file: versions a save replaced, each shown or restored on demand.
+  function historyCard(path, reload) {
+    const preview = h('pre', { class: 'log preview-version', hidden: true, tabIndex: 0 });
+    const list = h('div', null, h('p', { class: 'muted' }, t('common.loading')));
+    const card = h('section', { class: 'card', 'aria-label': t('scripts.historyTitle', { path }),
+      'data-role': 'history' },
+    h('h2', null, t('scripts.historyTitle', { path })), list, preview);
+    api('GET', '/scripts/history' + q({ path })).then((res) => {
+      fill(list, h('p', { class: 'help' }, t('scripts.historyHelp', { n: res.keep })));
+      if (!res.items.length) { list.append(h('p', { class: 'empty' }, t('scripts.historyEmpty'))); return; }
+      list.append(h('ol', { class: 'versions' }, res.items.map((v) => h('li', { 'data-version': v.id },
+        h('span', null, fmtTime(v.saved_at_ms)), h('span', { class: 'muted small' }, fmtBytes(v.size)),
+        btn(t('scripts.show'), async () => {
+          try {
+            const got = await api('GET', '/scripts/history/version' + q({ path, id: v.id }));
+            preview.textContent = got.content;
+            preview.hidden = false;
+          } catch (e) { notify(e.message, 'error'); }
+        }, 'small ghost', { 'aria-label': `${t('scripts.show')} — ${fmtTime(v.saved_at_ms)}` }),
+        btn(t('scripts.restore'), async () => {
+          const ok = await confirmDialog(t('scripts.restoreTitle'),
+            t('scripts.restoreBody', { path, when: fmtTime(v.saved_at_ms) }), t('scripts.restore'));
+          if (!ok) return;
+          try {
+            await api('POST', '/scripts/history/restore', { path, id: v.id });
+            notify(t('scripts.restored', { path }), 'ok');
+            reload();
+          } catch (e) { notify(e.message, 'error'); }
+        }, 'small', { 'data-action': 'restore',
+          'aria-label': `${t('scripts.restore')} — ${fmtTime(v.saved_at_ms)}` })))));
+    }, (e) => { clear(list); failBox(list, e); });
+    return card;
+  }
+
+  function fileView(box, path, alive) {
+    fill(box, h('p', { class: 'muted' }, t('common.loading')));
+    api('GET', '/scripts/file' + q({ path })).then((file) => {
+      if (!alive()) return;
+      let sha = file.sha256;
+      unsaved = null;
+      const status = h('p', { class: 'muted small', 'aria-live': 'polite' },
+        t('scripts.info', { size: fmtBytes(file.size), when: fmtTime(file.mtime_ms) }));
+      const ed = codeEditor(t('scripts.content', { path }), file.content);
+      const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
+      const histBox = h('div', null);
+      const save = async () => {
+        err.hidden = true;
+        try {
+          const res = await api('PUT', '/scripts/file', { path, content: ed.area.value,
+            base_sha256: sha });
+          sha = res.sha256;
+          ed.area.dataset.dirty = '';
+          unsaved = null;
+          status.textContent = t('scripts.saved', { size: fmtBytes(res.size) });
+          notify(t('scripts.saved', { size: fmtBytes(res.size) }), 'ok');
+          if (!histBox.hidden && histBox.firstChild) fill(histBox, historyCard(path, reload));
+        } catch (e) { err.textContent = e.message; err.hidden = false; }
+      };
+      const reload = () => fileView(box, path, alive);
+      ed.area.addEventListener('input', () => {
+        if (!ed.area.dataset.dirty) { ed.area.dataset.dirty = '1'; status.textContent = t('scripts.unsaved'); }
+        unsaved = path;
+      });
+      ed.area.addEventListener('keydown', (e) => {
+        if ((e.ctrlKey || e.metaKey) && e.key === 's') { e.preventDefault(); save(); }
+      });
+      const histBtn = btn(t('scripts.history'), () => {
+        const show = !histBox.firstChild;
+        if (show) fill(histBox, historyCard(path, reload)); else clear(histBox);
+        histBtn.setAttribute('aria-expanded', String(show));
+      }, 'small', { 'data-action': 'history', 'aria-expanded': 'false' });
+      const dl = btn(t('scripts.download'), () => download(path, dl), 'small ghost');
+      fill(box,
+        h('section', { class: 'card', 'data-role': 'editor' },
+          h('div', { class: 'section-head' }, h('h2', null, h('code', null, path))),
+          status, err,
+          h('div', { class: 'actions toolbar' },
+            btn(t('common.save'), save, 'primary', { 'data-action': 'save' }),
+            btn(t('scripts.createTask'), () => createTask(path), 'small', { 'data-action': 'create-task' }),
+            histBtn, dl, renameOrDelete(path, false)),
+          ed.el),
+        histBox);
+    }, (e) => {
+      if (!alive()) return;
+      if (e.code === 'SCRIPT_WRONG_TYPE' && e.body.reason === 'is_directory') {
+        folderView(box, path, alive);
+        return;
+      }
+      clear(box);
+      failBox(box, e);
+    });
+  }
+
+  function folderView(box, path, alive) {
+    fill(box, h('p', { class: 'muted' }, t('common.loading')));
+    api('GET', '/scripts' + q({ path, depth: 1 })).then((res) => {
+      if (!alive()) return;
+      fill(box, h('section', { class: 'card', 'data-role': 'folder' },
+        h('div', { class: 'section-head' }, h('h2', null, h('code', null, path + '/'))),
+        h('div', { class: 'actions toolbar' }, renameOrDelete(path, true)),
+        res.items.length ? treeList(res.items, '') : h('p', { class: 'empty' }, t('scripts.folderEmpty'))));
+    }, (e) => { if (alive()) { clear(box); failBox(box, e); } });
+  }
+
+  function uploadInto(folder, limits) {
+    const input = h('input', { type: 'file', hidden: true });
+    input.addEventListener('change', async () => {
+      const file = input.files[0];
+      input.remove();
+      if (!file) return;
+      if (limits && file.size > limits.max_upload) {
+        notify(t('scripts.tooLarge', { name: file.name, max: fmtBytes(limits.max_upload) }), 'error');
+        return;
+      }
+      const send = async (overwrite) => {
+        const form = new FormData();
+        form.append('file', file, file.name);
+        return api('POST', '/scripts/upload' + q({ path: folder, overwrite: overwrite ? 1 : null }), form);
+      };
+      try {
+        let res;
+        try {
+          res = await send(false);
+        } catch (e) {
+          if (e.code !== 'SCRIPT_EXISTS') throw e;
+          const ok = await confirmDialog(t('scripts.existsTitle'),
+            t('scripts.existsBody', { path: under(folder, file.name) }), t('scripts.overwrite'), true);
+          if (!ok) return;
+          res = await send(true);
+        }
+        notify(t('scripts.uploaded', { path: res.path }), 'ok');
+        go(res.path);
+      } catch (e) { notify(e.message, 'error'); }
+    });
+    document.body.append(input);
+    input.click();
+  }
+
+  function viewScripts(main, path, alive) {
+    let limits = null;
+    let folder = '';
+    heading(main, t('scripts.title'),
+      btn(t('scripts.newFile'), () => askPath(t('scripts.newFileTitle'), folder ? folder + '/' : '',
+        t('scripts.create'), async (p) => {
+          await api('PUT', '/scripts/file', { path: p, content: '', create: true });
+          notify(t('scripts.created', { path: p }), 'ok');
+          go(p);
+        }), 'primary', { 'data-action': 'new-file' }),
+      btn(t('scripts.newFolder'), () => askPath(t('scripts.newFolderTitle'), folder ? folder + '/' : '',
+        t('scripts.create'), async (p) => {
+          await api('POST', '/scripts/folder', { path: p });
+          notify(t('scripts.created', { path: p }), 'ok');
+          go(p);
+        }), '', { 'data-action': 'new-folder' }),
+      btn(t('scripts.upload'), () => uploadInto(folder, limits), '', { 'data-action': 'upload' }));
+    main.append(h('p', { class: 'muted' }, t('scripts.intro')));
+    const nav = h('nav', { class: 'card tree-card', 'aria-label': t('scripts.treeLabel') },
+      h('p', { class: 'muted' }, t('common.loading')));
+    const box = h('div', { class: 'script-main' });
+    main.append(h('div', { class: 'scripts-grid' }, nav, box));
+
+    api('GET', '/scripts').then((res) => {
+      if (!alive()) return;
+      limits = res.limits;
+      const node = path ? find(res.items, path) : null;
+      folder = node && node.type === 'directory' ? path : parentOf(path);
+      fill(nav, h('a', { href: href(''), class: 'plain strong',
+        'aria-current': path ? null : 'page' }, t('scripts.root')),
+      res.items.length ? treeList(res.items, path) : h('p', { class: 'empty' }, t('scripts.empty')),
+      res.truncated ? h('p', { class: 'muted small' }, t('scripts.truncated')) : null);
+    }, (e) => { if (alive()) { clear(nav); failBox(nav, e); } });
+
+    if (!path) fill(box, h('div', { class: 'card' }, h('p', { class: 'muted' }, t('scripts.pick'))));
+    else fileView(box, path, alive);
+    // Leaving through the tree asks first while the editor holds unsaved changes; so
+    // does closing the tab.
+    nav.addEventListener('click', async (e) => {
+      const a = e.target.closest('a[href]');
+      if (!a || !unsaved) return;
+      e.preventDefault();
+      const ok = await confirmDialog(t('scripts.leaveTitle'), t('scripts.leaveBody', { path: unsaved }),
+        t('scripts.leave'), true);
+      if (ok) { unsaved = null; location.hash = a.getAttribute('href'); }
+    });
+    const guard = (e) => { if (unsaved) { e.preventDefault(); e.returnValue = ''; } };
+    addEventListener('beforeunload', guard);
+    onLeave(() => {
+      unsaved = null;
+      removeEventListener('beforeunload', guard);
+      for (const d of document.querySelectorAll('dialog.dialog')) d.remove();
+    });
+  }
+
+  window.QLEDGE.pages.scripts = viewScripts;
+})();

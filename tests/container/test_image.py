@@ -1,0 +1,81 @@
+"""What each built image is, measured inside it (tests/container/probe.py).
+
+The 32-bit image is the point: arm/v7 runs Debian bookworm's armhf userland,
+whose C time_t is 32-bit (CPython's fromtimestamp() raises past 2038-01-19
+there; the probe shows it), while off_t is 64-bit. The app's own paths for
+times after 2038 — receipt codec, SQLite store, cron, QingLong dates — and for
+a log past 2 GiB must work on every arch all the same. Foreign arches run under
+qemu-user here: sizes and the ABI are the target's, the kernel is the host's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_container import _image, _require
+
+pytestmark = [pytest.mark.drill, pytest.mark.slow]
+PROBE = Path(__file__).with_name("probe.py")
+AFTER_2038_MS = 2**31 * 1000 + 5
+Y2100_MS = 4102444800000
+
+EXPECT: dict[str, dict[str, Any]] = {
+    "linux/amd64": {"machines": ("x86_64",), "pointer_bits": 64, "sizeof_time_t": 8,
+                    "loop": "uvloop", "built_wheels": False},
+    "linux/arm64": {"machines": ("aarch64",), "pointer_bits": 64, "sizeof_time_t": 8,
+                    "loop": "uvloop", "built_wheels": False},
+    # armv8l: an armhf userland on a 64-bit CPU whose kernel reports PER_LINUX32.
+    "linux/arm/v7": {"machines": ("armv7l", "armv8l"), "pointer_bits": 32, "sizeof_time_t": 4,
+                     "loop": "asyncio", "built_wheels": True},
+}
+
+
+def probe(platform: str) -> dict[str, Any]:
+    res = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "-i", "--platform", platform, "--network", "none",
+         "--entrypoint", "/opt/qledge/venv/bin/python", _image(platform), "-"],
+        input=PROBE.read_text(), capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("platform", list(EXPECT))
+def test_image_abi_and_times_after_2038(platform: str) -> None:
+    _require(platform)
+    want = EXPECT[platform]
+    got = probe(platform)
+    print(json.dumps(got))  # the figures docs/image.md quotes (pytest -s)
+
+    assert got["machine"] in want["machines"], got
+    assert got["pointer_bits"] == want["pointer_bits"], got
+    assert got["sizeof_time_t"] == want["sizeof_time_t"], got
+    assert got["sizeof_off_t"] == 8, got  # CPython always builds with large-file support
+    assert got["page_size"] in (4096, 16384, 65536), got
+    # uvloop where the lock installs it, asyncio's own loop on arm/v7 (no wheel).
+    assert got["loop"] == want["loop"], got
+    assert got["built_wheels"] is want["built_wheels"], got
+    # The compiler stayed in the build stages.
+    assert got["compilers"] == [] and got["python_headers"] is False, got
+    assert got["pidfd_open"] == {"ok": True, "value": "ok"}, got
+
+    # A 32-bit time_t is real there: the platform's own conversion fails...
+    platform_dt = got["platform_fromtimestamp_2038"]
+    if want["sizeof_time_t"] == 4:
+        assert not platform_dt["ok"] and "OverflowError" in platform_dt["error"], got
+    else:
+        assert platform_dt["ok"], got
+    # ...and the app's paths do not depend on it.
+    assert got["receipt_after_2038"] == {"ok": True, "value": [AFTER_2038_MS, Y2100_MS]}, got
+    assert got["store_after_2038"] == {"ok": True, "value": [Y2100_MS, Y2100_MS]}, got
+    assert got["schedule_after_2038"]["ok"], got
+    assert got["schedule_after_2038"]["value"][0].startswith("2100-01-01T12:00:00"), got
+    iso, js_date = got["qinglong_dates_after_2038"]["value"]
+    assert iso == "2100-01-01T00:00:00.000Z" and "2038" in js_date, got
+    size = 3 * 2**30 + len(b"tail past 3 GiB\n")
+    assert got["log_past_2gib"] == {"ok": True, "value": [size, size, 16]}, got
+    assert got["heap_after_imports_kib"]["ok"] and got["heap_after_imports_kib"]["value"] > 1000
