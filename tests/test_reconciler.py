@@ -118,7 +118,7 @@ async def test_startup_reaps_a_left_over_receipt_of_a_durable_result(tmp_path: P
         done = await _until(before, run.id, lambda r: r.status is RunStatus.FAILED)
         async with before.db.read() as tx:
             (attempt,) = await store.attempts_of_run(tx, run.id)
-        receipt = before.receipts.shard_dir(attempt.id) / f"{attempt.id}.json"
+        receipt = before.receipts.root / before.receipts.relative_path(attempt.id)
         kept = receipt.read_bytes()
     finally:
         await before.stop()  # the result is durable and the receipt reaped
