@@ -79,3 +79,41 @@ def test_no_background_task_is_dropped() -> None:
                 if name in spawners:
                     dropped.append(f"{rel}:{call.lineno}")
     assert dropped == []
+
+
+# Writes that are operations: only runtime/operations.py calls them (the scheduler's
+# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md).
+OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
+                    "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
+OPERATION_CALLERS = {"runtime/operations.py"}
+ALLOWED_WRITES = {("runtime/scheduler.py", "create_run")}
+
+
+def _db_modules(tree: ast.Module) -> set[str]:
+    """Local names of the db/ modules a module imports (`from ..db import store as s`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level and (node.module or "") == "db":
+            names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+def test_operations_have_one_home() -> None:
+    outside = []
+    for rel, tree in _modules():
+        if rel in OPERATION_CALLERS or rel.startswith("db/"):
+            continue
+        db = _db_modules(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name, owner = node.func.attr, node.func.value
+            owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(
+                owner, "id", "")
+            writes = name in OPERATION_WRITES and owner_name in db and \
+                (rel, name) not in ALLOWED_WRITES
+            follow_up = rel.startswith("http/") and (owner_name, name) in (
+                ("scheduler", "wake"), ("cancellation", "request"))
+            if writes or follow_up:
+                outside.append(f"{rel}:{node.lineno} {owner_name}.{name}")
+    assert outside == []

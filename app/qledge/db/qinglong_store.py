@@ -124,35 +124,41 @@ async def update_env(tx: Tx, env_id: str, fields: dict[str, Any], now_ms: int) -
     return await get_env(tx, env_id)
 
 
-async def delete_env(tx: Tx, env_id: str) -> None:
-    if not await tx.execute("DELETE FROM envs WHERE id = ?", (env_id,)):
+async def require_envs(tx: Tx, env_ids: list[str]) -> None:
+    """NotFound unless every one of these envs exists."""
+    if not env_ids:
+        return
+    marks = ",".join("?" * len(env_ids))
+    row = await tx.one(
+        f"SELECT COUNT(*) AS n FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
+    if row is None or int(row["n"]) != len(set(env_ids)):
         raise NotFound("env")
 
 
-async def delete_envs_by_nums(tx: Tx, nums: list[int]) -> int:
-    if not nums:
+async def delete_envs(tx: Tx, env_ids: list[str]) -> int:
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
-    return await tx.execute(f"DELETE FROM envs WHERE num IN ({marks})", nums)  # noqa: S608
+    marks = ",".join("?" * len(env_ids))
+    return await tx.execute(f"DELETE FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
 
 
-async def set_envs_enabled(tx: Tx, nums: list[int], enabled: bool, now_ms: int) -> int:
-    if not nums:
+async def set_envs_enabled(tx: Tx, env_ids: list[str], enabled: bool, now_ms: int) -> int:
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
+    marks = ",".join("?" * len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE num IN ({marks})"  # noqa: S608
-        " AND enabled != ?", [int(enabled), now_ms, *nums, int(enabled)])
+        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
+        " AND enabled != ?", [int(enabled), now_ms, *env_ids, int(enabled)])
 
 
-async def rename_envs(tx: Tx, nums: list[int], name: str, now_ms: int) -> int:
-    """QingLong's PUT /envs/name: every listed env gets `name`; returns how many."""
-    if not nums:
+async def rename_envs(tx: Tx, env_ids: list[str], name: str, now_ms: int) -> int:
+    """Every listed env gets `name` (QingLong's PUT /envs/name); returns how many."""
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
+    marks = ",".join("?" * len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE num IN ({marks})",  # noqa: S608
-        [name, now_ms, *nums])
+        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE id IN ({marks})",  # noqa: S608
+        [name, now_ms, *env_ids])
 
 
 async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:

@@ -10,14 +10,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, ids
+from .. import cron
 from ..clock import now_ms
 from ..db import store
-from ..launch import environment
 from ..model import Task
+from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
-from .errors import ApiError, Invalid, StateConflict, decode_body, json_response
+from .errors import ApiError, Invalid, decode_body, json_response
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSET = msgspec.UNSET
@@ -108,13 +108,8 @@ def _rt(request: Request) -> Runtime:
 
 
 async def create(request: Request) -> Response:
-    rt = _rt(request)
     body = decode_body(await request.body(), TaskIn)
-    fields = validated(msgspec.structs.asdict(body))
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    task = await operations.create_task(_rt(request), validated(msgspec.structs.asdict(body)))
     return json_response(task_view(task), 201)
 
 
@@ -137,26 +132,13 @@ async def get(request: Request) -> Response:
 async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), TaskPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    fields = validated(fields)
-    rt = _rt(request)
-    async with rt.db.write() as tx:
-        task = await store.update_task(tx, request.path_params["task_id"], fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    task = await operations.update_task(_rt(request), request.path_params["task_id"],
+                                        validated(fields))
     return json_response(task_view(task))
 
 
 async def delete(request: Request) -> Response:
-    rt = _rt(request)
-    task_id = request.path_params["task_id"]
-    async with rt.db.write() as tx:
-        active = await store.active_run_of_task(tx, task_id)
-        if active is not None:
-            raise StateConflict("task has an active run; cancel it first",
-                                extra={"active_run_id": active.id})
-        logs = await store.delete_task(tx, task_id, now_ms())
-    await rt.remove_logs(logs)
-    rt.scheduler.wake()
+    await operations.delete_tasks(_rt(request), [request.path_params["task_id"]])
     return Response(status_code=204)
 
 
