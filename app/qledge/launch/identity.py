@@ -55,11 +55,6 @@ def start_time(pid: int) -> int | None:
     return int(fields[19]) if fields else None  # field 22
 
 
-def state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
 def capture(pid: int, boot_id: str) -> Identity | None:
     st = start_time(pid)
     return Identity(pid=pid, start_time=st, boot_id=boot_id) if st is not None else None
