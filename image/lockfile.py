@@ -3,13 +3,15 @@
     python3 lockfile.py pick   LOCK NAME...   the entries NAME..., hashes included
     python3 lockfile.py drop   LOCK NAME...   the lock without NAME...
     python3 lockfile.py verify LOCK FILE...   each sdist/wheel FILE: its sha256 is pinned
-    python3 lockfile.py check  LOCK [--absent NAME]...
+    python3 lockfile.py check  LOCK [--absent NAME]... [--path DIR]
 
 `check` runs under the interpreter whose environment it checks (the image's
 venv): every lock entry whose environment marker holds there must be installed
 at exactly its pinned version, and nothing else may be (pip and setuptools
 excepted: the build removes them right after). `--absent NAME` also requires
-that NAME's marker excludes this platform (uvloop on arm/v7). Standard library
+that NAME's marker excludes this platform (uvloop on arm/v7). `--path DIR`
+checks the distributions in DIR (a `pip install --target` directory: the
+node variant's /opt/qledge/node) instead of the interpreter's. Standard library
 only, plus `packaging` (or pip's vendored copy) to evaluate markers. Exits 1
 with one line per problem.
 """
@@ -122,12 +124,17 @@ def _marker_holds(marker: str | None) -> bool:
     return bool(Marker(marker).evaluate())
 
 
+def installed_in(path: Path | None = None) -> dict[str, str]:
+    """name -> version of the running interpreter's distributions, or of those in `path`."""
+    dists = importlib.metadata.distributions(**({} if path is None else {"path": [str(path)]}))
+    return {normalise(d.metadata["Name"]): d.version for d in dists}
+
+
 def check(entries: list[Entry], absent: list[str],
           installed: dict[str, str] | None = None) -> tuple[list[str], str]:
-    """(problems, summary) for the running interpreter's environment."""
+    """(problems, summary) for the running interpreter's environment, or `installed`."""
     if installed is None:
-        installed = {normalise(d.metadata["Name"]): d.version
-                     for d in importlib.metadata.distributions()}
+        installed = installed_in()
     expected = {e.name: e.version for e in entries if _marker_holds(e.marker)}
     excluded = sorted(e.name for e in entries if e.name not in expected)
     problems = []
@@ -163,7 +170,12 @@ def main(argv: list[str]) -> int:
             print("\n".join(verify(entries, [Path(f) for f in rest])))
         else:
             absent = [rest[i + 1] for i, a in enumerate(rest) if a == "--absent"]
-            problems, summary = check(entries, absent)
+            paths = [Path(rest[i + 1]) for i, a in enumerate(rest) if a == "--path"]
+            if len(paths) > 1:
+                raise LockError("check: one --path at most")
+            if paths and not paths[0].is_dir():
+                raise LockError(f"check: {paths[0]} is not a directory")
+            problems, summary = check(entries, absent, installed_in(paths[0]) if paths else None)
             if problems:
                 print("\n".join(f"lockfile: {p}" for p in problems), file=sys.stderr)
                 return 1

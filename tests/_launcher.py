@@ -207,27 +207,22 @@ def have(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-def deny_hard_links() -> Callable[[], None] | None:
-    """A preexec_fn that makes link()/linkat() fail with EPERM (seccomp filter).
+NR_LINK, NR_LINKAT = 86, 265  # x86_64
+# Landlock's numbers are the same in every table (x86_64, arm64, arm).
+NR_LANDLOCK_CREATE_RULESET, NR_LANDLOCK_ADD_RULE, NR_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 
-    This simulates a filesystem without hard links on any filesystem, so the
-    launcher's renameat2(RENAME_NOREPLACE) fallback can be tested where it
-    works. The filter is keyed on the *host* syscall table, so it also holds
-    for a binary running under qemu-user. x86_64 hosts only (None otherwise).
+
+def seccomp_errno(failing: dict[int, int]) -> Callable[[], None] | None:
+    """A preexec_fn installing a seccomp filter: syscall nr -> the errno it fails with.
+
+    Keyed on the *host* syscall table, so it also holds for a binary running
+    under qemu-user. x86_64 hosts only (None otherwise).
     """
-    nr_link, nr_linkat = 86, 265
-    return deny_syscalls((nr_link, nr_linkat), errno.EPERM)
-
-
-def deny_syscalls(numbers: Sequence[int], err: int) -> Callable[[], None] | None:
-    """A preexec_fn whose seccomp filter fails the x86_64 syscalls `numbers`
-    with `err` (e.g. pidfd_open, 434, with ENOSYS: a kernel older than 5.3).
-    x86_64 hosts only (None otherwise)."""
     if HOST_ARCH != "x86_64":
         return None
     audit_arch_x86_64 = 0xC000003E
     ld_abs, jeq, ret = 0x20, 0x15, 0x06
-    fail, allow = 0x00050000 | err, 0x7FFF0000
+    ret_errno, allow = 0x00050000, 0x7FFF0000
 
     class Filter(ctypes.Structure):
         _fields_ = (
@@ -240,18 +235,16 @@ def deny_syscalls(numbers: Sequence[int], err: int) -> Callable[[], None] | None
     class Program(ctypes.Structure):
         _fields_ = (("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter)))
 
-    n = len(numbers)
-    insns = [
+    ops = [
         Filter(ld_abs, 0, 0, 4),  # seccomp_data.arch
-        Filter(jeq, 0, n + 1, audit_arch_x86_64),  # other arch: allow
+        Filter(jeq, 0, 2 * len(failing) + 1, audit_arch_x86_64),  # other arch: allow
         Filter(ld_abs, 0, 0, 0),  # seccomp_data.nr
-        # the i-th comparison jumps over the n-1-i others to "fail", else falls through
-        *(Filter(jeq, n - i, 0, nr) for i, nr in enumerate(numbers)),
-        Filter(ret, 0, 0, allow),
-        Filter(ret, 0, 0, fail),
     ]
-    code = (Filter * len(insns))(*insns)
-    program = Program(len(code), code)
+    for nr, err in failing.items():
+        ops += [Filter(jeq, 0, 1, nr), Filter(ret, 0, 0, ret_errno | err)]
+    ops.append(Filter(ret, 0, 0, allow))
+    code = (Filter * len(ops))(*ops)
+    program = Program(len(ops), code)
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
 
@@ -263,6 +256,24 @@ def deny_syscalls(numbers: Sequence[int], err: int) -> Callable[[], None] | None
 
     preexec.keep = (code, program)  # type: ignore[attr-defined]
     return preexec
+
+
+def deny_syscalls(numbers: Sequence[int], err: int) -> Callable[[], None] | None:
+    """The x86_64 syscalls `numbers` fail with `err` (e.g. pidfd_open, 434, with
+    ENOSYS: a kernel older than 5.3). x86_64 hosts only (None otherwise)."""
+    return seccomp_errno(dict.fromkeys(numbers, err))
+
+
+def deny_hard_links() -> Callable[[], None] | None:
+    """link()/linkat() fail with EPERM: a filesystem without hard links, on any
+    filesystem, so the launcher's renameat2(RENAME_NOREPLACE) fallback is tested."""
+    return seccomp_errno({NR_LINKAT: errno.EPERM, NR_LINK: errno.EPERM})
+
+
+def landlock_unavailable() -> Callable[[], None] | None:
+    """Landlock's syscalls fail with ENOSYS, as on a kernel without it."""
+    return seccomp_errno({nr: errno.ENOSYS for nr in (
+        NR_LANDLOCK_CREATE_RULESET, NR_LANDLOCK_ADD_RULE, NR_LANDLOCK_RESTRICT_SELF)})
 
 
 def build_variant(define: str) -> Path | str:

@@ -6,9 +6,9 @@ import os
 import platform
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 from starlette.testclient import TestClient
@@ -242,9 +242,15 @@ def run(coro: object) -> object:
 
 
 class Server:
-    """`python -m qledge serve` on a real port (no supervisord), for HTTP-level tests."""
+    """`python -m qledge serve` on a real port (no supervisord), for HTTP-level tests.
 
-    def __init__(self, state: Path, **settings_env: str) -> None:
+    `user`: run the worker (and so its tasks) as this uid/gid (needs root; the
+    state dir is given to it). `preexec_fn`: run in the worker's process first
+    (e.g. a seccomp filter, which its launchers and tasks inherit).
+    """
+
+    def __init__(self, state: Path, *, user: int | None = None,
+                 preexec_fn: Callable[[], None] | None = None, **settings_env: str) -> None:
         import subprocess
         import sys
 
@@ -258,9 +264,18 @@ class Server:
                     **{f"QLEDGE_{k.upper()}": v for k, v in settings_env.items()}}
         self.output = state.parent / f"{state.name}.out"
         state.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "qledge", "serve"]
+        ids: dict[str, Any] = {}
+        if user is not None:
+            argv = [*unprivileged_python(user), "-m", "qledge", "serve"]
+            self.env["PYTHONPATH"] = os.pathsep.join(_python_path())
+            self.env.pop("QLEDGE_PYTHON", None)
+            for path in (state.parent, state):
+                os.chown(path, user, user)
+            ids = {"user": user, "group": user, "extra_groups": []}
         with open(self.output, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "qledge", "serve"], env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, preexec_fn=preexec_fn, **ids)
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=30,
                                  headers={"Authorization": f"Bearer {ADMIN}"})
@@ -316,6 +331,38 @@ def wait_terminal(http: object, run_id: str, timeout: float = 30.0) -> dict[str,
         if run["terminal"] or time.monotonic() > deadline:
             return run
         time.sleep(0.02)
+
+
+def _python_path() -> list[str]:
+    """This interpreter's import path for qledge and its dependencies (the venv's
+    site-packages), for another interpreter of the same version."""
+    import site
+
+    return [str(ROOT / "app"), *site.getsitepackages()]
+
+
+def unprivileged_python(uid: int) -> list[str]:
+    """An interpreter that `uid` can run with this venv's packages: this one, or the
+    system python3 of the same version (a pyenv under /root is out of its reach)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(_python_path())}
+    probe = "import qledge, msgspec, uvloop, aiosqlite, starlette, hypercorn"
+    reasons = []
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        try:
+            done = subprocess.run([candidate, "-c", probe], env=env, user=uid, group=uid,
+                                  extra_groups=[], capture_output=True, text=True, timeout=60,
+                                  check=False)
+        except OSError as exc:
+            reasons.append(f"{candidate}: {exc}")
+            continue
+        if done.returncode == 0:
+            return [candidate]
+        reasons.append(f"{candidate}: {done.stderr.strip().splitlines()[-1:]}")
+    unavailable(f"no python that uid {uid} can run with this venv's packages: {reasons}")
+    raise AssertionError("unreachable")
 
 
 def pytest_configure(config: pytest.Config) -> None:

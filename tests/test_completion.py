@@ -225,3 +225,94 @@ async def test_no_receipt_is_lost_unless_an_intent_decides(world: World) -> None
     assert r.status == "timed_out"
     assert await world.state(killed) == ("timed_out", "timed_out", None,
                                          ["attempt.finished", "run.finished"])
+
+
+# -- the journal: settled in the consuming commit (docs/storage.md) --------------------
+
+
+async def _journal_row(world: World, att: Attempt) -> tuple[str, int | None] | None:
+    async with world.db.read() as tx:
+        row = await tx.one("SELECT state, settled_at_ms FROM receipt_journal"
+                           " WHERE attempt_id = ?", (att.id,))
+    return None if row is None else (str(row["state"]), row["settled_at_ms"])
+
+
+async def test_consumption_settles_the_journal_row_in_the_same_commit(world: World) -> None:
+    att, token = await world.attempt()
+    world.publish(att, encode(world.receipt(att, token)))
+    commits = world.db.commit_seq
+    assert await world.consumer.consume(att.id) is Consumed.APPLIED
+    assert world.db.commit_seq == commits + 1  # no extra transaction for the bookkeeping
+    state, settled = await _journal_row(world, att)  # type: ignore[misc]
+    assert state == "pending" and settled is not None
+    # A settled row needs no file work: the paged journal pass no longer sees it.
+    assert await world.journal_state(att) is None
+
+
+async def test_startup_rechecks_settled_rows_whose_receipt_came_back(world: World) -> None:
+    from qledge.runtime.reconciler import Reconciler
+
+    att, token = await world.attempt()
+    data = encode(world.receipt(att, token, exit_code=4))
+    world.publish(att, data)
+    assert await world.consumer.consume(att.id) is Consumed.APPLIED
+    await world.reaper.drain()
+    assert world.receipts.read(att.id) is None
+    # A power cut forgot the unlink (or the worker died before its reaper ran).
+    world.publish(att, data)
+    reconciler = Reconciler(db=world.db, consumer=world.consumer, completion=world.completion,
+                            node_id=NODE, boot_id="b", publish_grace_ms=0,
+                            reattach=lambda a, fd: None, in_flight=lambda a: False)
+    report = await reconciler.startup()
+    assert report.counts.get("late_receipt_already_terminal") == 1
+    await world.reaper.drain()
+    assert world.receipts.read(att.id) is None
+    assert await world.state(att) == ("failed", "failed", 4, ["attempt.finished", "run.finished"])
+
+
+async def test_startup_looks_once_at_every_receipt_of_a_terminal_attempt(world: World) -> None:
+    """One start-up pass covers settled rows (a consumed receipt back on disk) and the
+    others of terminal attempts (a receipt that came after the attempt was decided
+    without it), and skips what its own active pass has just consumed."""
+    from qledge.model import Reason
+    from qledge.runtime.reconciler import Reconciler
+
+    settled, token = await world.attempt()
+    data = encode(world.receipt(settled, token, exit_code=4))
+    world.publish(settled, data)
+    assert await world.consumer.consume(settled.id) is Consumed.APPLIED
+    await world.reaper.drain()
+    world.publish(settled, data)  # a power cut forgot the unlink
+    late, late_token = await world.attempt()
+    await world.completion.without_receipt(late.id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT)
+    world.publish(late, encode(world.receipt(late, late_token, exit_code=9)))
+    active, active_token = await world.attempt()
+    world.publish(active, encode(world.receipt(active, active_token, exit_code=0)))
+
+    reconciler = Reconciler(db=world.db, consumer=world.consumer, completion=world.completion,
+                            node_id=NODE, boot_id="b", publish_grace_ms=0,
+                            reattach=lambda a, fd: None, in_flight=lambda a: False)
+    report = await reconciler.startup()
+    # The active attempt's receipt is consumed by the active pass only, not again.
+    assert report.counts == {"receipt_applied": 1, "late_receipt_already_terminal": 2}
+    await world.reaper.drain()
+    for att in (settled, late, active):
+        assert world.receipts.read(att.id) is None
+    assert (await world.state(late))[:3] == ("lost", "lost", None)
+    assert (await world.state(active))[:3] == ("succeeded", "succeeded", 0)
+
+
+async def test_a_receipt_that_cannot_be_deleted_unsettles_its_row(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    att, token = await world.attempt()
+    world.publish(att, encode(world.receipt(att, token)))
+    assert await world.consumer.consume(att.id) is Consumed.APPLIED
+
+    def refuse(attempt_id: str) -> bool:
+        raise PermissionError(13, "refused by the test")
+
+    monkeypatch.setattr(world.receipts, "remove", refuse)
+    await world.reaper.drain()
+    assert world.receipts.read(att.id) is not None
+    assert await _journal_row(world, att) == ("pending", None)
+    assert await world.journal_state(att) == "pending"  # back with the file checks

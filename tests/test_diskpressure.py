@@ -23,6 +23,7 @@ from qledge.runtime.diskwatch import (
     REASON,
     REASON_UNKNOWN,
     DiskWatch,
+    critical_water,
     low_water,
     under_pressure,
 )
@@ -83,7 +84,8 @@ def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
     vols = watch.volumes_report()
     assert vols["logs"] == {"total_bytes": 1000 * MIB, "used_bytes": 870 * MIB,
                             "free_bytes": 130 * MIB, "low_water_bytes": 100 * MIB,
-                            "pressure": False, "error": None, "free_space_known": True}
+                            "critical_bytes": 0, "pressure": False, "critical": False,
+                            "error": None, "free_space_known": True}
 
 
 def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path) -> None:
@@ -102,7 +104,8 @@ def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path)
     assert watch.check() is None
     assert watch.volumes_report()["logs"] == {
         "total_bytes": None, "used_bytes": None, "free_bytes": None, "low_water_bytes": 0,
-        "pressure": False, "error": None, "free_space_known": False}
+        "critical_bytes": 0, "pressure": False, "critical": False, "error": None,
+        "free_space_known": False}
     assert watch.report()["free_space_unknown"] == ["logs"]
     assert watch.report()["guard_unknown"] == "off"
 
@@ -140,6 +143,36 @@ def test_a_run_is_not_held_forever_on_a_filesystem_without_statfs(tmp_path: Path
             srv.stop()
     finally:
         rig.unmount()
+
+
+def test_the_critical_mark_is_at_most_half_the_low_water_mark(tmp_path: Path) -> None:
+    assert critical_water(100 * MIB, 16) == 16 * MIB
+    assert critical_water(2 * MIB, 16) == 1 * MIB  # a tiny volume: below its pressure
+    assert critical_water(0, 16) == 0  # pressure off: never critical
+    fs = FakeFs(total=1000 * MIB, free=50 * MIB)
+    watch = DiskWatch({"logs": tmp_path}, low_water_mb=100, low_water_pct=0,
+                      critical_water_mb=16, statvfs=fs)
+    assert watch.check() == REASON and watch.bytes_to_leave_critical() == 0
+    fs.free = 10 * MIB
+    watch.check()
+    assert watch.volumes["logs"].critical
+    assert watch.bytes_to_leave_critical() == 20 * MIB - 10 * MIB + 1
+
+
+
+def test_a_volume_whose_free_space_becomes_unknown_is_not_critical(tmp_path: Path) -> None:
+    """Critically full, then its filesystem stops reporting a size: nothing can be
+    measured any more, so each task's newest log is not taken on a stale figure."""
+    fs = FakeFs(total=1000 * MIB, free=10 * MIB)
+    watch = DiskWatch({"logs": tmp_path}, low_water_mb=100, low_water_pct=0,
+                      critical_water_mb=16, statvfs=fs, guard_unknown="hold")
+    watch.check()
+    assert watch.volumes["logs"].critical and watch.bytes_to_leave_critical() > 0
+    fs.total = fs.free = 0
+    assert watch.check() == REASON_UNKNOWN
+    assert not watch.volumes["logs"].critical
+    assert watch.bytes_to_leave_critical() == 0
+    assert watch.volumes_report()["logs"]["critical_bytes"] == 0  # type: ignore[index]
 
 
 async def test_held_runs_get_one_event_each_and_resume_by_themselves(
@@ -272,10 +305,13 @@ def test_disk_pressure_drill(tmp_path: Path, tiny_logs: Path) -> None:
             finished = wait_terminal(http, run["id"], timeout=60)
             assert finished["status"] == "succeeded", finished
             assert http.get(f"/api/v1/runs/{run['id']}/log").content == b"hello\n"
+        # The overflow log is its task's newest: kept under mere pressure, taken
+        # because the volume was critically full (free < 1 MiB = half the 2 MiB mark).
         gone = http.get(f"/api/v1/runs/{big['id']}/log")
         assert gone.status_code == 410
-        assert gone.json()["reason"] == "DISK_PRESSURE"
+        assert gone.json()["reason"] == "DISK_CRITICAL"
         system = http.get("/api/v1/system").json()
+        assert system["retention"]["deleted_since_start"]["logs"]["DISK_CRITICAL"] == 1
         assert system["pressure"]["state"] == "ok"
         assert system["retention"]["runs_kept"] == 3
         conn = sqlite3.connect(srv.state / "data" / "qledge.sqlite3")
@@ -287,3 +323,53 @@ def test_disk_pressure_drill(tmp_path: Path, tiny_logs: Path) -> None:
     finally:
         gate.touch()
         srv.stop()
+
+
+# -- each task's newest finished log survives pressure, not a critically full disk ---
+
+async def test_pressure_keeps_each_tasks_newest_log_until_the_disk_is_critical(
+        db: Database, conf: Settings) -> None:
+    from qledge.db import retention_queries as q
+    from qledge.launch import logs
+    from test_retention import _log_file, _run, _task
+
+    profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0,
+                                      critical_water_mb=16, logs_cap_mb=0)
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None)
+    # Foreign files fill the disk: 60 MiB free, under the 100 MiB mark, above 16 MiB.
+    fs = FakeFs(total=1000 * MIB, free=60 * MIB)
+    keeper.disk._statvfs = fs
+    tasks = [await _task(db, keep_runs=0, keep_days=0) for _ in range(2)]
+    made = {t: [await _run(db, conf, t, log_bytes=1000) for _ in range(3)] for t in tasks}
+    newest = {made[t][-1][1] for t in tasks}
+
+    report = await keeper.retention.round()
+    for t in tasks:
+        for _, aid in made[t]:
+            assert _log_file(conf, aid).exists() == (aid in newest)
+    assert report.deleted == {"logs": {"DISK_PRESSURE": 4}}
+    system = await keeper.report()
+    last = system["retention"]["last_round"]  # type: ignore[index]
+    assert last["deleted"]["logs"] == {"SIZE_CAP": 0, "DISK_PRESSURE": 4, "DISK_CRITICAL": 0}
+    assert last["deleted"]["runs"] == {"KEEP_RUNS": 0, "KEEP_DAYS": 0}
+
+    fs.free = 10 * MIB  # critically full now: the newest logs go too, under their own reason
+    report = await keeper.retention.round()
+    assert report.deleted == {"logs": {"DISK_CRITICAL": 2}}
+    assert not any(_log_file(conf, aid).exists() for aid in newest)
+    async with db.read() as tx:
+        for aid in newest:
+            assert (await q.log_eviction(tx, logs.relative_path(aid)))[0] == "DISK_CRITICAL"  # type: ignore[index]
+    system = await keeper.report()
+    assert system["retention"]["deleted_since_start"]["logs"] == {  # type: ignore[index]
+        "SIZE_CAP": 0, "DISK_PRESSURE": 4, "DISK_CRITICAL": 2}
+    assert system["volumes"]["logs"]["critical"] is True  # type: ignore[index]
+    assert _rows_in(conf, "SELECT COUNT(*) FROM runs") == 6  # runs stay; only logs went
+
+
+def _rows_in(conf: Settings, sql: str) -> int:
+    conn = sqlite3.connect(conf.db_path)
+    try:
+        return int(conn.execute(sql).fetchone()[0])
+    finally:
+        conn.close()

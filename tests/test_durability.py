@@ -135,7 +135,7 @@ async def test_reaper_waits_for_the_next_durable_commit(db: Database, conf: Sett
     attempt_id = ids.uuid7()
     path = _receipt(receipts, attempt_id)
     await _put(db, durable=False)  # the consuming commit, deferred
-    reaper.remove_after(db.commit_seq, [attempt_id])
+    reaper.remove_after(db.commit_seq, [attempt_id], 0)
     await asyncio.sleep(0.1)
     assert path.exists() and reaper.holds(attempt_id)  # not durable yet: kept
     await _put(db, durable=True)  # e.g. the next attempt's spawn step 1
@@ -155,9 +155,9 @@ async def test_reaper_pays_one_sync_when_nothing_else_commits(db: Database,
     a, b = ids.uuid7(), ids.uuid7()
     paths = [_receipt(receipts, a), _receipt(receipts, b)]
     await _put(db, durable=False)
-    reaper.remove_after(db.commit_seq, [a])
+    reaper.remove_after(db.commit_seq, [a], 0)
     await _put(db, durable=False)
-    reaper.remove_after(db.commit_seq, [b])
+    reaper.remove_after(db.commit_seq, [b], 0)
     syncs = db.syncs
     for _ in range(200):
         if not any(p.exists() for p in paths):
@@ -175,7 +175,7 @@ async def test_reaper_stop_syncs_then_deletes(db: Database, conf: Settings) -> N
     attempt_id = ids.uuid7()
     path = _receipt(receipts, attempt_id)
     await _put(db, durable=False)
-    reaper.remove_after(db.commit_seq, [attempt_id])
+    reaper.remove_after(db.commit_seq, [attempt_id], 0)
     await reaper.stop()
     assert not path.exists() and db.durable_seq == db.commit_seq
 

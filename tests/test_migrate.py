@@ -190,13 +190,20 @@ def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
         for table in RUN_TABLES:
             rows = [dict(r) for r in conn.execute(f"SELECT * FROM {table}").fetchall()]
             for row in rows:
-                # Columns of later migrations (0008) are NULL for rows from before them.
+                # Columns of later migrations (0008+) are NULL for rows from before them.
                 for col in LATER_COLUMNS.get(table, ()):
                     assert row.pop(col, None) is None, (table, col)
             out[table] = sorted(rows, key=repr)
         return out
     finally:
         conn.close()
+
+
+def _columns_of(before: dict[str, list[dict[str, object]]],
+                after: dict[str, list[dict[str, object]]]) -> dict[str, list[dict[str, object]]]:
+    """`after` with only the columns `before` had (later migrations add some)."""
+    return {t: [{k: r[k] for k in rows[0]} for r in after[t]] if rows else after[t]
+            for t, rows in before.items()}
 
 
 def _schema(conn: sqlite3.Connection) -> dict[str, str]:
@@ -210,7 +217,7 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     before = _snapshot(db)
     assert sum(len(rows) for rows in before.values()) > 150
 
-    assert 7 in migrate.apply(db)
+    assert migrate.apply(db, _copy_migrations(tmp_path / "m-7", upto=7)) == [7]
     assert _snapshot(db) == before
     conn = sqlite3.connect(db)
     schema = _schema(conn)
@@ -275,6 +282,37 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
         assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0, table
     conn.commit()
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    conn.close()
+
+
+# -- 0009: keep_background, settled journal rows, DISK_CRITICAL ------------------------
+
+
+def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=8)
+    _seed(db, runs=40)
+    before = _snapshot(db)
+    assert migrate.apply(db) == [9]
+    after = _snapshot(db)
+    assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
+    assert after["receipt_journal"] == sorted(
+        ({**j, "settled_at_ms": None} for j in before["receipt_journal"]), key=repr)
+    for table in set(RUN_TABLES) - {"tasks", "receipt_journal"}:
+        assert after[table] == before[table], table
+    conn = sqlite3.connect(db)
+    assert "WITHOUT ROWID" in _schema(conn)["log_artifacts"]
+    assert conn.execute("SELECT COUNT(*) FROM receipt_journal"
+                        " WHERE settled_at_ms IS NOT NULL").fetchone()[0] == 0
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("UPDATE log_artifacts SET evicted_reason = 'DISK_CRITICAL' WHERE id = 'l00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE log_artifacts SET evicted_reason = 'x' WHERE id = 'l00000'")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE tasks SET keep_background = 2")
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 
 
@@ -365,7 +403,7 @@ def test_page_size_conversion_of_an_incremental_database(tmp_path: Path) -> None
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
 
 def test_failed_page_size_conversion_is_retried_at_the_next_start(
@@ -386,14 +424,14 @@ def test_failed_page_size_conversion_is_retried_at_the_next_start(
     assert upkeep.apply_storage_settings(conn).startswith("failed")  # still refused
     conn.close()
     other.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
     assert migrate.apply(db) == []
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    assert _snapshot(db) == before
+    assert _columns_of(before, _snapshot(db)) == before
 
 
 def test_database_left_in_rollback_journal_mode_goes_back_to_wal(tmp_path: Path) -> None:
@@ -500,6 +538,8 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         store.attempts_of_run(tx, r), store.active_attempts_page(tx, owner, "", 64),
         store.expired_attempts(tx, owner, 1, 64), store.journal_page(tx, "", 64),
         store.journal_mark_terminal(tx, a, 1), store.journal_delete(tx, a),
+        store.journal_settle(tx, [a], 1), store.journal_unsettle(tx, [a]),
+        store.journal_age_out(tx, 1, 4000), store.journal_ended_page(tx, "", 64),
         store.attempts_without_journal(tx, owner, 64), store.list_events(tx, r),
         leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
         leases.acquire(tx, a, "h", 1, 10),
@@ -517,10 +557,16 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
             await call
     conn = sqlite3.connect(db)
     scans = {}
+    plans = {}
     for sql, params in rec.calls:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        plans[" ".join(sql.split())] = plan
         if any(_FULL_SCAN.match(step) for step in plan):
             scans[" ".join(sql.split())] = plan
     conn.close()
+    # Ageing the journal walks its primary key in order: no sort, no index to keep.
+    [age_out] = [plan for sql, plan in plans.items()
+                 if sql.startswith("DELETE FROM receipt_journal") and "settled_at_ms" in sql]
+    assert not any("TEMP B-TREE" in step for step in age_out), age_out
     assert len(rec.calls) >= len(calls)
     assert scans == {}

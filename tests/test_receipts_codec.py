@@ -135,6 +135,14 @@ BAD: list[tuple[str, bytes, ReceiptReason]] = [
     ("null-log-bytes", raw(logBytes=None), R.RECEIPT_WRONG_TYPE),
     ("string-log-bytes", raw(logBytes="12"), R.RECEIPT_WRONG_TYPE),
     ("dup-log-bytes", raw(logBytes=1)[:-1] + b',"logBytes":2}', R.RECEIPT_DUPLICATE_KEY),
+    ("leftovers-0", raw(leftoverProcesses=0), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-negative", raw(leftoverProcesses=-2), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-over-int32", raw(leftoverProcesses=2**31), R.RECEIPT_BAD_LEFTOVER_COUNT),
+    ("leftovers-null", raw(leftoverProcesses=None), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-string", raw(leftoverProcesses="3"), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-float", raw(leftoverProcesses=3.0), R.RECEIPT_WRONG_TYPE),
+    ("leftovers-dup", raw(leftoverProcesses=1)[:-1] + b',"leftoverProcesses":2}',
+     R.RECEIPT_DUPLICATE_KEY),
 ]
 
 
@@ -209,6 +217,31 @@ def test_encode_is_the_canonical_launcher_format() -> None:
     assert encode(receipt) == expected.encode() == VALID
 
 
+def test_leftover_processes_is_optional_and_last() -> None:
+    receipt = decode(raw(leftoverProcesses=500))
+    assert isinstance(receipt, Receipt)
+    assert receipt.leftover_processes == 500
+    assert encode(receipt) == VALID[:-1] + b',"leftoverProcesses":500}'
+    plain = decode(VALID)
+    assert isinstance(plain, Receipt) and plain.leftover_processes is msgspec.UNSET
+    assert b"leftoverProcesses" not in encode(plain)
+
+
+def test_both_optional_fields_in_the_launchers_order() -> None:
+    """ql-launch writes logBytes, then leftoverProcesses, before the closing brace."""
+    both = VALID[:-1] + b',"logBytes":77,"leftoverProcesses":3}'
+    receipt = decode(both)
+    assert isinstance(receipt, Receipt)
+    assert (receipt.log_bytes, receipt.leftover_processes) == (77, 3)
+    assert encode(receipt) == both
+    # Either order decodes (JSON objects are unordered); a bad one still names its field.
+    assert decode(VALID[:-1] + b',"leftoverProcesses":3,"logBytes":77}') == receipt
+    bad = decode(VALID[:-1] + b',"logBytes":77,"leftoverProcesses":0}')
+    assert bad == Rejected(R.RECEIPT_BAD_LEFTOVER_COUNT)
+    bad = decode(VALID[:-1] + b',"logBytes":-1,"leftoverProcesses":3}')
+    assert bad == Rejected(R.RECEIPT_BAD_LOG_BYTES)
+
+
 def test_encode_refuses_an_invalid_receipt() -> None:
     receipt = decode(VALID)
     assert isinstance(receipt, Receipt)
@@ -238,6 +271,8 @@ def uuid7_text(draw: st.DrawFn) -> str:
 @st.composite
 def receipts(draw: st.DrawFn) -> Receipt:
     started = draw(st.integers(0, INT64_MAX))
+    leftovers = draw(st.one_of(st.just(msgspec.UNSET), st.integers(1, 2**31 - 1)))
+    log_bytes = draw(st.one_of(st.just(msgspec.UNSET), st.integers(0, INT64_MAX)))
     return Receipt(
         schema_version=1,
         run_id=draw(uuid7_text()),
@@ -247,6 +282,8 @@ def receipts(draw: st.DrawFn) -> Receipt:
         started_at_ms=started,
         finished_at_ms=draw(st.integers(started, INT64_MAX)),
         exit_code=draw(st.integers(0, 255)),
+        log_bytes=log_bytes,
+        leftover_processes=leftovers,
     )
 
 
@@ -259,7 +296,11 @@ def test_round_trip_and_canonical_bytes(receipt: Receipt) -> None:
         f'{{"schemaVersion":1,"runId":"{receipt.run_id}","attemptId":"{receipt.attempt_id}",'
         f'"callbackSequence":{receipt.callback_sequence},"token":"{receipt.token}",'
         f'"startedAtMs":{receipt.started_at_ms},"finishedAtMs":{receipt.finished_at_ms},'
-        f'"exitCode":{receipt.exit_code}}}'
+        f'"exitCode":{receipt.exit_code}'
+        + ("" if receipt.log_bytes is msgspec.UNSET else f',"logBytes":{receipt.log_bytes}')
+        + ("" if receipt.leftover_processes is msgspec.UNSET
+           else f',"leftoverProcesses":{receipt.leftover_processes}')
+        + "}"
     )
     assert data == by_hand.encode()
 

@@ -3,6 +3,7 @@ crash in between), the logs size cap, database upkeep and the auto-vacuum migrat
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -564,7 +565,7 @@ async def test_disk_full_unlinks_finished_logs_first_and_marks_them_later(
     made = [await _run(db, conf, task) for _ in range(3)]
     active = await _run(db, conf, task, status="running")
     disk = DiskWatch({"data": conf.data_path, "logs": conf.logs_path}, low_water_mb=10,
-                     low_water_pct=0, statvfs=Full())
+                     low_water_pct=0, critical_water_mb=16, statvfs=Full())
     retention = _retention(db, conf, _profile(), disk)
 
     async def no_room(*args: object, **kw: object) -> object:
@@ -581,8 +582,10 @@ async def test_disk_full_unlinks_finished_logs_first_and_marks_them_later(
     monkeypatch.undo()
     report = await retention.round()  # room to write again: the marks follow
     assert report.counts["logs_evicted"] == 3
-    assert _rows(conf, "SELECT COUNT(*) FROM log_artifacts WHERE evicted_reason ="
-                       " 'DISK_PRESSURE'") == [(3,)]
+    # Critically full (40 KiB free): the task's newest log went too, under its own reason.
+    assert _rows(conf, "SELECT evicted_reason, COUNT(*) FROM log_artifacts WHERE"
+                       " evicted_at_ms IS NOT NULL GROUP BY 1 ORDER BY 1") \
+        == [("DISK_CRITICAL", 1), ("DISK_PRESSURE", 2)]
     assert _rows(conf, "SELECT COUNT(*) FROM file_deletions") == [(0,)]
     _no_dangling_rows(conf)
 
@@ -607,3 +610,66 @@ def test_task_retention_overrides_and_system_figures(client: object) -> None:
     ret = system["retention"]
     assert ret["runs_kept"] == 0 and ret["policy"]["logs_cap_mb"] == 256
     assert ret["next_round_at_ms"] is not None
+
+
+# -- a round that stops at its caps is followed by a catch-up round -------------------
+
+async def test_capped_rounds_catch_up_instead_of_waiting_the_interval(
+        tmp_path: Path) -> None:
+    from conftest import make_runtime
+
+    rt = make_runtime(tmp_path / "state", retention_interval_s="600")
+    conf = rt.settings
+    # 29 runs to delete, 4 per round (1 page of 4): the edge profile's 64 per 120 s is
+    # below a run rate of 120/min the same way.
+    seed = Database(conf.db_path)
+    await seed.open()
+    task = await _task(seed, keep_runs=1)
+    for _ in range(30):
+        await _run(seed, conf, task)
+    await seed.close()
+    rt.profile = _profile(retention_pages=1, retention_page_size=4, retention_interval_s=600.0)
+    await rt.start()
+    try:
+        deadline = time.monotonic() + 15
+        while _rows(conf, "SELECT COUNT(*) FROM runs") != [(1,)]:
+            assert time.monotonic() < deadline, _rows(conf, "SELECT COUNT(*) FROM runs")
+            await asyncio.sleep(0.1)
+        assert rt.disk.loop.rounds >= 8  # 29 / 4 rounds, not one per 600 s
+        last = rt.disk.retention.last
+        assert last is not None and last.counts.get("runs_deleted", 0) <= 4
+    finally:
+        await rt.stop()
+    _no_dangling_rows(conf)
+
+
+async def test_a_round_reports_whether_work_is_left(db: Database, conf: Settings) -> None:
+    task = await _task(db, keep_runs=1)
+    for _ in range(9):
+        await _run(db, conf, task)
+    retention = _retention(db, conf, _profile(retention_pages=1, retention_page_size=4))
+    reports = [await retention.round() for _ in range(3)]
+    assert [r.counts.get("runs_deleted", 0) for r in reports] == [4, 4, 0]
+    assert [r.more for r in reports] == [True, True, False]
+
+
+async def test_size_cap_keeps_each_tasks_newest_log(db: Database, conf: Settings) -> None:
+    task = await _task(db, keep_runs=0, keep_days=0)
+    older, newest = [await _run(db, conf, task, log_bytes=1536 * 1024) for _ in range(2)]
+    report = await _retention(db, conf, _profile(logs_cap_mb=1)).round()
+    assert not _log_file(conf, older[1]).exists()
+    # Over the cap still: the task's newest result keeps its log (only a critically
+    # full disk may take it).
+    assert _log_file(conf, newest[1]).exists()
+    assert report.deleted == {"logs": {"SIZE_CAP": 1}}
+
+
+async def test_many_tasks_with_nothing_to_delete_need_no_catch_up(
+        db: Database, conf: Settings) -> None:
+    for _ in range(10):
+        await _run(db, conf, await _task(db, keep_runs=1))
+    await _retention(db, conf, _profile()).round()  # every log measured already
+    retention = _retention(db, conf, _profile(retention_pages=1, retention_page_size=4))
+    report = await retention.round()  # 4 of 10 tasks looked at, nothing to delete
+    assert report.counts == {}
+    assert report.more is False

@@ -83,6 +83,18 @@ def test_serve_exits_at_once_naming_the_token_rule(tmp_path: Path) -> None:
     assert "at least 32 characters" in res.stderr
 
 
+def test_a_weak_token_handed_over_in_a_file_is_refused(tmp_path: Path) -> None:
+    """QLEDGE_ADMIN_TOKEN_FILE (how the image hands QLEDGE_ADMIN_TOKEN to the worker)
+    gets the same rule as the variable."""
+    secret = tmp_path / "admin.token"
+    secret.write_text("short-token-0123456789\n")
+    with pytest.raises(settings.SettingsError,
+                       match=r"QLEDGE_ADMIN_TOKEN_FILE .* is too weak.*at least 32 characters"):
+        settings.load({"QLEDGE_ADMIN_TOKEN_FILE": str(secret)})
+    secret.write_text("x" * 32 + "\n")
+    assert settings.load({"QLEDGE_ADMIN_TOKEN_FILE": str(secret)}).admin_token == "x" * 32
+
+
 def test_a_short_token_file_is_refused(tmp_path: Path) -> None:
     from qledge import paths
 

@@ -38,15 +38,21 @@ def serve(*, boot_id: str | None = None) -> int:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config, Sockets
 
-    from . import paths, settings
+    from . import paths, process, settings
     from .db import migrate
     from .http.app import create_app
+    from .launch import isolation
     from .launch.identity import pidfd_unavailable
     from .receipts.store import UnsupportedVolume, probe
 
+    # Tasks run as this uid: keep /proc/<pid>/environ, mem, fd and ptrace closed to
+    # them, then take the admin token out of the environment (docs/security.md).
+    process.make_nondumpable()
     try:
         conf = settings.load()
+        process.scrub_environ("QLEDGE_ADMIN_TOKEN")
         paths.prepare_roots(conf)
+        isolation.check_layout(conf)
         lock_fd = paths.acquire_runtime_lock(conf)
         migrate.apply(conf.db_path)
         probe(conf.receipts_path)

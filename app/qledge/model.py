@@ -74,6 +74,7 @@ class Reason(enum.StrEnum):
     RECOVERY_BOOT_CHANGED = "RECOVERY_BOOT_CHANGED"
     RECOVERY_IDENTITY_UNSUPPORTED = "RECOVERY_IDENTITY_UNSUPPORTED"
     RECOVERY_FOREIGN_OWNER = "RECOVERY_FOREIGN_OWNER"
+    TASK_ISOLATION_UNAVAILABLE = "TASK_ISOLATION_UNAVAILABLE"
 
 
 class Concurrency(enum.StrEnum):
@@ -98,6 +99,9 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     # Retention overrides (docs/retention.md): None = the settings' value, 0 = no limit.
     keep_runs: int | None = None
     keep_days: int | None = None
+    # Leave what the command started in the background running when it exits
+    # (daemons); by default the launcher ends it (docs/tasks.md).
+    keep_background: bool = False
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

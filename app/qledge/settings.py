@@ -44,6 +44,9 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     logs_cap_mb: int
     low_water_mb: int
     low_water_pct: float
+    # Below this much free space a task's newest finished log may go too
+    # (DISK_CRITICAL); above it, pressure evicts only older logs.
+    critical_water_mb: int
     vacuum_pages_per_round: int
     wal_checkpoint_mb: int
     # How long a result committed without its own fsync may wait to share one
@@ -72,6 +75,7 @@ PROFILES: dict[str, Profile] = {
         logs_cap_mb=256,
         low_water_mb=64,
         low_water_pct=2.0,
+        critical_water_mb=16,
         vacuum_pages_per_round=256,
         wal_checkpoint_mb=4,
         group_commit_s=2.0,
@@ -94,6 +98,7 @@ PROFILES: dict[str, Profile] = {
         logs_cap_mb=4096,
         low_water_mb=256,
         low_water_pct=1.0,
+        critical_water_mb=64,
         vacuum_pages_per_round=2048,
         wal_checkpoint_mb=16,
         group_commit_s=0.5,
@@ -111,7 +116,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     host: str = "0.0.0.0"  # noqa: S104 - an appliance listens on its LAN address
     port: int = 5700
     admin_token: str = ""
+    # A file holding the admin token instead (the image's entrypoint hands the
+    # operator's QLEDGE_ADMIN_TOKEN over this way; docker secrets work too).
+    admin_token_file: str = ""
     launcher: str = ""
+    # Landlock confinement of tasks (docs/security.md): "auto" confines where the
+    # kernel can and says so where it cannot; "required" starts nothing unconfined.
+    task_isolation: Literal["auto", "required", "off"] = "auto"
     # Overrides of single profile numbers (tests and operators); 0 = profile value.
     round_interval_s: float = 0.0
     publish_grace_ms: int = 0
@@ -135,6 +146,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # A volume whose filesystem reports no size (no statfs): "off" = not guarded
     # (default; the writes tell), "hold" = hold new attempts (DISK_FREE_UNKNOWN).
     disk_guard_unknown: Literal["off", "hold"] = "off"
+    critical_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
     @property
     def profile_limits(self) -> Profile:
@@ -151,7 +163,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         if self.retention_interval_s:
             changes["retention_interval_s"] = self.retention_interval_s
         for name in ("keep_runs_per_task", "keep_days", "logs_cap_mb", "low_water_mb",
-                     "low_water_pct"):
+                     "low_water_pct", "critical_water_mb"):
             value = getattr(self, name)
             if value is not None:
                 changes[name] = value
@@ -223,8 +235,33 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         conf = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings: {exc}") from exc
-    check_admin_token(conf.admin_token, "QLEDGE_ADMIN_TOKEN")
+    conf = _with_token_file(conf)
+    check_admin_token(conf.admin_token, _FILE_SOURCE if conf.admin_token_file
+                      else "QLEDGE_ADMIN_TOKEN")
     return conf
+
+
+# The image's entrypoint hands the operator's QLEDGE_ADMIN_TOKEN over in this file.
+_FILE_SOURCE = ("the token in QLEDGE_ADMIN_TOKEN_FILE"
+                " (the image hands QLEDGE_ADMIN_TOKEN over in it)")
+
+
+def _with_token_file(conf: Settings) -> Settings:
+    """The admin token read from QLEDGE_ADMIN_TOKEN_FILE, if that is how it is given."""
+    if not conf.admin_token_file:
+        return conf
+    if conf.admin_token:
+        raise SettingsError("set QLEDGE_ADMIN_TOKEN or QLEDGE_ADMIN_TOKEN_FILE, not both")
+    try:
+        with open(conf.admin_token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise SettingsError(f"cannot read QLEDGE_ADMIN_TOKEN_FILE: {exc}") from exc
+    except UnicodeDecodeError:  # its message would quote a byte of the secret
+        raise SettingsError("QLEDGE_ADMIN_TOKEN_FILE is not UTF-8 text") from None
+    if not token:
+        raise SettingsError("QLEDGE_ADMIN_TOKEN_FILE holds no token")
+    return msgspec.structs.replace(conf, admin_token=token)
 
 
 def check_admin_token(token: str, source: str) -> None:

@@ -117,7 +117,7 @@ def _cancelled_status(run: Run) -> AttemptStatus:
 
 def _finish(
     run: Run, attempt: Attempt, status: AttemptStatus, *, exit_code: int | None,
-    reason: str, finished_at_ms: int,
+    reason: str, finished_at_ms: int, leftover_processes: int = 0,
 ) -> Transition:
     if attempt.status not in ACTIVE_ATTEMPT:
         raise InvalidTransition("ATTEMPT_TERMINAL")
@@ -135,6 +135,9 @@ def _finish(
     data: dict[str, str | int | None] = {
         "status": status.value, "exit_code": exit_code, "reason_code": reason,
     }
+    if leftover_processes:
+        # How many processes the launcher had to end after the command (a count only).
+        data["leftover_processes"] = leftover_processes
     return Transition(
         run=new_run,
         attempt=new_attempt,
@@ -147,7 +150,7 @@ def _finish(
 
 def complete(
     run: Run, attempt: Attempt, *, exit_code: int, finished_at_ms: int,
-    log_bytes: int | None = None,
+    log_bytes: int | None = None, leftover_processes: int = 0,
 ) -> Transition:
     """A receipt's facts: exit code decides unless a committed intent wins."""
     if log_bytes is not None:
@@ -156,10 +159,11 @@ def complete(
         reason = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
                   else Reason.CANCEL_REQUESTED)
         return _finish(run, attempt, _cancelled_status(run), exit_code=exit_code,
-                       reason=reason.value, finished_at_ms=finished_at_ms)
+                       reason=reason.value, finished_at_ms=finished_at_ms,
+                       leftover_processes=leftover_processes)
     status = AttemptStatus.SUCCEEDED if exit_code == 0 else AttemptStatus.FAILED
     return _finish(run, attempt, status, exit_code=exit_code, reason=Reason.EXITED.value,
-                   finished_at_ms=finished_at_ms)
+                   finished_at_ms=finished_at_ms, leftover_processes=leftover_processes)
 
 
 def without_receipt(

@@ -2,15 +2,19 @@
  * ql-launch - the qledge per-attempt launcher (contract: README.md here).
  *
  *   ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID
- *             --sequence N --token-fd FD -- command [args...]
+ *             --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]
+ *             [--keep-background] -- command [args...]
  *
- * Own session; TERM/INT/HUP/QUIT forwarded to the process group; exits with
- * the command's status (128+N if killed by N, 127/126 if it could not run)
- * after publishing a no-overwrite receipt; 125 = launcher failure, no receipt.
+ * Own session; TERM/INT/HUP/QUIT forwarded to the process group; the command
+ * confined by Landlock away from the --deny directories; what it left running
+ * ended when it exits; exits with the command's status (128+N if killed by N,
+ * 127/126 if it could not run) after publishing a no-overwrite receipt;
+ * 125 = launcher failure, no receipt.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -52,6 +56,7 @@ _Static_assert(sizeof(off_t) == 8, "off_t must be 64-bit (files over 2 GiB)");
 #define TOKEN_MAX 128
 #define RECEIPT_MAX 4096
 #define UUID_LEN 36
+#define MAX_DENY 8            /* --deny directories, at most */
 
 struct options {
     const char *receipt_dir;
@@ -59,20 +64,28 @@ struct options {
     const char *attempt_id;
     const char *sequence_text;
     const char *token_fd_text;
+    const char *isolation;    /* "required" (default with --deny) or "auto" */
+    const char *deny[MAX_DENY];
+    int ndeny;
+    int keep_background;
     uint64_t sequence;
     int token_fd;
     char **command;           /* NULL-terminated, points into argv */
 };
 
-/* Static buffers: the launcher never touches the heap itself. */
+/* Static buffers: the launcher never touches the heap itself. Those written
+ * before the wait come first: the compiler lays them out beside libc's own
+ * (written) data, so a waiting launcher dirties as few pages as it can; the
+ * larger ones written only at the end, or with --deny or leftovers, follow. */
 static char token[TOKEN_READ_CAP + 1];
-static char receipt[RECEIPT_MAX];
 static char temp_name[UUID_LEN + 32];
 static char final_name[UUID_LEN + 8];
+static char receipt[RECEIPT_MAX];
 
 static const char usage_text[] =
     "usage: ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID\n"
-    "                 --sequence N --token-fd FD -- command [args...]\n"
+    "                 --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]\n"
+    "                 [--keep-background] -- command [args...]\n"
     "       ql-launch --version\n";
 
 /* One diagnostic line: "ql-launch: <what>: <strerror(err)>". */
@@ -130,13 +143,30 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "--attempt-id", offsetof(struct options, attempt_id) },
         { "--sequence", offsetof(struct options, sequence_text) },
         { "--token-fd", offsetof(struct options, token_fd_text) },
+        { "--isolation", offsetof(struct options, isolation) },
     };
     uint64_t fd;
-    int i = 1;
+    int i = 1, d;
 
     memset(o, 0, sizeof(*o));
     while (i < argc && strcmp(argv[i], "--") != 0) {
         size_t k, n = sizeof(known) / sizeof(known[0]);
+        if (strcmp(argv[i], "--keep-background") == 0) {
+            if (o->keep_background)
+                return bad_usage("option given twice");
+            o->keep_background = 1;
+            i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--deny") == 0) {   /* the one repeatable option */
+            if (i + 1 >= argc)
+                return bad_usage("option needs a value");
+            if (o->ndeny == MAX_DENY)
+                return bad_usage("more than 8 --deny directories");
+            o->deny[o->ndeny++] = argv[i + 1];
+            i += 2;
+            continue;
+        }
         for (k = 0; k < n && strcmp(argv[i], known[k].name) != 0; k++)
             ;
         if (k == n)
@@ -168,6 +198,14 @@ static int parse_args(int argc, char **argv, struct options *o)
     if (!parse_decimal(o->token_fd_text, INT32_MAX, &fd) || fd < 3)
         return bad_usage("--token-fd is not a descriptor number >= 3");
     o->token_fd = (int)fd;
+    for (d = 0; d < o->ndeny; d++)
+        if (o->deny[d][0] != '/')
+            return bad_usage("--deny needs an absolute directory");
+    if (o->isolation != NULL && o->ndeny == 0)
+        return bad_usage("--isolation needs --deny");
+    if (o->isolation != NULL && strcmp(o->isolation, "required") != 0 &&
+        strcmp(o->isolation, "auto") != 0)
+        return bad_usage("--isolation must be 'required' or 'auto'");
     return 0;
 }
 
@@ -256,6 +294,253 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- step 5b: confinement (Landlock) -----------------------------------
+ *
+ * The command may open nothing beneath a --deny directory (the database and
+ * the admin token, the receipts, the other attempts' logs). Landlock only
+ * grants, so the ruleset grants full access to every hierarchy that is not
+ * on the way to a denied directory: for each ancestor of one, all its
+ * entries except denied directories and other such ancestors, and READ_DIR
+ * on the ancestors themselves (so `ls /` works; the names in a denied
+ * directory can be listed, their contents not). Symbolic links get no rule:
+ * what they point to is checked where it lives. An entry created at an
+ * ancestor's level after the walk is out of reach of this attempt. The
+ * ruleset is built before fork (its failure is the launcher's: nothing ran);
+ * the child enforces it just before exec.
+ */
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#endif
+#ifndef SYS_landlock_add_rule
+#define SYS_landlock_add_rule 445
+#endif
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_RULE_PATH_BENEATH 1
+#define LL_FS_EXECUTE (1ULL << 0)
+#define LL_FS_WRITE_FILE (1ULL << 1)
+#define LL_FS_READ_FILE (1ULL << 2)
+#define LL_FS_READ_DIR (1ULL << 3)
+#define LL_FS_ABI1 ((1ULL << 13) - 1)   /* EXECUTE .. MAKE_SYM */
+#define LL_FS_REFER (1ULL << 13)        /* ABI 2 */
+#define LL_FS_TRUNCATE (1ULL << 14)     /* ABI 3 */
+#define LL_FS_IOCTL_DEV (1ULL << 15)    /* ABI 5 */
+#define LL_FS_FILE (LL_FS_EXECUTE | LL_FS_WRITE_FILE | LL_FS_READ_FILE | \
+                    LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+
+/* Only handled_access_fs: the kernel zero-fills the newer fields (net, scopes),
+ * so networking, signals and sockets stay as they were. */
+struct ll_ruleset_attr {
+    uint64_t handled_access_fs;
+};
+
+struct ll_path_beneath {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+static char denied[MAX_DENY][PATH_MAX];
+static int ndenied;
+static char ancestor[PATH_MAX];
+static char entry_path[PATH_MAX];
+static char dents[4096] __attribute__((aligned(8)));
+static const char *isolation_what;   /* the step that failed, for the diagnostic */
+
+static uint64_t handled_fs(long abi)
+{
+    uint64_t m = LL_FS_ABI1;
+    if (abi >= 2)
+        m |= LL_FS_REFER;
+    if (abi >= 3)
+        m |= LL_FS_TRUNCATE;
+    if (abi >= 5)
+        m |= LL_FS_IOCTL_DEV;
+    return m;
+}
+
+/* 2 when a == b, 1 when directory a is a proper ancestor of b, else 0. */
+static int relation(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    if (strcmp(a, "/") == 0)
+        return strcmp(b, "/") == 0 ? 2 : 1;
+    if (strncmp(a, b, n) != 0)
+        return 0;
+    return b[n] == '\0' ? 2 : b[n] == '/' ? 1 : 0;
+}
+
+/* Denied itself, or on the way to a denied directory: no rule of its own. */
+static int on_denied_path(const char *path)
+{
+    int i;
+    for (i = 0; i < ndenied; i++)
+        if (relation(path, denied[i]) != 0)
+            return 1;
+    return 0;
+}
+
+/* Canonical, existing directories, none beneath another; "/" is refused. */
+static int resolve_denied(const struct options *o)
+{
+    struct stat st;
+    int i, j, k;
+    for (i = 0; i < o->ndeny; i++) {
+        if (realpath(o->deny[i], denied[ndenied]) == NULL) {
+            report("--deny", errno);
+            return -1;
+        }
+        if (stat(denied[ndenied], &st) < 0) {
+            report("--deny", errno);
+            return -1;
+        }
+        if (!S_ISDIR(st.st_mode))
+            return bad_usage("--deny needs a directory");
+        if (strcmp(denied[ndenied], "/") == 0)
+            return bad_usage("--deny / would deny everything");
+        ndenied++;
+    }
+    for (i = 0; i < ndenied; i++) {   /* drop one beneath (or equal to) another */
+        for (j = 0; j < ndenied; j++) {
+            int r = j == i ? 0 : relation(denied[j], denied[i]);
+            if (r == 1 || (r == 2 && j < i))
+                break;
+        }
+        if (j < ndenied) {
+            for (k = i; k + 1 < ndenied; k++)
+                memcpy(denied[k], denied[k + 1], sizeof(denied[k]));
+            ndenied--;
+            i--;
+        }
+    }
+    return 0;
+}
+
+static int add_rule(int ruleset, int fd, uint64_t access)
+{
+    struct ll_path_beneath rule;
+    rule.allowed_access = access;
+    rule.parent_fd = fd;
+    return (int)syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0);
+}
+
+/* READ_DIR on `dir`; full access to each of its entries not on a denied path. */
+static int walk_failed(int fd, const char *what)
+{
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    isolation_what = what;
+    errno = err;
+    return -1;
+}
+
+static int allow_entries(int ruleset, const char *dir, uint64_t handled)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    long n;
+    if (fd < 0)
+        return walk_failed(-1, "open an ancestor of a --deny directory");
+    if (add_rule(ruleset, fd, LL_FS_READ_DIR) < 0)
+        return walk_failed(fd, "landlock_add_rule");
+    while ((n = syscall(SYS_getdents64, fd, dents, sizeof(dents))) > 0) {
+        long off = 0;
+        while (off < n) {
+            struct linux_dirent64 *e = (struct linux_dirent64 *)(dents + off);
+            struct stat st;
+            int efd, r, is_dir;
+            off += e->d_reclen;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            r = snprintf(entry_path, sizeof(entry_path), "%s/%s",
+                         strcmp(dir, "/") == 0 ? "" : dir, e->d_name);
+            /* A path too long to compose cannot lead to a denied one. */
+            if (r > 0 && (size_t)r < sizeof(entry_path) && on_denied_path(entry_path))
+                continue;
+            if (e->d_type == DT_LNK)
+                continue;
+            efd = openat(fd, e->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (efd < 0)
+                continue;   /* gone meanwhile: nothing to grant */
+            is_dir = e->d_type == DT_DIR;
+            if (e->d_type == DT_UNKNOWN) {   /* a filesystem without d_type: ask */
+                if (fstat(efd, &st) < 0 || S_ISLNK(st.st_mode)) {
+                    close(efd);
+                    continue;
+                }
+                is_dir = S_ISDIR(st.st_mode);
+            }
+            if (add_rule(ruleset, efd, is_dir ? handled : handled & LL_FS_FILE) < 0 && is_dir) {
+                /* A directory left out would be denied with everything in it. */
+                walk_failed(efd, "landlock_add_rule");
+                return walk_failed(fd, "landlock_add_rule");
+            }
+            close(efd);
+        }
+    }
+    if (n < 0)
+        return walk_failed(fd, "read an ancestor of a --deny directory");
+    close(fd);
+    return 0;
+}
+
+/* The ruleset fd (>= 0); -1 for bad --deny arguments (reported); -2 when
+ * Landlock is unavailable or failed (errno set, isolation_what names the step). */
+static int build_ruleset(const struct options *o)
+{
+    struct ll_ruleset_attr attr;
+    long abi;
+    int ruleset, i, j;
+
+    if (resolve_denied(o) < 0)
+        return -1;
+    isolation_what = "landlock_create_ruleset";
+    abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+    if (abi < 0)
+        return -2;
+    memset(&attr, 0, sizeof(attr));
+    attr.handled_access_fs = handled_fs(abi);
+    ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+    if (ruleset < 0)
+        return -2;
+    for (i = 0; i < ndenied; i++) {
+        size_t k, len = strlen(denied[i]);
+        for (k = 0; k < len; k++) {
+            if (denied[i][k] != '/')
+                continue;
+            memcpy(ancestor, denied[i], k ? k : 1);
+            ancestor[k ? k : 1] = '\0';
+            for (j = 0; j < i && relation(ancestor, denied[j]) != 1; j++)
+                ;
+            if (j < i)
+                continue;   /* walked already, on the way to an earlier one */
+            if (allow_entries(ruleset, ancestor, attr.handled_access_fs) < 0) {
+                walk_failed(ruleset, isolation_what);
+                return -2;
+            }
+        }
+    }
+    return ruleset;
+}
+
+/* In the child: no new privileges (Landlock's precondition), then the ruleset. */
+static int confine_self(int ruleset)
+{
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -1;
+    return (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
+}
+
 /* ---- step 6: the child ------------------------------------------------ */
 
 static void close_inherited_fds(void)
@@ -274,7 +559,9 @@ static void close_inherited_fds(void)
     closedir(d);
 }
 
-static _Noreturn void exec_command(char **command)
+/* ruleset >= 0: confine first; if that fails and isolation is required, the
+ * errno goes to the launcher through err_fd and nothing runs. */
+static _Noreturn void exec_command(char **command, int ruleset, int required, int err_fd)
 {
     sigset_t empty;
     struct sigaction dfl;
@@ -289,7 +576,16 @@ static _Noreturn void exec_command(char **command)
         report("child sigprocmask", errno);
         _exit(EXIT_NOEXEC);
     }
-    close_inherited_fds();
+    if (ruleset >= 0 && confine_self(ruleset) < 0) {
+        err = errno;
+        if (required) {
+            while (write(err_fd, &err, sizeof(err)) < 0 && errno == EINTR)
+                ;
+            _exit(EXIT_LAUNCHER);
+        }
+        report("task isolation failed, running unconfined", err);
+    }
+    close_inherited_fds();   /* the ruleset and err_fd too: EOF for the launcher */
     execvp(command[0], command);
     err = errno;
     fprintf(stderr, "ql-launch: exec %s: %s\n", command[0], strerror(err));
@@ -355,7 +651,257 @@ static int wait_for_child(pid_t child, const sigset_t *set)
     }
 }
 
-/* ---- step 8: the receipt ---------------------------------------------- */
+/* ---- step 8: what the command left running -----------------------------
+ *
+ * Every process of the task descends from the launcher: it created their
+ * session and group, and orphans are re-parented to it (subreaper). When the
+ * command has ended, the rest get TERM (and CONT, so a stopped one can act on
+ * it), LEFTOVER_GRACE_MS to exit, then KILL, and are reaped here. A process
+ * is signalled only when it is provably the task's: an unreaped child of
+ * ours (its pid cannot be reused), or a member of our session or group seen
+ * through a pidfd opened first (their id is our own pid, which no other
+ * session or group can take while we live). One that left both is reached
+ * once its parent is gone and it is re-parented to us.
+ */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+#define LEFTOVER_GRACE_MS 2000
+#define LEFTOVER_KILL_WAIT_MS 5000
+#define LEFTOVER_TICK_MS 50
+#define SCAN_MAX 4096
+
+struct proc_facts {
+    pid_t pid, ppid, pgrp, sid;
+    char state;
+};
+
+static char stat_text[1024];
+static pid_t scan_pid[SCAN_MAX], scan_ppid[SCAN_MAX];
+static unsigned char scan_mark[SCAN_MAX];
+static int subreaper;   /* PR_SET_CHILD_SUBREAPER took effect */
+
+/* The next space-separated decimal field of /proc/<pid>/stat (no sign there). */
+static char *next_int(char *p, pid_t *out)
+{
+    long v = 0;
+    while (*p == ' ')
+        p++;
+    if (*p < '0' || *p > '9')
+        return NULL;
+    for (; *p >= '0' && *p <= '9'; p++)
+        v = v * 10 + (*p - '0');
+    *out = (pid_t)v;
+    return p;
+}
+
+static int read_facts(int proc_fd, pid_t pid, struct proc_facts *f)
+{
+    char path[32];
+    ssize_t n;
+    int fd;
+    char *p;
+    snprintf(path, sizeof(path), "%ld/stat", (long)pid);
+    fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, stat_text, sizeof(stat_text) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    stat_text[n] = '\0';
+    /* "pid (comm) S ppid pgrp session ...": comm may hold ')' and spaces. */
+    p = strrchr(stat_text, ')');
+    if (p == NULL)
+        return -1;
+    /* no sscanf: it would pull musl's whole scanf into a launcher that waits */
+    if (p[1] != ' ' || p[2] == '\0' || p[3] != ' ')
+        return -1;
+    f->pid = pid;
+    f->state = p[2];
+    p += 3;
+    if ((p = next_int(p, &f->ppid)) == NULL || (p = next_int(p, &f->pgrp)) == NULL ||
+        next_int(p, &f->sid) == NULL)
+        return -1;
+    return 0;
+}
+
+/* Call fn for every process but ourselves and zombies; -1 without /proc. */
+static int each_process(pid_t self, void (*fn)(int, const struct proc_facts *, void *),
+                        void *arg)
+{
+    int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    long n;
+    if (proc_fd < 0)
+        return -1;
+    while ((n = syscall(SYS_getdents64, proc_fd, dents, sizeof(dents))) > 0) {
+        long off = 0;
+        while (off < n) {
+            struct linux_dirent64 *e = (struct linux_dirent64 *)(dents + off);
+            struct proc_facts f;
+            uint64_t pid;
+            off += e->d_reclen;
+            if (!parse_decimal(e->d_name, INT32_MAX, &pid) || (pid_t)pid == self)
+                continue;
+            if (read_facts(proc_fd, (pid_t)pid, &f) == 0 && f.state != 'Z')
+                fn(proc_fd, &f, arg);
+        }
+    }
+    close(proc_fd);
+    return 0;
+}
+
+struct signal_pass {
+    pid_t self;
+    int sig;
+    unsigned found;
+};
+
+static void signal_one(int proc_fd, const struct proc_facts *f, void *arg)
+{
+    struct signal_pass *s = arg;
+    struct proc_facts again;
+    int pidfd;
+    if (f->ppid == s->self) {   /* our child: its pid is ours until we reap it */
+        s->found++;
+        if (s->sig != 0 && kill(f->pid, s->sig) < 0 && errno != ESRCH)
+            report("signal a leftover process", errno);
+        return;
+    }
+    if (f->pgrp != s->self && f->sid != s->self)
+        return;
+    s->found++;
+    if (s->sig == 0)
+        return;
+    pidfd = (int)syscall(SYS_pidfd_open, f->pid, 0);
+    if (pidfd < 0) {
+        /* No pidfds (ENOSYS before Linux 5.3; EPERM from a seccomp profile, which
+         * the control plane falls back for too): the plain (racy) kill. */
+        if (errno != ESRCH)
+            (void)kill(f->pid, s->sig);
+        return;
+    }
+    /* The pidfd pins one process; re-read who holds the pid now. */
+    if (read_facts(proc_fd, f->pid, &again) == 0 &&
+        (again.pgrp == s->self || again.sid == s->self) &&
+        syscall(SYS_pidfd_send_signal, pidfd, s->sig, NULL, 0) < 0 && errno != ESRCH)
+        report("signal a leftover process", errno);
+    close(pidfd);
+}
+
+/* Signal (sig 0: only count) our children and our session's and group's members. */
+static unsigned signal_leftovers(pid_t self, int sig)
+{
+    struct signal_pass s = { self, sig, 0 };
+    if (each_process(self, signal_one, &s) < 0 && sig != 0 && kill(-self, sig) < 0 &&
+        errno != ESRCH)   /* no /proc: the group is what we can reach */
+        report("signal the task's process group", errno);
+    return s.found;
+}
+
+struct count_pass {
+    pid_t self;
+    int n;
+};
+
+static void note_one(int proc_fd, const struct proc_facts *f, void *arg)
+{
+    struct count_pass *c = arg;
+    (void)proc_fd;
+    if (c->n == SCAN_MAX)
+        return;
+    scan_pid[c->n] = f->pid;
+    scan_ppid[c->n] = f->ppid;
+    scan_mark[c->n] = f->ppid == c->self || f->pgrp == c->self || f->sid == c->self;
+    c->n++;
+}
+
+/* The task's processes alive now: its session, its group, our children, and
+ * every descendant of those (a daemon's children live in its new session). */
+static unsigned count_leftovers(pid_t self)
+{
+    struct count_pass c = { self, 0 };
+    unsigned found = 0;
+    int i, j, changed = 1;
+    if (each_process(self, note_one, &c) < 0)
+        return 0;
+    while (changed) {
+        changed = 0;
+        for (i = 0; i < c.n; i++) {
+            if (scan_mark[i])
+                continue;
+            for (j = 0; j < c.n && !(scan_mark[j] && scan_pid[j] == scan_ppid[i]); j++)
+                ;
+            if (j < c.n)
+                scan_mark[i] = changed = 1;
+        }
+    }
+    for (i = 0; i < c.n; i++)
+        found += scan_mark[i];
+    return found;
+}
+
+/* Reap what exited; 1 when nothing of the task is left. */
+static int all_gone(pid_t self)
+{
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+        ;
+    if (pid == 0 || errno != ECHILD)
+        return 0;   /* children left (or EINTR: look again) */
+    /* Without a subreaper, orphans went to init: look for the rest by id. */
+    return subreaper || signal_leftovers(self, 0) == 0;
+}
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait up to budget_ms for the leftovers to go, reaping them; newly
+ * re-parented ones get `sig` too. 1 when none is left. */
+static int wait_leftovers(pid_t self, const sigset_t *set, int sig, int budget_ms)
+{
+    int64_t deadline = monotonic_ms() + budget_ms;
+    struct timespec tick = { 0, LEFTOVER_TICK_MS * 1000000L };
+    siginfo_t si;
+    while (!all_gone(self)) {
+        if (monotonic_ms() >= deadline)
+            return 0;
+        /* SIGCHLD: reap at the top; TERM & co. from outside: everything is
+         * being ended already. A timeout: signal whoever was re-parented. */
+        if (sigtimedwait(set, &si, &tick) < 0 && errno == EAGAIN)
+            signal_leftovers(self, sig);
+    }
+    return 1;
+}
+
+/* End what the command left running; how many processes that was. */
+static unsigned end_leftovers(const sigset_t *set)
+{
+    pid_t self = getpid();
+    unsigned n;
+    if (all_gone(self))
+        return 0;
+    n = count_leftovers(self);
+    signal_leftovers(self, SIGTERM);
+    signal_leftovers(self, SIGCONT);
+    if (wait_leftovers(self, set, SIGTERM, LEFTOVER_GRACE_MS))
+        return n;
+    signal_leftovers(self, SIGKILL);
+    if (!wait_leftovers(self, set, SIGKILL, LEFTOVER_KILL_WAIT_MS))
+        fputs("ql-launch: processes of the task are still running after KILL\n", stderr);
+    return n;
+}
+
+/* ---- step 9: the receipt ---------------------------------------------- */
 
 static int write_all(int fd, const char *buf, size_t len)
 {
@@ -383,8 +929,10 @@ static int links_unsupported(int err)
            err == ENOSYS || err == EXDEV;
 }
 
-/* The log's length when the command exited: stdout is the attempt's log, a
- * regular file. Recorded so that a log cut short by a power loss (nothing
+/* The log's length once the task is done (the command exited, what it left
+ * running was ended; with --keep-background its daemons may still append,
+ * which only makes the log longer): stdout is the attempt's log, a regular
+ * file. Recorded so that a log cut short by a power loss (nothing
  * fsyncs it) is reported as truncated instead of passing for complete. Not a
  * regular file (a pipe, a terminal): no field. Appends to `receipt` at n. */
 static int append_log_bytes(int n)
@@ -466,8 +1014,18 @@ static int publish(int dir_fd, size_t len)
     return 0;
 }
 
+/* Processes the launcher had to end (step 8); no field when there were none. */
+static int append_leftovers(int n, unsigned leftovers)
+{
+    if (leftovers == 0 || n < 0 || (size_t)n >= sizeof(receipt))
+        return n;
+    return n + snprintf(receipt + n, sizeof(receipt) - (size_t)n,
+                        ",\"leftoverProcesses\":%u", leftovers);
+}
+
+/* The fixed fields, then the optional ones, then the closing brace. */
 static int format_receipt(const struct options *o, int64_t started,
-                          int64_t finished, int exit_code, size_t *len)
+                          int64_t finished, int exit_code, unsigned leftovers, size_t *len)
 {
     int n = snprintf(receipt, sizeof(receipt),
                      "{\"schemaVersion\":1,\"runId\":\"%s\",\"attemptId\":\"%s\","
@@ -478,7 +1036,7 @@ static int format_receipt(const struct options *o, int64_t started,
                      finished, exit_code);
     if (n < 0 || (size_t)n >= sizeof(receipt))
         return -1;
-    n = append_log_bytes(n);
+    n = append_leftovers(append_log_bytes(n), leftovers);
     if (n < 0 || (size_t)n + 1 >= sizeof(receipt))
         return -1;
     receipt[n++] = '}';
@@ -487,14 +1045,78 @@ static int format_receipt(const struct options *o, int64_t started,
     return 0;
 }
 
+/* ---- main's helpers: isolation set-up, start, the end ------------------- */
+
+static int isolation_required(const struct options *o)
+{
+    return o->isolation == NULL || strcmp(o->isolation, "required") == 0;
+}
+
+/* Step 5b: the ruleset for the command, or -1 for none; err_pipe carries a
+ * failure to confine back from the child. Returns -1 on a launcher failure. */
+static int prepare_isolation(const struct options *o, int *ruleset, int err_pipe[2])
+{
+    int err;
+    *ruleset = -1;
+    err_pipe[0] = err_pipe[1] = -1;
+    if (o->ndeny == 0)
+        return 0;
+    *ruleset = build_ruleset(o);
+    if (*ruleset == -1)
+        return -1;
+    if (*ruleset == -2) {
+        err = errno;
+        *ruleset = -1;
+        fprintf(stderr, "ql-launch: task isolation %s: %s: %s\n",
+                isolation_required(o) ? "required" : "unavailable, running unconfined",
+                isolation_what, strerror(err));
+        return isolation_required(o) ? -1 : 0;
+    }
+    if (pipe2(err_pipe, O_CLOEXEC) < 0) {
+        report("pipe", errno);
+        close(*ruleset);
+        return -1;
+    }
+    return 0;
+}
+
+/* Step 6: fork; the child confines itself and execs. Waits for the child's
+ * word on the confinement (EOF: done, exec under way). -1: nothing runs. */
+static pid_t start_command(const struct options *o, int ruleset, int err_pipe[2])
+{
+    int err = 0, st;
+    ssize_t n;
+    pid_t child = fork();
+    if (child < 0) {
+        report("fork", errno);
+        return -1;
+    }
+    if (child == 0)
+        exec_command(o->command, ruleset, isolation_required(o), err_pipe[1]);
+    if (ruleset < 0)
+        return child;
+    close(ruleset);
+    close(err_pipe[1]);
+    while ((n = read(err_pipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
+        ;
+    close(err_pipe[0]);
+    if (n != (ssize_t)sizeof(err))
+        return child;
+    report("task isolation required: landlock_restrict_self", err);
+    while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+        ;
+    return -1;
+}
+
 /* ---- main: the steps, in order ---------------------------------------- */
 
 int main(int argc, char **argv)
 {
     struct options o;
     sigset_t set;
-    int dir_fd, exit_code;
+    int dir_fd, exit_code, ruleset, err_pipe[2];
     int64_t started, finished;
+    unsigned leftovers = 0;
     size_t len;
     pid_t child;
 
@@ -504,6 +1126,12 @@ int main(int argc, char **argv)
     }
     if (argc < 2) {
         fputs(usage_text, stderr);
+        return EXIT_LAUNCHER;
+    }
+    /* The token will be in our memory: no /proc/<pid>/mem, environ or fd for
+     * other processes of this uid (the task's); exec resets it for the child. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 && errno != EINVAL) {
+        report("prctl(PR_SET_DUMPABLE)", errno);
         return EXIT_LAUNCHER;
     }
     /* 1. arguments, 2. token (then its fd is closed) */
@@ -524,12 +1152,14 @@ int main(int argc, char **argv)
     /* 3. own session and process group; 4. orphans in it get reaped by us */
     if (become_session_leader() < 0)
         return EXIT_LAUNCHER;
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 && errno != EINVAL) {
+    subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+    if (!subreaper && errno != EINVAL) {
         report("prctl(PR_SET_CHILD_SUBREAPER)", errno);
         return EXIT_LAUNCHER;   /* EINVAL = unsupported (qemu-user): go on */
     }
-    /* 5. signals stay blocked in the launcher; it takes them synchronously */
-    if (block_signals(&set) < 0)
+    /* 5. signals stay blocked in the launcher; it takes them synchronously;
+     * 5b. the command's Landlock ruleset, built before anything runs */
+    if (block_signals(&set) < 0 || prepare_isolation(&o, &ruleset, err_pipe) < 0)
         return EXIT_LAUNCHER;
     /* 6. clock, fork, exec */
     started = now_ms();
@@ -537,22 +1167,22 @@ int main(int argc, char **argv)
         report("clock_gettime", errno);
         return EXIT_LAUNCHER;
     }
-    child = fork();
-    if (child < 0) {
-        report("fork", errno);
+    child = start_command(&o, ruleset, err_pipe);
+    if (child < 0)
         return EXIT_LAUNCHER;
-    }
-    if (child == 0)
-        exec_command(o.command);
     /* 7. wait for the direct child, forwarding signals to the group */
     exit_code = wait_for_child(child, &set);
     finished = now_ms();
     if (finished < started)   /* wall clock stepped back: keep the invariant */
         finished = started;
-    /* 8. publish the receipt; whatever happens, exit with the child's code */
+    /* 8. end what it left running (unless the task keeps its daemons) */
+    if (!o.keep_background)
+        leftovers = end_leftovers(&set);
+    /* 9. publish the receipt (the log's length is taken now, after step 8);
+     * whatever happens, exit with the child's code */
     umask(077);
     sync_log();
-    if (format_receipt(&o, started, finished, exit_code, &len) < 0)
+    if (format_receipt(&o, started, finished, exit_code, leftovers, &len) < 0)
         report("format receipt", EOVERFLOW);
     else
         publish(dir_fd, len);

@@ -8,7 +8,9 @@
    that spawns and waits) vs `sh -c 'sleep 30; :'`.
 2. Spawn-to-receipt latency (median / p99 over --runs): ql-launch running
    /bin/true and publishing its receipt (on disk, then on tmpfs where fsync is
-   free) vs a bare os.posix_spawn of /bin/true + waitpid.
+   free) vs a bare os.posix_spawn of /bin/true + waitpid; and, side by side on
+   tmpfs, the same with the Landlock confinement qledge passes (`--deny` of a
+   data, receipts and logs directory laid out like the image's state dir).
 3. The static binary size.
 
 Targets: PSS <= 64 KiB, RssAnon <= 32 KiB, binary <= 200 KiB, launcher+receipt
@@ -62,7 +64,8 @@ def token_fd() -> int:
     return r
 
 
-def launcher_argv(binary: Path, receipts: Path, fd: int, *command: str) -> list[str]:
+def launcher_argv(binary: Path, receipts: Path, fd: int, *command: str,
+                  deny: tuple[Path, ...] = ()) -> list[str]:
     return [
         str(binary),
         "--receipt-dir", str(receipts),
@@ -70,8 +73,30 @@ def launcher_argv(binary: Path, receipts: Path, fd: int, *command: str) -> list[
         "--attempt-id", str(uuid.uuid4()),
         "--sequence", "1",
         "--token-fd", str(fd),
+        *(a for d in deny for a in ("--deny", str(d))),
         "--", *command,
     ]  # fmt: skip
+
+
+def landlock_abi() -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return int(libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def walked_entries(deny: tuple[Path, ...]) -> int:
+    """How many entries the launcher grants one by one: those of every ancestor."""
+    ancestors = {a for d in deny for a in d.resolve().parents}
+    return sum(len(os.listdir(a)) for a in ancestors)
 
 
 # ---- memory -----------------------------------------------------------------
@@ -199,11 +224,11 @@ def main() -> int:
         def bare() -> int:
             return os.posix_spawn("/bin/true", ["true"], env, file_actions=actions, setsid=True)
 
-        def launch(receipts: Path) -> Callable[[], int]:
+        def launch(receipts: Path, deny: tuple[Path, ...] = ()) -> Callable[[], int]:
             def spawn() -> int:
                 fd = token_fd()
                 try:
-                    argv = launcher_argv(binary, receipts, fd, "/bin/true")
+                    argv = launcher_argv(binary, receipts, fd, "/bin/true", deny=deny)
                     return os.posix_spawn(str(binary), argv, env, file_actions=actions, setsid=True)
                 finally:
                     os.close(fd)
@@ -222,6 +247,26 @@ def main() -> int:
             results.append(
                 (f"ql-launch true + receipt ({fs_type(shm)})", timed(launch(shm), args.runs))
             )
+        state = work / "var" / "lib" / "qledge"
+        deny = tuple(state / d for d in ("data", "receipts", "logs"))
+        for d in (*deny, state / "work"):
+            d.mkdir(parents=True, mode=0o700)
+        abi = landlock_abi()
+        cpu = {"plain": 0.0, "deny": 0.0}
+        if shm is not None and abi > 0:
+            # Interleaved, so that a noisy neighbour hits both alike; CPU time of the
+            # launcher and its command too (RUSAGE_CHILDREN), which a busy machine
+            # spreads far less than wall time.
+            plain, confined = [], []
+            for _ in range(max(1, args.runs // 20)):
+                before = children_cpu()
+                plain += timed(launch(shm), 20)
+                middle = children_cpu()
+                confined += timed(launch(shm, deny), 20)
+                cpu["plain"] += middle - before
+                cpu["deny"] += children_cpu() - middle
+            results += [(f"ql-launch true + receipt ({fs_type(shm)}), again", plain),
+                        (f"  the same, --deny x3 (Landlock ABI {abi})", confined)]
         published = len(list(disk_receipts.glob("*.json")))
         print(f"spawn-to-exit latency over {args.runs} runs (ms); disk receipts: {published}")
         print(f"  {'what':<42}{'median':>10}{'p99':>10}")
@@ -236,6 +281,16 @@ def main() -> int:
             shm_med, shm_p99 = stats(results[2][1])
             print(f"  overhead on tmpfs (no fsync cost): median x{shm_med / bare_med:.2f}, "
                   f"p99 x{shm_p99 / bare_p99:.2f}")  # fmt: skip
+        if shm is not None and abi > 0:
+            plain_med, plain_p99 = stats(results[-2][1])
+            deny_med, deny_p99 = stats(results[-1][1])
+            n = len(results[-1][1])
+            print(f"  Landlock confinement: +{deny_med - plain_med:.3f} ms median, "
+                  f"+{deny_p99 - plain_p99:.3f} ms p99 (x{deny_med / plain_med:.2f}); "
+                  f"CPU per spawn {cpu['plain'] / n * 1e3:.3f} -> {cpu['deny'] / n * 1e3:.3f} ms"
+                  f"; {walked_entries(deny)} entries granted one by one")
+        elif abi <= 0:
+            print("  Landlock confinement: not measured (this kernel has no Landlock)")
         print()
 
         # 3. verdicts

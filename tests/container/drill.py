@@ -1,14 +1,20 @@
 """Crash drills against the real appliance image in a real Docker engine.
 
-    python tests/container/drill.py [--platform linux/amd64] [--smoke]
+    python tests/container/drill.py [--platform linux/amd64] [--smoke] [--variant node]
 
 Full suite (amd64 in CI): 1. kill -9 of the HTTP worker inside the container
 mid-run; 2. `docker restart` with a finished-but-unconsumed receipt and a
 still-running task (the task dies with the PID namespace → `lost`, the receipt
 → its exact exit code); 3. `docker kill` then `docker start` (volumes keep
-every run). `--smoke` (arm64 under emulation in CI): start, run, kill the
-worker, recover. Prints a JSON summary; exit 1 on any broken invariant.
-Only the image's API, `docker exec` and `docker` itself are used.
+every run). Both modes also check that a task reaches neither the admin token
+(PID 1's and the worker's environment, the handed-over file) nor the database.
+`--smoke` (arm64 under emulation in CI): start, run, kill the worker, recover.
+`--variant node` runs the node image's JavaScript drill instead of the worker
+kill: a `node` script saved through the scripts API exits with a chosen code
+across a kill -9 of the worker, `node -e` reads values set through qledge's
+envs, npm packs and installs a package offline into the work volume. Prints a
+JSON summary; exit 1 on any broken invariant. Only the image's API,
+`docker exec` and `docker` itself are used.
 """
 
 from __future__ import annotations
@@ -36,17 +42,18 @@ def sh(*args: str, check: bool = True, timeout: float = 300) -> str:
     return res.stdout.strip()
 
 
-def tag_of(platform: str) -> str:
-    return "qledge:local-" + {"linux/amd64": "amd64", "linux/arm64": "arm64",
-                              "linux/arm/v7": "armv7"}[platform]
+def tag_of(platform: str, variant: str = "default") -> str:
+    arch = {"linux/amd64": "amd64", "linux/arm64": "arm64", "linux/arm/v7": "armv7"}[platform]
+    return f"qledge:local-{arch}" + ("" if variant == "default" else f"-{variant}")
 
 
 class Box:
     """One container with its own three named volumes."""
 
-    def __init__(self, platform: str, slow: float) -> None:
+    def __init__(self, platform: str, slow: float, variant: str = "default") -> None:
         self.platform = platform
         self.slow = slow
+        self.image = tag_of(platform, variant)
         arch = platform.split("/")[-1]
         self.name = f"qledge-drill-{arch}-{os.getpid()}-{random.randrange(1 << 20)}"
         self.port = random.randint(20000, 32000)
@@ -58,10 +65,10 @@ class Box:
         sh("run", "-d", "--name", self.name, "--platform", self.platform,
            "-p", f"127.0.0.1:{self.port}:5700",
            "-e", f"QLEDGE_ADMIN_TOKEN={TOKEN}", "-e", "QLEDGE_ROUND_INTERVAL_S=1",
-           "-e", "QLEDGE_PUBLISH_GRACE_MS=200",
+           "-e", "QLEDGE_PUBLISH_GRACE_MS=200", "--pids-limit", "512",
            *(a for v in ("data", "receipts", "logs")
              for a in ("-v", f"{self.name}-{v}:/var/lib/qledge/{v}")),
-           tag_of(self.platform))
+           self.image)
 
     def ready(self, timeout: float = 60) -> float:
         t0 = time.monotonic()
@@ -126,7 +133,7 @@ class Box:
         return sum(1 for e in items if e["type"] == "run.finished")
 
     def remove(self) -> None:
-        sh("rm", "-f", self.name, check=False)
+        sh("rm", "-f", "-v", self.name, check=False)  # -v: the anonymous work volume too
         for v in ("data", "receipts", "logs"):
             sh("volume", "rm", "-f", f"{self.name}-{v}", check=False)
         self.http.close()
@@ -176,6 +183,42 @@ def drill_worker_kill(box: Box, tally: Tally, lines: int) -> None:
     tally.drills.append("worker_kill_mid_run")
 
 
+SECRET_PROBES = {
+    # PID 1 (supervisord) runs as the tasks' uid: its environ must not hold the token.
+    # ... and it is readable (same uid): the file it was handed over in is named there.
+    "pid1_token": "tr '\\0' '\\n' </proc/1/environ | grep -q '^QLEDGE_ADMIN_TOKEN='",
+    "pid1_token_file": "tr '\\0' '\\n' </proc/1/environ | grep -q '^QLEDGE_ADMIN_TOKEN_FILE='",
+    "worker_environ": "head -c 1 /proc/$W/environ",
+    "token_file": "cat /run/qledge/admin.token",
+    "database": "head -c 16 /var/lib/qledge/data/qledge.sqlite3",
+    "work_dir": "echo hi >/var/lib/qledge/work/probe && rm /var/lib/qledge/work/probe",
+    "tmp": "t=$(mktemp) && rm $t",
+}
+
+
+def drill_secrets(box: Box, tally: Tally) -> None:
+    """A task (the qledge uid) reaches neither the admin token nor the database."""
+    isolation = box.api("GET", "/system").json()["task_isolation"]
+    assert isolation["mode"] == "auto", isolation
+    script = "; ".join(f"if {cmd} >/dev/null 2>&1; then echo {k}=ok; else echo {k}=no; fi"
+                       for k, cmd in SECRET_PROBES.items())
+    r = box.api("POST", "/tasks", json={"name": "secrets", "command": script,
+                                        "env": {"W": str(box.worker_pid())}})
+    assert r.status_code == 201, r.text
+    run_id = box.trigger(str(r.json()["id"]))
+    box.wait(run_id)
+    tally.check(box, run_id, status="succeeded", exit_code=0)
+    log = box.api("GET", f"/runs/{run_id}/log").text
+    got = dict(line.split("=", 1) for line in log.split() if "=" in line)
+    # Without Landlock (a seccomp profile refusing it) the files are within reach;
+    # the environments never are.
+    confined = "no" if isolation["effective"] else "ok"
+    assert got == {"pid1_token": "no", "pid1_token_file": "ok", "worker_environ": "no",
+                   "token_file": confined,
+                   "database": confined, "work_dir": "ok", "tmp": "ok"}, (got, isolation)
+    tally.drills.append("secrets_out_of_reach")
+
+
 def drill_docker_restart(box: Box, tally: Tally) -> None:
     long_run = box.trigger(box.task("sleep 600"))
     short_run = box.trigger(box.task("sleep 2; exit 7"))
@@ -216,13 +259,83 @@ def drill_docker_kill(box: Box, tally: Tally) -> None:
     tally.drills.append("docker_kill_then_start")
 
 
+WORK = "/var/lib/qledge/work"
+# Prints `js line 1..N` 50 ms apart, then exits with the code it was given.
+COUNT_JS = """\
+const [n, code] = process.argv.slice(2).map(Number);
+let i = 0;
+const tick = () => {
+  i += 1;
+  console.log(`js line ${i}`);
+  if (i < n) setTimeout(tick, 50);
+  else process.exit(code);
+};
+tick();
+"""
+PKG_JSON = '{"name": "drill-pkg", "version": "1.0.0", "main": "index.js"}\n'
+PKG_INDEX = "module.exports = 6 * 7;\n"
+
+
+def drill_node(box: Box, tally: Tally, lines: int) -> None:
+    """JavaScript tasks on the node image, with qledge's guarantees."""
+    for path, content in (("drill/count.js", COUNT_JS), ("drill/pkg/package.json", PKG_JSON),
+                          ("drill/pkg/index.js", PKG_INDEX)):
+        r = box.api("PUT", "/scripts/file", json={"path": path, "content": content})
+        assert r.status_code in (200, 201), r.text
+
+    # A node script's exact exit code and full log, across a kill -9 of the worker.
+    counted = box.trigger(box.task(f"node {WORK}/scripts/drill/count.js {lines} 42"))
+    box.wait(counted, "running")
+    pid = box.worker_pid()
+    killed_at_ms = time.time() * 1000
+    box.exec("sh", "-c", f"kill -9 {pid}")
+    box.ready()
+    assert box.worker_pid() != pid
+    box.wait(counted)
+    tally.check(box, counted, status="failed", exit_code=42)
+    # The script was still running when its worker died (same kernel clock).
+    finished_at_ms = box.run_of(counted)["attempts"][-1]["finished_at_ms"]
+    assert finished_at_ms > killed_at_ms, (finished_at_ms, killed_at_ms)
+    log = box.api("GET", f"/runs/{counted}/log").text
+    assert log == "".join(f"js line {i}\n" for i in range(1, lines + 1)), f"log gap/dup: {log!r}"
+
+    # `node -e` sees the values set through qledge's envs (and exits with one).
+    for name, value in (("DRILL_GREETING", "你好, envs"), ("DRILL_EXIT", "7")):
+        r = box.api("POST", "/envs", json={"name": name, "value": value})
+        assert r.status_code == 201, r.text
+    env_run = box.trigger(box.task(
+        """node -e 'console.log("greeting=" + process.env.DRILL_GREETING);"""
+        """ process.exit(Number(process.env.DRILL_EXIT))'"""))
+    box.wait(env_run, timeout=120)
+    tally.check(box, env_run, status="failed", exit_code=7)
+    log = box.api("GET", f"/runs/{env_run}/log").text
+    assert log == "greeting=你好, envs\n", repr(log)
+
+    # npm works for the task user: pack a package and install it into the work
+    # volume with --prefix (offline: the tarball is local), then require it.
+    deps = f"{WORK}/drill-deps"
+    npm_run = box.trigger(box.task(
+        f"set -e; npm --version; t=$(mktemp -d); cd {WORK}/scripts/drill/pkg;"
+        f' npm pack --silent --pack-destination "$t" >/dev/null;'
+        f' npm install --prefix {deps} --offline --no-audit --no-fund "$t/drill-pkg-1.0.0.tgz";'
+        f""" node -e 'console.log("answer=" + require("{deps}/node_modules/drill-pkg"))'"""))
+    box.wait(npm_run, timeout=300)
+    tally.check(box, npm_run, status="succeeded", exit_code=0)
+    log = box.api("GET", f"/runs/{npm_run}/log").text
+    assert re.match(r"\d+\.\d+\.\d+\n", log), f"npm --version: {log!r}"
+    assert log.endswith("answer=42\n"), repr(log)
+    tally.drills.append("node_tasks")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--platform", default="linux/amd64")
     ap.add_argument("--smoke", action="store_true", help="start, run, kill worker, recover")
+    ap.add_argument("--variant", default="default", choices=["default", "node"],
+                    help="node: the node image and its JavaScript drill instead")
     args = ap.parse_args()
     slow = {"linux/amd64": 1.0, "linux/arm64": 6.0}.get(args.platform, 10.0)
-    box = Box(args.platform, slow)
+    box = Box(args.platform, slow, args.variant)
     tally = Tally()
     t0 = time.monotonic()
     error = None
@@ -230,8 +343,12 @@ def main() -> int:
         box.run()
         ready_s = box.ready()
         loop = box.loop()
-        drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
-        if not args.smoke:
+        if args.variant == "node":
+            drill_node(box, tally, lines=100)
+        else:
+            drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
+        drill_secrets(box, tally)
+        if not args.smoke and args.variant == "default":
             drill_docker_restart(box, tally)
             drill_docker_kill(box, tally)
     except (AssertionError, RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -241,7 +358,8 @@ def main() -> int:
         loop = None
     finally:
         box.remove()
-    summary = {"platform": args.platform, "mode": "smoke" if args.smoke else "full",
+    summary = {"platform": args.platform, "variant": args.variant,
+               "mode": "smoke" if args.smoke else "full",
                "drills": tally.drills, "runs": tally.runs,
                "terminal_events": tally.terminal_events, "duplicates": tally.duplicates,
                "false_successes": tally.false_successes, "first_ready_s": round(ready_s, 2),

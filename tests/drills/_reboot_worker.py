@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
 def _reaper_early() -> None:
     from qledge.runtime.reaper import Reaper
 
-    def remove_at_once(self: Reaper, seq: int, attempt_ids: list[str]) -> None:
+    def remove_at_once(self: Reaper, seq: int, attempt_ids: list[str], since_ms: int) -> None:
         self._remove_all(attempt_ids)
 
     Reaper.remove_after = remove_at_once  # type: ignore[method-assign]

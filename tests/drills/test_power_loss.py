@@ -335,6 +335,9 @@ def workload(m: Machine, rng: random.Random, runs: int = 8) -> None:
         time.sleep(rng.uniform(0, 0.25))
 
 
+ARMED_WITHIN_S = 120.0
+
+
 def armed(m: Machine, rng: random.Random, op: str, glob: str, *, settle: bool = False,
           skip_max: int = 2) -> None:
     m.boot()
@@ -342,7 +345,11 @@ def armed(m: Machine, rng: random.Random, op: str, glob: str, *, settle: bool = 
     m.rig.command("arm", op=op, glob=glob, skip=rng.randint(0, skip_max), settle=settle)
     workload(m, rng, runs=10)
     tasks = list(m.tasks)
+    deadline = time.monotonic() + ARMED_WITHIN_S
     while not m.rig.status()["cut"]:  # keep going until the moment comes
+        # A worker that never reaches the armed operation (a broken control, a consumer
+        # that fails every time) must fail the drill, not hang it.
+        assert time.monotonic() < deadline, f"the armed {op} of {glob} never came"
         m.trigger(rng.choice(tasks[:2]))
         _wait_cut_briefly(m)
     m.reboot()

@@ -76,6 +76,7 @@ class Deleted(msgspec.Struct, kw_only=True):
     runs: int = 0
     attempts: int = 0
     log_paths: list[str] = []
+    run_ids: list[str] = []
 
 
 async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
@@ -107,7 +108,7 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
             f"DELETE FROM log_artifacts WHERE id IN ({_marks(art_ids)})", art_ids)  # noqa: S608
     paths = [str(a["relative_path"]) for a in arts if a["evicted_at_ms"] is None]
     await enqueue_deletions(tx, paths, now_ms)
-    return Deleted(runs=deleted, attempts=len(arts), log_paths=paths)
+    return Deleted(runs=deleted, attempts=len(arts), log_paths=paths, run_ids=ids)
 
 
 # -- files deleted after commit -------------------------------------------------
@@ -145,6 +146,7 @@ class LogRow(msgspec.Struct, frozen=True, kw_only=True):
     attempt_id: str
     relative_path: str
     size_bytes: int | None
+    newest: bool = False  # of its task's newest terminal run
 
 
 # Driven from run_attempts (primary key) into log_artifacts (primary key): no new
@@ -193,12 +195,29 @@ async def log_totals(tx: Tx) -> LogTotals:
                      unsized=int(row["unsized"] or 0))
 
 
-async def eviction_candidates(tx: Tx, after_attempt: str, limit: int) -> list[LogRow]:
-    """Logs of terminal attempts that still exist, oldest attempt first (UUIDv7 ids)."""
-    rows = await tx.all(
-        f"{_LOG_SELECT} WHERE a.id > ? AND {_A_TERMINAL}"
-        " AND l.evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (after_attempt, limit))
-    return [_log(r) for r in rows]
+# A run is its task's newest finished one when no newer run of the task is terminal
+# (runs_task: task_id, id — a few steps, the next run is usually terminal already).
+_NEWER_TERMINAL = (
+    "EXISTS (SELECT 1 FROM runs n WHERE n.task_id = r.task_id AND n.id > r.id"  # noqa: S608
+    f" AND {st.terminal_run('n.status')})"
+)
+
+
+async def eviction_candidates(tx: Tx, after_attempt: str, limit: int, *,
+                              keep_newest: bool = True) -> list[LogRow]:
+    """Logs of terminal attempts that still exist, oldest attempt first (UUIDv7 ids).
+
+    `keep_newest`: not the logs of each task's newest terminal run (only a critically
+    full disk may take those); otherwise they come too, flagged `newest`.
+    """
+    only_older = f" AND {_NEWER_TERMINAL}" if keep_newest else ""
+    sql = ("SELECT l.id, a.id AS attempt_id, l.relative_path, l.size_bytes,"  # noqa: S608
+           f" NOT {_NEWER_TERMINAL} AS newest FROM run_attempts a"
+           " JOIN log_artifacts l ON l.id = a.log_artifact_id JOIN runs r ON r.id = a.run_id"
+           f" WHERE a.id > ? AND {_A_TERMINAL} AND l.evicted_at_ms IS NULL"
+           f"{only_older} ORDER BY a.id LIMIT ?")
+    rows = await tx.all(sql, (after_attempt, limit))
+    return [_log(r, newest=bool(r["newest"])) for r in rows]
 
 
 async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
@@ -239,9 +258,10 @@ async def log_eviction(tx: Tx, relative_path: str) -> tuple[str, int] | None:
     return str(row["evicted_reason"]), int(row["evicted_at_ms"])
 
 
-def _log(row: sqlite3.Row) -> LogRow:
+def _log(row: sqlite3.Row, *, newest: bool = False) -> LogRow:
     return LogRow(id=row["id"], attempt_id=row["attempt_id"],
-                  relative_path=row["relative_path"], size_bytes=row["size_bytes"])
+                  relative_path=row["relative_path"], size_bytes=row["size_bytes"],
+                  newest=newest)
 
 
 # -- runs held under disk pressure ----------------------------------------------

@@ -34,6 +34,7 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     labels: list[str] = []
     keep_runs: int | None = None  # retention override; None = settings, 0 = no limit
     keep_days: int | None = None
+    keep_background: bool = False  # leave background processes running at the end
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -47,6 +48,7 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     labels: list[str] | msgspec.UnsetType = UNSET
     keep_runs: int | msgspec.UnsetType | None = UNSET
     keep_days: int | msgspec.UnsetType | None = UNSET
+    keep_background: bool | msgspec.UnsetType = UNSET
 
 
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:

@@ -22,10 +22,11 @@ from .. import failpoints, ids, transitions
 from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database, Tx
-from ..model import Attempt, Reason, Run, RunStatus, Task
+from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
 from . import identity, logs
+from .isolation import Isolation
 
 log = logging.getLogger("qledge.executor")
 EXECUTOR_TYPE = "local_process"
@@ -70,6 +71,7 @@ class LocalExecutor:
     def __init__(
         self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
         launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
+        isolation: Isolation,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -79,6 +81,7 @@ class LocalExecutor:
         self.node_id = node_id
         self.boot_id = boot_id
         self.global_env = global_env
+        self.isolation = isolation
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
@@ -126,13 +129,18 @@ class LocalExecutor:
     async def _launch_steps(self, p: Prepared) -> SpawnResult | None:
         attempt, run, attempt_id = p.attempt, p.run, p.attempt.id
         failpoints.hit("spawn.after_prepare")
+        if self.isolation.refuses:
+            # task_isolation = "required" and Landlock is unavailable: nothing runs.
+            await self._finish_without_process(attempt_id, Reason.TASK_ISOLATION_UNAVAILABLE,
+                                               AttemptStatus.BLOCKED, settled=True)
+            return None
         # Steps 2 and 3, in a thread: a new shard costs a directory fsync, which must
         # not stall the event loop on an SD card.
         try:
             pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, p.env)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
-            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED)
+            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
             return None
         # Step 4.
         pidfd = identity.child_fd(pid, self.boot_id)
@@ -176,7 +184,9 @@ class LocalExecutor:
             argv = [
                 self.launcher, "--receipt-dir", str(shard), "--run-id", run.id,
                 "--attempt-id", attempt.id, "--sequence", str(attempt.callback_sequence),
-                "--token-fd", str(TOKEN_FD), "--", "/bin/sh", "-c", task.command,
+                "--token-fd", str(TOKEN_FD), *self.isolation.launcher_args(),
+                *(["--keep-background"] if task.keep_background else []),
+                "--", "/bin/sh", "-c", task.command,
             ]
             if read_end == TOKEN_FD:
                 # dup2 onto itself would keep O_CLOEXEC on older libcs.
@@ -211,9 +221,15 @@ class LocalExecutor:
                 break
         identity.reaped(pid, pidfd)
 
-    async def _finish_without_process(self, attempt_id: str, reason: Reason) -> None:
+    async def _finish_without_process(self, attempt_id: str, reason: Reason,
+                                      status: AttemptStatus = AttemptStatus.LOST, *,
+                                      settled: bool = False) -> None:
+        """`settled`: no launcher ever ran, so no receipt can come (journal: ageing only).
+        A launcher stopped for lack of an identity may still publish: not settled."""
         async with self.db.write() as tx:
             attempt = await store.get_attempt(tx, attempt_id)
             run = await store.get_run(tx, attempt.run_id)
-            tr = transitions.without_receipt(run, attempt, reason, now_ms())
+            tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
             await store.apply(tx, run, tr, now_ms())
+            if settled:
+                await store.journal_settle(tx, [attempt_id], now_ms())

@@ -206,6 +206,7 @@ window.QLEDGE_I18N = {
     'reason.RECOVERY_IDENTITY_MISSING': 'A running attempt had no recorded process identity.',
     'reason.RECOVERY_IDENTITY_UNSUPPORTED': 'No /proc process identity on this system: blocked (fail closed) for an operator to decide.',
     'reason.RECOVERY_FOREIGN_OWNER': 'The attempt belongs to another node; this node does not decide it.',
+    'reason.TASK_ISOLATION_UNAVAILABLE': 'Task isolation is set to “required” but this kernel has no Landlock: nothing was started (see docs/security.md).',
     'reason.unknown': 'See docs/recovery.md for this reason code.',
 
     'envs.title': 'Environment variables',
@@ -522,6 +523,7 @@ window.QLEDGE_I18N = {
     'reason.RECOVERY_IDENTITY_MISSING': '运行中的执行尝试没有记录进程身份。',
     'reason.RECOVERY_IDENTITY_UNSUPPORTED': '系统不支持 /proc 进程身份：按失败关闭原则阻断，由运维人员决定。',
     'reason.RECOVERY_FOREIGN_OWNER': '该执行尝试属于另一个节点，本节点不对其作出判定。',
+    'reason.TASK_ISOLATION_UNAVAILABLE': '任务隔离设为“必需”（required），但此内核不支持 Landlock：未启动任何进程（见 docs/security.md）。',
     'reason.unknown': '此原因码的说明见 docs/recovery.md。',
 
     'envs.title': '环境变量',

@@ -30,6 +30,7 @@ MAX_RECEIPT_BYTES = 4096
 MAX_JSON_DEPTH = 32
 # Times and sequences land in SQLite INTEGER columns (signed 64-bit).
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
@@ -55,6 +56,7 @@ class ReceiptReason(enum.StrEnum):
     RECEIPT_TIME_ORDER = "RECEIPT_TIME_ORDER"
     RECEIPT_BAD_EXIT_CODE = "RECEIPT_BAD_EXIT_CODE"
     RECEIPT_BAD_LOG_BYTES = "RECEIPT_BAD_LOG_BYTES"
+    RECEIPT_BAD_LEFTOVER_COUNT = "RECEIPT_BAD_LEFTOVER_COUNT"
     # Store level: the thing at the receipt path is not a file we may read.
     RECEIPT_NOT_REGULAR = "RECEIPT_NOT_REGULAR"
 
@@ -62,7 +64,12 @@ class ReceiptReason(enum.StrEnum):
 class Receipt(
     msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True, rename="camel"
 ):
-    """Schema v1. Field order is the canonical order the launcher writes."""
+    """Schema v1. Field order is the canonical order the launcher writes.
+
+    Optional fields follow the eight required ones, present only when they say
+    something: absent is never the same as `null` (refused), and a
+    `leftoverProcesses` of 0 is refused too (the launcher leaves it out).
+    """
 
     schema_version: int
     run_id: str
@@ -72,9 +79,11 @@ class Receipt(
     started_at_ms: int
     finished_at_ms: int
     exit_code: int
-    # Optional: the log's length when the command exited (absent when stdout was
+    # Optional: the log's length once the task was done (absent when stdout was
     # not a regular file). Absent, never null: UNSET rejects a JSON null.
     log_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    # Processes the launcher ended after the command (docs/tasks.md); >= 1.
+    leftover_processes: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class Rejected(msgspec.Struct, frozen=True):
@@ -195,6 +204,9 @@ def check(receipt: Receipt) -> ReceiptReason | None:
         return ReceiptReason.RECEIPT_BAD_EXIT_CODE
     if receipt.log_bytes is not msgspec.UNSET and not 0 <= receipt.log_bytes <= _INT64_MAX:
         return ReceiptReason.RECEIPT_BAD_LOG_BYTES
+    leftovers = receipt.leftover_processes
+    if leftovers is not msgspec.UNSET and not 1 <= leftovers <= _INT32_MAX:
+        return ReceiptReason.RECEIPT_BAD_LEFTOVER_COUNT
     return None
 
 

@@ -88,16 +88,22 @@ class CompletionService:
         if run.status in TERMINAL_RUN:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
         log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
-        tr = transitions.complete(run, attempt, exit_code=receipt.exit_code,
-                                  finished_at_ms=receipt.finished_at_ms, log_bytes=log_bytes)
+        leftovers = 0 if receipt.leftover_processes is msgspec.UNSET else receipt.leftover_processes
+        tr = transitions.complete(
+            run, attempt, exit_code=receipt.exit_code, finished_at_ms=receipt.finished_at_ms,
+            log_bytes=log_bytes, leftover_processes=leftovers)
         await store.apply(tx, run, tr, now_ms())
         return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
 
     async def without_receipt(
         self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST,
-        *, seen: AttemptStatus | None = None,
+        *, seen: AttemptStatus | None = None, settled: bool = False,
     ) -> Result:
-        """The process is gone and no receipt will come: `lost`, or the intent's result."""
+        """The process is gone and no receipt will come: `lost`, or the intent's result.
+
+        `settled`: the caller saw the launcher exit and its receipt absent after the
+        publish grace, so no receipt can appear any more: the journal row needs no
+        file checks, only ageing (docs/storage.md)."""
         try:
             async with self.db.write() as tx:
                 attempt = await store.get_attempt(tx, attempt_id)
@@ -112,6 +118,8 @@ class CompletionService:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
                 tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
                 await store.apply(tx, run, tr, now_ms())
+                if settled:
+                    await store.journal_settle(tx, [attempt_id], now_ms())
                 return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
         except (store.Conflict, sqlite3.OperationalError) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)

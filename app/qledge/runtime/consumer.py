@@ -80,6 +80,9 @@ class Consumer:
         if not valid:
             return out
         results: dict[str, Result] = {}
+        # Before the transaction: every row it settles has settled_at_ms >= this,
+        # so the supervisor never ages out a row whose file the reaper still holds.
+        since = now_ms()
         try:
             async with self.db.write(durable=False) as tx:
                 for receipt in valid:
@@ -89,6 +92,9 @@ class Consumer:
                                 tx, receipt)
                     except store.Conflict:
                         results[receipt.attempt_id] = Result(outcome=Outcome.RETRY)
+                # Consumed: the file is the reaper's to delete, the row needs no more
+                # file work (docs/storage.md) — bookkeeping in the same commit.
+                await store.journal_settle(tx, _consumed(results), now_ms())
                 failpoints.hit("consumer.before_commit")
         except (sqlite3.OperationalError, store.Conflict) as exc:
             log.warning("completion batch of %d kept for retry: %s", len(valid),
@@ -97,9 +103,7 @@ class Consumer:
         failpoints.hit("consumer.after_commit")
         # Tagged with the latest commit, not only ours: an already_terminal result may
         # rest on an earlier deferred commit; any fsync after this one covers both.
-        self.reaper.remove_after(self.db.commit_seq, [
-            a for a, r in results.items()
-            if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_TERMINAL)])
+        self.reaper.remove_after(self.db.commit_seq, _consumed(results), since)
         for attempt_id, result in results.items():
             if result.outcome is Outcome.APPLIED:
                 out[attempt_id] = Consumed.APPLIED
@@ -142,3 +146,7 @@ class Consumer:
         log.warning("receipt of attempt %s quarantined (%s) at %s", attempt_id, reason, ref)
         return Consumed.QUARANTINED
 
+
+def _consumed(results: dict[str, Result]) -> list[str]:
+    return [a for a, r in results.items()
+            if r.outcome in (Outcome.APPLIED, Outcome.ALREADY_TERMINAL)]

@@ -11,12 +11,16 @@ Under pressure no new attempt is spawned (runs stay `queued`, one `run.held`
 event each), retention runs early and evicts old logs; running tasks are left
 alone. The callback hears every change of the overall state.
 
+Below a second, lower mark the volume is *critically* full: `critical_water_mb`,
+but never more than half the low-water mark. Only then may retention take a
+task's newest finished log too (docs/retention.md).
+
 A filesystem that reports a size of zero (no statfs support, e.g. some FUSE
 filesystems) has an *unknown* free space, not zero: with `guard_unknown="off"`
 (the default) that volume is not guarded (the writes themselves will tell: a
 full disk never gives a half receipt or a false success); with "hold" it
 holds new attempts with the reason DISK_FREE_UNKNOWN. Either way
-/api/v1/system says so (docs/retention.md).
+/api/v1/system says so, and such a volume is never critical (docs/retention.md).
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ class Volume(msgspec.Struct, kw_only=True):
     free_bytes: int = 0
     used_bytes: int = 0
     low_water_bytes: int = 0
+    critical_bytes: int = 0
     device: int = 0
     pressure: bool = False
+    critical: bool = False
     error: str | None = None
     free_space_known: bool = True
 
@@ -54,6 +60,11 @@ class Volume(msgspec.Struct, kw_only=True):
 def low_water(total_bytes: int, low_water_mb: int, low_water_pct: float) -> int:
     """The mark below which a volume is under pressure (0 = never)."""
     return max(low_water_mb * MIB, int(total_bytes * low_water_pct / 100))
+
+
+def critical_water(low_water_bytes: int, critical_water_mb: int) -> int:
+    """The critical mark: the setting, but at most half the low-water mark (0 = never)."""
+    return min(critical_water_mb * MIB, low_water_bytes // 2)
 
 
 def under_pressure(free: int, mark: int, was: bool) -> bool:
@@ -67,6 +78,7 @@ def under_pressure(free: int, mark: int, was: bool) -> bool:
 
 class DiskWatch:
     def __init__(self, roots: Mapping[str, Path], *, low_water_mb: int, low_water_pct: float,
+                 critical_water_mb: int = 0,
                  on_change: Callable[[bool], None] | None = None,
                  statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
                  guard_unknown: GuardUnknown = "off") -> None:
@@ -74,6 +86,7 @@ class DiskWatch:
         self.guard_unknown = guard_unknown
         self.low_water_mb = low_water_mb
         self.low_water_pct = low_water_pct
+        self.critical_water_mb = critical_water_mb
         self.on_change = on_change
         self._statvfs = statvfs
         self.volumes = {name: Volume(name=name) for name in self.roots}
@@ -93,7 +106,7 @@ class DiskWatch:
             except OSError as exc:
                 # Unknown free space: do not hold work on a guess; the write will tell.
                 vol.error = type(exc).__name__
-                vol.pressure = False
+                vol.pressure = vol.critical = False
                 continue
             vol.error = None
             vol.device = device
@@ -107,6 +120,8 @@ class DiskWatch:
             vol.low_water_bytes = low_water(vol.total_bytes, self.low_water_mb,
                                             self.low_water_pct)
             vol.pressure = under_pressure(vol.free_bytes, vol.low_water_bytes, vol.pressure)
+            vol.critical_bytes = critical_water(vol.low_water_bytes, self.critical_water_mb)
+            vol.critical = vol.free_bytes < vol.critical_bytes
         now = any(v.pressure for v in self.volumes.values())
         self.reason = None if not now else REASON if any(
             v.pressure and v.free_space_known for v in self.volumes.values()) else REASON_UNKNOWN
@@ -130,7 +145,9 @@ class DiskWatch:
                         vol.name, self.guard_unknown)
         vol.free_space_known = False
         vol.total_bytes = vol.free_bytes = vol.used_bytes = vol.low_water_bytes = 0
+        vol.critical_bytes = 0
         vol.pressure = self.guard_unknown == "hold"
+        vol.critical = False  # nothing measured: newest logs are not taken on a guess
 
     def pressed(self) -> list[str]:
         return [v.name for v in self.volumes.values() if v.pressure]
@@ -149,6 +166,15 @@ class DiskWatch:
                 need = max(need, int(vol.low_water_bytes * RELEASE_FACTOR) - vol.free_bytes + 1)
         return need
 
+    def bytes_to_leave_critical(self) -> int:
+        """Bytes to free on the logs' filesystem so that no volume it backs is critical
+        any more (with the same release factor as pressure)."""
+        need = 0
+        for vol in self.volumes.values():
+            if vol.critical and self.shares_logs_device(vol.name):
+                need = max(need, int(vol.critical_bytes * RELEASE_FACTOR) - vol.free_bytes + 1)
+        return need
+
     def report(self) -> dict[str, object]:
         return {
             "state": "pressure" if self.pressure else "ok",
@@ -164,6 +190,8 @@ class DiskWatch:
         return {v.name: {"total_bytes": v.total_bytes if v.free_space_known else None,
                          "used_bytes": v.used_bytes if v.free_space_known else None,
                          "free_bytes": v.free_bytes if v.free_space_known else None,
-                         "low_water_bytes": v.low_water_bytes, "pressure": v.pressure,
-                         "error": v.error, "free_space_known": v.free_space_known}
+                         "low_water_bytes": v.low_water_bytes,
+                         "critical_bytes": v.critical_bytes, "pressure": v.pressure,
+                         "critical": v.critical, "error": v.error,
+                         "free_space_known": v.free_space_known}
                 for v in self.volumes.values()}

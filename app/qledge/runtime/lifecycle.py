@@ -17,7 +17,7 @@ from .. import ids
 from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
-from ..launch import logs
+from ..launch import isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
@@ -76,6 +76,7 @@ class Runtime:
         await self.db.open()
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
+        self.isolation = isolation.decide(s)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
@@ -84,7 +85,7 @@ class Runtime:
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env)
+            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -168,8 +169,10 @@ class Runtime:
                 if got in (Consumed.MISSING, Consumed.QUARANTINED):
                     from ..model import Reason
 
+                    # The launcher is reaped and published nothing: none will come.
                     result = await self.completion.without_receipt(
-                        attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT)
+                        attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT,
+                        settled=got is Consumed.MISSING)
                     log.warning("attempt %s exited without a receipt: %s", attempt_id,
                                 result.status)
         except Exception:
@@ -219,6 +222,7 @@ class Runtime:
             "rounds": self.supervision.rounds,
             "log_streams": self.log_streams,
             "file_reads": self.files.stats(),
+            "task_isolation": self.isolation.report(),
             # Results committed without their own fsync (docs/storage.md): receipts
             # kept until one covers them, and the fsyncs paid when none came along.
             "durability": {"commits": self.db.commit_seq, "durable": self.db.durable_seq,

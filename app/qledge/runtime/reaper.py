@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 
+from ..db import store
 from ..db.connection import Database
 from ..receipts.store import ReceiptStore
 
@@ -26,28 +27,38 @@ class Reaper:
         self.db = db
         self.receipts = receipts
         self.window_s = window_s
-        self._pending: list[tuple[int, list[str]]] = []
+        # (commit seq, attempt ids, a time before that commit settled their rows)
+        self._pending: list[tuple[int, list[str], int]] = []
         self._kick = asyncio.Event()
+        # The loop and drain() both remove: one at a time, so none deletes a file on
+        # the strength of a list another has handled (and, meanwhile, seen republished).
+        self._removing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.removed = 0
         self.forced_syncs = 0
 
-    def remove_after(self, seq: int, attempt_ids: list[str]) -> None:
-        """Delete these receipts once commit `seq` (their consumption) is on disk."""
+    def remove_after(self, seq: int, attempt_ids: list[str], since_ms: int) -> None:
+        """Delete these receipts once commit `seq` (their consumption) is on disk.
+        `since_ms`: taken before that commit, so no row it settled is older."""
         if not attempt_ids:
             return
-        self._pending.append((seq, attempt_ids))
+        self._pending.append((seq, attempt_ids, since_ms))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="reaper")
         self._kick.set()
 
     @property
     def waiting(self) -> int:
-        return sum(len(ids) for _, ids in self._pending)
+        return sum(len(ids) for _, ids, _ in self._pending)
+
+    @property
+    def oldest_since_ms(self) -> int | None:
+        """No journal row settled before this is still waiting here (None: nothing is)."""
+        return min((since for _, _, since in self._pending), default=None)
 
     def holds(self, attempt_id: str) -> bool:
         """Consumed, its deletion waiting for the fsync: not a late receipt."""
-        return any(attempt_id in ids for _, ids in self._pending)
+        return any(attempt_id in ids for _, ids, _ in self._pending)
 
     async def _loop(self) -> None:
         while True:
@@ -65,7 +76,7 @@ class Reaper:
                     await asyncio.sleep(self.window_s)
 
     async def _reap_once(self) -> None:
-        seq = max(s for s, _ in self._pending)
+        seq = max(s for s, _, _ in self._pending)
         try:
             await asyncio.wait_for(self.db.wait_durable(seq), self.window_s)
         except TimeoutError:
@@ -75,20 +86,32 @@ class Reaper:
         await self._remove_durable()
 
     async def _remove_durable(self) -> None:
-        durable = self.db.durable_seq
-        ready = [ids for s, ids in self._pending if s <= durable]
-        self._pending = [(s, ids) for s, ids in self._pending if s > durable]
-        for ids in ready:
-            await asyncio.to_thread(self._remove_all, ids)
+        async with self._removing:
+            durable = self.db.durable_seq
+            ready = [p for p in self._pending if p[0] <= durable]
+            failed: list[str] = []
+            for _, ids, _ in ready:
+                failed += await asyncio.to_thread(self._remove_all, ids)
+            # Dropped from _pending only now: until their files are gone (or known left
+            # behind) these rows must not age out (oldest_since_ms).
+            self._pending = [p for p in self._pending if not any(p is r for r in ready)]
+        if failed:
+            # Left behind: the journal-driven scan replays it into already_terminal,
+            # once its row is back with the rows that need file checks.
+            async with self.db.write(durable=False) as tx:
+                await store.journal_unsettle(tx, failed)
 
-    def _remove_all(self, attempt_ids: list[str]) -> None:
+    def _remove_all(self, attempt_ids: list[str]) -> list[str]:
+        """Delete these receipts; the ids whose file could not be deleted."""
+        failed = []
         for attempt_id in attempt_ids:
             try:
                 if self.receipts.remove(attempt_id):
                     self.removed += 1
             except OSError as exc:
-                # Left behind: the journal-driven scan replays it into already_terminal.
+                failed.append(attempt_id)
                 log.warning("could not remove a consumed receipt: %s", type(exc).__name__)
+        return failed
 
     async def drain(self) -> None:
         """Now: one fsync if needed, then every receipt waiting for it is deleted."""

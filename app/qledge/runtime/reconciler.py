@@ -22,7 +22,7 @@ from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
 from ..launch import identity
-from ..model import ACTIVE_ATTEMPT, Attempt, AttemptStatus, Reason
+from ..model import Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 
@@ -83,21 +83,21 @@ class Reconciler:
 
     async def _leftovers(self, report: RoundReport, page_size: int, max_pages: int) -> None:
         """Receipts of attempts already terminal: the result was durable but the
-        receipt stayed (the worker died before the reaper's delete, or a power cut
-        forgot it). Consumed into `already_terminal` and reaped now, not a periodic
-        round (30 s on edge) later. The journal is small: it holds active attempts
-        and those that ended within the journal retention."""
+        receipt stayed or came back (the worker died before the reaper's delete, a
+        power cut undid the unlink, or it was published after the attempt was decided
+        without it). Consumed into `already_terminal` and reaped now, not a periodic
+        round (30 s on edge) later. Settled rows are looked at too: they age out
+        without file work, so this is their one look. The journal is small: it holds
+        active attempts and those that ended within the journal retention."""
         cursor = ""
         for _ in range(max_pages):
             async with self.db.read() as tx:
-                rows = await store.journal_page(tx, cursor, page_size)
-            if not rows:
+                ids = await store.journal_ended_page(tx, cursor, page_size)
+            if not ids:
                 break
-            cursor = rows[-1].attempt_id
+            cursor = ids[-1]
             # Consumed by the active pass just now: already handed to the reaper.
-            ended = [r.attempt_id for r in rows
-                     if r.state == "pending" and r.attempt_status not in ACTIVE_ATTEMPT
-                     and not self.consumer.reaper.holds(r.attempt_id)]
+            ended = [a for a in ids if not self.consumer.reaper.holds(a)]
             for got in (await self.consumer.consume_many(ended)).values():
                 if got is not Consumed.MISSING:
                     report.add(f"late_receipt_{got.value}")

@@ -12,7 +12,9 @@ the next round removes the orphan file without listing any directory.
 The logs size cap and disk pressure evict logs instead: oldest terminal
 attempts' files first; the run and attempt rows stay and the artifact is marked
 evicted (`SIZE_CAP`/`DISK_PRESSURE`), which the log API answers with 410.
-Active attempts' logs are never touched, and nothing here reacts to receipts.
+Each task's newest finished log is kept unless the disk is critically full
+(below the critical mark, `DISK_CRITICAL`). Active attempts' logs are never
+touched, and nothing here reacts to receipts.
 
 Each round (a `PeriodicLoop`: explicit start/stop, no overlap, early under
 pressure) works within pages × page size: queued file deletions, policy
@@ -52,8 +54,12 @@ NO_LIMIT = 1 << 62
 CAP_TARGET = 0.9  # once over the cap, evict down to 90% of it (no eviction every round)
 PRESSURE_INTERVAL_S = 5.0  # retention rounds while under disk pressure
 VACUUM_SHARE = 4  # incremental_vacuum once free pages are >= 1/4 of the file (or pressure)
+# A round that stopped at its caps with work left is followed by another this soon,
+# not after the interval: each round stays bounded, the rate follows the load.
+CATCH_UP_S = 1.0
 SIZE_CAP = "SIZE_CAP"
 DISK_PRESSURE = "DISK_PRESSURE"
+DISK_CRITICAL = "DISK_CRITICAL"  # a task's newest finished log, only below the critical mark
 
 
 # -- policy maths (pure) ---------------------------------------------------------
@@ -145,10 +151,19 @@ class RetentionReport(msgspec.Struct, kw_only=True):
     started_at_ms: int
     finished_at_ms: int | None = None
     counts: dict[str, int] = {}
+    # What went, by why: runs (KEEP_RUNS, KEEP_DAYS), logs (SIZE_CAP, DISK_PRESSURE,
+    # DISK_CRITICAL).
+    deleted: dict[str, dict[str, int]] = {}
+    more: bool = False  # a capped pass left work for a catch-up round
 
     def add(self, key: str, n: int = 1) -> None:
         if n:
             self.counts[key] = self.counts.get(key, 0) + n
+
+    def gone(self, kind: str, why: str, n: int = 1) -> None:
+        if n:
+            by_reason = self.deleted.setdefault(kind, {})
+            by_reason[why] = by_reason.get(why, 0) + n
 
 
 class Retention:
@@ -167,6 +182,7 @@ class Retention:
         self.wal_bytes = 0
         self.stats: q.DbStats | None = None
         self._done: list[str] = []  # unlinked files whose queue rows can go
+        self.deleted_total: dict[str, dict[str, int]] = {}  # since start, by kind and why
 
     @property
     def cap_bytes(self) -> int:
@@ -175,9 +191,13 @@ class Retention:
     async def round(self) -> RetentionReport:
         report = RetentionReport(started_at_ms=now_ms())
         await self._drain(report)
-        # Pressure first: freeing space comes before anything that writes more.
+        # Pressure first: freeing space comes before anything that writes more. Each
+        # task's newest finished log stays unless the disk is critically full.
         if self.disk.check() is not None and self.disk.bytes_to_release() > 0:
             await self._evict(self.disk.bytes_to_release(), DISK_PRESSURE, report)
+            self.disk.check()
+            if self.disk.bytes_to_leave_critical() > 0:
+                await self._evict(self.disk.bytes_to_leave_critical(), DISK_CRITICAL, report)
         await self._apply_policy(report)
         await self._measure(report)
         excess = cap_excess(self.logs_total_bytes or 0, self.cap_bytes)
@@ -190,6 +210,10 @@ class Retention:
                 pass
         await self._upkeep(report)
         report.finished_at_ms = now_ms()
+        for kind, by_reason in report.deleted.items():
+            total = self.deleted_total.setdefault(kind, {})
+            for why, n in by_reason.items():
+                total[why] = total.get(why, 0) + n
         self.last = report
         if report.counts:
             log.info("retention round: %s", report.counts)
@@ -221,27 +245,31 @@ class Retention:
                             type(exc).__name__)
         return gone, removed, failed
 
-    async def _remove_files(self, paths: list[str], report: RetentionReport) -> None:
+    async def _remove_files(self, paths: list[str], report: RetentionReport) -> int:
+        """Unlink after commit; how many of these files are gone now."""
         if not paths:
-            return
+            return 0
         gone, removed, failed = await asyncio.to_thread(self._unlink, paths)
         self._done.extend(gone)
         report.add("files_removed", removed)
         report.add("files_already_gone", len(gone) - removed)
         report.add("files_failed", failed)
+        return len(gone)
 
     async def _drain(self, report: RetentionReport) -> None:
         """Files queued by an earlier round, task deletion, or before a crash."""
+        limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
-            pending = await q.pending_deletions(tx, self.profile.retention_pages
-                                                * self.profile.retention_page_size)
-        await self._remove_files(pending, report)
+            pending = await q.pending_deletions(tx, limit)
+        gone = await self._remove_files(pending, report)
+        # More queued, and progress made (files that keep failing wait for the interval).
+        report.more |= len(pending) == limit and gone > 0
 
     async def _apply_policy(self, report: RetentionReport) -> None:
         size, pages = self.profile.retention_page_size, self.profile.retention_pages
         now = now_ms()
         flushed = examined = 0
-        victims: list[str] = []
+        victims: list[tuple[str, str]] = []  # (run id, why)
         while flushed < pages and examined < pages * size:
             async with self.db.read() as tx:
                 tasks = await q.tasks_page(tx, self.task_cursor, size)
@@ -253,8 +281,10 @@ class Retention:
                     room = size - len(victims)
                     async with self.db.read() as tx:
                         cands = await q.run_candidates(tx, task.id, keep_n, cutoff, room)
-                    victims.extend(c.id for c in cands
-                                   if verdict(c.rank, c.finished_at_ms, policy, now))
+                    for c in cands:
+                        why = verdict(c.rank, c.finished_at_ms, policy, now)
+                        if why is not None:
+                            victims.append((c.id, why))
                     if len(victims) < size:
                         break
                     await self._delete(victims, report)
@@ -262,18 +292,26 @@ class Retention:
                     flushed += 1
                     if flushed >= pages:
                         self.task_cursor = task.num - 1  # resume with this task
+                        report.more = True
                         return
                 self.task_cursor = task.num
             if len(tasks) < size:
                 self.task_cursor = 0  # wrapped: start from the first task next round
                 break
+        else:
+            # Task budget spent before the last task: catch up only if this walk found
+            # runs to delete (many tasks with nothing to do wait for the interval).
+            report.more = bool(flushed or victims)
         if victims:
             await self._delete(victims, report)
 
-    async def _delete(self, run_ids: list[str], report: RetentionReport) -> None:
+    async def _delete(self, victims: list[tuple[str, str]], report: RetentionReport) -> None:
         async with self._tx() as tx:
-            deleted = await q.delete_runs(tx, run_ids, now_ms())
+            deleted = await q.delete_runs(tx, [run_id for run_id, _ in victims], now_ms())
         report.add("runs_deleted", deleted.runs)
+        why = dict(victims)
+        for run_id in deleted.run_ids:
+            report.gone("runs", why[run_id])
         report.add("attempts_deleted", deleted.attempts)
         failpoints.hit("retention.after_commit")
         await self._remove_files(deleted.log_paths, report)
@@ -291,6 +329,7 @@ class Retention:
             return sizes, sum(logs.size(root, rel) for rel in active)
 
         sizes, active_bytes = await asyncio.to_thread(stat_all)
+        report.more |= len(unsized) == limit
         if sizes:
             async with self._tx() as tx:
                 await q.set_sizes(tx, sizes)
@@ -302,13 +341,18 @@ class Retention:
         self.live_logs = totals.live
 
     async def _evict(self, excess: int, reason: str, report: RetentionReport) -> None:
+        """Evict the oldest finished logs until `excess` bytes are freed. SIZE_CAP and
+        DISK_PRESSURE keep each task's newest finished log; DISK_CRITICAL (the disk is
+        critically full) takes those too — the others it frees are DISK_PRESSURE."""
         size, pages = self.profile.retention_page_size, self.profile.retention_pages
+        on_disk = reason != SIZE_CAP
         after = ""
         for _ in range(pages):
             if excess <= 0:
                 break
             async with self.db.read() as tx:
-                cands = await q.eviction_candidates(tx, after, size)
+                cands = await q.eviction_candidates(tx, after, size,
+                                                    keep_newest=reason != DISK_CRITICAL)
             if not cands:
                 break
             after = cands[-1].attempt_id
@@ -316,29 +360,39 @@ class Retention:
             chosen = {c.id: c for c in evict_oldest(facts, excess)}
             if not chosen:
                 break
+            newest = {c.attempt_id for c in cands if c.newest}
+            why = {aid: DISK_CRITICAL if reason == DISK_CRITICAL and aid in newest
+                   else DISK_PRESSURE if reason == DISK_CRITICAL else reason for aid in chosen}
             try:
+                evicted: list[tuple[str, str]] = []
                 async with self._tx() as tx:
-                    evicted = await q.evict_logs(tx, list(chosen), reason, now_ms())
+                    for label in sorted(set(why.values())):
+                        evicted += await q.evict_logs(
+                            tx, [a for a in chosen if why[a] == label], label, now_ms())
             except sqlite3.OperationalError as exc:
-                if reason != DISK_PRESSURE or not _disk_full(exc):
+                if not on_disk or not _disk_full(exc):
                     raise
                 await self._unlink_unrecorded(cands, chosen, report)
-                self.disk.check()
-                excess = self.disk.bytes_to_release()
+                excess = self._still_to_free(reason)
                 continue
             paths = [path for _, path in evicted]
             freed = sum(chosen[attempt_id].size_bytes for attempt_id, _ in evicted)
             report.add("logs_evicted", len(paths))
             report.add("bytes_evicted", freed)
+            for attempt_id, _ in evicted:
+                report.gone("logs", why[attempt_id])
             failpoints.hit("retention.after_commit")
             await self._remove_files(paths, report)
             if self.logs_total_bytes is not None:
                 self.logs_total_bytes -= freed
-            if reason == DISK_PRESSURE:
-                self.disk.check()  # the real free space, not our estimate
-                excess = self.disk.bytes_to_release()
-            else:
-                excess -= freed
+            excess = self._still_to_free(reason) if on_disk else excess - freed
+
+    def _still_to_free(self, reason: str) -> int:
+        """The real free space again, not our estimate."""
+        self.disk.check()
+        if reason == DISK_CRITICAL:
+            return self.disk.bytes_to_leave_critical()
+        return self.disk.bytes_to_release()
 
     async def _unlink_unrecorded(self, cands: list[q.LogRow], chosen: dict[str, LogFacts],
                                  report: RetentionReport) -> None:
@@ -421,7 +475,8 @@ class DiskKeeper:
             {"data": settings.data_path, "receipts": settings.receipts_path,
              "logs": settings.logs_path},
             low_water_mb=profile.low_water_mb, low_water_pct=profile.low_water_pct,
-            on_change=self._pressure_changed, guard_unknown=settings.disk_guard_unknown)
+            critical_water_mb=profile.critical_water_mb, on_change=self._pressure_changed,
+            guard_unknown=settings.disk_guard_unknown)
         self.retention = Retention(db=db, logs_root=settings.logs_path,
                                    db_path=settings.db_path, profile=profile, disk=self.disk)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
@@ -450,8 +505,9 @@ class DiskKeeper:
             self.loop.interval_s = self.profile.retention_interval_s
             self._wake_dispatcher()
 
-    async def _round(self) -> None:
-        await self.retention.round()
+    async def _round(self) -> float | None:
+        report = await self.retention.round()
+        return CATCH_UP_S if report.more else None
 
     async def report(self) -> dict[str, object]:
         self.disk.check()
@@ -482,10 +538,12 @@ class DiskKeeper:
                            "keep_days": self.profile.keep_days,
                            "logs_cap_mb": self.profile.logs_cap_mb,
                            "low_water_mb": self.profile.low_water_mb,
-                           "low_water_pct": self.profile.low_water_pct},
+                           "low_water_pct": self.profile.low_water_pct,
+                           "critical_water_mb": self.profile.critical_water_mb},
                 "last_round": None if last is None else {
                     "started_at_ms": last.started_at_ms, "finished_at_ms": last.finished_at_ms,
-                    "counts": dict(last.counts)},
+                    "counts": dict(last.counts), "deleted": _by_reason(last.deleted)},
+                "deleted_since_start": _by_reason(r.deleted_total),
             },
             "database": None if stats is None else {
                 "wal_bytes": r.wal_bytes, "page_size": stats.page_size,
@@ -494,3 +552,11 @@ class DiskKeeper:
                     stats.auto_vacuum, str(stats.auto_vacuum)),
             },
         }
+
+
+def _by_reason(deleted: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Every kind and reason, zeros included, so that a reader needs no defaults."""
+    kinds = {"runs": ("KEEP_RUNS", "KEEP_DAYS"),
+             "logs": (SIZE_CAP, DISK_PRESSURE, DISK_CRITICAL)}
+    return {kind: {why: deleted.get(kind, {}).get(why, 0) for why in reasons}
+            for kind, reasons in kinds.items()}
