@@ -7,7 +7,11 @@
 //   docker buildx bake -f buildx/docker-bake.hcl node            # node variants: amd64-node + arm64-node
 //   docker buildx bake -f buildx/docker-bake.hcl image-local-node  # host arch → qledge:local-node
 //   docker buildx bake -f buildx/docker-bake.hcl --print         # resolved JSON, no build
-//   VERSION=0.2.0 REGISTRY=ghcr.io/acme docker buildx bake -f buildx/docker-bake.hcl release --push
+//   REGISTRY=ghcr.io/acme docker buildx bake -f buildx/docker-bake.hcl release --push
+//
+// Image targets need VERSION=$(scripts/version) in the environment: the version
+// has one place (app/qledge/__init__.py), and the image build refuses a VERSION
+// that is not the code's.
 //
 // Add --load to put them into the local engine (tags qledge:local-<arch>,
 // qledge:local-<arch>-node). The node variant (VARIANT=node: the same image
@@ -20,7 +24,7 @@
 // what CI runs (the docker.io engine there has BuildKit but no buildx plugin).
 
 variable "VERSION" {
-  default = "0.1.0"
+  default = ""
 }
 
 // Base image of every stage (a multi-arch Debian bookworm slim image).
@@ -62,7 +66,7 @@ function "base" {
   result = BASE_PREFIX != "" ? "${BASE_PREFIX}-${arch}" : BASE_IMAGE
 }
 
-// image("0.1.0-amd64") → "qledge:0.1.0-amd64", or "<REGISTRY>/qledge:…" when REGISTRY is set.
+// image("1.2.3-amd64") → "qledge:1.2.3-amd64", or "<REGISTRY>/qledge:…" when REGISTRY is set.
 function "image" {
   params = [tag]
   result = REGISTRY != "" ? "${REGISTRY}/qledge:${tag}" : "qledge:${tag}"

@@ -16,6 +16,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "rootfs" / "etc" / "supervisor" / "supervisord.conf"
 ADMIN = "drill-admin-token-0123456789abcdef"
+TEST_KNOBS = frozenset({"failpoints"})
 
 
 class Appliance:
@@ -39,7 +40,10 @@ class Appliance:
             "QLEDGE_PORT": str(port),
             "QLEDGE_ADMIN_TOKEN": ADMIN,
             "QLEDGE_LAUNCHER": launcher_path(),
-            **{f"QLEDGE_{k.upper()}": v for k, v in env.items()},
+            # Settings are QLEDGE_*; test knobs (failpoints) are QLTEST_*, which the
+            # settings never read.
+            **{f"{'QLTEST' if k in TEST_KNOBS else 'QLEDGE'}_{k.upper()}": v
+               for k, v in env.items()},
         }
         if failpoints:
             self.env["QLTEST_FAILPOINTS"] = failpoints

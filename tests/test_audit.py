@@ -222,7 +222,9 @@ def test_quarantine_never_overwrites(tmp_path: Path) -> None:
     first, second = aid("00"), aid("00")
     put(root, f"00/{first}.json", b"new evidence")
     put(root, f"{ORPHANS}/00/{first}.json", b"older evidence")
+    # A name the audit gave before it shared the receipt store's move: left alone.
     put(root, f"{ORPHANS}/00/{first}.json.1", b"even older")
+    put(root, f"{ORPHANS}/00/{first}.1.json", b"older still")
     # An interrupted earlier move: the same inode under both names.
     src = put(root, f"00/{second}.json", b"half moved")
     os.link(src, root / ORPHANS / "00" / f"{second}.json")
@@ -233,7 +235,8 @@ def test_quarantine_never_overwrites(tmp_path: Path) -> None:
     q = root / ORPHANS / "00"
     assert (q / f"{first}.json").read_bytes() == b"older evidence"
     assert (q / f"{first}.json.1").read_bytes() == b"even older"
-    assert (q / f"{first}.json.2").read_bytes() == b"new evidence"
+    assert (q / f"{first}.1.json").read_bytes() == b"older still"
+    assert (q / f"{first}.2.json").read_bytes() == b"new evidence"  # the receipts' scheme
     assert (q / f"{second}.json").read_bytes() == b"half moved"
     assert os.lstat(q / f"{second}.json").st_nlink == 1
     assert os.listdir(root / "00") == []

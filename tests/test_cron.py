@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from qledge import cron
-from qledge.runtime import scheduler as sch
 
 from conftest import time_zone
 
@@ -61,61 +60,64 @@ def test_invalid_forms_are_refused_naming_the_field_and_value(expr: str, why: st
     assert why in str(err.value)
 
 
-def test_next_after_five_fields(tz: None) -> None:
-    after = datetime(2024, 1, 1, 10, 0, 30, tzinfo=SHANGHAI)
-    assert cron.next_after("* * * * *", after) == datetime(2024, 1, 1, 10, 1, tzinfo=SHANGHAI)
-    assert cron.next_after("*/15 * * * *", after) == datetime(2024, 1, 1, 10, 15,
-                                                              tzinfo=SHANGHAI)
-    assert cron.next_after("0 3 * * *", after) == datetime(2024, 1, 2, 3, 0, tzinfo=SHANGHAI)
+def _ms(*args: int, tzinfo: timezone = SHANGHAI) -> int:
+    return int(datetime(*args, tzinfo=tzinfo).timestamp() * 1000)  # type: ignore[misc]
+
+
+def test_next_ticks_five_fields(tz: None) -> None:
+    after = _ms(2024, 1, 1, 10, 0, 30)
+    assert cron.next_ticks("* * * * *", after, 1) == [datetime(2024, 1, 1, 10, 1,
+                                                               tzinfo=SHANGHAI)]
+    assert cron.next_ticks("*/15 * * * *", after, 1) == [datetime(2024, 1, 1, 10, 15,
+                                                                  tzinfo=SHANGHAI)]
+    assert cron.next_ticks("0 3 * * *", after, 1) == [datetime(2024, 1, 2, 3, 0,
+                                                               tzinfo=SHANGHAI)]
     # strictly after: a tick equal to `after` is not returned
-    on_tick = datetime(2024, 1, 1, 10, 15, tzinfo=SHANGHAI)
-    assert cron.next_after("*/15 * * * *", on_tick) == datetime(2024, 1, 1, 10, 30,
-                                                                tzinfo=SHANGHAI)
+    on_tick = _ms(2024, 1, 1, 10, 15)
+    assert cron.next_ticks("*/15 * * * *", on_tick, 1) == [datetime(2024, 1, 1, 10, 30,
+                                                                    tzinfo=SHANGHAI)]
 
 
 def test_six_fields_have_leading_seconds(tz: None) -> None:
-    after = datetime(2024, 1, 1, 10, 0, 0, tzinfo=SHANGHAI)
-    got = cron.next_n("30 */5 * * * *", after, 3)
+    after = _ms(2024, 1, 1, 10, 0, 0)
+    got = cron.next_ticks("30 */5 * * * *", after, 3)
     assert got == [datetime(2024, 1, 1, 10, 0, 30, tzinfo=SHANGHAI),
                    datetime(2024, 1, 1, 10, 5, 30, tzinfo=SHANGHAI),
                    datetime(2024, 1, 1, 10, 10, 30, tzinfo=SHANGHAI)]
-    every_second = cron.next_n("* * * * * *", after, 2)
+    every_second = cron.next_ticks("* * * * * *", after, 2)
     assert [d.second for d in every_second] == [1, 2]
 
 
 def test_next_is_in_the_local_zone(tz: None) -> None:
     # 02:00 UTC is 10:00 in Shanghai: "0 10 * * *" is due at that instant.
-    utc_after = datetime(2024, 1, 1, 1, 59, tzinfo=UTC)
-    got = cron.next_after("0 10 * * *", utc_after)
-    assert got is not None and got.astimezone(UTC) == datetime(2024, 1, 1, 2, 0, tzinfo=UTC)
+    got = cron.first_due_after("0 10 * * *", _ms(2024, 1, 1, 1, 59, tzinfo=UTC))
+    assert got == _ms(2024, 1, 1, 2, 0, tzinfo=UTC)
+    ticks = cron.next_ticks("0 10 * * *", _ms(2024, 1, 1, 1, 59, tzinfo=UTC), 1)
+    assert ticks[0].utcoffset() == timedelta(hours=8)
 
 
-def test_next_n_and_never() -> None:
-    after = datetime(2024, 1, 1, tzinfo=SHANGHAI)
-    assert len(cron.next_n("0 0 1 1 *", after, 3)) == 3
-    assert cron.next_after("not a cron", after) is None
-    assert cron.next_n("not a cron", after, 3) == []
+def test_next_ticks_and_never() -> None:
+    after = _ms(2024, 1, 1)
+    assert len(cron.next_ticks("0 0 1 1 *", after, 3)) == 3
+    assert cron.first_due_after("not a cron", after) is None
+    assert cron.next_ticks("not a cron", after, 3) == []
 
 
 # -- the scheduler's zone-aware tick arithmetic ------------------------------------------
 
-def _ms(*args: int, tzinfo: timezone = SHANGHAI) -> int:
-    return int(datetime(*args, tzinfo=tzinfo).timestamp() * 1000)  # type: ignore[misc]
-
-
 def test_first_due_after_and_last_due_at_or_before(tz: None) -> None:
     t = _ms(2024, 1, 1, 10, 0, 30)
-    assert sch.first_due_after("* * * * *", t) == _ms(2024, 1, 1, 10, 1)
-    assert sch.last_due_at_or_before("* * * * *", t) == _ms(2024, 1, 1, 10, 0)
+    assert cron.first_due_after("* * * * *", t) == _ms(2024, 1, 1, 10, 1)
+    assert cron.last_due_at_or_before("* * * * *", t) == _ms(2024, 1, 1, 10, 0)
     # exactly on a tick: it is "at or before", and not "after"
     on = _ms(2024, 1, 1, 10, 1)
-    assert sch.last_due_at_or_before("* * * * *", on) == on
-    assert sch.last_due_at_or_before("* * * * *", on + 999) == on
-    assert sch.first_due_after("* * * * *", on) == _ms(2024, 1, 1, 10, 2)
-    assert sch.last_due_at_or_before("30 */5 * * * *", _ms(2024, 1, 1, 10, 7)) == \
+    assert cron.last_due_at_or_before("* * * * *", on) == on
+    assert cron.last_due_at_or_before("* * * * *", on + 999) == on
+    assert cron.first_due_after("* * * * *", on) == _ms(2024, 1, 1, 10, 2)
+    assert cron.last_due_at_or_before("30 */5 * * * *", _ms(2024, 1, 1, 10, 7)) == \
         _ms(2024, 1, 1, 10, 5, 30)
-    assert sch.first_due_after("bad", t) is None
-    assert sch.last_due_at_or_before("bad", t) is None
+    assert cron.first_due_after("bad", t) is None
+    assert cron.last_due_at_or_before("bad", t) is None
 
 
 def test_zone_rules_follow_dst() -> None:
@@ -123,12 +125,12 @@ def test_zone_rules_follow_dst() -> None:
     with time_zone("Europe/Berlin"):
         cet, cest = timezone(timedelta(hours=1)), timezone(timedelta(hours=2))
         before = _ms(2024, 3, 30, 12, 0, tzinfo=cet)  # Saturday, still winter time
-        ticks = sch.next_ticks("0 3 * * *", before, 2)
+        ticks = cron.next_ticks("0 3 * * *", before, 2)
         assert [int(d.timestamp() * 1000) for d in ticks] == [
             _ms(2024, 3, 31, 3, 0, tzinfo=cest), _ms(2024, 4, 1, 3, 0, tzinfo=cest)]
         # 02:30 does not exist on 2024-03-31: Debian-cron semantics fire it right after the gap
-        assert sch.first_due_after("30 2 * * *", before) == _ms(2024, 3, 31, 3, 0, tzinfo=cest)
-        assert str(sch.local_zone()) == "Europe/Berlin"
+        assert cron.first_due_after("30 2 * * *", before) == _ms(2024, 3, 31, 3, 0, tzinfo=cest)
+        assert str(cron.local_zone()) == "Europe/Berlin"
 
 
 @pytest.mark.parametrize("ms", [0, 1_700_000_000_123, 2**31 * 1000 - 1, 2**31 * 1000 + 5,

@@ -10,10 +10,10 @@ import pytest
 
 from qledge import ids
 from qledge.db import store
-from qledge.http.runs import trigger_run
 from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime
 
@@ -47,7 +47,7 @@ async def _terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
 async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) -> None:
     task_id = await add_task(rt, "true")
     commits = rt.db.commit_seq
-    run = await trigger_run(rt, task_id, Trigger.API)
+    run = await trigger(rt, task_id, Trigger.API)
     # One commit created the run and did spawn step 1: the attempt already exists.
     assert rt.db.commit_seq == commits + 1
     _, attempts = await _run(rt, run.id)
@@ -86,10 +86,10 @@ async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
     task_id = await add_task(rt, "true")
     hold: str | None = "held for the test"
     rt.dispatcher.may_spawn = lambda: hold
-    older = await trigger_run(rt, task_id, Trigger.API)
+    older = await trigger(rt, task_id, Trigger.API)
     assert (await _run(rt, older.id))[1] == []  # held: queued, no attempt
     hold = None  # a slot is free, nobody woke the loop yet
-    newer = await trigger_run(rt, task_id, Trigger.API)  # wakes the loop
+    newer = await trigger(rt, task_id, Trigger.API)  # wakes the loop
     await _terminal(rt, older.id)
     await _terminal(rt, newer.id)
     first = (await _run(rt, older.id))[1][0]
@@ -100,7 +100,7 @@ async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
 
 async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
     task_id = await add_task(rt, "sleep 0.3")
-    runs = await asyncio.gather(*(trigger_run(rt, task_id, Trigger.API) for _ in range(8)))
+    runs = await asyncio.gather(*(trigger(rt, task_id, Trigger.API) for _ in range(8)))
     for run in runs:
         assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
     async with rt.db.read() as tx:
@@ -120,14 +120,14 @@ async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
 
 async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
     busy = await add_task(rt, "sleep 1")
-    first = [await trigger_run(rt, busy, Trigger.API) for _ in range(2)]
+    first = [await trigger(rt, busy, Trigger.API) for _ in range(2)]
     for _ in range(500):
         states = [(await _run(rt, r.id))[0].status for r in first]
         if states == [RunStatus.RUNNING] * 2:
             break
         await asyncio.sleep(0.01)
     assert states == [RunStatus.RUNNING] * 2
-    third = await trigger_run(rt, await add_task(rt, "true"), Trigger.API)
+    third = await trigger(rt, await add_task(rt, "true"), Trigger.API)
     assert (await _run(rt, third.id))[1] == []  # both slots taken: queued, no attempt
     assert (await _terminal(rt, third.id)).status is RunStatus.SUCCEEDED
     ends = [(await _run(rt, r.id))[0].finished_at_ms or 0 for r in first]

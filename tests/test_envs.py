@@ -109,7 +109,7 @@ async def test_global_env_joins_same_names_in_panel_order(db: Database) -> None:
         await qstore.create_env(tx, ids.uuid7(), {"name": "Y", "value": "y"}, 2)
         await qstore.create_env(tx, ids.uuid7(), {"name": "X", "value": "2"}, 3)
         c = await qstore.create_env(tx, ids.uuid7(), {"name": "X", "value": "3"}, 4)
-        await qstore.set_envs_enabled(tx, [c.num], False, 5)
+        await qstore.set_envs_enabled(tx, [c.id], False, 5)
     async with db.read() as tx:
         assert await qstore.global_env(tx) == {"X": "1&2", "Y": "y"}
     async with db.write() as tx:

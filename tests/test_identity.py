@@ -86,13 +86,13 @@ def test_stand_in_signals_only_the_identity_it_was_given(stand_in: None) -> None
         # Another process' start time: the pid is not trusted, nothing is sent.
         impostor = identity.Identity(pid=pid, start_time=ident.start_time + 1, boot_id=BOOT)
         assert identity.send_signal(fd, impostor, BOOT, signal.SIGTERM) is False
-        assert identity.state(pid) in ("S", "R")
+        assert identity.check(ident, BOOT) is identity.Liveness.RUNNING
         assert identity.send_signal(fd, ident, BOOT, signal.SIGTERM) is True
         assert _readable(fd, 5)
         assert identity.send_signal(fd, ident, BOOT, signal.SIGKILL) is False  # gone
         os.close(fd)
     finally:
         identity.reaped(pid, -1)
-        if identity.state(pid) is not None:
+        if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)

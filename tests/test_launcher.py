@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+import qledge
 
 from _launcher import (
     ARCHES,
@@ -121,8 +122,7 @@ def test_version(launcher: Launcher) -> None:
     assert out.returncode == 0
     assert re.fullmatch(r"ql-launch \S+\n", out.stdout)
     if not os.environ.get("QLEDGE_LAUNCHER") and "build/launcher" in str(launcher.path):
-        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-        assert out.stdout == f"ql-launch {version}\n"
+        assert out.stdout == f"ql-launch {qledge.__version__}\n"
 
 
 def test_no_arguments_prints_usage_and_exits_125(launcher: Launcher) -> None:

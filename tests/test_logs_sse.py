@@ -327,10 +327,10 @@ async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
     rt: Runtime = make_runtime(tmp_path / "state")
     await rt.start()
     try:
-        from qledge.http.runs import trigger_run
+        from qledge.runtime.operations import trigger
 
         task_id = await add_task(rt, "echo first; sleep 2.5; echo second")
-        run = await trigger_run(rt, task_id, Trigger.API)
+        run = await trigger(rt, task_id, Trigger.API)
         seen: list[bytes] = []
         async for chunk in logs_sse._tail(rt, run.id, 0):
             seen.append(chunk)

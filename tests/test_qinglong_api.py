@@ -256,6 +256,29 @@ def test_run_poll_log_stop_delete(ql: tuple[TestClient, dict[str, str]]) -> None
                           ).json() == {"code": 200}
 
 
+def test_deleting_a_cron_wakes_the_scheduler_and_dates_its_log_deletions(
+        ql: tuple[TestClient, dict[str, str]], conf: Settings) -> None:
+    """The one delete operation serves /open too: the scheduler drops the schedule at
+    once (not when its sleep ends) and the logs' deletion rows carry the time."""
+    client, h = ql
+    rt = client.app.state.runtime  # type: ignore[attr-defined]
+    num = client.post("/open/crons", headers=h, json={
+        "command": "echo bye", "schedule": "0 0 1 1 *"}).json()["data"]["id"]
+    poll(lambda: rt.scheduler.next_due_ms, lambda due: due is not None)
+    client.put("/open/crons/run", headers=h, json=[num])
+    poll(lambda: client.get(f"/open/crons/{num}", headers=h).json()["data"],
+         lambda c: c["status"] == 1 and c["last_execution_time"] > 0)
+    rounds, asked_at_ms = rt.scheduler.rounds, time.time() * 1000
+    assert client.request("DELETE", "/open/crons", headers=h, json=[num]).json() == {
+        "code": 200}
+    # Woken: the next round sees no schedule left (its sleep had ~a minute to go).
+    poll(lambda: (rt.scheduler.rounds, rt.scheduler.next_due_ms),
+         lambda seen: seen[0] > rounds and seen[1] is None, timeout=5)
+    with sqlite3.connect(conf.db_path) as db:
+        queued = [row[0] for row in db.execute("SELECT created_at_ms FROM file_deletions")]
+    assert queued and all(at >= asked_at_ms - 1000 for at in queued)
+
+
 def test_log_is_the_bounded_tail(tmp_path: Path) -> None:
     from qledge.db import migrate
     from qledge.http.app import create_app

@@ -12,9 +12,9 @@ import signal
 from pathlib import Path
 
 from qledge.db import migrate, store
-from qledge.http.runs import trigger_run
 from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime, read_boot_id
+from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_settings
 
@@ -46,7 +46,7 @@ def test_the_product_reads_the_kernels_boot_id(tmp_path: Path) -> None:
 
 
 async def _running_task(rt: Runtime) -> tuple[Run, int]:
-    run = await trigger_run(rt, await add_task(rt, "sleep 60"), Trigger.API)
+    run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
     async with rt.db.read() as tx:
         (attempt,) = await store.attempts_of_run(tx, run.id)
@@ -114,11 +114,11 @@ async def test_startup_reaps_a_left_over_receipt_of_a_durable_result(tmp_path: P
     before = _runtime(state, "boot", round_interval_s="600")
     await before.start()
     try:
-        run = await trigger_run(before, await add_task(before, "exit 4"), Trigger.API)
+        run = await trigger(before, await add_task(before, "exit 4"), Trigger.API)
         done = await _until(before, run.id, lambda r: r.status is RunStatus.FAILED)
         async with before.db.read() as tx:
             (attempt,) = await store.attempts_of_run(tx, run.id)
-        receipt = before.receipts.shard_dir(attempt.id) / f"{attempt.id}.json"
+        receipt = before.receipts.root / before.receipts.relative_path(attempt.id)
         kept = receipt.read_bytes()
     finally:
         await before.stop()  # the result is durable and the receipt reaped

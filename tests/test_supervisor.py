@@ -14,9 +14,9 @@ from pathlib import Path
 import msgspec
 
 from qledge.db import store
-from qledge.http.runs import trigger_run
 from qledge.model import RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime
 
@@ -48,7 +48,7 @@ async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(
         task = await add_task(rt, "true")
         async with rt.db.write() as tx:
             await store.update_task(tx, task, {"keep_runs": 3}, 1)
-        runs = [(await trigger_run(rt, task, Trigger.API)).id for _ in range(120)]
+        runs = [(await trigger(rt, task, Trigger.API)).id for _ in range(120)]
 
         async def all_terminal() -> bool:
             return await _count(rt, "SELECT COUNT(*) FROM runs WHERE status = 'queued'"
@@ -85,7 +85,7 @@ async def test_settled_rows_wait_while_the_reaper_holds_their_receipt(tmp_path: 
     await rt.start()
     try:
         task = await add_task(rt, "true")
-        run = await trigger_run(rt, task, Trigger.API)
+        run = await trigger(rt, task, Trigger.API)
 
         async def settled() -> bool:
             return await _count(rt, "SELECT COUNT(*) FROM receipt_journal"

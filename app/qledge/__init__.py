@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
+# The one place of the version: scripts/version reads this line for the image,
+# the launcher and the packaging metadata.
 __version__ = "0.1.0"

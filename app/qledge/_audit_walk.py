@@ -19,18 +19,15 @@ from collections.abc import Iterator
 
 import msgspec
 
+from . import dirfd
 from .db.audit_queries import Lookup
 from .ids import shard_key
-from .receipts.store import (
-    _NO_HARDLINK,
-    UnsafeStore,
-    _open_dir,
-    _private_dir,
-    _rename_noreplace,
-)
+from .model import TERMINAL_ATTEMPT
 
+# Moved files keep their name, or get dirfd.numbered's `<stem>.<n><suffix>` when it is
+# taken (like the consumer's quarantine). Before that routine was shared the audit
+# appended `.<n>` to the whole name: such files stay as they are, never overwritten.
 ORPHAN_DIR = ".orphan-quarantine"
-MAX_SUFFIX = 16  # name.1 … name.16, like the consumer's quarantine
 
 JOURNALED = "journaled"
 ACTIVE = "active"
@@ -44,8 +41,9 @@ CLASSES = (JOURNALED, ACTIVE, TERMINAL_UNJOURNALED, UNKNOWN_ATTEMPT, TEMP, OTHER
            TOO_YOUNG, UNSAFE)
 CLEAN = frozenset({JOURNALED, ACTIVE})
 ELIGIBLE = frozenset({TERMINAL_UNJOURNALED, UNKNOWN_ATTEMPT, TEMP, OTHER_REGULAR})
-# Listed explicitly: a status this code does not know (a newer schema) counts as active.
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost", "blocked"})
+# The terminal set, not "not active": a status this code does not know (a newer
+# schema) counts as active.
+TERMINAL_STATUSES = frozenset(s.value for s in TERMINAL_ATTEMPT)
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 _RECEIPT = re.compile(rf"({_UUID})\.json")
@@ -128,9 +126,9 @@ def preflight(real_root: str, shards: list[str], quarantine: bool) -> None:
 @contextlib.contextmanager
 def _subdir(name: str, dir_fd: int) -> Iterator[int]:
     try:
-        with _open_dir(name, dir_fd) as fd:
+        with dirfd.open_dir(name, dir_fd) as fd:
             yield fd
-    except UnsafeStore as exc:  # swapped for a symlink after the preflight
+    except dirfd.UnsafeDirectory as exc:  # swapped for a symlink after the preflight
         raise AuditError(str(exc)) from exc
 
 
@@ -182,40 +180,18 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
                                                               b.st_mtime_ns)
 
 
-def _link(src_fd: int, name: str, dst_fd: int, target: str) -> None:
-    try:
-        os.link(name, target, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in _NO_HARDLINK:
-            raise
-        # e.g. protected_hardlinks for another user's file: rename, still never overwriting
-        # (the source name is then gone already and the unlink below finds nothing).
-        _rename_noreplace(src_fd, name, dst_fd, target)
-
-
 def _move_one(src_fd: int, dst_fd: int, entry: Entry) -> str:
-    """Hard-link `entry` into the quarantine under a free name, then unlink the source."""
+    """Move `entry` into the quarantine under a free name, if it is still what was scanned."""
     current = os.stat(entry.name, dir_fd=src_fd, follow_symlinks=False)
     if not stat.S_ISREG(current.st_mode) or not _same(current, entry.st):
         raise _Skip("changed since the scan")
-    for n in range(MAX_SUFFIX + 1):
-        target = entry.name if n == 0 else f"{entry.name}.{n}"
-        try:
-            _link(src_fd, entry.name, dst_fd, target)
-        except FileExistsError:
-            if os.path.samestat(os.stat(target, dir_fd=dst_fd, follow_symlinks=False), current):
-                break  # an interrupted earlier move: only the unlink is missing
-            continue  # someone else's evidence under that name: never overwrite it
-        linked = os.stat(target, dir_fd=dst_fd, follow_symlinks=False)
-        if not os.path.samestat(linked, current):
-            os.unlink(target, dir_fd=dst_fd)  # swapped before the link: drop our own new name
-            raise _Skip("changed since the scan")
-        break
-    else:
-        raise _Skip(f"{MAX_SUFFIX} quarantined files with that name already exist")
-    with contextlib.suppress(FileNotFoundError):
-        if os.path.samestat(os.stat(entry.name, dir_fd=src_fd, follow_symlinks=False), current):
-            os.unlink(entry.name, dir_fd=src_fd)
+    try:
+        target = dirfd.move_no_overwrite(src_fd, entry.name, dst_fd, current)
+    except dirfd.Changed:
+        raise _Skip("changed since the scan") from None
+    except FileExistsError:
+        raise _Skip(f"{dirfd.MAX_SUFFIX} quarantined files with that name already exist"
+                    ) from None
     return f"{ORPHAN_DIR}/{entry.shard}/{target}"
 
 
@@ -231,8 +207,8 @@ def quarantine_shard(root_fd: int, shard: str, entries: list[Entry]) -> Moves:
     try:
         with contextlib.ExitStack() as stack:
             # 0700 and re-checked on open: created here, or verified real directories.
-            top_fd = _private_dir(ORPHAN_DIR, root_fd, stack, enforce=True)
-            dst_fd = _private_dir(shard, top_fd, stack, enforce=True)
+            top_fd = dirfd.private_dir(ORPHAN_DIR, root_fd, stack, enforce=True)
+            dst_fd = dirfd.private_dir(shard, top_fd, stack, enforce=True)
             src_fd = stack.enter_context(_subdir(shard, root_fd))
             for entry in entries:
                 try:
@@ -246,6 +222,6 @@ def quarantine_shard(root_fd: int, shard: str, entries: list[Entry]) -> Moves:
             if result.moved:
                 os.fsync(dst_fd)  # the new names first, then the removal of the old ones
                 os.fsync(src_fd)
-    except UnsafeStore as exc:
+    except dirfd.UnsafeDirectory as exc:
         raise AuditError(str(exc)) from exc
     return result

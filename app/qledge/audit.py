@@ -1,4 +1,6 @@
-"""`qledge audit receipts`: bounded audit of receipt files the journal does not know (SPEC §9).
+"""`qledge audit receipts`: bounded audit of receipt files the journal does not know.
+
+The rules are docs/contract.md §9.
 
 Recovery never lists the receipts volume (it pages the journal), so files it
 will never look at — receipts of attempts whose journal row aged out, of

@@ -1,6 +1,9 @@
 """Cron expressions: standard 5 fields or QingLong's 6 with a leading seconds field.
 
-Times are computed in the container's local time zone (TZ), like QingLong.
+The one wrapper of cronsim: validation with messages that name the field,
+and the tick arithmetic of the scheduler and the previews. Times are
+computed in the container's local time zone (TZ) with its DST rules, like
+QingLong; times in and out are milliseconds since the epoch (docs/tasks.md).
 """
 
 from __future__ import annotations
@@ -33,18 +36,23 @@ def from_ms(ms: int, tz: tzinfo) -> datetime:
 
 
 def validate(expr: str) -> str:
-    """Normalise whitespace and prove the expression parses; raises CronError naming why."""
+    """Normalise whitespace and prove the expression parses; raises CronError naming why.
+
+    Pure (no clock, no time zone): whether an expression fires does not depend on
+    when one looks, cron has no year field."""
     parts = expr.split()
     if len(parts) not in (5, 6):
         raise CronError(f"expected 5 fields (or 6 with leading seconds), got {len(parts)}")
     text = " ".join(parts)
     try:
-        it = CronSim(text, datetime.now(local_zone()))
+        it = CronSim(text, _EPOCH)
         next(it)
     except CronSimError as exc:
         raise CronError(_diagnose(parts, str(exc))) from exc
     except StopIteration as exc:
         raise CronError("the schedule never fires") from exc
+    except ValueError as exc:  # cronsim lets a few malformed terms through as ValueError
+        raise CronError(f"not a valid cron expression: {exc}") from exc
     return text
 
 
@@ -115,20 +123,36 @@ def _zone(tz: str | None) -> tzinfo:
     return datetime.now().astimezone().tzinfo or UTC
 
 
-def next_after(expr: str, after: datetime) -> datetime | None:
-    """First fire time strictly after `after` (aware datetime), or None if never."""
-    try:
-        return next(CronSim(expr, after.astimezone(local_zone())))
-    except (CronSimError, StopIteration):
-        return None
+def _dt(ms: int) -> datetime:
+    return from_ms(ms, local_zone())
 
 
-def next_n(expr: str, after: datetime, n: int) -> list[datetime]:
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def next_ticks(expr: str, after_ms: int, n: int) -> list[datetime]:
+    """Up to n ticks strictly after `after_ms`, as aware local datetimes (none if invalid)."""
     out: list[datetime] = []
     try:
-        it = CronSim(expr, after.astimezone(local_zone()))
+        it = CronSim(expr, _dt(after_ms))
         for _ in range(n):
             out.append(next(it))
     except (CronSimError, StopIteration):
         pass
     return out
+
+
+def first_due_after(expr: str, after_ms: int) -> int | None:
+    """The first tick strictly after `after_ms`, or None if it never fires."""
+    ticks = next_ticks(expr, after_ms, 1)
+    return _ms(ticks[0]) if ticks else None
+
+
+def last_due_at_or_before(expr: str, at_ms: int) -> int | None:
+    """The latest tick at or before `at_ms` (ticks fall on whole seconds)."""
+    whole = _dt(at_ms - at_ms % 1000) + timedelta(seconds=1)
+    try:
+        return _ms(next(CronSim(expr, whole, reverse=True)))
+    except (CronSimError, StopIteration):
+        return None

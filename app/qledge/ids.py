@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import re
-import time
+
+from . import clock
 
 _CANONICAL = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
 def uuid7(now_ms: int | None = None) -> str:
     """A fresh UUIDv7 in lower-case canonical text (RFC 9562)."""
-    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    ms = clock.now_ms() if now_ms is None else now_ms
     rand = int.from_bytes(os.urandom(10), "big")
     rand_a = rand >> 68  # 12 bits
     rand_b = rand & ((1 << 62) - 1)  # 62 bits

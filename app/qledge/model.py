@@ -1,4 +1,4 @@
-"""The run model of SPEC §2 as msgspec Structs and enums. No I/O here."""
+"""The run model (docs/contract.md §2) as msgspec Structs and enums. No I/O here."""
 
 from __future__ import annotations
 
@@ -29,11 +29,19 @@ class AttemptStatus(enum.StrEnum):
     BLOCKED = "blocked"
 
 
+# The status sets, in one place: every other module (and every SQL spelling, see
+# db/statuses.py) derives from these. Each status is in exactly one set of its
+# kind (tests/test_statuses.py); a terminal attempt status is also a run status.
+ACTIVE_RUN = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 TERMINAL_RUN = frozenset(
     {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
      RunStatus.LOST, RunStatus.BLOCKED}
 )
 ACTIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING})
+TERMINAL_ATTEMPT = frozenset(
+    {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED,
+     AttemptStatus.TIMED_OUT, AttemptStatus.LOST, AttemptStatus.BLOCKED}
+)
 
 
 class CancelReason(enum.StrEnum):

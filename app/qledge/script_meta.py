@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import UTC, datetime
 
 import msgspec
-from cronsim import CronSim, CronSimError
+
+from . import cron
 
 MAX_SCAN = 256 * 1024  # headers are at the top; minified megabytes need no regex
 MAX_LINE = 2000
@@ -33,7 +33,6 @@ _CRON_QUOTED = re.compile(r"cron\s+([\"'])\s*" + _EXPR + r"\s*\1")
 _ENV = re.compile(r"new\s+Env\s*\(\s*([\"'`])(.*?)\1")
 _NAME = re.compile(r"^\s*(?:(?://+|#+|/?\*+|;+|--)\s*)?name\s*[:：]\s*(.+?)\s*(?:\*/\s*)?$",
                    re.I)
-_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class ScriptMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,15 +45,10 @@ class ScriptMeta(msgspec.Struct, frozen=True, kw_only=True):
 
 def valid_cron(expr: str) -> str | None:
     """The expression with single spaces if it parses (5 fields, or 6 with seconds)."""
-    parts = expr.split()
-    if len(parts) not in (5, 6):
-        return None
-    text = " ".join(parts)
     try:
-        next(CronSim(text, _EPOCH))
-    except (CronSimError, StopIteration, ValueError):
+        return cron.validate(expr)
+    except cron.CronError:
         return None
-    return text
 
 
 def _lines(text: str) -> list[str]:

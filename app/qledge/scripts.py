@@ -15,7 +15,6 @@ import hashlib
 import os
 import stat
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from ._confined import (
 )
 from ._script_history import History, Version
 from ._script_tree import HIDDEN, Node, walk
+from .clock import now_ms
 
 __all__ = [
     "HIDDEN", "Limits", "Node", "Saved", "ScriptBinary", "ScriptChanged", "ScriptError",
@@ -94,10 +94,6 @@ def text_of(data: bytes, rel: str) -> str:
     except UnicodeDecodeError:
         raise ScriptBinary(f"{rel} is not UTF-8 text: download it instead",
                            path=rel) from None
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Scripts:
@@ -176,7 +172,7 @@ class Scripts:
             os.close(fd)
         if old == new:
             return "none", False, _sha(old)
-        vid = self.history_store.record(parts, old, _now_ms())
+        vid = self.history_store.record(parts, old, now_ms())
         return ("kept" if vid else "skipped"), True, _sha(old)
 
     def write(self, rel: str, content: bytes, *, create_only: bool = False,

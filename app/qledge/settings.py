@@ -24,7 +24,7 @@ class SettingsError(Exception):
 
 
 class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Resource limits of the periodic loops (SPEC §6)."""
+    """Resource limits of the periodic loops (docs/recovery.md, the profile table)."""
 
     name: ProfileName
     round_interval_s: float

@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO / "app"))
 
 from qledge import ids, settings, transitions  # noqa: E402
 from qledge.db import migrate, store  # noqa: E402
-from qledge.http.runs import trigger_run  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
+from qledge.runtime.operations import create_task, trigger  # noqa: E402
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -74,15 +74,13 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
     rt.dispatcher.on_spawned = on_spawned
     rt.watcher._on_exit = on_exited
     rt._finish = on_finish  # type: ignore[method-assign]
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",
-                                                         "env": {}, "labels": [],
-                                                         "concurrency": "allow"}, 1)
+    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
+                                  "concurrency": "allow"})
     start_ms: list[float] = []
     complete_ms: list[float] = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        run = await trigger_run(rt, task.id, Trigger.API)
+        run = await trigger(rt, task.id, Trigger.API)
         while run.id not in started:
             await asyncio.sleep(0)
         start_ms.append((started[run.id] - t0) * 1000)
@@ -102,13 +100,11 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
 async def throughput(state: Path, burst: int) -> float:
     rt = _runtime(state, profile="standalone")
     await rt.start()
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",
-                                                         "env": {}, "labels": [],
-                                                         "concurrency": "allow"}, 1)
+    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
+                                  "concurrency": "allow"})
     t0 = time.perf_counter()
     for _ in range(burst):
-        await trigger_run(rt, task.id, Trigger.API)
+        await trigger(rt, task.id, Trigger.API)
     while True:
         async with rt.db.read() as tx:
             left = await tx.one("SELECT COUNT(*) AS n FROM runs WHERE status IN"

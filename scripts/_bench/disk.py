@@ -1,4 +1,4 @@
-"""Disk write amplification per attempt (ADR-0007 gate 10), edge profile.
+"""Disk write amplification per attempt (docs/performance.md, Disk), edge profile.
 
 What is measured, over --runs sequential attempts of `true` (after a warm-up)
 with the real runtime in-process (dispatcher, launcher, completion, consumer,
@@ -102,11 +102,11 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
                  variant: str = "") -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate, store
-    from qledge.http.runs import trigger_run
     from qledge.model import Trigger
     from qledge.paths import prepare_roots
     from qledge.receipts.codec import Receipt, encode, new_token
     from qledge.runtime.lifecycle import Runtime
+    from qledge.runtime.operations import create_task, trigger
 
     launcher = str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")
     if variant == "fsync-log":
@@ -127,12 +127,11 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     await rt.start()
     while rt.disk.loop.rounds < 1:  # the start-up retention round, outside the window
         await asyncio.sleep(0.01)
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
-            "name": "b", "command": "true", "env": {}, "labels": [], "concurrency": "allow"}, 1)
+    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
+                                  "concurrency": "allow"})
 
     async def one() -> None:
-        run = await trigger_run(rt, task.id, Trigger.API)
+        run = await trigger(rt, task.id, Trigger.API)
         while True:
             async with rt.db.read() as tx:
                 cur = await store.get_run(tx, run.id)

@@ -30,10 +30,10 @@ sys.path.insert(0, str(REPO / "app"))
 
 from qledge import ids, settings  # noqa: E402
 from qledge.db import migrate, store  # noqa: E402
-from qledge.http.runs import trigger_run  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
+from qledge.runtime.operations import trigger  # noqa: E402
 
 COLUMNS = ("min", "runs", "keep3", "keep3@ret", "active", "j.active", "j.settled", "j.terminal",
            "j.quar", "logs", "receipts", "db KiB", "wal KiB", "ret.del", "lost")
@@ -116,7 +116,7 @@ async def main_async(args: argparse.Namespace, state: Path) -> None:
             if now < target:
                 await asyncio.sleep(min(target, next_sample, end) - now)
                 continue
-            await trigger_run(rt, tasks[i % len(tasks)], Trigger.API)
+            await trigger(rt, tasks[i % len(tasks)], Trigger.API)
             i += 1
         _summary(samples, after_retention, rt, args, i)
     finally:

@@ -31,18 +31,19 @@ def _reaper_early() -> None:
 
 def _deferred_step1() -> None:
     from qledge import ids
+    from qledge.clock import now_ms
     from qledge.db import store
-    from qledge.http import runs
     from qledge.model import Concurrency, Run, Trigger
+    from qledge.runtime import operations
     from qledge.runtime.dispatcher import Dispatcher
-    from qledge.runtime.lifecycle import Runtime, now_ms
+    from qledge.runtime.lifecycle import Runtime
 
-    async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
+    async def trigger(rt: Runtime, task_id: str, how: Trigger) -> Run:
         async with rt.db.write(durable=False) as tx:  # the defect
             task = await store.get_task(tx, task_id)
             if task.concurrency is Concurrency.FORBID:
                 raise AssertionError("drills use concurrency: allow")
-            run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
+            run = await store.create_run(tx, ids.uuid7(), task.id, how, now_ms())
             prepared = await rt.dispatcher.admit_new(tx, run, task)
         if prepared is not None:
             rt.dispatcher.launch_soon(prepared)
@@ -69,7 +70,7 @@ def _deferred_step1() -> None:
                 started += 1
         return started
 
-    runs.trigger_run = trigger_run  # type: ignore[assignment]
+    operations.trigger = trigger  # type: ignore[assignment]
     Dispatcher.dispatch_once = dispatch_once  # type: ignore[method-assign]
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from qledge.db import store
-from qledge.http.runs import trigger_run
 from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime
 
@@ -113,7 +113,7 @@ def _receipts(root: Path) -> list[Path]:
 async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
-    run = await trigger_run(rt, await add_task(rt, "exit 7"), Trigger.API)
+    run = await trigger(rt, await add_task(rt, "exit 7"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.FAILED)
     # The result (and the identity before it) are committed but not on disk, so
     # the receipt that proved it must still be there.
@@ -139,7 +139,7 @@ async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
 async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
-    run = await trigger_run(rt, await add_task(rt, "sleep 60"), Trigger.API)
+    run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
     async with rt.db.read() as tx:
         (attempt,) = await store.attempts_of_run(tx, run.id)
@@ -167,9 +167,9 @@ async def test_cut_after_the_next_durable_commit_keeps_the_result(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
     task_id = await add_task(rt, "exit 3")
-    first = await trigger_run(rt, task_id, Trigger.API)
+    first = await trigger(rt, task_id, Trigger.API)
     await _until(rt, first.id, lambda r: r.status is RunStatus.FAILED)
-    second = await trigger_run(rt, task_id, Trigger.API)  # its step 1 is durable
+    second = await trigger(rt, task_id, Trigger.API)  # its step 1 is durable
     await _until(rt, second.id, lambda r: r.status is RunStatus.FAILED)
     disk = tmp_path / "after"
     machine.cut_power(disk)

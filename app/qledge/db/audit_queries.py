@@ -1,4 +1,4 @@
-"""SQL of the orphan-receipt audit (SPEC §9): a defensive, read-only connection.
+"""SQL of the orphan-receipt audit (docs/contract.md §9): a defensive, read-only connection.
 
 The audit is an operator command that may run beside a live worker, so it
 must never write, migrate or checkpoint: the file is opened `mode=ro`, the

@@ -55,12 +55,6 @@ class Tx:
         await cur.close()
         return count
 
-    async def insert(self, sql: str, params: Params = ()) -> int:
-        cur = await self._conn.execute(sql, params)
-        rowid = cur.lastrowid
-        await cur.close()
-        return int(rowid or 0)
-
     async def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
         cur = await self._conn.execute(sql, params)
         row = await cur.fetchone()

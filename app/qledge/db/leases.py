@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import msgspec
 
-from ..model import Attempt
+from ..model import Attempt, AttemptStatus
+from . import statuses as st
 from .connection import Tx
 from .store import _ATTEMPT_SELECT, _attempt
+
+_A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,13 +56,13 @@ async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     """Running attempts of this node whose run has a committed cancel intent."""
     rows = await tx.all(
         f"{_ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
-        " AND a.status = 'running' AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
+        f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
         (owner, limit))
     return [_attempt(r) for r in rows]
 
 
 async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status = 'running'"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
         " ORDER BY a.id LIMIT ?", (owner, limit))
     return [_attempt(r) for r in rows]

@@ -10,12 +10,12 @@ import hashlib
 import os
 import re
 import sqlite3
-import time
 from importlib import resources
 from pathlib import Path
 
 import msgspec
 
+from ..clock import now_ms
 from . import upkeep
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -128,7 +128,7 @@ def _apply_one(conn: sqlite3.Connection, mig: Migration) -> None:
         conn.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at_ms)"
             " VALUES (?, ?, ?, ?)",
-            (mig.version, mig.name, mig.checksum, int(time.time() * 1000)),
+            (mig.version, mig.name, mig.checksum, now_ms()),
         )
         conn.execute("COMMIT")
     except Exception as exc:
@@ -149,21 +149,3 @@ def _statements(sql: str) -> list[str]:
     if buf.strip():
         raise MigrationError("migration ends with an incomplete statement")
     return out
-
-
-def status(db_path: Path) -> tuple[int, int]:
-    """(applied, known) counts, for /readyz and the CLI."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        applied = _applied_ro(conn)
-    finally:
-        conn.close()
-    return applied, len(bundled())
-
-
-def _applied_ro(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()
-    except sqlite3.OperationalError:
-        return 0
-    return int(row[0])

@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..model import Run, Task
+from ..model import ACTIVE_ATTEMPT, Run, RunStatus, Task
+from . import statuses as st
 from .connection import Tx
 from .store import NotFound, _run, _task
 
@@ -123,35 +124,41 @@ async def update_env(tx: Tx, env_id: str, fields: dict[str, Any], now_ms: int) -
     return await get_env(tx, env_id)
 
 
-async def delete_env(tx: Tx, env_id: str) -> None:
-    if not await tx.execute("DELETE FROM envs WHERE id = ?", (env_id,)):
+async def require_envs(tx: Tx, env_ids: list[str]) -> None:
+    """NotFound unless every one of these envs exists."""
+    if not env_ids:
+        return
+    marks = ",".join("?" * len(env_ids))
+    row = await tx.one(
+        f"SELECT COUNT(*) AS n FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
+    if row is None or int(row["n"]) != len(set(env_ids)):
         raise NotFound("env")
 
 
-async def delete_envs_by_nums(tx: Tx, nums: list[int]) -> int:
-    if not nums:
+async def delete_envs(tx: Tx, env_ids: list[str]) -> int:
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
-    return await tx.execute(f"DELETE FROM envs WHERE num IN ({marks})", nums)  # noqa: S608
+    marks = ",".join("?" * len(env_ids))
+    return await tx.execute(f"DELETE FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
 
 
-async def set_envs_enabled(tx: Tx, nums: list[int], enabled: bool, now_ms: int) -> int:
-    if not nums:
+async def set_envs_enabled(tx: Tx, env_ids: list[str], enabled: bool, now_ms: int) -> int:
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
+    marks = ",".join("?" * len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE num IN ({marks})"  # noqa: S608
-        " AND enabled != ?", [int(enabled), now_ms, *nums, int(enabled)])
+        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
+        " AND enabled != ?", [int(enabled), now_ms, *env_ids, int(enabled)])
 
 
-async def rename_envs(tx: Tx, nums: list[int], name: str, now_ms: int) -> int:
-    """QingLong's PUT /envs/name: every listed env gets `name`; returns how many."""
-    if not nums:
+async def rename_envs(tx: Tx, env_ids: list[str], name: str, now_ms: int) -> int:
+    """Every listed env gets `name` (QingLong's PUT /envs/name); returns how many."""
+    if not env_ids:
         return 0
-    marks = ",".join("?" * len(nums))
+    marks = ",".join("?" * len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE num IN ({marks})",  # noqa: S608
-        [name, now_ms, *nums])
+        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE id IN ({marks})",  # noqa: S608
+        [name, now_ms, *env_ids])
 
 
 async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:
@@ -281,8 +288,8 @@ async def count_events(tx: Tx, run_id: str, event_type: str) -> int:
 
 async def queued_run_of_task(tx: Tx, task_id: str) -> Run | None:
     row = await tx.one(
-        "SELECT * FROM runs WHERE task_id = ? AND status = 'queued' ORDER BY id LIMIT 1",
-        (task_id,))
+        f"SELECT * FROM runs WHERE task_id = ? AND {st.is_('status', RunStatus.QUEUED)}"  # noqa: S608
+        " ORDER BY id LIMIT 1", (task_id,))
     return _run(row) if row else None
 
 
@@ -329,10 +336,10 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
     if not task_ids:
         return {}
     ids_json = _json.encode(task_ids).decode()
-    # Spelled like the WHERE of the partial index runs_active (migration 0007).
+    # Spelled like the WHERE of the partial index runs_active (db/statuses.py).
     active = await tx.all(
-        "SELECT task_id, status, COUNT(*) AS n FROM runs"
-        " WHERE (status = 'queued' OR status = 'running')"
+        "SELECT task_id, status, COUNT(*) AS n FROM runs"  # noqa: S608
+        f" WHERE {st.active_run()}"
         " AND task_id IN (SELECT value FROM json_each(?)) GROUP BY task_id, status",
         (ids_json,))
     flags: dict[str, set[str]] = {}
@@ -355,16 +362,16 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
     durations = {r["task_id"]: max(0, r["finished_at_ms"] - r["started_at_ms"])
                  for r in finished}
     pids = {r["task_id"]: r["pid"] for r in await tx.all(
-        "SELECT r.task_id, a.pid FROM runs r JOIN run_attempts a ON a.run_id = r.id"
-        " WHERE r.status = 'running' AND a.status IN ('preparing', 'running')"
+        "SELECT r.task_id, a.pid FROM runs r JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+        f" WHERE {st.is_('r.status', RunStatus.RUNNING)} AND {st.in_('a.status', ACTIVE_ATTEMPT)}"
         " AND a.pid IS NOT NULL AND r.task_id IN (SELECT value FROM json_each(?))"
         " ORDER BY a.id", (ids_json,))}
     out: dict[str, RunSummary] = {}
     for r in latest:
         tid = r["task_id"]
         out[tid] = RunSummary(
-            running="running" in flags.get(tid, set()),
-            queued="queued" in flags.get(tid, set()),
+            running=RunStatus.RUNNING in flags.get(tid, set()),
+            queued=RunStatus.QUEUED in flags.get(tid, set()),
             last_started_at_ms=r["started_at_ms"] or r["created_at_ms"],
             last_duration_ms=durations.get(tid), log_path=r["relative_path"],
             pid=pids.get(tid), latest_run_id=r["id"], latest_status=r["status"])
@@ -373,6 +380,6 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
 
 async def active_runs_of_task(tx: Tx, task_id: str) -> list[Run]:
     rows = await tx.all(
-        "SELECT * FROM runs WHERE task_id = ? AND status IN ('queued', 'running') ORDER BY id",
+        f"SELECT * FROM runs WHERE task_id = ? AND {st.active_run()} ORDER BY id",  # noqa: S608
         (task_id,))
     return [_run(r) for r in rows]

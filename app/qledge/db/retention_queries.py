@@ -11,15 +11,16 @@ import sqlite3
 
 import msgspec
 
-from ..model import NewEvent
+from ..model import NewEvent, RunStatus
+from . import statuses as st
 from . import store
 from .connection import Database, Tx
 
-_TERMINAL = "('succeeded', 'failed', 'cancelled', 'timed_out', 'lost', 'blocked')"
-_ACTIVE = "('preparing', 'running')"
-# The same set as equalities: the WHERE of the partial index attempts_active
-# (migration 0007), which SQLite uses only for a query that implies it.
-_ACTIVE_ATTEMPT = "(a.status = 'preparing' OR a.status = 'running')"
+_R_TERMINAL = st.terminal_run("r.status")
+_A_TERMINAL = st.terminal_attempt("a.status")
+# Spelled like the WHERE of the partial index attempts_active (db/statuses.py).
+_A_ACTIVE = st.active_attempt("a.status")
+_R_QUEUED = st.is_("r.status", RunStatus.QUEUED)
 LOGS = "logs"
 
 
@@ -62,10 +63,10 @@ async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
         "SELECT c.id, c.rank, c.fin FROM (SELECT r.id,"  # noqa: S608
         " COALESCE(r.finished_at_ms, r.created_at_ms) AS fin,"
         " ROW_NUMBER() OVER (ORDER BY r.id DESC) AS rank"
-        f" FROM runs r WHERE r.task_id = ? AND r.status IN {_TERMINAL}) AS c"
+        f" FROM runs r WHERE r.task_id = ? AND {_R_TERMINAL}) AS c"
         " WHERE c.rank > 1 AND (c.rank > ? OR c.fin < ?)"
         " AND NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = c.id"
-        f"   AND (a.status IN {_ACTIVE}"
+        f"   AND ({_A_ACTIVE}"
         "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))"
         " ORDER BY c.id LIMIT ?", (task_id, keep_n, cutoff_ms, limit))
     return [RunCandidate(id=r["id"], rank=r["rank"], finished_at_ms=r["fin"]) for r in rows]
@@ -88,8 +89,8 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
         return Deleted()
     rows = await tx.all(
         f"SELECT r.id FROM runs r WHERE r.id IN ({_marks(run_ids)})"  # noqa: S608
-        f" AND r.status IN {_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
-        f"   WHERE a.run_id = r.id AND (a.status IN {_ACTIVE}"
+        f" AND {_R_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
+        f"   WHERE a.run_id = r.id AND ({_A_ACTIVE}"
         "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))",
         run_ids)
     ids = [str(r["id"]) for r in rows]
@@ -160,7 +161,7 @@ _LOG_SELECT = (
 async def unsized_logs(tx: Tx, limit: int) -> list[LogRow]:
     """Logs of terminal attempts whose final size has not been measured yet."""
     rows = await tx.all(
-        f"{_LOG_SELECT} WHERE a.status IN {_TERMINAL} AND l.size_bytes IS NULL"
+        f"{_LOG_SELECT} WHERE {_A_TERMINAL} AND l.size_bytes IS NULL"
         " AND l.evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (limit,))
     return [_log(r) for r in rows]
 
@@ -174,7 +175,7 @@ async def active_logs(tx: Tx, limit: int) -> list[str]:
     # No ORDER BY a.id: SQLite would satisfy it by walking every attempt in
     # primary-key order instead of reading the few in attempts_active. The
     # caller sums their sizes, so the order is of no use.
-    rows = await tx.all(f"{_LOG_SELECT} WHERE {_ACTIVE_ATTEMPT} LIMIT ?", (limit,))
+    rows = await tx.all(f"{_LOG_SELECT} WHERE {_A_ACTIVE} LIMIT ?", (limit,))
     return [str(r["relative_path"]) for r in rows]
 
 
@@ -198,7 +199,7 @@ async def log_totals(tx: Tx) -> LogTotals:
 # (runs_task: task_id, id — a few steps, the next run is usually terminal already).
 _NEWER_TERMINAL = (
     "EXISTS (SELECT 1 FROM runs n WHERE n.task_id = r.task_id AND n.id > r.id"  # noqa: S608
-    f" AND n.status IN {_TERMINAL})"
+    f" AND {st.terminal_run('n.status')})"
 )
 
 
@@ -213,7 +214,7 @@ async def eviction_candidates(tx: Tx, after_attempt: str, limit: int, *,
     sql = ("SELECT l.id, a.id AS attempt_id, l.relative_path, l.size_bytes,"  # noqa: S608
            f" NOT {_NEWER_TERMINAL} AS newest FROM run_attempts a"
            " JOIN log_artifacts l ON l.id = a.log_artifact_id JOIN runs r ON r.id = a.run_id"
-           f" WHERE a.id > ? AND a.status IN {_TERMINAL} AND l.evicted_at_ms IS NULL"
+           f" WHERE a.id > ? AND {_A_TERMINAL} AND l.evicted_at_ms IS NULL"
            f"{only_older} ORDER BY a.id LIMIT ?")
     rows = await tx.all(sql, (after_attempt, limit))
     return [_log(r, newest=bool(r["newest"])) for r in rows]
@@ -229,7 +230,7 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
         return []
     rows = await tx.all(
         f"{_LOG_SELECT} WHERE a.id IN ({_marks(attempt_ids)})"
-        f" AND a.status IN {_TERMINAL} AND l.evicted_at_ms IS NULL", attempt_ids)
+        f" AND {_A_TERMINAL} AND l.evicted_at_ms IS NULL", attempt_ids)
     for r in rows:
         await tx.execute(
             "UPDATE log_artifacts SET evicted_at_ms = ?, evicted_reason = ? WHERE id = ?",
@@ -268,7 +269,7 @@ def _log(row: sqlite3.Row, *, newest: bool = False) -> LogRow:
 async def unheld_queued_runs(tx: Tx, limit: int) -> list[str]:
     """Queued runs whose latest event is not already `run.held` (one event per run)."""
     rows = await tx.all(
-        "SELECT r.id FROM runs r WHERE r.status = 'queued' AND NOT EXISTS"
+        f"SELECT r.id FROM runs r WHERE {_R_QUEUED} AND NOT EXISTS"  # noqa: S608
         " (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.seq = r.event_seq"
         "  AND e.type = 'run.held') ORDER BY r.id LIMIT ?", (limit,))
     return [str(r["id"]) for r in rows]
@@ -277,7 +278,7 @@ async def unheld_queued_runs(tx: Tx, limit: int) -> list[str]:
 async def mark_held(tx: Tx, run_id: str, data: dict[str, str | int | None],
                     now_ms: int) -> bool:
     run = await store.get_run(tx, run_id)
-    if run.status.value != "queued":
+    if run.status is not RunStatus.QUEUED:
         return False
     last = await tx.one("SELECT type FROM run_events WHERE run_id = ? AND seq = ?",
                         (run.id, run.event_seq))

@@ -26,10 +26,15 @@ from ..model import (
     Trigger,
 )
 from ..transitions import Transition
+from . import statuses as st
 from .connection import Tx
 
 _json = msgspec.json.Encoder()
-_ACTIVE_RUN = "('queued', 'running')"
+_ACTIVE_RUN = st.active_run()
+_QUEUED = st.is_("status", RunStatus.QUEUED)
+_ACTIVE_ATTEMPT = st.active_attempt()
+_A_ACTIVE = st.active_attempt("a.status")
+_A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
 
 
 class Conflict(Exception):
@@ -225,7 +230,7 @@ async def get_run(tx: Tx, run_id: str) -> Run:
 
 async def active_run_of_task(tx: Tx, task_id: str) -> Run | None:
     row = await tx.one(
-        f"SELECT * FROM runs WHERE task_id = ? AND status IN {_ACTIVE_RUN}"  # noqa: S608
+        f"SELECT * FROM runs WHERE task_id = ? AND {_ACTIVE_RUN}"  # noqa: S608
         " ORDER BY id LIMIT 1", (task_id,))
     return _run(row) if row else None
 
@@ -262,31 +267,30 @@ async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
 
 async def queued_runs(tx: Tx, limit: int) -> list[Run]:
     rows = await tx.all(
-        "SELECT * FROM runs WHERE status = 'queued' ORDER BY id LIMIT ?", (limit,))
+        f"SELECT * FROM runs WHERE {_QUEUED} ORDER BY id LIMIT ?", (limit,))  # noqa: S608
     return [_run(r) for r in rows]
 
 
-# Active attempts are named as equalities, `status = 'preparing' OR status =
-# 'running'`: that is the WHERE of the partial index attempts_active (migration
-# 0007), and SQLite uses a partial index only when the query implies it.
+# Active attempts are spelled like the WHERE of the partial index attempts_active
+# (db/statuses.py): SQLite uses a partial index only when the query implies it.
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
-        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"
-        " AND (status = 'preparing' OR status = 'running')", (owner,))
+        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"  # noqa: S608
+        f" AND {_ACTIVE_ATTEMPT}", (owner,))
     return int(row["n"]) if row else 0
 
 
 async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
     row = await tx.one(
-        "SELECT 1 FROM run_attempts WHERE run_id = ? AND status IN ('preparing', 'running')"
+        f"SELECT 1 FROM run_attempts WHERE run_id = ? AND {_ACTIVE_ATTEMPT}"  # noqa: S608
         " LIMIT 1", (run_id,))
     return row is not None
 
 
 async def task_has_running_attempt(tx: Tx, task_id: str) -> bool:
     row = await tx.one(
-        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?"
-        " AND a.status IN ('preparing', 'running') LIMIT 1", (task_id,))
+        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id"  # noqa: S608
+        f" WHERE r.task_id = ? AND {_A_ACTIVE} LIMIT 1", (task_id,))
     return row is not None
 
 
@@ -344,7 +348,8 @@ async def prepare_attempt(
     deadline_at_ms: int | None, log_artifact_id: str, log_path: str, receipt_path: str,
     now_ms: int,
 ) -> Attempt:
-    """SPEC §3 step 1: attempt, log artifact, token hash, deadline and journal row together."""
+    """Spawn step 1 (docs/contract.md §3): attempt, log artifact, token hash, deadline and
+    journal row together."""
     row = await tx.one(
         "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
     attempt_no = int(row["n"]) + 1 if row else 1
@@ -354,8 +359,9 @@ async def prepare_attempt(
     await tx.execute(
         "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
         " callback_token_hash, callback_sequence, log_artifact_id, created_at_ms,"
-        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, 'preparing', ?, ?, ?, ?, ?)",
-        (attempt_id, run.id, attempt_no, executor_type, owner, token_hash, 1,
+        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (attempt_id, run.id, attempt_no, executor_type, owner, AttemptStatus.PREPARING.value,
+         token_hash, 1,
          log_artifact_id, now_ms, deadline_at_ms))
     await journal_register(tx, attempt_id, receipt_path, now_ms)
     await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
@@ -383,15 +389,14 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
     """A stable cursor over this node's active attempts (recovery never lists directories)."""
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ?"
-        " AND (a.status = 'preparing' OR a.status = 'running')"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [_attempt(r) for r in rows]
 
 
 async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND a.status = 'running'"
+        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
         " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
         " LIMIT ?", (owner, now_ms, limit))
     return [_attempt(r) for r in rows]
@@ -520,9 +525,10 @@ async def journal_ended_page(tx: Tx, after_id: str, limit: int) -> list[str]:
     """Pending rows of terminal attempts, settled or not, by attempt id: the start-up
     look for their receipts (docs/recovery.md)."""
     rows = await tx.all(
-        "SELECT j.attempt_id FROM receipt_journal j JOIN run_attempts a ON a.id = j.attempt_id"
+        "SELECT j.attempt_id FROM receipt_journal j"  # noqa: S608
+        " JOIN run_attempts a ON a.id = j.attempt_id"
         " WHERE j.attempt_id > ? AND j.state = 'pending'"
-        " AND a.status NOT IN ('preparing', 'running') ORDER BY j.attempt_id LIMIT ?",
+        f" AND NOT {_A_ACTIVE} ORDER BY j.attempt_id LIMIT ?",
         (after_id, limit))
     return [str(r["attempt_id"]) for r in rows]
 
@@ -531,8 +537,8 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
     """active: awaiting a result; terminal: awaiting file checks, then ageing out;
     settled: ageing out, no file work left; quarantined: awaiting purge."""
     row = await tx.one(
-        "SELECT SUM(a.status IN ('preparing', 'running')) AS active,"
-        " SUM(j.state = 'pending' AND a.status NOT IN ('preparing', 'running')"
+        f"SELECT SUM({_A_ACTIVE}) AS active,"  # noqa: S608
+        f" SUM(j.state = 'pending' AND NOT {_A_ACTIVE}"
         "     AND j.settled_at_ms IS NULL) AS terminal,"
         " SUM(j.settled_at_ms IS NOT NULL) AS settled,"
         " SUM(j.state = 'quarantined') AS quarantined"
@@ -545,6 +551,6 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
         f"{_ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
-        " WHERE a.runtime_owner = ? AND (a.status = 'preparing' OR a.status = 'running')"
+        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [_attempt(r) for r in rows]

@@ -20,8 +20,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..clock import now_ms
 from ..db import qinglong_store as qstore
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 

@@ -18,9 +18,8 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import qinglong_store as qstore
-from ..db.connection import Tx
-from ..launch import environment
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime import operations
+from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import ApiError, Invalid, Missing, decode_body, json_response
 
@@ -66,11 +65,6 @@ def env_name(raw: str, field: str = "name", error: type[ApiError] = Invalid) -> 
     return name
 
 
-async def verify_environment(rt: Runtime, tx: Tx) -> None:
-    """After a change to envs, inside its transaction: every task can still spawn."""
-    await environment.verify(tx, rt.settings.work_path)
-
-
 def env_view(env: qstore.EnvVar) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(env)
     return body
@@ -98,10 +92,7 @@ async def list_(request: Request) -> Response:
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), EnvIn)
     fields = validate_env(msgspec.structs.asdict(body))
-    rt = _rt(request)
-    async with rt.db.write() as tx:
-        env = await qstore.create_env(tx, ids.uuid7(), fields, now_ms())
-        await verify_environment(rt, tx)
+    (env,) = await operations.create_envs(_rt(request), [fields])
     return json_response(env_view(env), 201)
 
 
@@ -116,18 +107,12 @@ async def update(request: Request) -> Response:
     env_id = _env_id(request)
     patch = decode_body(await request.body(), EnvPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    fields = validate_env(fields)
-    rt = _rt(request)
-    async with rt.db.write() as tx:
-        env = await qstore.update_env(tx, env_id, fields, now_ms())
-        await verify_environment(rt, tx)
+    env = await operations.update_env(_rt(request), env_id, validate_env(fields))
     return json_response(env_view(env))
 
 
 async def delete(request: Request) -> Response:
-    env_id = _env_id(request)
-    async with _rt(request).db.write() as tx:
-        await qstore.delete_env(tx, env_id)
+    await operations.delete_envs(_rt(request), [_env_id(request)])
     return Response(status_code=204)
 
 

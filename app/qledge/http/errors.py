@@ -20,6 +20,8 @@ from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
 from ..receipts.codec import DuplicateKey, unique_pairs
+from ..runtime.cancellation import RunTerminal
+from ..runtime.operations import ActiveRun
 
 log = logging.getLogger("qledge.http")
 
@@ -125,6 +127,16 @@ async def handle_conflict(request: Request, exc: Exception) -> Response:
     return await handle_api_error(request, StateConflict("changed concurrently, retry"))
 
 
+async def handle_active_run(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ActiveRun)
+    return await handle_api_error(request, StateConflict(
+        str(exc), extra={"active_run_id": exc.run_id}))
+
+
+async def handle_run_terminal(request: Request, exc: Exception) -> Response:
+    return await handle_api_error(request, StateConflict(f"run is already terminal ({exc})"))
+
+
 async def handle_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     mapped = ApiError(exc.detail or "error")
@@ -219,6 +231,8 @@ HANDLERS = {
     ApiError: handle_api_error,
     NotFound: handle_not_found,
     Conflict: handle_conflict,
+    ActiveRun: handle_active_run,
+    RunTerminal: handle_run_terminal,
     HTTPException: handle_http,
     UnsafeLogFile: handle_unsafe_log,
     FileTimeout: handle_file_pool,

@@ -28,7 +28,7 @@ from .. import ids
 from ..db import retention_queries, store
 from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
-from ..model import Attempt, RunStatus
+from ..model import TERMINAL_RUN, Attempt
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, json_response
@@ -53,7 +53,7 @@ async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
     async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
-    terminal = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    terminal = run.status in TERMINAL_RUN
     return (attempts[-1] if attempts else None), terminal, run.status.value
 
 

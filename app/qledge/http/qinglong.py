@@ -20,15 +20,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from ..clock import now_ms
 from ..cron import from_ms, local_zone
 from ..db import qinglong_store as qstore
 from ..db import store
-from ..db.connection import Tx
-from ..launch import environment, logs
-from ..model import CancelReason, Concurrency, RunStatus, Task, Trigger
-from ..runtime.cancellation import RunTerminal
-from ..runtime.lifecycle import Runtime, now_ms
+from ..launch import logs
+from ..model import ACTIVE_RUN, Concurrency, Task, Trigger
+from ..runtime import operations
+from ..runtime.lifecycle import Runtime
 from . import inputs
 from . import tasks as native_tasks
 from .apps import digest, new_secret
@@ -43,7 +42,6 @@ from .errors import (
     decode_body,
     json_response,
 )
-from .runs import trigger_run
 
 TOKEN_TTL_S = 30 * 86400  # like QingLong
 MAX_LIVE_TOKENS = 20  # per app; the oldest is revoked beyond this
@@ -293,15 +291,11 @@ async def crons_get(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_create(request: Request) -> Response:
-    rt = _rt(request)
     body = _decode(await request.body(), CronIn)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
     fields.setdefault("name", _default_name(body.command))
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    task = await operations.create_task(_rt(request), fields)
     return ok(cron_view(task, None))
 
 
@@ -310,18 +304,16 @@ async def crons_update(request: Request) -> Response:
     rt = _rt(request)
     body = _decode(await request.body(), CronPatch)
     _unsupported(body, _UNSUPPORTED_CRON)
-    num = _id_list([body.id], "id")[0]
     fields = _task_fields(body)
-    async with rt.db.write() as tx:
-        task = await store.get_task_by_num(tx, num)
-        task = await store.update_task(tx, task.id, fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    (task,) = await _tasks_by_nums(rt, _id_list([body.id], "id"))
+    task = await operations.update_task(rt, task.id, fields)
     return ok((await _views(rt, [task]))[0])
 
 
-async def _tasks_by_nums(rt: Runtime, nums: list[int]) -> list[Task]:
-    """All of them, or 404 naming the missing ids (nothing is done then)."""
+async def _tasks_by_nums(rt: Runtime, nums: list[int], *, missing_ok: bool = False
+                         ) -> list[Task]:
+    """The tasks of these QingLong ids; 404 naming the missing ones (then nothing is
+    done), or without them when `missing_ok`."""
     found: list[Task] = []
     missing: list[int] = []
     async with rt.db.read() as tx:
@@ -330,7 +322,7 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int]) -> list[Task]:
                 found.append(await store.get_task_by_num(tx, num))
             except store.NotFound:
                 missing.append(num)
-    if missing:
+    if missing and not missing_ok:
         raise Missing(f"cron {', '.join(map(str, missing))} not found")
     return found
 
@@ -338,18 +330,12 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int]) -> list[Task]:
 @scoped("crons")
 async def crons_delete(request: Request) -> Response:
     rt = _rt(request)
-    nums = await _ids_body(request)
-    removed: list[str] = []
-    async with rt.db.write() as tx:
-        for num in nums:
-            try:
-                task = await store.get_task_by_num(tx, num)
-            except store.NotFound:
-                continue  # deleting is idempotent
-            if await store.active_run_of_task(tx, task.id) is not None:
-                raise StateConflict(f"cron {num} has an active run; stop it first")
-            removed += await store.delete_task(tx, task.id)
-    rt.remove_logs(removed)
+    # Deleting is idempotent: unknown ids are already gone.
+    tasks = await _tasks_by_nums(rt, await _ids_body(request), missing_ok=True)
+    try:
+        await operations.delete_tasks(rt, [t.id for t in tasks])
+    except operations.ActiveRun as exc:
+        raise StateConflict(f"cron {exc.task.num} has an active run; stop it first") from exc
     return ok()
 
 
@@ -358,8 +344,8 @@ async def crons_run(request: Request) -> Response:
     rt = _rt(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
         # concurrency: forbid and already queued/running: like QingLong, no error
-        with contextlib.suppress(StateConflict):
-            await trigger_run(rt, task.id, Trigger.API)
+        with contextlib.suppress(operations.ActiveRun):
+            await operations.trigger(rt, task.id, Trigger.API)
     return ok()
 
 
@@ -367,23 +353,14 @@ async def crons_run(request: Request) -> Response:
 async def crons_stop(request: Request) -> Response:
     rt = _rt(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
-        async with rt.db.read() as tx:
-            active = await qstore.active_runs_of_task(tx, task.id)
-        for run in active:
-            with contextlib.suppress(RunTerminal, store.Conflict):  # it ended meanwhile
-                await rt.cancellation.request(run.id, CancelReason.USER)
+        await operations.stop_task(rt, task.id)
     return ok()
 
 
 async def _set_enabled(request: Request, enabled: bool) -> Response:
     rt = _rt(request)
     tasks = await _tasks_by_nums(rt, await _ids_body(request))
-    async with rt.db.write() as tx:
-        for task in tasks:
-            current = await store.get_task(tx, task.id)
-            if current.enabled != enabled:
-                await store.update_task(tx, task.id, {"enabled": enabled}, now_ms())
-    rt.scheduler.wake()
+    await operations.set_tasks_enabled(rt, [t.id for t in tasks], enabled)
     return ok()
 
 
@@ -415,7 +392,7 @@ async def crons_log(request: Request) -> Response:
         attempts = await store.attempts_of_run(tx, latest.id) if latest else []
     if latest is None:
         return json_response({"code": 200, "data": "", "logStatus": "notFound"})
-    active = latest.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+    active = latest.status in ACTIVE_RUN
     status = "running" if active else "completed"
     if not attempts:
         return json_response({"code": 200, "data": "", "logStatus": status})
@@ -493,10 +470,7 @@ async def envs_create(request: Request) -> Response:
         _unsupported(item, ("labels",))
         fields = {"name": item.name, "value": item.value, "remarks": item.remarks or ""}
         checked.append(_env_fields(fields, f"[{i}]." if len(items) > 1 else ""))
-    rt = _rt(request)
-    async with rt.db.write() as tx:
-        created = [await qstore.create_env(tx, ids.uuid7(), f, now_ms()) for f in checked]
-        await environment.verify(tx, rt.settings.work_path)
+    created = await operations.create_envs(_rt(request), checked)
     return ok([env_view(e) for e in created])
 
 
@@ -508,40 +482,33 @@ async def envs_update(request: Request) -> Response:
     fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
                           if getattr(body, k) is not None})
     rt = _rt(request)
-    async with rt.db.write() as tx:
-        found = await qstore.envs_by_nums(tx, [num])
-        if not found:
-            raise Missing(f"env {num} not found")
-        env = await qstore.update_env(tx, found[0].id, fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path)
-    return ok(env_view(env))
+    (env_id,) = await _env_ids(rt, [num])
+    return ok(env_view(await operations.update_env(rt, env_id, fields)))
 
 
 @scoped("envs")
 async def envs_delete(request: Request) -> Response:
-    nums = await _ids_body(request)
-    async with _rt(request).db.write() as tx:
-        await qstore.delete_envs_by_nums(tx, nums)  # unknown ids: nothing to do
+    rt = _rt(request)
+    env_ids = await _env_ids(rt, await _ids_body(request), missing_ok=True)
+    await operations.delete_envs(rt, env_ids, missing_ok=True)  # unknown ids: nothing to do
     return ok()
 
 
 async def _envs_enabled(request: Request, enabled: bool) -> Response:
-    nums = await _ids_body(request)
     rt = _rt(request)
-    async with rt.db.write() as tx:
-        await _all_envs(tx, nums)
-        await qstore.set_envs_enabled(tx, nums, enabled, now_ms())
-        if enabled:
-            await environment.verify(tx, rt.settings.work_path)
+    env_ids = await _env_ids(rt, await _ids_body(request))
+    await operations.set_envs_enabled(rt, env_ids, enabled)
     return ok()
 
 
-async def _all_envs(tx: Tx, nums: list[int]) -> None:
-    """404 naming the unknown ids (then nothing changes)."""
-    found = {e.num for e in await qstore.envs_by_nums(tx, nums)}
+async def _env_ids(rt: Runtime, nums: list[int], *, missing_ok: bool = False) -> list[str]:
+    """The envs of these QingLong ids; 404 naming the unknown ones unless `missing_ok`."""
+    async with rt.db.read() as tx:
+        found = {e.num: e.id for e in await qstore.envs_by_nums(tx, nums)}
     missing = [n for n in nums if n not in found]
-    if missing:
+    if missing and not missing_ok:
         raise Missing(f"env {', '.join(map(str, missing))} not found")
+    return [found[n] for n in nums if n in found]
 
 
 class EnvRename(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -556,10 +523,7 @@ async def envs_rename(request: Request) -> Response:
     nums = _id_list(body.ids)
     name = env_name(body.name, "name", BadRequest)
     rt = _rt(request)
-    async with rt.db.write() as tx:
-        await _all_envs(tx, nums)
-        await qstore.rename_envs(tx, nums, name, now_ms())
-        await environment.verify(tx, rt.settings.work_path)
+    await operations.rename_envs(rt, await _env_ids(rt, nums), name)
     return ok()
 
 

@@ -11,11 +11,18 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import store
-from ..model import ACTIVE_ATTEMPT, Attempt, CancelReason, Concurrency, Run, RunStatus, Trigger
-from ..runtime.cancellation import RunTerminal
-from ..runtime.lifecycle import Runtime, now_ms
+from ..model import (
+    ACTIVE_ATTEMPT,
+    TERMINAL_RUN,
+    Attempt,
+    Run,
+    RunStatus,
+    Trigger,
+)
+from ..runtime import operations
+from ..runtime.lifecycle import Runtime
 from . import inputs
-from .errors import Invalid, Missing, StateConflict, json_response
+from .errors import Invalid, Missing, json_response
 from .logs_sse import log_state
 
 
@@ -26,7 +33,7 @@ def _rt(request: Request) -> Runtime:
 
 def run_view(run: Run) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(run)
-    body["terminal"] = run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    body["terminal"] = run.status in TERMINAL_RUN
     return body
 
 
@@ -41,30 +48,8 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
     }
 
 
-async def trigger_run(rt: Runtime, task_id: str, trigger: Trigger) -> Run:
-    """Queue a run; `forbid` tasks answer 409 with the active run's id.
-
-    The same durable commit also does spawn step 1 when a slot is free (see
-    dispatcher.admit_new): the answer still says `queued`, the launch follows.
-    """
-    async with rt.db.write() as tx:
-        task = await store.get_task(tx, task_id)
-        if task.concurrency is Concurrency.FORBID:
-            active = await store.active_run_of_task(tx, task.id)
-            if active is not None:
-                raise StateConflict("task already has an active run (concurrency: forbid)",
-                                    extra={"active_run_id": active.id})
-        run = await store.create_run(tx, ids.uuid7(), task.id, trigger, now_ms())
-        prepared = await rt.dispatcher.admit_new(tx, run, task)
-    if prepared is not None:
-        rt.dispatcher.launch_soon(prepared)
-    else:
-        rt.kick()
-    return run
-
-
 async def create(request: Request) -> Response:
-    run = await trigger_run(_rt(request), request.path_params["task_id"], Trigger.API)
+    run = await operations.trigger(_rt(request), request.path_params["task_id"], Trigger.API)
     return json_response({"run": run_view(run)}, 202)
 
 
@@ -121,10 +106,7 @@ async def events(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     run_id = await _run_id(request)
-    try:
-        status = await _rt(request).cancellation.request(run_id, CancelReason.USER)
-    except RunTerminal as exc:
-        raise StateConflict(f"run is already terminal ({exc})") from exc
+    status = await operations.cancel_run(_rt(request), run_id)
     return json_response({"run_id": run_id, "status": status.value, "cancel_requested": True},
                          202)
 

@@ -6,15 +6,12 @@ scheduler computes them; a bad expression answers 422 naming the problem.
 
 from __future__ import annotations
 
-import time
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron
-from ..cron import from_ms, local_zone
-from ..runtime.scheduler import next_ticks
+from ..clock import now_ms
 from . import inputs
 from .errors import Invalid, json_response
 
@@ -31,10 +28,10 @@ async def preview(request: Request) -> Response:
     except cron.CronError as exc:
         raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
     n = inputs.query_int(request, "n", 5, 1, MAX_N)
-    now_ms = int(time.time() * 1000)
-    now = from_ms(now_ms, local_zone())
+    at_ms = now_ms()
+    now = cron.from_ms(at_ms, cron.local_zone())
     offset = now.utcoffset()
-    times = next_ticks(expr, now_ms, n)
+    times = cron.next_ticks(expr, at_ms, n)
     return json_response({
         "schedule": expr,
         "seconds_field": len(expr.split()) == 6,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -11,13 +10,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, ids
+from .. import cron
+from ..clock import now_ms
 from ..db import store
-from ..launch import environment
 from ..model import Task
-from ..runtime.lifecycle import Runtime, now_ms
+from ..runtime import operations
+from ..runtime.lifecycle import Runtime
 from . import inputs
-from .errors import ApiError, Invalid, StateConflict, decode_body, json_response
+from .errors import ApiError, Invalid, decode_body, json_response
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSET = msgspec.UNSET
@@ -100,8 +100,7 @@ def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
     if task.schedule and task.enabled:
-        nxt = cron.next_after(task.schedule, datetime.now(cron.local_zone()))
-        body["next_fire_at_ms"] = int(nxt.timestamp() * 1000) if nxt else None
+        body["next_fire_at_ms"] = cron.first_due_after(task.schedule, now_ms())
     return body
 
 
@@ -111,13 +110,8 @@ def _rt(request: Request) -> Runtime:
 
 
 async def create(request: Request) -> Response:
-    rt = _rt(request)
     body = decode_body(await request.body(), TaskIn)
-    fields = validated(msgspec.structs.asdict(body))
-    async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    task = await operations.create_task(_rt(request), validated(msgspec.structs.asdict(body)))
     return json_response(task_view(task), 201)
 
 
@@ -140,26 +134,13 @@ async def get(request: Request) -> Response:
 async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), TaskPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    fields = validated(fields)
-    rt = _rt(request)
-    async with rt.db.write() as tx:
-        task = await store.update_task(tx, request.path_params["task_id"], fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path, task)
-    rt.scheduler.wake()
+    task = await operations.update_task(_rt(request), request.path_params["task_id"],
+                                        validated(fields))
     return json_response(task_view(task))
 
 
 async def delete(request: Request) -> Response:
-    rt = _rt(request)
-    task_id = request.path_params["task_id"]
-    async with rt.db.write() as tx:
-        active = await store.active_run_of_task(tx, task_id)
-        if active is not None:
-            raise StateConflict("task has an active run; cancel it first",
-                                extra={"active_run_id": active.id})
-        logs = await store.delete_task(tx, task_id, now_ms())
-    rt.remove_logs(logs)
-    rt.scheduler.wake()
+    await operations.delete_tasks(_rt(request), [request.path_params["task_id"]])
     return Response(status_code=204)
 
 

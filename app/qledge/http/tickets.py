@@ -28,7 +28,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import time
 from collections.abc import Callable
 
 from starlette.requests import Request
@@ -36,6 +35,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..clock import now_ms
 from ..db import store
 from ..runtime.lifecycle import Runtime
 from .errors import Missing, Unauthorized, json_response
@@ -46,10 +46,6 @@ TICKET_BYTES = 32
 STREAM_PATH = re.compile(r"^/api/v1/runs/(?P<run_id>[^/]+)/log/stream$")
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _digest(ticket: str) -> bytes:
     return hashlib.sha256(ticket.encode("utf-8", "surrogatepass")).digest()
 
@@ -58,7 +54,7 @@ class TicketStore:
     """In-memory, hashed, single-use stream tickets (one store per worker)."""
 
     def __init__(self, ttl_ms: int = TTL_MS, max_outstanding: int = MAX_OUTSTANDING,
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = now_ms) -> None:
         self.ttl_ms = ttl_ms
         self.max_outstanding = max_outstanding
         self._clock = clock

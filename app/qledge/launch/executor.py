@@ -1,4 +1,4 @@
-"""LocalProcess executor: the spawn protocol of SPEC §3, in that order.
+"""LocalProcess executor: the spawn protocol of docs/contract.md §3, in that order.
 
 1. one transaction: attempt (preparing), token hash, sequence, deadline, log
    artifact and journal row — if it fails, nothing is spawned;
@@ -11,14 +11,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .. import failpoints, ids, transitions
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
@@ -31,12 +32,9 @@ log = logging.getLogger("qledge.executor")
 EXECUTOR_TYPE = "local_process"
 TOKEN_FD = 3
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def base_env(work_dir: Path) -> dict[str, str]:
@@ -136,9 +134,10 @@ class LocalExecutor:
             await self._finish_without_process(attempt_id, Reason.TASK_ISOLATION_UNAVAILABLE,
                                                AttemptStatus.BLOCKED, settled=True)
             return None
-        # Steps 2 and 3.
+        # Steps 2 and 3, in a thread: a new shard costs a directory fsync, which must
+        # not stall the event loop on an SD card.
         try:
-            pid = self._launch(attempt, run, p.task, p.token, p.env)
+            pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, p.env)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
@@ -167,7 +166,7 @@ class LocalExecutor:
         except Exception as exc:
             log.error("could not persist the identity of attempt %s (%s): stopping it",
                       attempt_id, type(exc).__name__)
-            self._stop_group(pid, pidfd)
+            await self._stop_group(pid, pidfd)
             os.close(pidfd)
             await self._finish_without_process(attempt_id, Reason.SPAWN_HANDLE_PERSIST_FAILED)
             return None
@@ -207,18 +206,20 @@ class LocalExecutor:
             if write_end >= 0:
                 os.close(write_end)
 
-    def _stop_group(self, pid: int, pidfd: int) -> None:
-        """Compensation for an unrecorded process: TERM, then KILL, its whole group."""
+    async def _stop_group(self, pid: int, pidfd: int) -> None:
+        """Compensation for an unrecorded process: TERM, then KILL, its whole group.
+
+        The launcher is our unreaped child (the pidfd holds it), so its pid — the
+        group id — cannot be recycled. The waits are on the loop, never blocking it.
+        """
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                if identity.reaped(pid, pidfd):
-                    return
-                time.sleep(0.01)
+            if await identity.wait_exit(pidfd, STOP_WAIT_S):
+                break
+        identity.reaped(pid, pidfd)
 
     async def _finish_without_process(self, attempt_id: str, reason: Reason,
                                       status: AttemptStatus = AttemptStatus.LOST, *,

@@ -12,10 +12,12 @@ every 0.2 s, and signals go by pid right after a fresh identity check.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import itertools
 import os
+import select
 import signal
 
 import msgspec
@@ -51,11 +53,6 @@ def _stat_fields(pid: int) -> list[str] | None:
 def start_time(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[19]) if fields else None  # field 22
-
-
-def state(pid: int) -> str | None:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
 
 
 def capture(pid: int, boot_id: str) -> Identity | None:
@@ -196,3 +193,29 @@ def find_launcher(run_id: str, attempt_id: str, boot_id: str) -> Identity | None
 
 def _has_pair(argv: list[bytes], flag: bytes, value: bytes) -> bool:
     return any(a == flag and b == value for a, b in itertools.pairwise(argv))
+
+
+def exited(pidfd: int) -> bool:
+    """Has the process behind `pidfd` exited? (A pidfd turns readable then; no wait.)"""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+async def wait_exit(pidfd: int, timeout_s: float) -> bool:
+    """Wait on the event loop, never blocking it, until the process exits; False on timeout."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+
+    def ready() -> None:
+        if not done.done():
+            done.set_result(True)
+
+    loop.add_reader(pidfd, ready)
+    try:
+        await asyncio.wait_for(done, timeout_s)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)

@@ -1,4 +1,4 @@
-"""Strict codec for completion receipts (schema v1, SPEC §4-§5, ADR-0007 §2.4).
+"""Strict codec for completion receipts (schema v1, docs/contract.md §4-§5).
 
 The launcher writes one canonical line of JSON. Anything that is not exactly
 that shape is rejected with a stable reason code — never repaired — because a
@@ -59,8 +59,6 @@ class ReceiptReason(enum.StrEnum):
     RECEIPT_BAD_LEFTOVER_COUNT = "RECEIPT_BAD_LEFTOVER_COUNT"
     # Store level: the thing at the receipt path is not a file we may read.
     RECEIPT_NOT_REGULAR = "RECEIPT_NOT_REGULAR"
-    # Store level: only a launcher temp file was left (publication never finished).
-    RECEIPT_TEMP_FILE = "RECEIPT_TEMP_FILE"
 
 
 class Receipt(

@@ -2,9 +2,9 @@
 
 Every path is opened relative to a directory fd with O_NOFOLLOW, so a symlink
 planted by a task (which runs as an ordinary user next to its receipt) can
-never make the control plane read, move or delete a file outside the root.
-Files are moved only by hard link + unlink or rename-no-replace: a move must
-never overwrite evidence. Contents are never logged.
+never make the control plane read, move or delete a file outside the root;
+files move only through `dirfd.move_no_overwrite`, which never overwrites
+evidence (docs/contract.md §5). Contents are never logged.
 
 All calls block; the async runtime runs them in a thread. OSErrors other than
 the ones mapped here are transient (the caller keeps the receipt and retries).
@@ -13,41 +13,28 @@ the ones mapped here are transient (the caller keeps the receipt and retries).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import functools
-import itertools
 import logging
 import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+from qledge import dirfd
 from qledge.ids import is_uuid7, shard_key
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected
 
 logger = logging.getLogger(__name__)
 
 QUARANTINE_DIR = ".quarantine"
-MAX_QUARANTINE_SUFFIX = 16
-MAX_SCAN_ENTRIES = 4096  # per directory walk; a shard is bounded work, not a full listing
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: if the entry was swapped for a FIFO after the lstat, open must not hang.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-# Errnos meaning "this filesystem (or this source) cannot be hard-linked".
-_NO_HARDLINK = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS})
-_RENAME_NOREPLACE = 1
 _PROBE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+# Quarantine names are dirfd.numbered(<id>.json, n): <id>.json, then <id>.<n>.json.
 _QUARANTINE_REF = re.compile(rf"\.quarantine/([0-9a-f]{{2}})/({_UUID})(?:\.([1-9]|1[0-6]))?\.json")
-_QUARANTINE_NAME = re.compile(rf"({_UUID})(?:\.([1-9]|1[0-6]))?\.json")
-_TEMP_NAME = re.compile(rf"\.({_UUID})\.[0-9]{{1,10}}\.tmp")
-
-
-class UnsafeStore(Exception):
-    """A directory inside the receipts root is a symlink or not a directory."""
 
 
 class UnsupportedVolume(Exception):
@@ -59,35 +46,6 @@ def _checked_id(attempt_id: str) -> str:
     if len(attempt_id) != 36 or not is_uuid7(attempt_id):
         raise ValueError("attempt id is not a canonical UUIDv7")
     return attempt_id
-
-
-@contextlib.contextmanager
-def _open_dir(name: str, dir_fd: int | None) -> Iterator[int]:
-    try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeStore(f"{name!r} in the receipts volume is not a real directory") from exc
-        raise
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _private_dir(name: str, dir_fd: int, stack: contextlib.ExitStack, enforce: bool) -> int:
-    """Open (creating 0700 if missing) a directory below `dir_fd`, never via a symlink."""
-    try:
-        os.mkdir(name, 0o700, dir_fd=dir_fd)
-        created = True
-    except FileExistsError:
-        created = False
-    fd = stack.enter_context(_open_dir(name, dir_fd))
-    if (created or enforce) and stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
-        os.fchmod(fd, 0o700)  # mkdir's mode is filtered by the umask
-    if created:
-        os.fsync(dir_fd)  # make the new entry durable before files appear in it
-    return fd
 
 
 def _read_bounded(fd: int) -> bytes:
@@ -103,42 +61,9 @@ def _read_bounded(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-@functools.cache
-def _libc_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2  # glibc >= 2.28; older or other libcs may lack it
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def _rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
-    """renameat2(RENAME_NOREPLACE); FileExistsError when `dst` exists."""
-    fn = _libc_renameat2()
-    if fn is None:
-        raise OSError(errno.ENOSYS, "renameat2 is not available in this C library")
-    if fn(src_dir_fd, os.fsencode(src), dst_dir_fd, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), src, None, dst)
-
-
-def _move_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
-    """Hard link + unlink, or rename-no-replace where links are refused."""
-    try:
-        os.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in _NO_HARDLINK:
-            raise  # EEXIST included: the caller decides what an existing target means
-        _rename_noreplace(src_dir_fd, src, dst_dir_fd, dst)
-        return
-    os.unlink(src, dir_fd=src_dir_fd)
-
-
-def _quarantine_name(attempt_id: str, n: int) -> str:
-    return f"{attempt_id}.json" if n == 0 else f"{attempt_id}.{n}.json"
+def quarantine_names(attempt_id: str) -> list[str]:
+    """Every name a quarantined receipt of this attempt can have, in the order tried."""
+    return [dirfd.numbered(f"{attempt_id}.json", n) for n in range(dirfd.MAX_SUFFIX + 1)]
 
 
 class ReceiptStore:
@@ -153,24 +78,21 @@ class ReceiptStore:
     def relative_path(self, attempt_id: str) -> str:
         return f"{shard_key(_checked_id(attempt_id))}/{attempt_id}.json"
 
-    def shard_dir(self, attempt_id: str) -> Path:
-        return self.root / shard_key(_checked_id(attempt_id))
-
     def ensure_shard(self, attempt_id: str) -> Path:
         """Create the attempt's shard (0700) before spawn; refuse a symlinked one."""
         shard = shard_key(_checked_id(attempt_id))
         with contextlib.ExitStack() as stack:
-            root_fd = stack.enter_context(_open_dir(str(self.root), None))
-            # Opened with O_NOFOLLOW|O_DIRECTORY: a symlink or file there is UnsafeStore.
-            _private_dir(shard, root_fd, stack, enforce=False)
+            root_fd = stack.enter_context(dirfd.open_dir(str(self.root), None))
+            # Opened with O_NOFOLLOW|O_DIRECTORY: a symlink or file there is UnsafeDirectory.
+            dirfd.private_dir(shard, root_fd, stack, enforce=False)
         return self.root / shard
 
     @contextlib.contextmanager
     def _shard_fd(self, attempt_id: str) -> Iterator[int]:
         # FileNotFoundError when the shard does not exist (yet).
         with (
-            _open_dir(str(self.root), None) as root_fd,
-            _open_dir(shard_key(_checked_id(attempt_id)), root_fd) as shard_fd,
+            dirfd.open_dir(str(self.root), None) as root_fd,
+            dirfd.open_dir(shard_key(_checked_id(attempt_id)), root_fd) as shard_fd,
         ):
             yield shard_fd
 
@@ -223,56 +145,22 @@ class ReceiptStore:
         shard = shard_key(_checked_id(attempt_id))
         name = f"{attempt_id}.json"
         with contextlib.ExitStack() as stack:
-            root_fd = stack.enter_context(_open_dir(str(self.root), None))
-            top_fd = _private_dir(QUARANTINE_DIR, root_fd, stack, enforce=True)
-            dst_fd = _private_dir(shard, top_fd, stack, enforce=True)
+            root_fd = stack.enter_context(dirfd.open_dir(str(self.root), None))
+            top_fd = dirfd.private_dir(QUARANTINE_DIR, root_fd, stack, enforce=True)
+            dst_fd = dirfd.private_dir(shard, top_fd, stack, enforce=True)
             try:
-                src_fd = stack.enter_context(_open_dir(shard, root_fd))
+                src_fd = stack.enter_context(dirfd.open_dir(shard, root_fd))
                 source = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
             except FileNotFoundError:
                 # An earlier call finished the move but its caller did not see it.
                 os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
                 return f"{QUARANTINE_DIR}/{shard}/{name}"
-            for n in range(MAX_QUARANTINE_SUFFIX + 1):
-                target = _quarantine_name(attempt_id, n)
-                try:
-                    _move_noreplace(src_fd, name, dst_fd, target)
-                except FileExistsError:
-                    existing = os.stat(target, dir_fd=dst_fd, follow_symlinks=False)
-                    if not os.path.samestat(existing, source):
-                        continue  # someone else's evidence: never overwrite it
-                    os.unlink(name, dir_fd=src_fd)  # finish an interrupted link+unlink
-                os.fsync(dst_fd)
-                os.fsync(src_fd)
-                ref = f"{QUARANTINE_DIR}/{shard}/{target}"
-                logger.info("receipt quarantined ref=%s reason=%s", ref, reason)
-                return ref
-        raise FileExistsError(f"{MAX_QUARANTINE_SUFFIX} quarantined receipts already exist")
-
-    def quarantined_files(self, limit: int = 64) -> list[str]:
-        """Up to `limit` quarantine references, shard by shard in order (bounded walk)."""
-        refs: list[str] = []
-        with contextlib.ExitStack() as stack:
-            root_fd = stack.enter_context(_open_dir(str(self.root), None))
-            try:
-                top_fd = stack.enter_context(_open_dir(QUARANTINE_DIR, root_fd))
-            except FileNotFoundError:
-                return refs
-            with os.scandir(top_fd) as entries:
-                shards = sorted(
-                    e.name
-                    for e in itertools.islice(entries, MAX_SCAN_ENTRIES)
-                    if re.fullmatch(r"[0-9a-f]{2}", e.name) and e.is_dir(follow_symlinks=False)
-                )
-            for shard in shards:
-                with _open_dir(shard, top_fd) as shard_fd, os.scandir(shard_fd) as entries:
-                    for entry in itertools.islice(entries, MAX_SCAN_ENTRIES):
-                        match = _QUARANTINE_NAME.fullmatch(entry.name)
-                        if match and shard_key(match.group(1)) == shard:
-                            refs.append(f"{QUARANTINE_DIR}/{shard}/{entry.name}")
-                            if len(refs) >= limit:
-                                return refs
-        return refs
+            target = dirfd.move_no_overwrite(src_fd, name, dst_fd, source)
+            os.fsync(dst_fd)
+            os.fsync(src_fd)
+        ref = f"{QUARANTINE_DIR}/{shard}/{target}"
+        logger.info("receipt quarantined ref=%s reason=%s", ref, reason)
+        return ref
 
     def purge_quarantined(self, ref: str) -> bool:
         """Delete one quarantined file by its exact reference (retention)."""
@@ -282,48 +170,15 @@ class ReceiptStore:
         shard, name = match.group(1), ref.rsplit("/", 1)[1]
         try:
             with (
-                _open_dir(str(self.root), None) as root_fd,
-                _open_dir(QUARANTINE_DIR, root_fd) as top_fd,
-                _open_dir(shard, top_fd) as shard_fd,
+                dirfd.open_dir(str(self.root), None) as root_fd,
+                dirfd.open_dir(QUARANTINE_DIR, root_fd) as top_fd,
+                dirfd.open_dir(shard, top_fd) as shard_fd,
             ):
                 os.unlink(name, dir_fd=shard_fd)
                 os.fsync(shard_fd)
         except FileNotFoundError:
             return False
         return True
-
-    def temp_files(self, attempt_id: str, limit: int = 16) -> list[str]:
-        """Launcher temp leftovers `<shard>/.<id>.<pid>.tmp` of this attempt (bounded scan)."""
-        shard = shard_key(_checked_id(attempt_id))
-        found: list[str] = []
-        try:
-            with self._shard_fd(attempt_id) as shard_fd, os.scandir(shard_fd) as entries:
-                for entry in itertools.islice(entries, MAX_SCAN_ENTRIES):
-                    match = _TEMP_NAME.fullmatch(entry.name)
-                    if (
-                        match
-                        and match.group(1) == attempt_id
-                        and not entry.is_dir(follow_symlinks=False)
-                    ):
-                        found.append(f"{shard}/{entry.name}")
-                        if len(found) >= limit:
-                            break
-        except FileNotFoundError:
-            pass
-        return found
-
-    def remove_temp(self, attempt_id: str) -> int:
-        """Delete this attempt's temp leftovers; only once its launcher has exited."""
-        refs = self.temp_files(attempt_id)
-        removed = 0
-        if refs:
-            with self._shard_fd(attempt_id) as shard_fd:
-                for ref in refs:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(ref.split("/", 1)[1], dir_fd=shard_fd)
-                        removed += 1
-                os.fsync(shard_fd)
-        return removed
 
 
 def _advice(root: str, problem: str) -> str:
@@ -355,17 +210,17 @@ def _publishes(root_fd: int, first: str, second: str, third: str) -> bool:
         os.link(first, second, src_dir_fd=root_fd, dst_dir_fd=root_fd)
         return True
     except OSError as exc:
-        if exc.errno not in _NO_HARDLINK:
+        if exc.errno not in dirfd.NO_HARDLINK:
             raise
     os.close(os.open(third, _PROBE_FLAGS, 0o600, dir_fd=root_fd))
     try:
-        _rename_noreplace(root_fd, first, root_fd, second)
+        dirfd.rename_noreplace(root_fd, first, root_fd, second)
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
             return False
         raise
     try:
-        _rename_noreplace(root_fd, third, root_fd, second)
+        dirfd.rename_noreplace(root_fd, third, root_fd, second)
     except FileExistsError:
         return True  # refused to replace: NOREPLACE is really honoured
     return False  # the flag was ignored and `second` got overwritten
@@ -379,7 +234,7 @@ def probe(root: Path) -> None:
     real = os.path.realpath(root)
     base = f".qledge-probe.{os.getpid()}.{secrets.token_hex(4)}"
     names = (f"{base}.a", f"{base}.b", f"{base}.c")
-    with _open_dir(real, None) as root_fd:
+    with dirfd.open_dir(real, None) as root_fd:
         try:
             fd = os.open(names[0], _PROBE_FLAGS, 0o600, dir_fd=root_fd)
         except OSError as exc:

@@ -17,17 +17,17 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
 import signal
 from collections.abc import Callable
 
 from .. import transitions
+from ..clock import now_ms
 from ..db import leases, store
 from ..db.connection import Database
 from ..launch import identity
-from ..launch.executor import now_ms
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
 from .completion import CompletionService
+from .loop import settle
 
 log = logging.getLogger("qledge.cancellation")
 
@@ -48,6 +48,8 @@ class Cancellation:
         self.lease_ttl_ms = int((kill_grace_s * 2 + 10) * 1000)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._drivers: dict[str, asyncio.Task[None]] = {}
+        # Deadline checks started by the timers: owned here, cancelled and awaited at stop.
+        self._checks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         await self.sweep(1_000_000)
@@ -56,12 +58,7 @@ class Cancellation:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        drivers = list(self._drivers.values())
-        for task in drivers:
-            task.cancel()
-        for task in drivers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await settle([*self._checks, *self._drivers.values()], 0)
 
     # -- intents ---------------------------------------------------------------
 
@@ -87,8 +84,22 @@ class Cancellation:
             return
         loop = asyncio.get_running_loop()
         delay = max(0.0, (attempt.deadline_at_ms - now_ms()) / 1000)
-        self._timers[attempt.id] = loop.call_later(
-            delay, lambda: asyncio.ensure_future(self.expire_deadlines(64)))
+        self._timers[attempt.id] = loop.call_later(delay, self._deadline_reached, attempt.id)
+
+    def _deadline_reached(self, attempt_id: str) -> None:
+        self._timers.pop(attempt_id, None)
+        task = asyncio.create_task(self._check_deadlines(), name=f"deadline:{attempt_id}")
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    async def _check_deadlines(self) -> None:
+        try:
+            await self.expire_deadlines(64)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The supervisor's round looks for expired deadlines too: nothing is lost.
+            log.exception("deadline check failed; the next supervision round retries")
 
     def untrack(self, attempt_id: str) -> None:
         timer = self._timers.pop(attempt_id, None)
@@ -151,7 +162,7 @@ class Cancellation:
             try:
                 if not await self.signal(lease, attempt, pidfd, signal.SIGTERM):
                     return
-                if await _wait_exit(pidfd, self.kill_grace_s):
+                if await identity.wait_exit(pidfd, self.kill_grace_s):
                     return
                 await self.signal(lease, attempt, pidfd, signal.SIGKILL)
             finally:
@@ -177,7 +188,7 @@ class Cancellation:
                 log.warning("lease of attempt %s fenced off (epoch %d): no signal",
                             attempt.id, lease.epoch)
                 return False
-            if _exited(pidfd):
+            if identity.exited(pidfd):
                 return False
             assert attempt.pid is not None and attempt.proc_start_time is not None
             ident = identity.Identity(pid=attempt.pid, start_time=attempt.proc_start_time,
@@ -195,26 +206,3 @@ class Cancellation:
                 data={"signal": sig.name, "epoch": lease.epoch})], now_ms())
         return True
 
-
-def _exited(pidfd: int) -> bool:
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-async def _wait_exit(pidfd: int, timeout_s: float) -> bool:
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[bool] = loop.create_future()
-
-    def ready() -> None:
-        if not done.done():
-            done.set_result(True)
-
-    loop.add_reader(pidfd, ready)
-    try:
-        await asyncio.wait_for(done, timeout_s)
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        loop.remove_reader(pidfd)

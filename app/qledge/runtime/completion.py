@@ -15,9 +15,10 @@ import sqlite3
 import msgspec
 
 from .. import failpoints, transitions
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database, Tx
-from ..launch.executor import EXECUTOR_TYPE, now_ms
+from ..launch.executor import EXECUTOR_TYPE
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason
 from ..receipts.codec import Receipt, token_matches
 

@@ -20,9 +20,9 @@ import sqlite3
 import msgspec
 
 from .. import failpoints
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
-from ..launch.executor import now_ms
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
 from .completion import CompletionService, Outcome, Result
@@ -62,10 +62,9 @@ class Consumer:
         """Consume a batch in ONE deferred transaction, each receipt in its own savepoint."""
         out: dict[str, Consumed] = {}
         valid: list[Receipt] = []
-        for attempt_id in attempt_ids:
-            try:
-                data = self.receipts.read(attempt_id)
-            except OSError:
+        for attempt_id, data in zip(attempt_ids, await asyncio.to_thread(
+                self._read_all, attempt_ids), strict=True):
+            if isinstance(data, OSError):
                 out[attempt_id] = Consumed.RETRY
                 continue
             if data is None:
@@ -114,6 +113,16 @@ class Consumer:
                 out[attempt_id] = await self.quarantine(attempt_id, result.reason or "REJECTED")
             else:
                 out[attempt_id] = Consumed.RETRY
+        return out
+
+    def _read_all(self, attempt_ids: list[str]) -> list[bytes | Rejected | OSError | None]:
+        """The receipts of a batch, read in a thread (file I/O stays off the loop)."""
+        out: list[bytes | Rejected | OSError | None] = []
+        for attempt_id in attempt_ids:
+            try:
+                out.append(self.receipts.read(attempt_id))
+            except OSError as exc:
+                out.append(exc)
         return out
 
     async def quarantine(self, attempt_id: str, reason: str) -> Consumed:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 import msgspec
+
+from ..clock import now_ms
 
 log = logging.getLogger("qledge.diskwatch")
 MIB = 1 << 20
@@ -126,7 +127,7 @@ class DiskWatch:
             v.pressure and v.free_space_known for v in self.volumes.values()) else REASON_UNKNOWN
         if now != self.pressure:
             self.pressure = now
-            self.since_ms = int(time.time() * 1000)
+            self.since_ms = now_ms()
             if now:
                 log.warning("%s on %s: new attempts are held", self.reason,
                             ", ".join(self.pressed()))

@@ -18,6 +18,7 @@ from ..db import store
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Run, Task
+from .loop import settle
 
 log = logging.getLogger("qledge.dispatcher")
 
@@ -54,10 +55,9 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._launching:
-            # Step 1 committed: let them finish starting (bounded by the identity
-            # commit) rather than leave `preparing` attempts for recovery to judge.
-            await asyncio.wait(self._launching, timeout=10.0)
+        # Step 1 committed: let them finish starting (bounded by the identity
+        # commit) rather than leave `preparing` attempts for recovery to judge.
+        await settle(self._launching, 10.0)
 
     async def _loop(self) -> None:
         while not self._stopping:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from pathlib import Path
 
 from .. import ids
+from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import isolation, logs
@@ -26,7 +26,7 @@ from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
-from .loop import PeriodicLoop
+from .loop import PeriodicLoop, settle
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
@@ -35,10 +35,6 @@ from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
 log = logging.getLogger("qledge.runtime")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def read_boot_id() -> str:
@@ -135,8 +131,7 @@ class Runtime:
         await self.disk.stop()
         await self.dispatcher.stop()
         await self.cancellation.stop()
-        if self._finishing:
-            await asyncio.wait(self._finishing, timeout=5.0)
+        await settle(self._finishing, 5.0)
         await self.reaper.stop()
         self.watcher.close()
         self.files.close()
@@ -196,8 +191,13 @@ class Runtime:
 
     # -- housekeeping ------------------------------------------------------------
 
-    def remove_logs(self, relative_paths: list[str]) -> None:
-        """Delete log files after their rows are gone (retention, task deletion)."""
+    async def remove_logs(self, relative_paths: list[str]) -> None:
+        """Delete log files after their rows are gone (task deletion), in a thread.
+
+        Their `file_deletions` rows stay until a retention round sees them gone."""
+        await asyncio.to_thread(self._remove_logs, relative_paths)
+
+    def _remove_logs(self, relative_paths: list[str]) -> None:
         for rel in relative_paths:
             try:
                 logs.remove(self.settings.logs_path, rel)

@@ -1,4 +1,4 @@
-"""A periodic loop with the lifecycle rules of SPEC §6.
+"""A periodic loop with the lifecycle rules of docs/contract.md §6.
 
 Explicit start/stop; one round at a time (the next is scheduled only after
 the previous finished); stop waits for a running round within a bound, then
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 log = logging.getLogger("qledge.loop")
 
@@ -81,7 +81,7 @@ class PeriodicLoop:
 
 async def drain(task: asyncio.Task[None], *, in_round: bool, timeout_s: float) -> None:
     """Stop a loop task: cancel it while it sleeps; mid-round, let the round finish
-    within `timeout_s`, then cancel. Shared by every loop (bounded stop, SPEC §6)."""
+    within `timeout_s`, then cancel. Shared by every loop (bounded stop, docs/contract.md §6)."""
     if not in_round:
         task.cancel()
     try:
@@ -92,3 +92,21 @@ async def drain(task: asyncio.Task[None], *, in_round: bool, timeout_s: float) -
         pass
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def settle(tasks: Collection[asyncio.Task[None]], timeout_s: float) -> None:
+    """Stop owned background tasks: let them finish within `timeout_s`, cancel the
+    rest, and await every one, so none outlives its owner or loses its exception."""
+    pending = [t for t in tasks if not t.done()]
+    if pending and timeout_s > 0:
+        _, pending_set = await asyncio.wait(pending, timeout=timeout_s)
+        pending = list(pending_set)
+    for task in pending:
+        task.cancel()
+    for task in list(tasks):
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("background task %s failed", task.get_name())

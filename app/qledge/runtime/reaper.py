@@ -65,14 +65,25 @@ class Reaper:
             await self._kick.wait()
             self._kick.clear()
             while self._pending:
-                seq = max(s for s, _, _ in self._pending)
                 try:
-                    await asyncio.wait_for(self.db.wait_durable(seq), self.window_s)
-                except TimeoutError:
-                    # No durable commit came along to share: pay for one fsync.
-                    await self.db.sync()
-                    self.forced_syncs += 1
-                await self._remove_durable()
+                    await self._reap_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # A failed fsync proves nothing: the receipts stay, and the loop
+                    # (not a lost exception) tries again after the window.
+                    log.exception("receipt reaping failed; retrying in %ss", self.window_s)
+                    await asyncio.sleep(self.window_s)
+
+    async def _reap_once(self) -> None:
+        seq = max(s for s, _, _ in self._pending)
+        try:
+            await asyncio.wait_for(self.db.wait_durable(seq), self.window_s)
+        except TimeoutError:
+            # No durable commit came along to share: pay for one fsync.
+            await self.db.sync()
+            self.forced_syncs += 1
+        await self._remove_durable()
 
     async def _remove_durable(self) -> None:
         async with self._removing:

@@ -18,10 +18,10 @@ from collections.abc import Callable
 import msgspec
 
 from .. import transitions
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
 from ..launch import identity
-from ..launch.executor import now_ms
 from ..model import Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
@@ -108,7 +108,9 @@ class Reconciler:
         Safe against impostors: adoption only decides that we keep waiting; the
         result still needs a receipt carrying the attempt's token.
         """
-        ident = identity.find_launcher(attempt.run_id, attempt.id, self.boot_id)
+        # A walk of /proc: in a thread, off the loop.
+        ident = await asyncio.to_thread(identity.find_launcher, attempt.run_id, attempt.id,
+                                        self.boot_id)
         if ident is None:
             return False
         pidfd, _live = identity.open_pidfd(ident, self.boot_id)

@@ -39,6 +39,7 @@ from pathlib import Path
 import msgspec
 
 from .. import failpoints
+from ..clock import now_ms
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
 from ..launch import logs
@@ -59,10 +60,6 @@ CATCH_UP_S = 1.0
 SIZE_CAP = "SIZE_CAP"
 DISK_PRESSURE = "DISK_PRESSURE"
 DISK_CRITICAL = "DISK_CRITICAL"  # a task's newest finished log, only below the critical mark
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # -- policy maths (pure) ---------------------------------------------------------

@@ -29,14 +29,11 @@ Rules (docs/qinglong-compat.md explains them to operators):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
-
-from cronsim import CronSim, CronSimError
 
 from .. import ids
-from ..cron import from_ms, local_zone
+from ..clock import now_ms
+from ..cron import first_due_after, last_due_at_or_before
 from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
@@ -55,45 +52,6 @@ LATE_MS = 60_000  # a tick fired later than this counts as a catch-up
 WAKE_SLACK_S = 0.005  # timers may fire a hair early: look just after the due time
 
 
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _dt(ms: int) -> datetime:
-    return from_ms(ms, local_zone())
-
-
-def _ms(dt: datetime) -> int:
-    return int(dt.timestamp() * 1000)
-
-
-def next_ticks(schedule: str, after_ms: int, n: int) -> list[datetime]:
-    """Up to n ticks strictly after `after_ms`, as aware local datetimes."""
-    out: list[datetime] = []
-    try:
-        it = CronSim(schedule, _dt(after_ms))
-        for _ in range(n):
-            out.append(next(it))
-    except (CronSimError, StopIteration):
-        pass
-    return out
-
-
-def first_due_after(schedule: str, after_ms: int) -> int | None:
-    """The first tick strictly after `after_ms`."""
-    ticks = next_ticks(schedule, after_ms, 1)
-    return _ms(ticks[0]) if ticks else None
-
-
-def last_due_at_or_before(schedule: str, at_ms: int) -> int | None:
-    """The latest tick at or before `at_ms` (ticks fall on whole seconds)."""
-    whole = _dt(at_ms - at_ms % 1000) + timedelta(seconds=1)
-    try:
-        return _ms(next(CronSim(schedule, whole, reverse=True)))
-    except (CronSimError, StopIteration):
-        return None
-
-
 class Outcome:
     FIRED = "fired"
     SKIPPED = "skipped"
@@ -107,7 +65,7 @@ def _since(task: Task, last_due_ms: int | None) -> int:
 
 class Scheduler:
     def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
-                 clock: Callable[[], int] = wall_ms, max_sleep_s: float = MAX_SLEEP_S,
+                 clock: Callable[[], int] = now_ms, max_sleep_s: float = MAX_SLEEP_S,
                  stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None) -> None:
         self.db = db
         self.on_queued = on_queued

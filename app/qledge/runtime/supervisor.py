@@ -20,11 +20,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from ..clock import now_ms
 from ..db import store
 from ..db.connection import Database
-from ..launch.executor import now_ms
 from ..model import ACTIVE_ATTEMPT
-from ..receipts.store import MAX_QUARANTINE_SUFFIX, QUARANTINE_DIR, ReceiptStore
+from ..receipts.store import QUARANTINE_DIR, ReceiptStore, quarantine_names
 from ..settings import Profile
 from .consumer import Consumed, Consumer
 from .reconciler import Reconciler, RoundReport
@@ -148,10 +148,8 @@ class Supervisor:
 
     def _purge(self, attempt_id: str) -> int:
         shard = self.receipts.relative_path(attempt_id).split("/", 1)[0]
-        names = [f"{attempt_id}.json"] + [
-            f"{attempt_id}.{n}.json" for n in range(1, MAX_QUARANTINE_SUFFIX + 1)]
         purged = 0
-        for name in names:
+        for name in quarantine_names(attempt_id):
             try:
                 purged += self.receipts.purge_quarantined(f"{QUARANTINE_DIR}/{shard}/{name}")
             except OSError:

@@ -1,0 +1,119 @@
+"""Structural rules of app/qledge/ (docs/architecture.md), checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "app" / "qledge"
+
+
+def _modules() -> Iterator[tuple[str, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        yield rel, ast.parse(path.read_text("utf-8"), filename=rel)
+
+
+def _imported(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+
+
+def test_only_cron_wraps_cronsim() -> None:
+    users = {rel for rel, tree in _modules()
+             if any(name.split(".")[0] == "cronsim" for name in _imported(tree))}
+    assert users == {"cron.py"}
+
+
+def test_one_wall_clock() -> None:
+    own_clocks = []
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and re.fullmatch(
+                    r"_?(now|wall)_ms", node.name):
+                own_clocks.append(f"{rel}:{node.name}")
+            elif isinstance(node, ast.Attribute) and node.attr in ("time", "time_ns") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "time" and \
+                    rel not in ("clock.py", "audit.py"):  # audit compares file mtimes, in s
+                own_clocks.append(f"{rel}:{node.lineno}")
+    assert own_clocks == ["clock.py:now_ms"]
+
+
+# Functions that run on threads of their own, where a blocking sleep stalls nobody.
+THREAD_BODIES = {("launch/_exitpoll.py", "_run")}
+
+
+def test_nothing_sleeps_on_the_event_loop() -> None:
+    sleeps = []
+    for rel, tree in _modules():
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) or \
+                    (rel, func.name) in THREAD_BODIES:
+                continue
+            sleeps += [f"{rel}:{func.name}" for node in ast.walk(func)
+                       if isinstance(node, ast.Attribute) and node.attr == "sleep"
+                       and isinstance(node.value, ast.Name) and node.value.id == "time"]
+    assert sleeps == []
+
+
+def test_no_background_task_is_dropped() -> None:
+    """A task nobody holds can be collected mid-run and its exception is lost: every
+    create_task/ensure_future result is kept (and awaited at stop by its owner)."""
+    spawners = ("create_task", "ensure_future")
+    dropped = []
+    for rel, tree in _modules():
+        for node in ast.walk(tree):
+            calls = []
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                calls.append(node.value)  # a statement: the result goes nowhere
+            elif isinstance(node, ast.Lambda) and isinstance(node.body, ast.Call):
+                calls.append(node.body)  # a callback's return value goes nowhere
+            for call in calls:
+                func = call.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in spawners:
+                    dropped.append(f"{rel}:{call.lineno}")
+    assert dropped == []
+
+
+# Writes that are operations: only runtime/operations.py calls them (the scheduler's
+# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md).
+OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
+                    "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
+OPERATION_CALLERS = {"runtime/operations.py"}
+ALLOWED_WRITES = {("runtime/scheduler.py", "create_run")}
+
+
+def _db_modules(tree: ast.Module) -> set[str]:
+    """Local names of the db/ modules a module imports (`from ..db import store as s`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level and (node.module or "") == "db":
+            names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+def test_operations_have_one_home() -> None:
+    outside = []
+    for rel, tree in _modules():
+        if rel in OPERATION_CALLERS or rel.startswith("db/"):
+            continue
+        db = _db_modules(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name, owner = node.func.attr, node.func.value
+            owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(
+                owner, "id", "")
+            writes = name in OPERATION_WRITES and owner_name in db and \
+                (rel, name) not in ALLOWED_WRITES
+            follow_up = rel.startswith("http/") and (owner_name, name) in (
+                ("scheduler", "wake"), ("cancellation", "request"))
+            if writes or follow_up:
+                outside.append(f"{rel}:{node.lineno} {owner_name}.{name}")
+    assert outside == []
