@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 
 from qledge import ids, transitions
 from qledge.db import store
 from qledge.db.connection import Database, Tx
-from qledge.model import CancelReason, RunStatus, Trigger
+from qledge.model import CancelReason, Run, RunStatus, Trigger
 
 
 async def _task_and_run(db: Database) -> tuple[str, str]:
@@ -139,3 +140,46 @@ async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Datab
         async with db.read() as tx:
             assert await tx.one("SELECT 1") is not None
     await _task_and_run(db)
+
+
+_MARK = "SELECT value FROM storage_settings WHERE name = ?"
+
+
+async def test_terminal_listeners_run_once_inside_the_transaction(db: Database) -> None:
+    """A listener sees the run's first terminal transition only, and what it writes
+    commits with the result — or, when it raises, neither commits."""
+    seen: list[tuple[RunStatus, RunStatus]] = []
+
+    async def listener(tx: Tx, old: Run, new: Run, now_ms: int) -> None:
+        seen.append((old.status, new.status))
+        await tx.execute("INSERT INTO storage_settings(name, value) VALUES (?, ?)",
+                         (f"t-{new.id}", "1"))
+        if new.reason_code == "BOOM":
+            raise RuntimeError("listener failed")
+
+    db.on_terminal(listener)
+    _, run_id = await _task_and_run(db)
+    async with db.read() as tx:
+        run = await store.get_run(tx, run_id)
+    cancel = transitions.request_cancel(run, CancelReason.USER, 10)
+    assert cancel is not None
+    async with db.write() as tx:
+        run = await store.apply(tx, run, cancel, 10)  # not terminal yet: no call
+    assert seen == []
+    async with db.write() as tx:
+        run = await store.apply(tx, run, transitions.cancel_queued(run, 11), 11)
+    assert seen == [(RunStatus.QUEUED, RunStatus.CANCELLED)]
+    async with db.read() as tx:
+        assert await tx.one(_MARK, (f"t-{run_id}",))
+
+    _, other = await _task_and_run(db)
+    async with db.read() as tx:
+        run = await store.get_run(tx, other)
+    tr = transitions.cancel_queued(run, 12)
+    tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(tr.run, reason_code="BOOM"))
+    with pytest.raises(RuntimeError):
+        async with db.write() as tx:
+            await store.apply(tx, run, tr, 12)
+    async with db.read() as tx:
+        assert (await store.get_run(tx, other)).status is RunStatus.QUEUED
+        assert await tx.one(_MARK, (f"t-{other}",)) is None

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -28,15 +28,25 @@ BUSY_TIMEOUT_MS = 5000
 JOURNAL_SIZE_LIMIT = 4 << 20
 Params = Iterable[Any] | dict[str, Any]
 
+if TYPE_CHECKING:
+    from ..model import Run
+
+# Called inside the writing transaction when a run first becomes terminal (old, new,
+# now_ms): work that must commit with the result or not at all — a notification
+# outbox row, a parent run's completion — and nothing that leaves the database.
+TerminalListener = Callable[["Tx", "Run", "Run", int], Awaitable[None]]
+
 
 class Tx:
     """One open transaction (or read snapshot) on one connection."""
 
-    __slots__ = ("_conn", "_undo")
+    __slots__ = ("_conn", "_undo", "terminal_listeners")
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection,
+                 terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
         self._conn = conn
         self._undo: list[Callable[[], None]] = []
+        self.terminal_listeners = terminal_listeners
 
     def on_rollback(self, fn: Callable[[], None]) -> None:
         """Run `fn` if this transaction — or the savepoint open now — rolls back:
@@ -161,6 +171,12 @@ class Database:
         self.durable_seq = 0
         self.syncs = 0  # fdatasyncs done by sync(); the durability tests count them
         self._durable = asyncio.Condition()
+        self._terminal: tuple[TerminalListener, ...] = ()
+
+    def on_terminal(self, listener: TerminalListener) -> None:
+        """Register `listener` for every write transaction that makes a run terminal
+        (db/store.apply calls it); an exception from it rolls the transaction back."""
+        self._terminal = (*self._terminal, listener)
 
     async def open(self) -> None:
         self._writer = await _connect(self.path, readonly=False)
@@ -201,7 +217,7 @@ class Database:
                 self._full = durable
             await _begin(conn, "BEGIN IMMEDIATE")
             changes = conn.total_changes
-            tx = Tx(conn)
+            tx = Tx(conn, self._terminal)
             try:
                 yield tx
                 failpoints.hit("db.before_commit")

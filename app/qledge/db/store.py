@@ -14,6 +14,7 @@ import msgspec
 
 from ..model import (
     ACTIVE_ATTEMPT,
+    TERMINAL_RUN,
     Attempt,
     AttemptStatus,
     CancelReason,
@@ -429,6 +430,9 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
             await journal_mark_terminal(tx, att.id, now_ms)
     if transition.events:
         await _insert_events(tx, old.id, int(row["event_seq"]), transition.events, now_ms)
+    if new.status in TERMINAL_RUN and old.status not in TERMINAL_RUN:
+        for listener in tx.terminal_listeners:
+            await listener(tx, old, new, now_ms)
     return new
 
 
