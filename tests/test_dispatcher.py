@@ -85,7 +85,11 @@ async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) 
 async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
     task_id = await add_task(rt, "true")
     hold: str | None = "held for the test"
-    rt.dispatcher.may_spawn = lambda: hold
+
+    async def may_spawn() -> str | None:
+        return hold
+
+    rt.dispatcher.may_spawn = may_spawn
     older = await trigger(rt, task_id, Trigger.API)
     assert (await _run(rt, older.id))[1] == []  # held: queued, no attempt
     hold = None  # a slot is free, nobody woke the loop yet

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..db import store
 from ..db.connection import Database, Tx
@@ -23,12 +23,16 @@ from .loop import settle
 log = logging.getLogger("qledge.dispatcher")
 
 
+async def _no_hold() -> str | None:
+    return None
+
+
 class Dispatcher:
     """Woken by triggers and by finished attempts; sleeps otherwise (no polling)."""
 
     def __init__(self, db: Database, executor: LocalExecutor, node_id: str, limit: int,
                  on_spawned: Callable[[SpawnResult], None],
-                 may_spawn: Callable[[], str | None] = lambda: None) -> None:
+                 may_spawn: Callable[[], Awaitable[str | None]] = _no_hold) -> None:
         self.db = db
         self.executor = executor
         self.node_id = node_id
@@ -76,7 +80,7 @@ class Dispatcher:
         """Spawn step 1 for a run created in the caller's write transaction, if a
         slot is free and no older run is queued (a new run never overtakes one
         that waits)."""
-        if self._stopping or self._task is None or self.may_spawn() is not None:
+        if self._stopping or self._task is None or await self.may_spawn() is not None:
             return None
         if not await self._slot_free(tx):
             return None
@@ -106,7 +110,7 @@ class Dispatcher:
             self.on_spawned(result)  # synchronously after launch(): no unwatched gap
 
     async def dispatch_once(self) -> int:
-        if self.may_spawn() is not None:
+        if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
             queued = await store.queued_runs(tx, self.limit * 2)
