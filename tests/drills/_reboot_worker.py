@@ -55,7 +55,7 @@ def _deferred_step1() -> None:
         if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await store.queued_runs(tx, self.limit * 2)
+            queued = await store.queued_runs(tx, self.limit * 2, now_ms())
         started = 0
         for run in queued:
             async with self.db.write(durable=False) as tx:  # the defect
