@@ -281,16 +281,18 @@ def _hook(root: Path, name: str) -> str:
     return str(path) if path.is_file() and not path.is_symlink() else ""
 
 
-# Sources the hooks as QingLong does (their exports reach the script), then execs
-# the script — or, with an after hook, runs it and keeps its status. A constant:
-# the user's words only ever arrive as positional parameters, never as code.
+# Sources task_before.sh as QingLong does (its exports reach the script; an `exit`
+# in it ends the run there), then execs the script — or, with an after hook, runs
+# it, sources task_after.sh in a subshell (its status and `exit` are only logged)
+# and exits with the script's status. A constant: the user's words only ever
+# arrive as positional parameters, never as code.
 HOOK_RUNNER = (
     'b=$1 a=$2 p=$3; shift 3\n'
     'if [ -n "$b" ]; then . "$b" "$p" || echo "qledge: task_before.sh returned $?;'
     ' running the task anyway" >&2; fi\n'
     'if [ -z "$a" ]; then exec "$@"; fi\n'
     '"$@"; rc=$?\n'
-    '. "$a" "$p" || echo "qledge: task_after.sh returned $?" >&2\n'
+    '(. "$a" "$p") || echo "qledge: task_after.sh returned $?" >&2\n'
     'exit $rc\n'
 )
 

@@ -168,17 +168,22 @@ def complete(
 
 def without_receipt(
     run: Run, attempt: Attempt, reason: Reason, now_ms: int,
-    *, status: AttemptStatus = AttemptStatus.LOST,
+    *, status: AttemptStatus = AttemptStatus.LOST, message: str | None = None,
 ) -> Transition:
     """No receipt will ever come: `lost`/`blocked` — or the committed intent's result.
 
     A process killed for a cancel/timeout has no receipt by design; the intent,
     not the missing evidence, decides (and the exit code stays unknown).
+    `message`: a fixed text explaining the reason (never a user's words).
     """
     if run.cancel_reason is not None and attempt.status is AttemptStatus.RUNNING:
         code = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
                 else Reason.CANCEL_REQUESTED)
         return _finish(run, attempt, _cancelled_status(run), exit_code=None,
                        reason=code.value, finished_at_ms=now_ms)
-    return _finish(run, attempt, status, exit_code=None, reason=reason.value,
-                   finished_at_ms=now_ms)
+    tr = _finish(run, attempt, status, exit_code=None, reason=reason.value,
+                 finished_at_ms=now_ms)
+    if message is None:
+        return tr
+    events = [replace(e, data={**e.data, "message": message}) for e in tr.events]
+    return replace(tr, events=events)

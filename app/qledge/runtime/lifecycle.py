@@ -85,7 +85,8 @@ class Runtime:
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation)
+            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
+            scripts_dir=s.scripts_path)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
