@@ -292,7 +292,7 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=8)
     _seed(db, runs=40)
     before = _snapshot(db)
-    assert migrate.apply(db) == [9]
+    assert migrate.apply(db, _copy_migrations(tmp_path / "m-9", upto=9)) == [9]
     after = _snapshot(db)
     assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
     assert after["receipt_journal"] == sorted(
@@ -312,6 +312,22 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_not_before_migration_keeps_every_row(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=9)
+    _seed(db, runs=40)
+    before = _snapshot(db)
+    assert migrate.apply(db, _copy_migrations(tmp_path / "m-10", upto=10)) == [10]
+    after = _snapshot(db)
+    assert after["runs"] == sorted(({**r, "not_before_ms": None} for r in before["runs"]),
+                                   key=repr)
+    for table in set(RUN_TABLES) - {"runs"}:
+        assert after[table] == before[table], table
+    conn = sqlite3.connect(db)
+    assert "WITHOUT ROWID" in _schema(conn)["runs"]
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 
@@ -521,7 +537,7 @@ _FULL_SCAN = re.compile(
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
-    from qledge.db import leases, qinglong_store, retention_queries, store
+    from qledge.db import leases, qinglong_store, retention_queries, run_delays, store
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -530,6 +546,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
         store.get_run(tx, r), store.active_run_of_task(tx, t), store.queued_runs(tx, 8),
+        store.queued_runs(tx, 8, 1), run_delays.next_not_before(tx, 1),
         store.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
         store.list_runs(tx, task_id=None, status="running", before=r, limit=50),
         store.list_runs(tx, task_id=t, status="failed", before=r, limit=50),

@@ -128,6 +128,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     finished_at_ms: int | None
     exit_code: int | None
     reason_code: str | None
+    # A queued run starts no earlier than this (QingLong's random delay; None: at once).
+    not_before_ms: int | None = None
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):

@@ -67,7 +67,7 @@ def _run(row: sqlite3.Row) -> Run:
         cancel_requested_at_ms=row["cancel_requested_at_ms"],
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
-        reason_code=row["reason_code"],
+        reason_code=row["reason_code"], not_before_ms=row["not_before_ms"],
     )
 
 
@@ -266,9 +266,15 @@ async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
     return out
 
 
-async def queued_runs(tx: Tx, limit: int) -> list[Run]:
-    rows = await tx.all(
-        f"SELECT * FROM runs WHERE {_QUEUED} ORDER BY id LIMIT ?", (limit,))  # noqa: S608
+async def queued_runs(tx: Tx, limit: int, due_by_ms: int | None = None) -> list[Run]:
+    """Oldest first; with `due_by_ms`, only those whose not-before time has come."""
+    if due_by_ms is None:
+        rows = await tx.all(
+            f"SELECT * FROM runs WHERE {_QUEUED} ORDER BY id LIMIT ?", (limit,))  # noqa: S608
+    else:
+        rows = await tx.all(
+            f"SELECT * FROM runs WHERE {_QUEUED} AND (not_before_ms IS NULL"  # noqa: S608
+            " OR not_before_ms <= ?) ORDER BY id LIMIT ?", (due_by_ms, limit))
     return [_run(r) for r in rows]
 
 

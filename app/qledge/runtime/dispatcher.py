@@ -14,7 +14,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ..db import store
+from ..clock import now_ms
+from ..db import run_delays, store
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Run, Task
@@ -39,6 +40,9 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._launching: set[asyncio.Task[None]] = set()
+        # The wake-up for the next queued run with a not-before time (random delay).
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -50,6 +54,7 @@ class Dispatcher:
 
     async def stop(self) -> None:
         self._stopping = True
+        self._disarm()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -72,6 +77,29 @@ class Dispatcher:
                 await asyncio.sleep(1.0)
                 self._wake.set()
 
+    def _arm(self, at_ms: int | None) -> None:
+        """Wake at the earliest future not-before time (one timer; the persisted time,
+        not the timer, is the truth: a restart re-arms it from the database)."""
+        if at_ms == self._timer_at_ms:
+            return
+        self._disarm()
+        if at_ms is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay_s = max(0.0, (at_ms - now_ms()) / 1000)
+        self._timer = loop.call_later(delay_s, self._fire)
+        self._timer_at_ms = at_ms
+
+    def _fire(self) -> None:
+        # Forgotten first: a timer a little early by the wall clock re-arms.
+        self._timer, self._timer_at_ms = None, None
+        self.wake()
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at_ms = None, None
+
     async def admit_new(self, tx: Tx, run: Run, task: Task) -> Prepared | None:
         """Spawn step 1 for a run created in the caller's write transaction, if a
         slot is free and no older run is queued (a new run never overtakes one
@@ -80,7 +108,7 @@ class Dispatcher:
             return None
         if not await self._slot_free(tx):
             return None
-        oldest = await store.queued_runs(tx, 1)
+        oldest = await store.queued_runs(tx, 1, now_ms())
         if not oldest or oldest[0].id != run.id:
             return None
         return await self.executor.prepare_in(tx, run, task)
@@ -108,8 +136,10 @@ class Dispatcher:
     async def dispatch_once(self) -> int:
         if self.may_spawn() is not None:
             return 0
+        now = now_ms()
         async with self.db.read() as tx:
-            queued = await store.queued_runs(tx, self.limit * 2)
+            queued = await store.queued_runs(tx, self.limit * 2, now)
+            self._arm(await run_delays.next_not_before(tx, now))
         started = 0
         for run in queued:
             if self._stopping:

@@ -117,7 +117,8 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
-        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher)
+        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
+                                   random_delay_s=s.random_delay_s)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
