@@ -316,14 +316,14 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     conn.close()
 
 
-def test_not_before_migration_keeps_every_row(tmp_path: Path) -> None:
+def test_task_form_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=9)
     _seed(db, runs=40)
     before = _snapshot(db)
     assert migrate.apply(db, _copy_migrations(tmp_path / "m-10", upto=10)) == [10]
     after = _snapshot(db)
-    assert after["runs"] == sorted(({**r, "not_before_ms": None} for r in before["runs"]),
-                                   key=repr)
+    new = {"not_before_ms": None, "parent_run_id": None, "conc_index": None}
+    assert after["runs"] == sorted(({**r, **new} for r in before["runs"]), key=repr)
     for table in set(RUN_TABLES) - {"runs"}:
         assert after[table] == before[table], table
     conn = sqlite3.connect(db)
@@ -537,7 +537,7 @@ _FULL_SCAN = re.compile(
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
-    from qledge.db import leases, qinglong_store, retention_queries, run_delays, store
+    from qledge.db import conc_runs, leases, qinglong_store, retention_queries, run_delays, store
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -547,6 +547,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     calls = [
         store.get_run(tx, r), store.active_run_of_task(tx, t), store.queued_runs(tx, 8),
         store.queued_runs(tx, 8, 1), run_delays.next_not_before(tx, 1),
+        conc_runs.children(tx, r), conc_runs.has_active_child(tx, r),
         store.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
         store.list_runs(tx, task_id=None, status="running", before=r, limit=50),
         store.list_runs(tx, task_id=t, status="failed", before=r, limit=50),

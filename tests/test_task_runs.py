@@ -12,7 +12,7 @@ import pytest
 from qledge import ids
 from qledge.db import store
 from qledge.launch import logs
-from qledge.model import Attempt, Event, Run, RunStatus, Trigger
+from qledge.model import Attempt, CancelReason, Event, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
 from qledge.taskform import MESSAGES
@@ -118,7 +118,7 @@ async def test_desi_hands_the_script_only_the_selected_values(rt: Runtime) -> No
     ("task run.py --frobnicate", "TASK_BAD_OPTION"),
     ("task run.py now; touch /tmp/x", "TASK_BAD_SYNTAX"),
     ("task run.py desi SECRET_ENV 9", "TASK_ENV_EMPTY"),
-    ("task run.py conc SECRET_ENV 1", "TASK_CONC_UNSUPPORTED"),
+    ("task run.py conc SECRET_ENV 3", "TASK_ENV_EMPTY"),
 ])
 async def test_a_refused_form_fails_before_any_process_with_its_reason(
         rt: Runtime, command: str, reason: str) -> None:
@@ -163,3 +163,87 @@ async def test_a_plain_shell_command_is_unchanged(rt: Runtime) -> None:
 
 if sys.platform != "linux":  # pragma: no cover
     pytest.skip("the launcher is Linux-only", allow_module_level=True)
+
+
+async def _children(rt: Runtime, parent_id: str) -> list[tuple[Run, Attempt | None, str]]:
+    """Each child, its attempt (None before it is prepared) and its log so far."""
+    from qledge.db import conc_runs
+
+    out: list[tuple[Run, Attempt | None, str]] = []
+    async with rt.db.read() as tx:
+        kids = await conc_runs.children(tx, parent_id)
+        for kid in kids:
+            attempts = await store.attempts_of_run(tx, kid.id)
+            attempt = attempts[0] if attempts else None
+            text = "" if attempt is None else logs.read(
+                rt.settings.logs_path, attempt.log_path, 0, 4096)[0].decode()
+            out.append((kid, attempt, text))
+    return out
+
+
+async def _start(rt: Runtime, command: str, env: dict[str, str]) -> str:
+    async with rt.db.write() as tx:
+        task = await store.create_task(tx, ids.uuid7(), {
+            "name": "c", "command": command, "env": env, "labels": [],
+            "concurrency": "forbid"}, 1)
+    return (await trigger(rt, task.id, Trigger.API)).id
+
+
+async def _wait(rt: Runtime, run_id: str, timeout: float = 30.0) -> Run:
+    for _ in range(int(timeout / 0.02)):
+        async with rt.db.read() as tx:
+            run = await store.get_run(tx, run_id)
+        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError("parent not terminal")
+
+
+async def test_conc_runs_one_child_per_value_concurrently(rt: Runtime) -> None:
+    script(rt, "c.py", "import os, time\nprint('got', os.environ['V'], flush=True)\n"
+           "time.sleep(0.6)\n")
+    parent_id = await _start(rt, "task c.py conc V 1 3-4", {"V": "a&b&c&d"})
+    parent = await _wait(rt, parent_id)
+    assert (parent.status, parent.exit_code, parent.reason_code) == (
+        RunStatus.SUCCEEDED, 0, "CONC_CHILDREN")
+    kids = await _children(rt, parent_id)
+    assert [(k.conc_index, k.status, t) for k, _, t in kids] == [
+        (1, RunStatus.SUCCEEDED, "got a\n"), (3, RunStatus.SUCCEEDED, "got c\n"),
+        (4, RunStatus.SUCCEEDED, "got d\n")]
+    # Each child its own launcher and log, all at once (they overlap in time).
+    attempts = [a for _, a, _ in kids if a is not None]
+    assert len({a.id for a in attempts}) == len({a.pid for a in attempts}) == 3
+    starts = [k.started_at_ms or 0 for k, _, _ in kids]
+    ends = [k.finished_at_ms or 0 for k, _, _ in kids]
+    assert max(starts) < min(ends)
+    async with rt.db.read() as tx:
+        assert await store.attempts_of_run(tx, parent_id) == []
+        events = await store.list_events(tx, parent_id)
+    assert [e.type for e in events] == ["run.created", "run.started", "run.finished"]
+    assert events[1].data == {"children": 3}
+    assert events[2].data["children_succeeded"] == 3
+
+
+async def test_conc_parent_fails_unless_every_child_succeeds(rt: Runtime) -> None:
+    script(rt, "c.sh", 'case "$V" in bad) exit 6;; esac; echo "ok $V"\n')
+    parent = await _wait(rt, await _start(rt, "task c.sh conc V", {"V": "x&bad&y"}))
+    assert (parent.status, parent.exit_code, parent.reason_code) == (
+        RunStatus.FAILED, 6, "CONC_CHILDREN")
+    kids = await _children(rt, parent.id)
+    assert [(k.status, k.exit_code) for k, _, _ in kids] == [
+        (RunStatus.SUCCEEDED, 0), (RunStatus.FAILED, 6), (RunStatus.SUCCEEDED, 0)]
+
+
+async def test_cancelling_a_conc_parent_cancels_its_children(rt: Runtime) -> None:
+    script(rt, "slow.sh", "echo started; sleep 60\n")
+    parent_id = await _start(rt, "task slow.sh conc V", {"V": "1&2"})
+    for _ in range(500):
+        kids = await _children(rt, parent_id)
+        if len(kids) == 2 and all("started" in t for _, _, t in kids):
+            break
+        await asyncio.sleep(0.02)
+    await rt.cancellation.request(parent_id, CancelReason.USER)
+    parent = await _wait(rt, parent_id)
+    assert (parent.status, parent.reason_code) == (RunStatus.CANCELLED, "CONC_CHILDREN")
+    assert [k.status for k, _, _ in await _children(rt, parent_id)] == [
+        RunStatus.CANCELLED, RunStatus.CANCELLED]

@@ -13,6 +13,7 @@ from qledge.taskform import (
     MESSAGES,
     TaskForm,
     TaskFormError,
+    conc_indexes,
     expand,
     indexes,
     is_task_form,
@@ -216,9 +217,16 @@ def test_symlinks_may_not_lead_outside(root: Path, tmp_path: Path) -> None:
     assert expand(parse("task inside.sh"), root, {"PATH": PATH}).argv == ["bash", "run.sh"]
 
 
-def test_conc_is_refused_until_it_is_supported(root: Path) -> None:
-    refused(Reason.TASK_CONC_UNSUPPORTED, expand, parse("task run.sh conc X 1"), root,
-            {"PATH": PATH, "X": "a"})
+def test_a_conc_child_gets_its_single_value(root: Path) -> None:
+    form = parse("task run.sh conc X 2-3")
+    env = {"PATH": PATH, "X": "a&b&c"}
+    assert conc_indexes(env["X"], form.selection) == [2, 3]
+    assert expand(form, root, env, conc_index=3).env["X"] == "c"
+    # The variable lost values after the parent fanned out: that child is refused.
+    refused(Reason.TASK_ENV_EMPTY, expand, form, root, {"PATH": PATH, "X": "a"}, 3)
+    refused(Reason.TASK_ENV_EMPTY, conc_indexes, "a&b", ("5",))
+    refused(Reason.TASK_BAD_SELECTION, conc_indexes, "&".join("v" * 101), ())
+    assert len(conc_indexes("&".join("v" * 100), ())) == 100
 
 
 def test_hooks_wrap_the_argv_only_when_present(root: Path) -> None:
@@ -231,6 +239,6 @@ def test_hooks_wrap_the_argv_only_when_present(root: Path) -> None:
                           "1"]
 
 
-def test_messages_name_no_user_words() -> None:
+def test_every_refusal_has_a_fixed_message() -> None:
     assert set(MESSAGES) == {r for r in Reason if r.value.startswith("TASK_")
                              and r is not Reason.TASK_ISOLATION_UNAVAILABLE}

@@ -84,7 +84,8 @@ class Reason(enum.StrEnum):
     TASK_SCRIPT_NOT_EXECUTABLE = "TASK_SCRIPT_NOT_EXECUTABLE"
     TASK_INTERPRETER_MISSING = "TASK_INTERPRETER_MISSING"
     TASK_ENV_EMPTY = "TASK_ENV_EMPTY"
-    TASK_CONC_UNSUPPORTED = "TASK_CONC_UNSUPPORTED"
+    # A `task … conc` parent: its result is its children's (docs/tasks.md).
+    CONC_CHILDREN = "CONC_CHILDREN"
 
 
 class Concurrency(enum.StrEnum):
@@ -130,6 +131,10 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     reason_code: str | None
     # A queued run starts no earlier than this (QingLong's random delay; None: at once).
     not_before_ms: int | None = None
+    # A child run of `task … conc` (docs/tasks.md): its parent, and the 1-based
+    # position of its value in the parent's variable.
+    parent_run_id: str | None = None
+    conc_index: int | None = None
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):

@@ -39,6 +39,7 @@ _RANGE = re.compile(r"([0-9]+|max)[-~_]([0-9]+|max)")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATORS = set(";&|<>()`$\n")
 MAX_SELECTED = 1000
+MAX_CONC = 100  # child runs of one `conc` run
 
 MESSAGES: dict[Reason, str] = {
     Reason.TASK_BAD_SYNTAX: "the task form is one command: unbalanced quotes, or a shell"
@@ -46,7 +47,8 @@ MESSAGES: dict[Reason, str] = {
     Reason.TASK_BAD_OPTION: "unknown or incomplete task option (known: -m DUR, now,"
                             " desi ENV SEL, conc ENV SEL, -- ARGS), or no script path",
     Reason.TASK_BAD_SELECTION: "a desi/conc selection must be numbers from 1 and ranges"
-                               " (1-3, 2~4, 1_2, 3-max) separated by spaces",
+                               " (1-3, 2~4, 1_2, 3-max) separated by spaces; conc starts"
+                               " at most 100 processes",
     Reason.TASK_PATH_OUTSIDE: "the script path leaves the scripts folder",
     Reason.TASK_SCRIPT_NOT_FOUND: "no such script (a regular file) in the scripts folder",
     Reason.TASK_SCRIPT_NOT_EXECUTABLE: "the script has no known extension (.py .js .mjs .cjs"
@@ -54,7 +56,6 @@ MESSAGES: dict[Reason, str] = {
     Reason.TASK_INTERPRETER_MISSING: "the script's interpreter is not on PATH (JavaScript"
                                      " needs the image's -node variant)",
     Reason.TASK_ENV_EMPTY: "desi/conc: the variable is unset or the selection picks no value",
-    Reason.TASK_CONC_UNSUPPORTED: "conc is not supported yet; use desi, or one task per value",
 }
 
 
@@ -253,6 +254,17 @@ def split_values(value: str) -> list[str]:
     return parts
 
 
+def conc_indexes(value: str | None, selection: tuple[str, ...]) -> list[int]:
+    """The 1-based positions of the values one `conc` run starts a child for."""
+    count = len(split_values(value or ""))
+    picked = [n for n in indexes(selection, count) if n <= count]
+    if not picked:
+        raise TaskFormError(Reason.TASK_ENV_EMPTY)
+    if len(picked) > MAX_CONC:
+        raise TaskFormError(Reason.TASK_BAD_SELECTION)
+    return picked
+
+
 def selected(value: str | None, selection: tuple[str, ...]) -> list[str]:
     values = split_values(value or "")
     picked = [values[n - 1] for n in indexes(selection, len(values)) if n <= len(values)]
@@ -297,15 +309,24 @@ HOOK_RUNNER = (
 )
 
 
-def expand(form: TaskForm, scripts_root: Path, env: dict[str, str]) -> Spawn:
-    """The argv, working directory (the script's folder, as QingLong's) and env."""
-    if form.mode == "conc":
-        raise TaskFormError(Reason.TASK_CONC_UNSUPPORTED)
+def expand(form: TaskForm, scripts_root: Path, env: dict[str, str],
+           conc_index: int | None = None) -> Spawn:
+    """The argv, working directory (the script's folder, as QingLong's) and env.
+
+    A `conc` form expands only for one of its child runs (`conc_index`: the
+    position of that child's single value); the parent run starts no process.
+    """
     full = _script(scripts_root, form.path)
     env = dict(env)
     if form.mode == "desi":
         assert form.env_name is not None
         env[form.env_name] = "&".join(selected(env.get(form.env_name), form.selection))
+    elif form.mode == "conc":
+        assert form.env_name is not None and conc_index is not None
+        values = split_values(env.get(form.env_name, ""))
+        if conc_index > len(values):  # the env changed since the parent fanned out
+            raise TaskFormError(Reason.TASK_ENV_EMPTY)
+        env[form.env_name] = values[conc_index - 1]
     interpreter = _INTERPRETERS.get(full.suffix.lower(), "")
     name = full.name
     if interpreter:

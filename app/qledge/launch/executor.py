@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
-from ..db import store
+from ..db import conc_runs, store
 from ..db.connection import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..receipts.codec import new_token, token_hash
@@ -110,6 +110,8 @@ class LocalExecutor:
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
+        # `task … conc` runs turned into child runs (the dispatcher wakes for them).
+        self.fanned_out = 0
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
@@ -133,6 +135,18 @@ class LocalExecutor:
         attempt_id = ids.uuid7()
         now = now_ms()
         form, refusal = _command(task, self.scripts_dir)
+        if form is not None and form.mode == "conc" and run.parent_run_id is None:
+            try:
+                picks = taskform.conc_indexes(env.get(form.env_name or ""), form.selection)
+            except taskform.TaskFormError as exc:
+                refusal = exc  # fails like any refused form: an attempt, no process
+            else:
+                # No process of its own: its children are queued runs (runtime/conc.py).
+                run = await store.apply(tx, run, transitions.fan_out(run, len(picks), now), now)
+                for index in picks:
+                    await conc_runs.create_child(tx, ids.uuid7(), run, index, now)
+                self.fanned_out += 1
+                return None
         deadline = deadline_ms(task, form, now)
         self.in_flight.add(attempt_id)
         tx.on_rollback(lambda: self.in_flight.discard(attempt_id))
@@ -168,7 +182,8 @@ class LocalExecutor:
                 raise p.refusal
             if p.form is not None:
                 # Expanded now, against the scripts folder as it is at spawn time.
-                spawn = await asyncio.to_thread(taskform.expand, p.form, self.scripts_dir, env)
+                spawn = await asyncio.to_thread(taskform.expand, p.form, self.scripts_dir, env,
+                                                p.run.conc_index)
                 command, cwd, env = spawn.argv, spawn.cwd, spawn.env
         except taskform.TaskFormError as refused:
             await self._finish_without_process(

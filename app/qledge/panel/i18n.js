@@ -233,7 +233,7 @@ window.QLEDGE_I18N = {
     'reason.TASK_SCRIPT_NOT_EXECUTABLE': 'task form: unknown extension and not executable; nothing was started.',
     'reason.TASK_INTERPRETER_MISSING': 'task form: the interpreter is missing (JS needs the -node image); nothing was started.',
     'reason.TASK_ENV_EMPTY': 'task form: desi/conc picked no value of the variable; nothing was started.',
-    'reason.TASK_CONC_UNSUPPORTED': 'task form: conc is not supported yet; nothing was started.',
+    'reason.CONC_CHILDREN': 'task … conc: the result of its child runs (succeeded only if all did).',
     'reason.unknown': 'See docs/recovery.md for this reason code.',
 
     'envs.title': 'Environment variables',
@@ -611,7 +611,7 @@ window.QLEDGE_I18N = {
     'reason.TASK_SCRIPT_NOT_EXECUTABLE': 'task 命令：扩展名未知且不可执行；未启动任何进程。',
     'reason.TASK_INTERPRETER_MISSING': 'task 命令：缺少解释器（JS 需要 -node 镜像）；未启动任何进程。',
     'reason.TASK_ENV_EMPTY': 'task 命令：desi/conc 未选中该变量的任何值；未启动任何进程。',
-    'reason.TASK_CONC_UNSUPPORTED': 'task 命令：暂不支持 conc；未启动任何进程。',
+    'reason.CONC_CHILDREN': 'task … conc：取其子运行的结果（全部成功才算成功）。',
     'reason.unknown': '此原因码的说明见 docs/recovery.md。',
 
     'envs.title': '环境变量',

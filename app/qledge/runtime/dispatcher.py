@@ -141,6 +141,7 @@ class Dispatcher:
             queued = await store.queued_runs(tx, self.limit * 2, now)
             self._arm(await run_delays.next_not_before(tx, now))
         started = 0
+        fanned = self.executor.fanned_out
         for run in queued:
             if self._stopping:
                 break
@@ -154,6 +155,6 @@ class Dispatcher:
             if result is not None:
                 self.on_spawned(result)
                 started += 1
-        if len(queued) == self.limit * 2:
-            self.wake()  # more may be waiting behind this page
+        if len(queued) == self.limit * 2 or self.executor.fanned_out != fanned:
+            self.wake()  # more may be waiting behind this page, or new child runs
         return started
