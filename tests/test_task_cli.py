@@ -76,3 +76,13 @@ def test_the_token_is_found_where_the_worker_finds_it(tmp_path: Path) -> None:
     assert admin_token({"QLEDGE_RUN_DIR": none, "QLEDGE_ADMIN_TOKEN": "env"}) == "env"
     assert admin_token({"QLEDGE_RUN_DIR": none,
                         "QLEDGE_STATE_DIR": str(tmp_path / "state")}) == "generated"
+
+
+def test_conc_prints_each_childs_log_in_turn(server: Server) -> None:
+    (_scripts(server) / "c.sh").write_text('echo "value $V"\n[ "$V" != b ] || exit 4\n')
+    r = server.http.post("/api/v1/envs", json={"name": "V", "value": "a&b&c"})
+    assert r.status_code in (200, 201), r.text
+    out = _cli(server, "c.sh", "conc", "V", "3", "1-2", QLEDGE_ADMIN_TOKEN=ADMIN)
+    assert out.returncode == 4, out.stderr
+    assert out.stdout == b"value a\nvalue b\nvalue c\n"  # by value position
+    assert b"failed (CONC_CHILDREN)" in out.stderr

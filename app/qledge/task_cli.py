@@ -7,8 +7,9 @@ with the run's exit code. Everything goes through the worker's HTTP API with
 the admin token, read the way the worker gets it (docs/security.md); this
 process never touches the database, the receipts or the logs.
 
-Exit status: the script's exit code; 124 when the run timed out; 1 for any
-other end without an exit code (refused form, lost, cancelled, blocked); 2 for
+Exit status: the script's exit code (for `conc`, the run's: 0, or the first
+failed child's); 124 when the run timed out; 1 for any other end without an
+exit code (refused form, lost, cancelled, blocked); 2 for
 a bad command line or an unreachable API. Ctrl-C detaches: the run goes on.
 """
 
@@ -133,7 +134,7 @@ def follow(api: Api, run_id: str, out: Any) -> dict[str, Any]:
 
 
 def exit_code(run: dict[str, Any]) -> int:
-    if run["exit_code"] is not None and run["reason_code"] == "EXITED":
+    if run["exit_code"] is not None and run["reason_code"] in ("EXITED", "CONC_CHILDREN"):
         return int(run["exit_code"])
     return 124 if run["status"] == "timed_out" else 1
 
@@ -158,6 +159,9 @@ def main(words: list[str], environ: dict[str, str] | None = None) -> int:
         print(f"task: run {run['id']} of task {task_id}", file=sys.stderr)
         try:
             run = follow(api, run["id"], sys.stdout.buffer)
+            # `conc`: each child's log, one after the other, as QingLong prints them.
+            for child in run.get("children", []):
+                follow(api, child["id"], sys.stdout.buffer)
         except KeyboardInterrupt:
             print(f"task: detached; run {run['id']} goes on", file=sys.stderr)
             return 130
