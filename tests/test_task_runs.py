@@ -247,3 +247,24 @@ async def test_cancelling_a_conc_parent_cancels_its_children(rt: Runtime) -> Non
     assert (parent.status, parent.reason_code) == (RunStatus.CANCELLED, "CONC_CHILDREN")
     assert [k.status for k, _, _ in await _children(rt, parent_id)] == [
         RunStatus.CANCELLED, RunStatus.CANCELLED]
+
+
+async def test_a_conc_parent_that_waited_for_a_slot_fans_out_from_the_dispatch_loop(
+        tmp_path: Path) -> None:
+    rt = make_runtime(tmp_path / "one", max_concurrent_attempts="1")
+    await rt.start()
+    try:
+        script(rt, "c.sh", 'echo "v $V"\n')
+        script(rt, "block.sh", "sleep 0.5\n")
+        blocker = await _start(rt, "task block.sh now", {})
+        parent_id = await _start(rt, "task c.sh conc V", {"V": "1&2"})
+        async with rt.db.read() as tx:  # it waits: the only slot is taken
+            assert (await store.get_run(tx, parent_id)).status is RunStatus.QUEUED
+        assert (await _wait(rt, blocker)).status is RunStatus.SUCCEEDED
+        # Its children start at once (the round that fanned it out wakes the
+        # dispatcher again), not at some later, unrelated wake-up.
+        parent = await _wait(rt, parent_id, timeout=10)
+        assert parent.status is RunStatus.SUCCEEDED
+        assert [t for _, _, t in await _children(rt, parent_id)] == ["v 1\n", "v 2\n"]
+    finally:
+        await rt.stop()
