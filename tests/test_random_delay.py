@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from qledge import ids
 from qledge.clock import now_ms
-from qledge.db import run_delays, store
+from qledge.db import store
 from qledge.db.connection import Database
 from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
@@ -87,7 +87,8 @@ async def test_a_scheduled_run_gets_a_persisted_not_before_time(db: Database) ->
     assert clock.ms < run.not_before_ms <= clock.ms + 30_000
     async with db.read() as tx:
         events = await store.list_events(tx, run.id)
-    assert events[-1].data["not_before_ms"] == run.not_before_ms
+    assert events[0].type == "run.created"
+    assert events[0].data["not_before_ms"] == run.not_before_ms
     other = await make_task(db, "task sign.js now")
     await Scheduler(db, clock=clock, random_delay_s=30).round()
     assert (await runs_of(db, other))[0].not_before_ms is None
@@ -98,9 +99,9 @@ async def _queue_delayed(rt: Runtime, command: str, delay_ms: int) -> tuple[str,
         task = await store.create_task(tx, ids.uuid7(), {
             "name": "t", "command": command, "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now_ms())
         at_ms = now_ms() + delay_ms
-        await run_delays.set_not_before(tx, run.id, at_ms)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now_ms(),
+                                     not_before_ms=at_ms)
     return run.id, at_ms
 
 

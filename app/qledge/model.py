@@ -129,8 +129,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     finished_at_ms: int | None
     exit_code: int | None
     reason_code: str | None
-    # A queued run starts no earlier than this (QingLong's random delay; None: at once).
-    not_before_ms: int | None = None
+    not_before_ms: int | None = None  # queued, but not to start before this time
     # A child run of `task … conc` (docs/tasks.md): its parent, and the 1-based
     # position of its value in the parent's variable.
     parent_run_id: str | None = None

@@ -36,7 +36,7 @@ from .. import ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after, last_due_at_or_before
 from ..db import qinglong_store as qstore
-from ..db import run_delays, store
+from ..db import store
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
 from ..model import Concurrency, NewEvent, Task, Trigger
@@ -224,14 +224,12 @@ class Scheduler:
             log.debug("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
                       blocking.id)
             return Outcome.SKIPPED, nxt
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
-        data: dict[str, str | int | None] = {
-            "scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up}
         delay_ms = random_delay_ms(task, self.random_delay_s)
-        if delay_ms:
-            await run_delays.set_not_before(tx, run.id, now + delay_ms)
-            data["not_before_ms"] = now + delay_ms
-        await store.append_events(tx, run, [NewEvent(type="run.scheduled", data=data)], now)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
+                                     not_before_ms=now + delay_ms if delay_ms else None)
+        await store.append_events(tx, run, [NewEvent(
+            type="run.scheduled",
+            data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
         if self.dispatcher is not None and prepared is not None and not delay_ms:
             ready = await self.dispatcher.admit_new(tx, run, task)
             if ready is not None:
