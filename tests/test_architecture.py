@@ -44,8 +44,9 @@ def test_one_wall_clock() -> None:
     assert own_clocks == ["clock.py:now_ms"]
 
 
-# Functions that run on threads of their own, where a blocking sleep stalls nobody.
-THREAD_BODIES = {("launch/_exitpoll.py", "_run")}
+# Functions that run on threads of their own, where a blocking sleep stalls nobody
+# (task_cli: the operator's `task` program, a process without an event loop).
+THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
 
 
 def test_nothing_sleeps_on_the_event_loop() -> None:

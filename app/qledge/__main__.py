@@ -1,4 +1,4 @@
-"""CLI: serve | migrate | audit receipts | version."""
+"""CLI: serve | migrate | audit receipts | task ... | version."""
 
 from __future__ import annotations
 
@@ -140,12 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files",
                                     prefix_chars="+", add_help=False)
     receipts.add_argument("rest", nargs=argparse.REMAINDER)
+    # QingLong's command for operators (task_cli.py): every word passes through.
+    task = sub.add_parser("task", help="run a script as a tracked run: task <path> [now] ...",
+                          prefix_chars="+", add_help=False)
+    task.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     _setup_logging()
     if args.cmd == "serve":
         return serve()
     if args.cmd == "migrate":
         return migrate_cmd()
+    if args.cmd == "task":
+        from . import task_cli
+
+        return task_cli.main(args.rest)
     if args.cmd == "version":
         print(f"qledge {__version__}")
         return 0

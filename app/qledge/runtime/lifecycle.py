@@ -22,6 +22,7 @@ from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
+from . import conc
 from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
@@ -52,6 +53,8 @@ class Runtime:
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
+        # A `task … conc` parent finishes in the commit of its last child's result.
+        self.db.on_terminal(conc.on_terminal)
         self.node_id = ""
         self.incarnation = ids.uuid7()
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
@@ -85,7 +88,8 @@ class Runtime:
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation)
+            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
+            scripts_dir=s.scripts_path)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -116,7 +120,8 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
-        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher)
+        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
+                                   random_delay_s=s.random_delay_s)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
