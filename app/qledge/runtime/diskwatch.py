@@ -6,9 +6,11 @@ on a small pool of daemon threads (launch/fileio.py), never on the event loop:
 on a hung filesystem (a dead network or FUSE mount) statvfs(2) blocks in the
 kernel, and on the loop it would stop the whole worker. A probe that has not
 answered within PROBE_TIMEOUT_S leaves its volume's free space unknown
-(error "TimeoutError"; the guard setting below applies); while it stays stuck the volume is not probed again
-(no pile of stuck threads), and the next check after it returns probes anew. A volume is
-under pressure when its free space (`f_bavail`: what an unprivileged writer can
+(error "TimeoutError"; the guard setting below applies); while it stays
+stuck the volume is not probed again (no pile of stuck threads), and the next
+check after it returns probes anew.
+
+A volume is under pressure when its free space (`f_bavail`: what an unprivileged writer can
 still use) drops below its low-water mark, the larger of `low_water_mb` and
 `low_water_pct` of its size; it leaves pressure only once free space is back
 above the mark × RELEASE_FACTOR, so spawning does not flap at the edge.
