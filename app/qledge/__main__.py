@@ -140,7 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files",
                                     prefix_chars="+", add_help=False)
     receipts.add_argument("rest", nargs=argparse.REMAINDER)
+    subscription = sub.add_parser("subscription", help="subscriptions (docs/subscriptions.md)")
+    subscription_sub = subscription.add_subparsers(dest="what", required=True)
+    pull = subscription_sub.add_parser("pull", help="one pull; run by the subscription's task")
+    pull.add_argument("id")
     args = parser.parse_args(argv)
+    if args.cmd == "subscription":
+        from . import subscription_pull
+
+        return subscription_pull.main(args.id)
     _setup_logging()
     if args.cmd == "serve":
         return serve()
