@@ -144,11 +144,11 @@ def _reason(exc: BaseException, spec: PullSpec) -> BaseException:
                          else f"{where} needs credentials (HTTP 401)")
     if isinstance(exc, NotGitRepository):
         return PullError(f"{where} is not a git repository")
+    cause = _network_cause(exc)
+    if cause is not None:
+        return PullError(f"{where} is unreachable: {cause}")
     if isinstance(exc, GitProtocolError):
         return PullError(f"git protocol error from {where}: {_clean(str(exc))}")
-    if isinstance(exc, urllib3.exceptions.MaxRetryError):
-        inner = exc.reason if exc.reason is not None else exc
-        return PullError(f"{where} is unreachable: {type(inner).__name__}")
     if isinstance(exc, urllib3.exceptions.HTTPError):
         return PullError(f"{where}: {type(exc).__name__}")
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
@@ -156,6 +156,27 @@ def _reason(exc: BaseException, spec: PullSpec) -> BaseException:
     if isinstance(exc, OSError):
         return PullError(f"fetch failed: {os.strerror(exc.errno) if exc.errno else exc}")
     return exc
+
+
+def _network_cause(exc: BaseException) -> str | None:
+    """The connection failure under a wrapped error (dulwich wraps urllib3's)."""
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            return None
+        if isinstance(cur, urllib3.exceptions.MaxRetryError) and cur.reason is not None:
+            cur = cur.reason
+        if isinstance(cur, urllib3.exceptions.NameResolutionError):
+            return "the host name does not resolve"
+        if isinstance(cur, urllib3.exceptions.NewConnectionError):
+            under = cur.__cause__
+            if isinstance(under, OSError) and under.errno:
+                return os.strerror(under.errno)
+            return "no connection"
+        if isinstance(cur, urllib3.exceptions.TimeoutError):
+            return "timed out"
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _clean(text: str) -> str:
