@@ -60,6 +60,11 @@ class GitServer:
         app = make_wsgi_chain(backend)
         self.requests = 0
         self.auth = auth
+        # stall: the next pack response sends its first chunk, sets `stalled`, and
+        # holds the rest until `release` (a pull caught mid-fetch).
+        self.stall = False
+        self.stalled = threading.Event()
+        self.release = threading.Event()
 
         def guarded(environ: dict[str, Any], start_response: Any) -> Any:
             self.requests += 1
@@ -70,6 +75,9 @@ class GitServer:
                                    [("WWW-Authenticate", 'Basic realm="git"'),
                                     ("Content-Length", "0")])
                     return [b""]
+            if self.stall and environ["PATH_INFO"].endswith("git-upload-pack") and \
+                    environ["REQUEST_METHOD"] == "POST":
+                return app(environ, self._stalling(start_response))
             return app(environ, start_response)
 
         self.server = make_server("127.0.0.1", 0, guarded, server_class=_Threaded,
@@ -77,6 +85,24 @@ class GitServer:
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def _stalling(self, start_response: Any) -> Any:
+        """dulwich writes the pack through start_response's write(): hold it once
+        the first 32 KiB went out."""
+        def respond(status: str, headers: Any, exc_info: Any = None) -> Any:
+            write = start_response(status, headers, exc_info)
+            sent = 0
+
+            def held(data: bytes) -> Any:
+                nonlocal sent
+                out = write(data)
+                sent += len(data)
+                if sent > 32 << 10 and not self.stalled.is_set():
+                    self.stalled.set()
+                    self.release.wait(60)
+                return out
+            return held
+        return respond
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
