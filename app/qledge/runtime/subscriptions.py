@@ -183,10 +183,10 @@ class Syncer:
         if sub is None:
             return
         await subs.mark_pulled(tx, sub.id, new.id)
-        self.loop.poke()  # its round waits for the write lock: it sees this commit
+        tx.on_commit(self.loop.poke)
 
     async def round(self) -> float | None:
-        async with self.rt.db.write(durable=False) as tx:
+        async with self.rt.db.read() as tx:
             due = await subs.sync_due(tx)
         for sub in due:
             assert sub.sync_run_id is not None
