@@ -387,3 +387,35 @@ def test_a_pull_that_ended_before_a_restart_is_kept_in_step_after_it(
             time.sleep(0.05)
         assert api.get(f"{API}/{sub['id']}").json()["sync_pending"] is False
         assert tasks_by_command(api)["task me/jd_bean.js"]["schedule"] == "10 7 * * *"
+
+
+def test_a_raw_file_subscription_pulls_one_script(api: TestClient) -> None:
+    import threading
+    from wsgiref.simple_server import make_server
+
+    body = {"/raw/daily.js": b"// cron: 15 8 * * *\nconst $ = new Env('daily');\n"}
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        data = body.get(environ["PATH_INFO"])
+        start_response("200 OK" if data else "404 Not Found", [])
+        return [data or b""]
+
+    srv = make_server("127.0.0.1", 0, app)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        r = api.post(API, json={"name": "one", "type": "file", "url": f"{base}/raw/daily.js",
+                                "alias": "me"})
+        assert r.status_code == 201, r.text
+        sub = r.json()
+        run, log = pull(api, sub["id"])
+        assert run["status"] == "succeeded", log
+        assert tree_bytes(scripts_of(api)) == {"daily.js": body["/raw/daily.js"]}
+        task = tasks_by_command(api)["task me/daily.js"]
+        assert (task["schedule"], task["name"]) == ("15 8 * * *", "daily")
+        api.patch(f"{API}/{sub['id']}", json={"url": f"{base}/raw/gone.js"})
+        before = tree_bytes(scripts_of(api))
+        _assert_failed_unchanged(api, sub["id"], before, "answered HTTP 404")
+    finally:
+        srv.shutdown()
+        srv.server_close()
