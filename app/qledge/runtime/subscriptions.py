@@ -249,7 +249,7 @@ class Syncer:
                         continue
                     task = await store.create_task(tx, ids.uuid7(), {
                         "name": meta.name, "command": commands[path], "schedule": schedule,
-                        "labels": [f"sub:{sub.alias}"]}, now)
+                        "labels": [f"sub:{sub.alias}"[:100]]}, now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=task.id, applied_schedule=schedule,
                         applied_name=meta.name, disabled_by_pull=False))
