@@ -221,7 +221,10 @@ def _closed_port() -> int:
 
 
 def test_credentials_never_leave_through_api_events_logs_or_receipts(
-        api: TestClient, git_server: GitServer) -> None:
+        api: TestClient, git_server: GitServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
+    # as `qledge serve` sets it (test_debug_logging_never_prints_sql_parameters)
+    caplog.set_level("INFO", logger="aiosqlite")
     sub = new_sub(api, git_server.url("repo"), sub_before="env; echo before")
     run, log = pull(api, sub["id"])
     assert run["status"] == "succeeded", log
@@ -235,6 +238,7 @@ def test_credentials_never_leave_through_api_events_logs_or_receipts(
     for root in (rt.settings.receipts_path, rt.settings.logs_path):
         seen += [p.read_bytes().decode("utf-8", "replace") for p in root.rglob("*")
                  if p.is_file()]
+    seen += [r.getMessage() for r in caplog.records]  # the worker's own log
     assert all(SECRET not in text for text in seen)
 
 
@@ -419,3 +423,23 @@ def test_a_raw_file_subscription_pulls_one_script(api: TestClient) -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """QLEDGE_LOG_LEVEL=DEBUG must not turn on aiosqlite's statement log, which prints
+    each statement's parameters (a subscription's secret, env values)."""
+    import logging
+
+    from qledge import __main__ as cli
+
+    sql, root = logging.getLogger("aiosqlite"), logging.getLogger()
+    levels = sql.level, root.level
+    monkeypatch.setenv("QLEDGE_LOG_LEVEL", "DEBUG")
+    try:
+        sql.setLevel(logging.NOTSET)
+        root.setLevel(logging.DEBUG)  # what basicConfig sets on a fresh process
+        cli._setup_logging()
+        assert not sql.isEnabledFor(logging.DEBUG)
+    finally:
+        sql.setLevel(levels[0])
+        root.setLevel(levels[1])

@@ -21,6 +21,9 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # aiosqlite's DEBUG lines print every statement with its parameters: env values,
+    # subscription credentials. They never reach the log, whatever QLEDGE_LOG_LEVEL says.
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 
 def _fail(message: str, code: int = 2) -> int:
