@@ -228,7 +228,7 @@ def test_credentials_never_leave_through_api_events_logs_or_receipts(
     sub = new_sub(api, git_server.url("repo"), sub_before="env; echo before")
     run, log = pull(api, sub["id"])
     assert run["status"] == "succeeded", log
-    assert "before" in log and "QLEDGE_SUBSCRIPTION" not in log  # the hook's env is clean
+    assert "before" in log and "QL_PULL_SPEC" not in log  # the hook's env is clean
     rt = api.app.state.runtime  # type: ignore[attr-defined]
     seen = [log, api.get(API).text, api.get(f"{API}/{sub['id']}").text,
             api.get("/api/v1/tasks").text, api.get("/api/v1/runs").text,

@@ -20,7 +20,9 @@ import re
 import msgspec
 
 DEFAULT_EXTENSIONS = ("js", "mjs", "py", "sh")
-ENV_NAME = "QLEDGE_SUBSCRIPTION"  # how the worker hands a pull its spec
+# How the worker hands a pull its spec: not a QLEDGE_* name, which settings would
+# take for a (refused) setting; the pull scrubs it at once.
+ENV_NAME = "QL_PULL_SPEC"
 
 
 class PullError(Exception):
