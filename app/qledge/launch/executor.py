@@ -35,6 +35,13 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
+# Variables for one launch of one task, never stored with it (a subscription's pull
+# gets its spec and credential this way, docs/subscriptions.md).
+TaskEnvProvider = Callable[[Tx, Task], Awaitable[dict[str, str]]]
+
+
+async def no_task_env(tx: Tx, task: Task) -> dict[str, str]:
+    return {}
 
 
 def base_env(work_dir: Path) -> dict[str, str]:
@@ -96,6 +103,7 @@ class LocalExecutor:
         self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
         launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
         isolation: Isolation, scripts_dir: Path | None = None,
+        task_env: TaskEnvProvider = no_task_env,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -107,6 +115,7 @@ class LocalExecutor:
         self.global_env = global_env
         self.isolation = isolation
         self.scripts_dir = scripts_dir or work_dir / "scripts"
+        self.task_env = task_env
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
@@ -130,7 +139,8 @@ class LocalExecutor:
             if await store.run_has_active_attempt(tx, run.id):
                 return None
             task = await store.get_task(tx, run.task_id)
-        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env,
+               **await self.task_env(tx, task)}
         token = new_token()
         attempt_id = ids.uuid7()
         now = now_ms()

@@ -32,6 +32,7 @@ from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
 from .scheduler import Scheduler
+from .subscriptions import Syncer
 from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
@@ -80,6 +81,7 @@ class Runtime:
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
+        self.subscriptions = Syncer(self)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
@@ -89,7 +91,7 @@ class Runtime:
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
             boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
-            scripts_dir=s.scripts_path)
+            scripts_dir=s.scripts_path, task_env=self.subscriptions.pull_env)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -125,6 +127,7 @@ class Runtime:
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
+        self.subscriptions.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -132,6 +135,7 @@ class Runtime:
         if self.settings.shutdown_policy == "cancel":
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
+        await self.subscriptions.stop()
         await self.supervision.stop()
         await self.disk.stop()
         await self.dispatcher.stop()
