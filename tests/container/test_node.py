@@ -65,17 +65,17 @@ def _pinned_node() -> str:
 @pytest.mark.parametrize("platform", NODE_PLATFORMS)
 def test_node_drill(platform: str) -> None:
     """A node script's exact exit code and full log across a kill -9 of the worker,
-    `node -e` reading values set through qledge's envs, npm pack + install; and
-    the secrets probe every image gets."""
+    `node -e` reading values set through qledge's envs, npm pack + install, QingLong's
+    `task x.js` form and `docker exec … task`; and the secrets probe every image gets."""
     _image(platform, "node")
     res = subprocess.run([sys.executable, str(DRILL), "--platform", platform,
                           "--variant", "node"], capture_output=True, text=True, timeout=1800)
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["ok"], f"{summary}\n{res.stderr[-4000:]}"
     assert res.returncode == 0
-    assert summary["drills"] == ["node_tasks", "secrets_out_of_reach"], summary
-    # three node runs and the secrets probe
-    assert summary["runs"] == summary["terminal_events"] == 4, summary
+    assert summary["drills"] == ["node_tasks", "task_form", "secrets_out_of_reach"], summary
+    # three node runs, the task form's tracked run and the secrets probe
+    assert summary["runs"] == summary["terminal_events"] == 5, summary
     assert summary["duplicates"] == 0 and summary["false_successes"] == 0, summary
 
 
