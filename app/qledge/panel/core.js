@@ -86,11 +86,15 @@ window.QLEDGE = (() => {
   // ---- DOM -------------------------------------------------------------------------------
   const PROPS = new Set(['value', 'checked', 'selected', 'disabled', 'hidden', 'htmlFor',
     'tabIndex']);
+  // h('p.muted.small', props, ...kids): classes may come with the tag name; props may be left out.
   function h(tag, props, ...kids) {
-    const el = document.createElement(tag);
+    if (props?.constructor !== Object) { kids.unshift(props); props = null; }
+    const [name, ...cls] = tag.split('.');
+    const el = document.createElement(name);
+    el.className = cls.join(' ');
     for (const [k, v] of Object.entries(props || {})) {
       if (v == null || v === false) continue;
-      if (k === 'class') el.className = v;
+      if (k === 'class') el.className = (el.className + ' ' + v).trim();
       else if (k === 'text') el.textContent = v;
       else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
       else if (PROPS.has(k)) el[k] = v;
@@ -125,34 +129,34 @@ window.QLEDGE = (() => {
     const helpId = help ? id + '-help' : null;
     const errId = id + '-err';
     if (helpId) control.setAttribute('aria-describedby', helpId);
-    return h('div', { class: 'field', 'data-field': err || '' },
+    return h('div.field', { 'data-field': err || '' },
       h('label', { htmlFor: id }, label),
       control,
-      help ? h('p', { class: 'help', id: helpId }, help) : null,
-      h('p', { class: 'field-error', id: errId, hidden: true }));
+      help ? h('p.help', { id: helpId }, help) : null,
+      h('p.field-error', { id: errId, hidden: true }));
   }
   // A table cell of row buttons. The cell stays a table cell (a flex box in its place
   // would end above the row's other cells and break the row line); the wrapper flexes.
   function actionsCell(label, ...buttons) {
-    return h('td', { 'data-label': label, class: 'actions-cell' },
-      h('div', { class: 'row-actions' }, buttons));
+    return h('td.actions-cell', { 'data-label': label },
+      h('div.row-actions', buttons));
   }
   function dl(pairs) {
-    return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [
-      h('dt', null, k), h('dd', null, v)]));
+    return h('dl.kv', pairs.filter(Boolean).map(([k, v]) => [
+      h('dt', k), h('dd', v)]));
   }
   // A row button whose accessible name says which row: "Delete — nightly".
   const rowBtn = (label, name, onclick, cls, extra) =>
     btn(label, onclick, cls, { 'aria-label': `${label} — ${name}`, ...extra });
-  const loading = () => h('p', { class: 'muted' }, t('common.loading'));
+  const loading = () => h('p.muted', t('common.loading'));
   const refreshBtn = (load) => btn(t('common.refresh'), () => load(), 'ghost',
     { 'data-action': 'refresh' });
   // A data table: `cols` head the columns and label each cell (phones show cells as cards).
   function grid(caption, cols, rows, extra) {
-    return h('table', { class: 'grid', ...extra },
-      caption ? h('caption', { class: 'sr-only' }, caption) : null,
-      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', null, rows));
+    return h('table.grid', extra,
+      caption ? h('caption.sr-only', caption) : null,
+      h('thead', h('tr', cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', rows));
   }
   // One row of a grid; a cell that is already a <td> (actionsCell) goes in as it is.
   const row = (props, cols, ...cells) => h('tr', props, cells.map((c, i) =>
@@ -189,7 +193,7 @@ window.QLEDGE = (() => {
   function modal(title, ...content) {
     const back = document.activeElement;
     const titleId = nextId('dlg');
-    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId },
+    const dialog = h('dialog.dialog', { 'aria-labelledby': titleId },
       h('h2', { id: titleId }, title));
     const close = () => {
       if (dialog.open) dialog.close();
@@ -206,13 +210,13 @@ window.QLEDGE = (() => {
 
   function confirmDialog(title, message, okLabel, danger) {
     return new Promise((resolve) => {
-      const m = modal(title, h('p', null, message));
+      const m = modal(title, h('p', message));
       const done = (ok) => { m.close(); resolve(ok); };
       const cancel = btn(t('common.cancel'), () => done(false), 'ghost', { 'data-action': 'cancel' });
       const ok = btn(okLabel, () => done(true), danger ? 'danger' : 'primary',
         { 'data-action': 'confirm' });
       m.dialog.addEventListener('cancel', (e) => { e.preventDefault(); done(false); });
-      m.open(h('div', { class: 'actions' }, cancel, ok));
+      m.open(h('div.actions', cancel, ok));
       cancel.focus();
     });
   }
@@ -299,28 +303,26 @@ window.QLEDGE = (() => {
       ['envs', 'nav.envs'], ['subs', 'nav.subs'], ['system', 'nav.system']];
     const main = h('main', { id: 'main', tabIndex: -1 });
     append(app, [
-      h('a', { class: 'skip', href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
+      h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
         t('nav.skip')),
-      h('header', { class: 'top' },
-        h('a', { class: 'brand', href: '#/tasks' }, 'qledge'),
+      h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'),
         token ? h('nav', { 'aria-label': t('nav.label') }, links.map(([id, key]) =>
           h('a', { href: '#/' + id, 'aria-current': section === id ? 'page' : null }, t(key))))
-          : h('span', { class: 'spacer' }),
-        h('div', { class: 'tools' },
-          btn(t('lang.other'), () => setLang(other), 'ghost small lang',
+          : h('span.spacer'),
+        h('div.tools', btn(t('lang.other'), () => setLang(other), 'ghost small lang',
             { lang: other === 'zh' ? 'zh-CN' : 'en', 'aria-label': t('lang.switch'),
               'data-action': 'lang' }),
           token ? btn(t('nav.signout'), () => signOut(), 'ghost small',
             { 'data-action': 'signout' }) : null)),
       main,
-      h('div', { id: 'toast', class: 'toast', role: 'status', 'aria-live': 'polite', hidden: true }),
+      h('div.toast', { id: 'toast', role: 'status', 'aria-live': 'polite', hidden: true }),
     ]);
     return main;
   }
 
   function heading(main, text, ...rest) {
     const h1 = h('h1', { tabIndex: -1 }, text);
-    main.append(h('div', { class: 'page-head' }, h1, h('div', { class: 'actions' }, rest)));
+    main.append(h('div.page-head', h1, h('div.actions', rest)));
     if (!firstRender) h1.focus({ preventScroll: false });
     document.title = `${text} · qledge`;
     return h1;
@@ -351,7 +353,7 @@ window.QLEDGE = (() => {
 
   // Replaces box's content with the error.
   function failBox(box, err) {
-    fill(box, h('div', { class: 'alert error', role: 'alert' }, err.message || String(err)));
+    fill(box, h('div.alert.error', { role: 'alert' }, err.message || String(err)));
   }
 
   // Every task, page by page (the task list and the runs filter both need them all).

@@ -17,20 +17,19 @@
       autocomplete: 'off' });
     const enabledI = h('input', { id: 'e-enabled', type: 'checkbox',
       checked: env ? env.enabled : true });
-    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true });
+    const formErr = h('div.alert.error', { role: 'alert', hidden: true });
     const titleId = nextId('envf');
-    const form = h('form', { class: 'card form', novalidate: true, 'aria-labelledby': titleId },
+    const form = h('form.card.form', { novalidate: true, 'aria-labelledby': titleId },
       h('h2', { id: titleId, tabIndex: -1 }, env ? t('envs.editTitle', { name: env.name })
         : t('envs.newTitle')),
       formErr,
       field('e-name', t('envs.name'), nameI, t('envs.nameHelp'), 'name'),
       field('e-value', t('envs.value'), valueI, null, 'value'),
-      h('div', { class: 'field check' }, show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
+      h('div.field.check', show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
       field('e-remarks', t('envs.remarks'), remarksI, null, 'remarks'),
-      h('div', { class: 'field check' }, enabledI,
+      h('div.field.check', enabledI,
         h('label', { htmlFor: 'e-enabled' }, t('envs.enabled'))),
-      h('div', { class: 'actions' },
-        h('button', { type: 'submit', class: 'btn primary' }, env ? t('common.save') : t('envs.add')),
+      h('div.actions', h('button.btn.primary', { type: 'submit' }, env ? t('common.save') : t('envs.add')),
         btn(t('common.cancel'), () => clear(formBox), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -69,8 +68,8 @@
     const paintValue = () => {
       const on = revealed.has(env.id);
       fill(valueCell,
-        on ? h('code', { class: 'wrap env-val' }, env.value)
-          : h('span', { class: 'masked', 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
+        on ? h('code.wrap.env-val', env.value)
+          : h('span.masked', { 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
         btn(on ? t('envs.hide') : t('envs.reveal'), () => {
           if (revealed.has(env.id)) revealed.delete(env.id); else revealed.add(env.id);
           paintValue();
@@ -80,7 +79,7 @@
     };
     paintValue();
     return row({ 'data-env-name': env.name }, cols,
-      h('code', null, env.name),
+      h('code', env.name),
       valueCell,
       env.remarks || '—',
       h('span', { class: env.enabled ? 'on' : 'off' }, env.enabled ? t('envs.on') : t('envs.off')),
@@ -101,9 +100,9 @@
   function viewEnvs(main, alive) {
     heading(main, t('envs.title'),
       btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
-    main.append(h('p', { class: 'muted' }, t('envs.intro')));
-    const formBox = h('div', null);
-    const list = h('div', { class: 'card' }, loading());
+    main.append(h('p.muted', t('envs.intro')));
+    const formBox = h('div');
+    const list = h('div.card', loading());
     main.append(formBox, list);
     const revealed = new Set();
 
@@ -120,7 +119,7 @@
       if (!alive()) return;
       const cols = [t('envs.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
         t('tasks.col.actions')];
-      fill(list, !envs.length ? h('p', { class: 'empty' }, t('envs.empty'))
+      fill(list, !envs.length ? h('p.empty', t('envs.empty'))
         : grid(t('envs.title'), cols, envs.map((env) => envRow(env, cols, revealed, edit, load))));
     }
     load();

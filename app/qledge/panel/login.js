@@ -7,16 +7,15 @@
     document.title = `${t('login.title')} · qledge`;
     const input = h('input', { id: 'login-token', type: 'password', autocomplete: 'off',
       spellcheck: 'false', required: true, 'aria-describedby': 'login-token-help' });
-    const err = h('p', { class: 'field-error', id: 'login-token-err', role: 'alert', hidden: true });
-    const submit = h('button', { type: 'submit', class: 'btn primary' }, t('login.submit'));
+    const err = h('p.field-error', { id: 'login-token-err', role: 'alert', hidden: true });
+    const submit = h('button.btn.primary', { type: 'submit' }, t('login.submit'));
     // No `name` on the input and no GET: the token can never be serialised into a URL.
-    const form = h('form', { class: 'card login', method: 'post', novalidate: true },
+    const form = h('form.card.login', { method: 'post', novalidate: true },
       h('h1', { tabIndex: -1 }, t('login.title')),
-      h('p', null, t('login.intro')),
-      h('div', { class: 'field' },
-        h('label', { htmlFor: 'login-token' }, t('login.token')), input,
-        h('p', { class: 'help', id: 'login-token-help' }, t('login.help')), err),
-      h('div', { class: 'actions' }, submit));
+      h('p', t('login.intro')),
+      h('div.field', h('label', { htmlFor: 'login-token' }, t('login.token')), input,
+        h('p.help', { id: 'login-token-help' }, t('login.help')), err),
+      h('div.actions', submit));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const value = input.value.trim();
