@@ -1,8 +1,8 @@
 /* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, loading, apiPath, notify, api, q,
-    onLeave, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, markField, unmark, loading,
+    apiPath, notify, api, q, onLeave, heading, failBox } = window.QLEDGE;
   const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const MAX_TIMEOUT_S = 366 * 86400;
 
@@ -21,7 +21,6 @@
       (e) => { if (alive()) failBox(box, e); });
   }
 
-  // The env rows of a task: a fieldset with add/remove; `entries()` reads them back.
   function envEditor(env) {
     const rows = h('div.env-rows');
     let n = 0;
@@ -54,10 +53,10 @@
       key: row.querySelector('.env-key').value.trim(),
       value: row.querySelector('.env-value').value,
     })).filter((e) => e.key || e.value);
-    return { el, entries, addBtn };
+    return { el, entries };
   }
 
-  // The next fire times under the schedule field, debounced; stale answers are dropped.
+  // Debounced; stale answers are dropped.
   function schedulePreview(schedule, preview, alive) {
     let seq = 0;
     let timer = 0;
@@ -90,10 +89,8 @@
     now();
   }
 
-  /* Every problem with the form at once, as [field, message, control?] in form order. The
-   * rules are the API's (http/tasks.py); the schedule is judged by the API itself (the
-   * preview endpoint), so its message names the cron field and value. The API stays the
-   * judge: whatever it still refuses on save is shown on the field it names. */
+  /* Every problem at once, as [field, message, control?] in form order, by the API's rules
+   * (http/tasks.py); the API judges the schedule (preview endpoint) and stays the judge. */
   async function problems(f, envs) {
     const found = [];
     const name = f.name.value.trim();
@@ -180,34 +177,15 @@
     box.append(form);
     schedulePreview(f.schedule, preview, alive);
 
-    function clearErrors() {
-      formErr.hidden = true;
-      preview.hidden = false;
-      for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
-      for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
-    }
-    // Marks one field (its message under it, aria-invalid on its control, or on `ctl`);
-    // returns the control to focus. A message that names no field goes on top.
-    function markError(fieldName, message, ctl) {
-      const wrap = fieldName && form.querySelector(`[data-field="${fieldName}"]`);
-      if (!wrap) {
-        formErr.textContent = message; formErr.hidden = false;
-        return formErr;
-      }
-      const errEl = wrap.querySelector('.field-error');
-      if (errEl.hidden) { errEl.textContent = message; errEl.hidden = false; }
-      if (fieldName === 'schedule') preview.hidden = true; // says the same; back on input
-      const control = ctl || wrap.querySelector('input, textarea, select') || envs.addBtn;
-      control.setAttribute('aria-invalid', 'true');
-      const described = (control.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
-      if (!described.includes(errEl.id)) described.push(errEl.id);
-      control.setAttribute('aria-describedby', described.join(' '));
-      return control;
+    function markError(name, message, ctl) {
+      if (name === 'schedule') preview.hidden = true; // says the same; back on input
+      return markField(form, formErr, name, message, ctl);
     }
 
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      clearErrors();
+      unmark(form, formErr);
+      preview.hidden = false;
       submit.disabled = true;
       try {
         const found = await problems(f, envs.entries());

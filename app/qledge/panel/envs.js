@@ -1,16 +1,15 @@
 /* qledge panel: env variables (#/envs). */
 'use strict';
 (() => {
-  const { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, loading, grid, row, guarded,
+  const { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, markField, unmark, loading, grid, row, guarded,
     apiPath, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
 
-  // The new/edit form above the list; an error the API names goes under its field.
   function envForm(formBox, env, reload) {
     clear(formBox);
-    const nameI = h('input', { id: 'e-name', type: 'text', value: env ? env.name : '',
-      class: 'mono', autocomplete: 'off', spellcheck: 'false', required: true });
-    const valueI = h('input', { id: 'e-value', type: 'password', value: env ? env.value : '',
-      class: 'mono', autocomplete: 'off', spellcheck: 'false' });
+    const nameI = h('input.mono', { id: 'e-name', type: 'text', value: env ? env.name : '',
+      autocomplete: 'off', spellcheck: 'false', required: true });
+    const valueI = h('input.mono', { id: 'e-value', type: 'password', value: env ? env.value : '',
+      autocomplete: 'off', spellcheck: 'false' });
     const show = h('input', { id: 'e-show', type: 'checkbox',
       onchange: () => { valueI.type = show.checked ? 'text' : 'password'; } });
     const remarksI = h('input', { id: 'e-remarks', type: 'text', value: env ? env.remarks : '',
@@ -33,8 +32,7 @@
         btn(t('common.cancel'), () => clear(formBox), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      formErr.hidden = true;
-      for (const el of form.querySelectorAll('.field-error')) el.hidden = true;
+      unmark(form, formErr);
       const body = { name: nameI.value.trim(), value: valueI.value, remarks: remarksI.value,
         enabled: enabledI.checked };
       try {
@@ -44,25 +42,14 @@
         clear(formBox);
         reload();
       } catch (ex) {
-        const wrap = ex.field && form.querySelector(`[data-field="${ex.field}"]`);
-        if (wrap) {
-          const errEl = wrap.querySelector('.field-error');
-          errEl.textContent = ex.message; errEl.hidden = false;
-          const ctl = wrap.querySelector('input');
-          ctl.setAttribute('aria-invalid', 'true');
-          ctl.setAttribute('aria-describedby', errEl.id);
-          ctl.focus();
-        } else {
-          formErr.textContent = ex.message; formErr.hidden = false;
-        }
+        markField(form, formErr, ex.field, ex.message).focus();
       }
     });
     formBox.append(form);
     nameI.focus();
   }
 
-  // One row of the list; values stay masked until revealed (`revealed` keeps the choice
-  // across reloads of the list).
+  // Values stay masked until revealed; `revealed` keeps that across reloads.
   function envRow(env, cols, revealed, edit, reload) {
     const valueCell = h('td', { 'data-label': cols[1] });
     const paintValue = () => {

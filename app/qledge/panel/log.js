@@ -5,9 +5,7 @@
     onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
-  /* The log card of a run page: state, download, why the log cannot be read, a power
-   * loss note, the log itself. `start` follows the stream until it ends (then calls onEnd)
-   * or the page is left; `truncated(on, size, expected)` shows or hides the power loss note. */
+  // `start` follows the stream until it ends (then onEnd) or the page is left.
   function logSection(runId) {
     const stateEl = h('span.log-state', { id: 'log-state', 'data-state': 'connecting' },
       t('log.connecting'));
@@ -32,8 +30,7 @@
         alive, onEnd) };
   }
 
-  /* A log the API cannot read (docs/api.md): the task replaced its file, or the file pool
-   * gave up on a stuck filesystem. Words for the code, the API's own message under them. */
+  // A log the API cannot read (docs/api.md): words for the code, the API's message under them.
   function showProblem(box, code, kind, message, from) {
     const kindKey = 'kind.' + kind;
     const key = 'log.err.' + code;

@@ -26,8 +26,7 @@
     }
   }
 
-  // After a finish: its exit code, and how many processes the command left running that
-  // the launcher ended (`leftover_processes`, absent when none; docs/tasks.md).
+  // `leftover_processes`: what the launcher ended after the exit (docs/tasks.md).
   function finishFacts(d) {
     return (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '') +
       (d.leftover_processes ? ' · ' + leftoverText(d.leftover_processes) : '');
@@ -50,7 +49,6 @@
 
   const runLink = (id, text) => h('a', { href: '#/runs/' + id }, text);
 
-  // The summary card: status, exit code, reason, times and durations.
   function summaryView(r, taskName, now, events) {
     const reason = reasonText(r.reason_code);
     const fin = events.find((ev) => ev.type === 'run.finished');
@@ -89,13 +87,9 @@
     ];
   }
 
-  /* When did it happen? The run's record is the truth: `started_at_ms` is when the control
-   * plane committed that the process runs, `finished_at_ms` the exit time from the
-   * launcher's receipt (never before the start). An event's `at_ms` is when it was
-   * recorded; a finish is recorded after its receipt is read — a few ms later, or much
-   * later if the worker was down then — so start and finish events are placed at the
-   * record's times (the durations shown are differences of those), and say when they
-   * were recorded if that was a second or more later. */
+  /* The run's record is the truth: a finish event is recorded after its receipt is read
+   * (much later if the worker was down), so start and finish events sit at the record's
+   * times and say when they were recorded if that was a second or more later. */
   const LATE_RECORD_MS = 1000;
   function factTime(r, ev) {
     const attempt = ev.attempt_id ? r.attempts.find((a) => a.id === ev.attempt_id) : null;
@@ -108,7 +102,6 @@
     return fact == null ? ev.at_ms : fact;
   }
 
-  // One timeline entry per event, in the order the control plane recorded them.
   function timelineItems(r, events) {
     return events.map((ev) => {
       const at = factTime(r, ev);

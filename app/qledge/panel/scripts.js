@@ -1,11 +1,9 @@
-/* qledge panel: the scripts folder (#/scripts, #/scripts/<path>): tree, editor with line
- * numbers, upload, new file/folder, rename, delete, history with restore, and "Create
- * task from this script". Paths are relative to the scripts folder; the API refuses
- * anything else with a reason, shown here as it comes. */
+/* qledge panel: the scripts folder (#/scripts, #/scripts/<path>; docs/panel.md). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, loading, guarded, saveFile,
-    notify, modal, confirmDialog, api, q, onLeave, heading, failBox, render } = window.QLEDGE;
+  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, field, markField, unmark,
+    loading, guarded, saveFile, notify, modal, confirmDialog, api, q, onLeave, heading, failBox,
+    render } = window.QLEDGE;
   const opened = new Set(); // folders the user unfolded, kept across pages
   let unsaved = null; // the path whose edits are not saved yet
   const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
@@ -17,27 +15,22 @@
    * is shown in the dialog, which stays open until it succeeds or is cancelled. */
   function askPath(title, value, okLabel, submit) {
     const input = h('input.mono', { id: nextId('ask'), type: 'text', value,
-      autocomplete: 'off', spellcheck: 'false', 'data-field': 'path' });
-    const err = h('p.field-error', { role: 'alert', hidden: true, id: input.id + '-err' });
+      autocomplete: 'off', spellcheck: 'false' });
+    const wrap = field(input.id, t('scripts.pathLabel'), input, t('scripts.pathHelp'), 'path');
+    wrap.lastChild.setAttribute('role', 'alert');
     const { dialog, close, open } = modal(title);
     const form = h('form', { method: 'dialog', novalidate: true },
-      h('div.field', h('label', { htmlFor: input.id }, t('scripts.pathLabel')), input,
-        h('p.help', t('scripts.pathHelp')), err),
+      wrap,
       h('div.actions', btn(t('common.cancel'), close, 'ghost', { 'data-action': 'cancel' }),
         h('button.btn.primary', { type: 'submit', 'data-action': 'confirm' }, okLabel)));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      err.hidden = true;
-      input.removeAttribute('aria-invalid');
+      unmark(form);
       try {
         await submit(input.value.trim());
         close();
       } catch (ex) {
-        err.textContent = ex.message;
-        err.hidden = false;
-        input.setAttribute('aria-invalid', 'true');
-        input.setAttribute('aria-describedby', err.id);
-        input.focus();
+        markField(form, null, 'path', ex.message).focus();
       }
     });
     dialog.addEventListener('cancel', (e) => { e.preventDefault(); close(); });
@@ -45,7 +38,7 @@
     input.focus();
   }
 
-  // ---- the tree ------------------------------------------------------------------------
+  // ---- the tree
   function treeList(nodes, selected) {
     return h('ul.tree', nodes.map((n) => {
       const current = n.path === selected ? 'page' : null;
@@ -78,7 +71,7 @@
     return null;
   }
 
-  // ---- the editor: a textarea with a line-number gutter --------------------------------
+  // ---- the editor: a textarea with a line-number gutter
   function codeEditor(label, text) {
     const id = nextId('code');
     const gutter = h('pre.gutter', { 'aria-hidden': 'true' });
@@ -135,7 +128,6 @@
     ];
   }
 
-  // The history of a file: versions a save replaced, each shown or restored on demand.
   function historyCard(path, reload) {
     const preview = h('pre.log.preview-version', { hidden: true, tabIndex: 0 });
     const list = h('div', loading());

@@ -1,7 +1,7 @@
 /* qledge panel: subscriptions (#/subs), docs/subscriptions.md. */
 'use strict';
 (() => {
-  const { t, h, clear, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded,
+  const { t, h, clear, fill, btn, rowBtn, actionsCell, field, markField, unmark, loading, grid, row, guarded,
     apiPath, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
   const TEXT = ['name', 'url', 'branch', 'alias', 'schedule', 'default_schedule', 'whitelist',
     'blacklist', 'dependences', 'username', 'secret'];
@@ -13,8 +13,8 @@
     const ins = {};
     const fields = TEXT.map((k) => {
       const v = sub && k !== 'secret' ? sub[k] : '';
-      ins[k] = h('input', { id: 's-' + k, type: k === 'secret' ? 'password' : 'text',
-        value: v == null ? '' : v, class: 'mono', autocomplete: 'off', spellcheck: 'false',
+      ins[k] = h('input.mono', { id: 's-' + k, type: k === 'secret' ? 'password' : 'text',
+        value: v == null ? '' : v, autocomplete: 'off', spellcheck: 'false',
         disabled: k === 'alias' && !!sub });
       return field('s-' + k, t('subs.f.' + k), ins[k], k === 'secret' && sub && sub.has_secret
         ? t('subs.secretKept') : null, k);
@@ -33,7 +33,7 @@
         t('common.save')), btn(t('common.cancel'), () => clear(box), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      err.hidden = true;
+      unmark(form, err);
       const body = { vanished: vanished.value };
       for (const k of TEXT) {
         const v = ins[k].value.trim();
@@ -48,10 +48,7 @@
         clear(box);
         reload();
       } catch (ex) {
-        const wrap = ex.field && form.querySelector(`[data-field="${ex.field}"]`);
-        const el = wrap ? wrap.querySelector('.field-error') : err;
-        el.textContent = ex.message;
-        el.hidden = false;
+        markField(form, err, ex.field, ex.message).focus();
       }
     });
     box.append(form);

@@ -73,8 +73,7 @@
       t('system.fileReadsVal', f)) : '—';
   }
 
-  // What keeps tasks away from the database and the admin token (docs/security.md); a
-  // warning whenever it is not in effect.
+  // Task isolation (docs/security.md).
   function isolationView(iso) {
     return h('section.card', { 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
       'data-effective': String(!!iso.effective) },
@@ -90,7 +89,6 @@
     iso.effective ? h('p.muted.small', t('system.isoHelp')) : null);
   }
 
-  // What retention deleted, by kind and reason: the last round and since the worker started.
   function deletionsView(r) {
     const total = r.deleted_since_start;
     if (!total) return null;

@@ -20,7 +20,6 @@
     }
   }
 
-  // One row of the task list; `reload` repaints the list after a change.
   function taskRow(task, last, cols, reload) {
     const sched = task.schedule
       ? [h('code', task.schedule), h('div.muted.small', task.next_fire_at_ms
