@@ -1,7 +1,7 @@
 /* qledge panel: subscriptions (#/subs), docs/subscriptions.md. */
 'use strict';
 (() => {
-  const { t, h, clear, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded,
+  const { t, h, clear, fill, btn, rowBtn, actionsCell, field, markField, unmark, loading, grid, row, guarded,
     apiPath, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
   const TEXT = ['name', 'url', 'branch', 'alias', 'schedule', 'default_schedule', 'whitelist',
     'blacklist', 'dependences', 'username', 'secret'];
@@ -13,8 +13,8 @@
     const ins = {};
     const fields = TEXT.map((k) => {
       const v = sub && k !== 'secret' ? sub[k] : '';
-      ins[k] = h('input', { id: 's-' + k, type: k === 'secret' ? 'password' : 'text',
-        value: v == null ? '' : v, class: 'mono', autocomplete: 'off', spellcheck: 'false',
+      ins[k] = h('input.mono', { id: 's-' + k, type: k === 'secret' ? 'password' : 'text',
+        value: v == null ? '' : v, autocomplete: 'off', spellcheck: 'false',
         disabled: k === 'alias' && !!sub });
       return field('s-' + k, t('subs.f.' + k), ins[k], k === 'secret' && sub && sub.has_secret
         ? t('subs.secretKept') : null, k);
@@ -24,16 +24,16 @@
       ['git', 'file'].map((v) => opt(v, sub && sub.type === v)));
     const vanished = h('select', { id: 's-vanished' }, ['delete', 'disable'].map((v) =>
       opt(v, sub && sub.vanished === v, t('subs.v.' + v))));
-    const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
-    const form = h('form', { class: 'card form', novalidate: true },
-      h('h2', null, sub ? sub.name : t('subs.new')), err,
+    const err = h('div.alert.error', { role: 'alert', hidden: true });
+    const form = h('form.card.form', { novalidate: true },
+      h('h2', sub ? sub.name : t('subs.new')), err,
       field('s-type', t('subs.f.type'), type, null, 'type'), fields,
       field('s-vanished', t('subs.f.vanished'), vanished, null, 'vanished'),
-      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' },
+      h('div.actions', h('button.btn.primary', { type: 'submit' },
         t('common.save')), btn(t('common.cancel'), () => clear(box), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      err.hidden = true;
+      unmark(form, err);
       const body = { vanished: vanished.value };
       for (const k of TEXT) {
         const v = ins[k].value.trim();
@@ -48,10 +48,7 @@
         clear(box);
         reload();
       } catch (ex) {
-        const wrap = ex.field && form.querySelector(`[data-field="${ex.field}"]`);
-        const el = wrap ? wrap.querySelector('.field-error') : err;
-        el.textContent = ex.message;
-        el.hidden = false;
+        markField(form, err, ex.field, ex.message).focus();
       }
     });
     box.append(form);
@@ -62,16 +59,16 @@
     if (!s) return sub.last_run_id ? t('subs.pending') : '—';
     const link = h('a', { href: '#/runs/' + s.run_id }, t('status.' + s.status));
     if (!s.added) return link;
-    return h('span', null, link, ' ', t('subs.counts', { a: s.added.length,
+    return h('span', link, ' ', t('subs.counts', { a: s.added.length,
       c: s.changed.length, r: s.removed.length }));
   }
 
   function viewSubs(main, alive) {
     heading(main, t('nav.subs'), btn(t('subs.new'), () => subForm(box, null, load), 'primary',
       { 'data-action': 'new-sub' }));
-    main.append(h('p', { class: 'muted' }, t('subs.intro')));
-    const box = h('div', null);
-    const list = h('div', { class: 'card' }, loading());
+    main.append(h('p.muted', t('subs.intro')));
+    const box = h('div');
+    const list = h('div.card', loading());
     main.append(box, list);
     async function load() {
       let subs;
@@ -84,9 +81,9 @@
       if (!alive()) return;
       const cols = [t('subs.f.name'), t('subs.f.alias'), t('subs.f.url'), t('subs.f.schedule'),
         t('subs.last'), t('tasks.col.actions')];
-      fill(list, !subs.length ? h('p', { class: 'empty' }, t('subs.empty'))
+      fill(list, !subs.length ? h('p.empty', t('subs.empty'))
         : grid(t('nav.subs'), cols, subs.map((s) => row({ 'data-sub': s.alias }, cols,
-          s.name, h('code', null, s.alias), h('code', { class: 'wrap' }, s.url),
+          s.name, h('code', s.alias), h('code.wrap', s.url),
           s.schedule || '—', lastPull(s), actionsCell(cols[5],
             rowBtn(t('subs.pull'), s.name, guarded(async () => {
               const r = await api('POST', apiPath('subscriptions', s.id, 'pull'));
