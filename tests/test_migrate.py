@@ -292,7 +292,7 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=8)
     _seed(db, runs=40)
     before = _snapshot(db)
-    assert migrate.apply(db) == [9]
+    assert migrate.apply(db, _copy_migrations(tmp_path / "m-upto9", upto=9)) == [9]
     after = _snapshot(db)
     assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
     assert after["receipt_journal"] == sorted(

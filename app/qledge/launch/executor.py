@@ -71,7 +71,7 @@ class LocalExecutor:
     def __init__(
         self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
         launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
-        isolation: Isolation,
+        isolation: Isolation, run_env: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -82,6 +82,9 @@ class LocalExecutor:
         self.boot_id = boot_id
         self.global_env = global_env
         self.isolation = isolation
+        # Per-attempt variables of the appliance's own (the scripts' notify credential);
+        # they win over the task's env.
+        self.run_env = run_env
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
@@ -106,6 +109,8 @@ class LocalExecutor:
         env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
         token = new_token()
         attempt_id = ids.uuid7()
+        if self.run_env is not None:
+            env.update(self.run_env(attempt_id))
         now = now_ms()
         deadline = now + task.timeout_s * 1000 if task.timeout_s else None
         self.in_flight.add(attempt_id)

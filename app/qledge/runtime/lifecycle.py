@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from .. import ids
+from .. import ids, notify, shipped_scripts
 from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
@@ -27,6 +27,8 @@ from .completion import CompletionService
 from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop, settle
+from .metrics import Metrics
+from .notifier import Notifier
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
@@ -65,6 +67,9 @@ class Runtime:
         # User-reachable file work (log reads and tails): its own bounded threads,
         # never the default executor the runtime's own file work needs.
         self.files = FilePool()
+        # The key of the scripts' per-attempt notify credentials (create_app sets it
+        # from the admin token; empty: no credential is handed out).
+        self.notify_key = b""
 
     # -- start / stop ------------------------------------------------------------
 
@@ -73,10 +78,18 @@ class Runtime:
         work_dir = s.work_path
         # Tasks inherit the worker's cwd (posix_spawn has no chdir action).
         os.chdir(work_dir)
+        await asyncio.to_thread(shipped_scripts.ship, s.scripts_path, work_dir)
         await self.db.open()
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
+        # Before recovery: results recovered at start-up count and notify too.
+        self.metrics = Metrics(self.db)
+        self.notifier = Notifier(
+            self.db, logs_root=s.logs_path, base_url=s.notify_base_url,
+            interval_s=s.notify_interval_s, retry_base_s=s.notify_retry_base_s,
+            max_tries=s.notify_max_tries, max_age_s=s.notify_max_age_s,
+            started_at_ms=self.started_at_ms)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
@@ -85,7 +98,8 @@ class Runtime:
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation)
+            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
+            run_env=self._run_env)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -120,6 +134,7 @@ class Runtime:
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
+        self.notifier.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -127,6 +142,7 @@ class Runtime:
         if self.settings.shutdown_policy == "cancel":
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
+        await self.notifier.stop()
         await self.supervision.stop()
         await self.disk.stop()
         await self.dispatcher.stop()
@@ -141,6 +157,18 @@ class Runtime:
 
     async def _env(self, tx: Tx) -> dict[str, str]:
         return await self.global_env(tx)
+
+    def _run_env(self, attempt_id: str) -> dict[str, str]:
+        """What a task's notify.py / sendNotify.js need: where to post, and a
+        credential good only for notifying while this attempt runs."""
+        if not self.notify_key:
+            return {}
+        host = self.settings.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
+        if ":" in host:
+            host = f"[{host}]"
+        return {"QLEDGE_NOTIFY_URL": f"http://{host}:{self.settings.port}/notify",
+                "QLEDGE_NOTIFY_TOKEN": notify.script_token(self.notify_key, attempt_id)}
 
     def _spawned(self, result: SpawnResult) -> None:
         self.watcher.watch(result.attempt.id, result.pidfd)
