@@ -37,6 +37,7 @@ class HttpReceiver:
         self.port = port or free_port()
         self.requests: list[Request] = []
         self.status = 200
+        self.delay_s = 0.0  # before answering (a slow service: a send in flight)
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -49,6 +50,7 @@ class HttpReceiver:
                 body = self.rfile.read(n)
                 with owner._lock:
                     owner.requests.append(Request("POST", self.path, dict(self.headers), body))
+                time.sleep(owner.delay_s)
                 self.send_response(owner.status)
                 self.send_header("content-type", "application/json")
                 self.end_headers()
