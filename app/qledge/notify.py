@@ -212,7 +212,9 @@ def secrets_of(url: str) -> list[str]:
         parts = urlsplit(url)
     except ValueError:
         return out
-    out += [p for p in (parts.username, parts.password, parts.hostname) if p]
+    # The netloc whole and in pieces: some services put a token where a URL has
+    # user, password, host or port (tgram://BOTID:TOKEN/...).
+    out += [parts.netloc, *re.split(r"[:@]", parts.netloc)]
     out += [seg for seg in parts.path.split("/") if len(seg) >= 4]
     for pair in parts.query.split("&"):
         value = pair.partition("=")[2]
@@ -223,7 +225,7 @@ def secrets_of(url: str) -> list[str]:
 
 def redact(text: str, secrets: list[str], limit: int = 500) -> str:
     for secret in sorted(set(secrets), key=len, reverse=True):
-        if secret:
+        if len(secret) >= 4 or secret == secrets[0]:
             text = text.replace(secret, "***")
     return text[:limit]
 
