@@ -160,6 +160,10 @@ def test_channel_api_validates_and_never_returns_the_url(fast_server: Server) ->
     test = http.post(f"/api/v1/notifications/channels/{cid}/test")
     assert test.status_code == 200 and test.json()["ok"] is False
     assert SECRET not in test.text
+    # a service's error names the host: a token there is redacted too
+    named = channel(http, "named", f"json://{SECRET}.invalid/x")
+    test = http.post(f"/api/v1/notifications/channels/{named}/test").json()
+    assert test["ok"] is False and "***" in test["error"] and SECRET not in test["error"]
     assert http.delete(f"/api/v1/notifications/channels/{cid}").status_code == 204
     assert http.delete(f"/api/v1/notifications/channels/{cid}").status_code == 404
     anon = httpx.get(f"{fast_server.url}/api/v1/notifications/channels")

@@ -55,7 +55,8 @@ def deliver(url: str, title: str, body: str) -> SendResult:
 
     secrets = notify.secrets_of(url)
     box = apprise.Apprise()
-    with apprise.LogCapture(level=logging.WARNING) as captured:  # type: ignore[no-untyped-call]
+    with apprise.LogCapture(  # type: ignore[no-untyped-call]
+            level=logging.WARNING, fmt="%(message)s") as captured:
         if not box.add(url):
             return SendResult(ok=False, error="not a valid apprise URL (or an unknown service)")
         try:
