@@ -75,6 +75,28 @@ def test_killed_between_commit_and_send_delivers_once_after_restart(
         hook.stop()
 
 
+def test_killed_right_after_the_result_commit_still_notifies(appliance: Factory) -> None:
+    """The outbox row is part of the result's commit: a worker that dies right after
+    that commit (before anything else ran) leaves the message for the next one."""
+    hook = HttpReceiver().start()
+    try:
+        first = appliance(failpoints="consumer.after_commit=exit", **NOTIFY)
+        add_channel(first, "hook", f"json://127.0.0.1:{hook.port}/h")
+        run_id = trigger(first, make_task(first, "exit 6", name="etl")["id"])
+        wait_until(lambda: "exit status 86" in output(first), 30, "worker exit after commit")
+        stop_leaving_tasks(first)
+        app = appliance(first.state, **NOTIFY)
+        assert get_run(app, run_id)["status"] == "failed"
+        (got,) = hook.wait(1)
+        assert got.json()["title"] == "[qledge] etl: failed"
+        wait_until(lambda: [m["state"] for m in messages(app, run_id)] == ["sent"], 20,
+                   "marked sent")
+        time.sleep(1.5)
+        assert len(hook.requests) == 1
+    finally:
+        hook.stop()
+
+
 def test_killed_mid_send_sends_at_most_one_duplicate(appliance: Factory) -> None:
     hook = HttpReceiver().start()
     hook.delay_s = 3.0  # the first send is in flight when the worker is killed
