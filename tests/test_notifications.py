@@ -267,7 +267,7 @@ def test_script_send_reaches_the_channels_and_the_credential_ends_with_the_run(
         assert (scripts / "notify.py").is_file() and (scripts / "sendNotify.js").is_file()
         py = run(http, task(http, "py", "cd scripts && python3 -c 'from notify import send;"
                             " import os; print(send(\"hello\", \"from python\"));"
-                            " print(os.environ[\"QLEDGE_NOTIFY_TOKEN\"])'"))
+                            " print(os.environ[\"QL_NOTIFY_TOKEN\"])'"))
         assert py["status"] == "succeeded", py
         js = run(http, task(http, "js", "cd scripts && node -e \"require('./sendNotify')"
                             ".sendNotify('hi', 'from node')"

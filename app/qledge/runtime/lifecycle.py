@@ -160,15 +160,16 @@ class Runtime:
 
     def _run_env(self, attempt_id: str) -> dict[str, str]:
         """What a task's notify.py / sendNotify.js need: where to post, and a
-        credential good only for notifying while this attempt runs."""
+        credential good only for notifying while this attempt runs. Not QLEDGE_*:
+        a qledge started from a task must not read them as settings."""
         if not self.notify_key:
             return {}
         host = self.settings.host
         host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
         if ":" in host:
             host = f"[{host}]"
-        return {"QLEDGE_NOTIFY_URL": f"http://{host}:{self.settings.port}/notify",
-                "QLEDGE_NOTIFY_TOKEN": notify.script_token(self.notify_key, attempt_id)}
+        return {"QL_NOTIFY_URL": f"http://{host}:{self.settings.port}/notify",
+                "QL_NOTIFY_TOKEN": notify.script_token(self.notify_key, attempt_id)}
 
     def _spawned(self, result: SpawnResult) -> None:
         self.watcher.watch(result.attempt.id, result.pidfd)

@@ -4,7 +4,7 @@ Shipped by qledge into the scripts folder on first start (a file of the same
 name that is already there is never replaced; delete it to get this one back).
 The message goes to the operator's notification channels, and to the services
 the QingLong notification envs describe (docs/notifications.md). It works only
-inside a run: qledge gives each run a credential (QLEDGE_NOTIFY_TOKEN) that is
+inside a run: qledge gives each run a credential (QL_NOTIFY_TOKEN) that is
 good for notifying only, until that run ends.
 """
 
@@ -20,8 +20,8 @@ MAX_CONTENT = 4000
 def send(title, content="", *args, **kwargs):
     """Queue `title` / `content` for delivery; True if qledge accepted it.
     Extra arguments (QingLong's ignore_default_config=..., ...) are ignored."""
-    url = os.environ.get("QLEDGE_NOTIFY_URL")
-    token = os.environ.get("QLEDGE_NOTIFY_TOKEN")
+    url = os.environ.get("QL_NOTIFY_URL")
+    token = os.environ.get("QL_NOTIFY_TOKEN")
     if not url or not token:
         print("notify: not running as a qledge task; nothing sent")
         return False

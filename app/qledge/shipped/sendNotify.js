@@ -7,7 +7,7 @@
  * name that is already there is never replaced; delete it to get this one back).
  * The message goes to the operator's notification channels, and to the services
  * the QingLong notification envs describe (docs/notifications.md). It works only
- * inside a run: qledge gives each run a credential (QLEDGE_NOTIFY_TOKEN) that is
+ * inside a run: qledge gives each run a credential (QL_NOTIFY_TOKEN) that is
  * good for notifying only, until that run ends.
  */
 'use strict';
@@ -19,8 +19,8 @@ const MAX_CONTENT = 4000;
 
 /** Resolves true if qledge accepted the message; never rejects. */
 function sendNotify(title, content = '', ...ignored) {
-  const url = process.env.QLEDGE_NOTIFY_URL;
-  const token = process.env.QLEDGE_NOTIFY_TOKEN;
+  const url = process.env.QL_NOTIFY_URL;
+  const token = process.env.QL_NOTIFY_TOKEN;
   if (!url || !token) {
     console.log('notify: not running as a qledge task; nothing sent');
     return Promise.resolve(false);
