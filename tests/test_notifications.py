@@ -217,9 +217,12 @@ def test_metrics_and_auth(tmp_path: Path) -> None:
         http = srv.http
         assert httpx.get(f"{srv.url}/metrics").status_code == 401
 
+        families: set[str] = set()
+
         def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             r = http.get("/metrics")
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+            families.update(f.name for f in text_string_to_metric_families(r.text))
             return {(s.name, tuple(sorted(s.labels.items()))): s.value
                     for fam in text_string_to_metric_families(r.text) for s in fam.samples}
 
@@ -239,6 +242,17 @@ def test_metrics_and_auth(tmp_path: Path) -> None:
                      "qledge_notify_outbox_pending", "qledge_scheduler_lag_seconds",
                      "qledge_db_wal_size_bytes"):
             assert (name, ()) in after, name
+        # the example dashboard and docs/metrics.md name only metrics that exist
+        import json
+        import re
+
+        root = Path(__file__).resolve().parents[1] / "docs"
+        names = {n for (n, _) in after} | families
+        dash = json.loads((root / "grafana-qledge.json").read_text())
+        used = {m for p in dash["panels"] for t in p["targets"]
+                for m in re.findall(r"qledge_\w+", t["expr"])}
+        used |= set(re.findall(r"qledge_\w+", (root / "metrics.md").read_text()))
+        assert used and used <= names, used - names
         # no per-task labels: the label sets are the bounded ones only
         labels = {k for (_, ls) in after for (k, _) in ls}
         assert labels <= {"status", "reason", "action", "le"}, labels

@@ -15,10 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids, notify
-from ..clock import now_ms
 from ..db import notifications as q
-from ..db import store
-from ..model import ACTIVE_ATTEMPT
+from ..runtime import notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import (
@@ -35,8 +33,6 @@ MAX_NAME = 100
 MAX_URL = 2048
 MAX_TITLE = 200
 MAX_CONTENT = 4000
-# A script's send() calls per attempt; a loop in a script must not flood a phone.
-MAX_SCRIPT_SENDS = 20
 
 
 class ChannelIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -109,10 +105,10 @@ async def create_channel(request: Request) -> Response:
     rt = _rt(request)
     body = decode_body(await request.body(), ChannelIn)
     name, url = _name(body.name), await _valid_url(rt, body.url)
-    async with rt.db.write() as tx:
-        if await q.channel_named(tx, name):
-            raise StateConflict(f"a channel named {name!r} exists", field="name")
-        ch = await q.add_channel(tx, name, url, body.enabled, now_ms())
+    try:
+        ch = await notify_ops.add_channel(rt, name, url, body.enabled)
+    except notify_ops.DuplicateName:
+        raise StateConflict(f"a channel named {name!r} exists", field="name") from None
     return json_response(channel_view(ch), 201)
 
 
@@ -127,24 +123,22 @@ async def update_channel(request: Request) -> Response:
         fields["url"] = await _valid_url(rt, patch.url)
     if patch.enabled is not None:
         fields["enabled"] = patch.enabled
-    async with rt.db.write() as tx:
-        other = await q.channel_named(tx, str(fields["name"])) if "name" in fields else None
-        if other is not None and other.id != channel_id:
-            raise StateConflict(f"a channel named {fields['name']!r} exists", field="name")
-        try:
-            ch = await q.update_channel(tx, channel_id, fields, now_ms())
-        except q.NotFound:
-            raise Missing("channel not found") from None
+    try:
+        ch = await notify_ops.update_channel(rt, channel_id, fields)
+    except notify_ops.DuplicateName:
+        raise StateConflict(f"a channel named {fields['name']!r} exists",
+                            field="name") from None
+    except q.NotFound:
+        raise Missing("channel not found") from None
     return json_response(channel_view(ch))
 
 
 async def delete_channel(request: Request) -> Response:
     channel_id = _id(request)
-    async with _rt(request).db.write() as tx:
-        try:
-            await q.delete_channel(tx, channel_id, now_ms())
-        except q.NotFound:
-            raise Missing("channel not found") from None
+    try:
+        await notify_ops.delete_channel(_rt(request), channel_id)
+    except q.NotFound:
+        raise Missing("channel not found") from None
     return Response(status_code=204)
 
 
@@ -182,8 +176,7 @@ def _checked(rules: notify.Rules | notify.RulesPatch) -> None:
 async def put_rules(request: Request) -> Response:
     rules = decode_body(await request.body(), notify.Rules)
     _checked(rules)
-    async with _rt(request).db.write() as tx:
-        await q.set_rules(tx, q.GLOBAL, rules, now_ms())
+    await notify_ops.set_global_rules(_rt(request), rules)
     return json_response(msgspec.to_builtins(rules))
 
 
@@ -191,17 +184,18 @@ async def put_task_rules(request: Request) -> Response:
     task_id = request.path_params["task_id"]
     patch = decode_body(await request.body(), notify.RulesPatch)
     _checked(patch)
-    async with _rt(request).db.write() as tx:
-        if not ids.is_uuid7(task_id) or await q.task_brief(tx, task_id) is None:
-            raise Missing("task not found")
-        await q.set_rules(tx, task_id, patch, now_ms())
+    if not ids.is_uuid7(task_id):
+        raise Missing("task not found")
+    try:
+        await notify_ops.set_task_rules(_rt(request), task_id, patch)
+    except q.NotFound:
+        raise Missing("task not found") from None
     return json_response(msgspec.to_builtins(patch))
 
 
 async def delete_task_rules(request: Request) -> Response:
     task_id = request.path_params["task_id"]
-    async with _rt(request).db.write() as tx:
-        await q.set_rules(tx, task_id, None, now_ms())
+    await notify_ops.set_task_rules(_rt(request), task_id, None)
     return Response(status_code=204)
 
 
@@ -232,15 +226,14 @@ async def script_notify(request: Request) -> Response:
     content = "\n".join(inputs.without_controls(line)
                         for line in body.content[:MAX_CONTENT].splitlines())
     sends: dict[str, int] = request.app.state.script_sends
-    async with rt.db.write() as tx:
-        attempt = await store.find_attempt(tx, attempt_id)
-        if attempt is None or attempt.status not in ACTIVE_ATTEMPT:
-            raise Forbidden("the run of this credential has finished")
-        if sends.get(attempt_id, 0) >= MAX_SCRIPT_SENDS:
-            raise StateConflict(f"a run may send at most {MAX_SCRIPT_SENDS} messages")
-        run = await store.get_run(tx, attempt.run_id)
-        queued = await rt.notifier.enqueue(tx, kind="script", title=title, body=content,
-                                           run_id=run.id, task_id=run.task_id)
+    try:
+        queued = await notify_ops.script_message(rt, attempt_id, title, content,
+                                                 sends.get(attempt_id, 0))
+    except notify_ops.RunFinished:
+        raise Forbidden("the run of this credential has finished") from None
+    except notify_ops.TooMany:
+        raise StateConflict(f"a run may send at most {notify_ops.MAX_SCRIPT_SENDS}"
+                            " messages") from None
     if len(sends) > 4096:
         sends.clear()
     sends[attempt_id] = sends.get(attempt_id, 0) + 1
