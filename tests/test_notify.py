@@ -11,6 +11,7 @@ import pytest
 from qledge import notify, qinglong_notify, shipped_scripts
 from qledge.db.connection import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.settings import Settings
 
 RUN = Run(id="0190c2e0-0000-7000-8000-000000000001", task_id="t", trigger=Trigger.MANUAL,
           status=RunStatus.FAILED, version=3, event_seq=6, cancel_reason=None,
@@ -197,3 +198,44 @@ def test_helpers_are_shipped_once_and_never_over_a_users_file(tmp_path: Path) ->
     (scripts / "sendNotify.js").unlink()
     assert shipped_scripts.ship(scripts, work) == []  # deleted by the user: stays deleted
     assert not (scripts / "notify.py").exists()
+
+
+async def test_disk_pressure_hold_entered_and_left_are_queued_once_each(
+        db: Database, conf: Settings) -> None:
+    import asyncio
+
+    import msgspec
+
+    from qledge.db import notifications as q
+    from qledge.runtime.diskwatch import MIB
+    from qledge.runtime.notifier import Notifier
+    from qledge.runtime.retention import DiskKeeper
+    from test_diskpressure import FakeFs
+
+    notifier = Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60,
+                        retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
+    profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0)
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None)
+    keeper.on_pressure = notifier.pressure_changed
+    keeper.disk._statvfs = fs = FakeFs(total=1000 * MIB, free=900 * MIB)
+    async with db.write() as tx:
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+
+    async def titles() -> list[str]:
+        await asyncio.gather(*notifier._bg)
+        async with db.read() as tx:
+            return [m.title for m in reversed(await q.recent(tx, 10))]
+
+    assert await keeper.may_spawn() is None
+    fs.free = 50 * MIB
+    assert await keeper.may_spawn() == "DISK_PRESSURE"
+    assert await keeper.may_spawn() == "DISK_PRESSURE"  # still held: no second message
+    fs.free = 900 * MIB
+    assert await keeper.may_spawn() is None
+    assert await titles() == ["[qledge] disk pressure: new runs are held",
+                              "[qledge] disk pressure is over: runs resume"]
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, notify.Rules(disk_pressure=False), 2)
+    fs.free = 50 * MIB
+    assert await keeper.may_spawn() == "DISK_PRESSURE"
+    assert len(await titles()) == 2  # the rule is off

@@ -112,6 +112,7 @@ class Runtime:
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick)
+        self.disk.on_pressure = self.notifier.pressure_changed
         self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
                                      self.profile.max_concurrent_attempts, self._spawned,
                                      may_spawn=self.disk.may_spawn)

@@ -29,7 +29,7 @@ from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..model import Run, RunStatus
-from .loop import PeriodicLoop
+from .loop import PeriodicLoop, settle
 
 log = logging.getLogger("qledge.notify")
 
@@ -100,6 +100,7 @@ class Notifier:
         self.sent = 0
         self.failures = 0
         self.given_up = 0
+        self._bg: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
         self.loop = PeriodicLoop("notifier", interval_s, self._round,
                                  stop_timeout_s=SEND_TIMEOUT_S)
@@ -110,6 +111,7 @@ class Notifier:
         self.loop.poke()  # rows left by the previous worker go out now
 
     async def stop(self) -> None:
+        await settle(self._bg, 5.0)
         await self.loop.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -159,6 +161,33 @@ class Notifier:
                                due_at_ms=now, now_ms=now)
         tx.on_commit(self.loop.poke)
         return len(rows)
+
+    def pressure_changed(self, pressure: bool, report: dict[str, object]) -> None:
+        """DiskKeeper's hook (synchronous): queue the hold entered/left message."""
+        task = asyncio.create_task(self._pressure_message(pressure, report),
+                                   name="notify:disk-pressure")
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _pressure_message(self, pressure: bool, report: dict[str, object]) -> None:
+        reason = str(report.get("reason") or "DISK_PRESSURE")
+        volumes = report.get("volumes") or []
+        where = ", ".join(str(v) for v in volumes) if isinstance(volumes, list) else ""
+        if pressure:
+            title = "[qledge] disk pressure: new runs are held"
+            body = (f"Reason: {reason} ({notify.REASONS.get(reason, 'disk space is low')})\n"
+                    f"Volumes: {where or 'unknown'}\nQueued runs wait; running tasks go on."
+                    " Old logs are evicted to make room (docs/retention.md).")
+        else:
+            title = "[qledge] disk pressure is over: runs resume"
+            body = "Free space is back above the low-water mark; held runs start now."
+        try:
+            async with self.db.write() as tx:
+                rules = await q.global_rules(tx)
+                if rules.disk_pressure:
+                    await self.enqueue(tx, kind="disk", title=title, body=body)
+        except Exception:
+            log.exception("could not queue the disk-pressure message")
 
     # -- the sender loop -----------------------------------------------------------
 
