@@ -53,6 +53,7 @@ def deliver(url: str, title: str, body: str) -> SendResult:
     The error text is redacted of the URL's secrets."""
     import apprise  # 100+ plugins: loaded on the first send only
 
+    _quiet(apprise.logger)
     secrets = notify.secrets_of(url)
     box = apprise.Apprise()
     with apprise.LogCapture(  # type: ignore[no-untyped-call]
@@ -71,9 +72,18 @@ def deliver(url: str, title: str, body: str) -> SendResult:
     return SendResult(ok=False, error=notify.redact(" | ".join(last), secrets))
 
 
+def _quiet(logger: logging.Logger) -> None:
+    """apprise's log lines name hosts, URLs and sometimes tokens: they are captured
+    per send (LogCapture) and redacted there, never passed on to the worker's log."""
+    logger.propagate = False
+    if not logger.handlers:  # else logging's last resort would print them to stderr
+        logger.addHandler(logging.NullHandler())
+
+
 def _parses(url: str) -> bool:
     import apprise
 
+    _quiet(apprise.logger)
     return bool(apprise.Apprise().add(url))
 
 
