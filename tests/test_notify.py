@@ -239,3 +239,23 @@ async def test_disk_pressure_hold_entered_and_left_are_queued_once_each(
     fs.free = 50 * MIB
     assert await keeper.may_spawn() == "DISK_PRESSURE"
     assert len(await titles()) == 2  # the rule is off
+
+
+async def test_prune_drops_only_old_finished_messages(db: Database) -> None:
+    from qledge.db import notifications as q
+
+    async with db.write() as tx:
+        ids = {}
+        for name, created in (("old-sent", 10), ("old-given-up", 11), ("old-pending", 12),
+                              ("new-sent", 500)):
+            (ids[name],) = await q.enqueue(tx, channel_ids=["c"], kind="run", run_id=None,
+                                           task_id=None, title=name, body="", log_lines=0,
+                                           due_at_ms=created, now_ms=created)
+        await q.mark_sent(tx, ids["old-sent"], 20)
+        await q.mark_failed(tx, ids["old-given-up"], "boom", None, 20)
+        await q.mark_sent(tx, ids["new-sent"], 501)
+        assert await q.prune(tx, 100, 256) == 2
+    async with db.read() as tx:
+        left = {m.title: m.state for m in await q.recent(tx, 10)}
+        assert left == {"old-pending": "pending", "new-sent": "sent"}
+        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0}

@@ -107,8 +107,10 @@ async def task_rules(tx: Tx, task_id: str) -> RulesPatch | None:
 
 
 async def all_task_rules(tx: Tx) -> dict[str, RulesPatch]:
-    rows = await tx.all("SELECT scope, rules_json FROM notify_rules WHERE scope != ?",
-                        (GLOBAL,))
+    # A deleted task's override is left behind (task deletion knows nothing of it)
+    # and ignored here.
+    rows = await tx.all("SELECT scope, rules_json FROM notify_rules"
+                        " WHERE scope IN (SELECT id FROM tasks)")
     return {r[0]: msgspec.json.decode(r[1], type=RulesPatch) for r in rows}
 
 

@@ -41,6 +41,7 @@ SEND_TIMEOUT_S = 30.0
 # "env:NAME" (qinglong_notify.py), its URL built from the envs at send time.
 ENV_CHANNEL = "env:"
 PRUNE_EVERY = 20  # rounds; sent and given-up rows are kept KEEP_DONE_MS for the API
+PRUNE_PAGE = 256
 
 
 class SendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,7 +214,7 @@ class Notifier:
             await self._send(msg, url)
         if self.loop.rounds % PRUNE_EVERY == 0:
             async with self.db.write(durable=False) as tx:
-                await q.prune(tx, now - KEEP_DONE_MS, BATCH)
+                await q.prune(tx, now - KEEP_DONE_MS, PRUNE_PAGE)
         if len(batch) == BATCH:
             return 0.0
         async with self.db.read() as tx:
