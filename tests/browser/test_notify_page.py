@@ -10,7 +10,7 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import api_task, sign_in
+from .conftest import api_task, shoot, sign_in
 from _appliance import Appliance
 from _receivers import HttpReceiver
 
@@ -61,6 +61,7 @@ def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) ->
             page.wait_for_timeout(300)
         expect(delivered).to_contain_text("hook")
         expect(delivered).to_contain_text("sent")
+        shoot(page, "notifications")  # and the phone layout never scrolls sideways
 
         page.get_by_role("button", name=re.compile("Switch language")).click()
         expect(page.get_by_role("heading", name="通知", level=1)).to_be_visible()
