@@ -259,3 +259,50 @@ async def test_prune_drops_only_old_finished_messages(db: Database) -> None:
         left = {m.title: m.state for m in await q.recent(tx, 10)}
         assert left == {"old-pending": "pending", "new-sent": "sent"}
         assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0}
+
+
+async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
+        db: Database, conf: Settings) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.db import notifications as q
+    from qledge.db import store
+    from qledge.runtime.notifier import Notifier
+
+    Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
+             max_tries=3, max_age_s=60, started_at_ms=0)
+    async with db.write() as tx:
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+
+    async def fail_one(boom: bool = False) -> str:
+        async with db.write() as tx:
+            run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+        tr = transitions.cancel_queued(run, 3)
+        tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+            tr.run, status=RunStatus.FAILED, reason_code="EXITED", exit_code=1))
+        async with db.write() as tx:
+            await store.apply(tx, run, tr, 3)
+            if boom:
+                raise RuntimeError("the completion fails after the listener ran")
+        return run.id
+
+    async def rows(run_id: str) -> list[str]:
+        async with db.read() as tx:
+            return [m.title for m in await q.recent(tx, 10, run_id=run_id)]
+
+    run_id = await fail_one()
+    assert await rows(run_id) == ["[qledge] t: failed"]
+    with pytest.raises(RuntimeError):  # the result is rolled back: so is its message
+        await fail_one(boom=True)
+    async with db.read() as tx:
+        assert await tx.one("SELECT 1 FROM notify_outbox WHERE run_id NOT IN"
+                            " (SELECT id FROM runs WHERE status = 'failed')") is None
+    async with db.write() as tx:  # a rules row this version cannot read
+        await tx.execute("INSERT INTO notify_rules VALUES ('', '{\"nope\": 1}', 1)")
+    run_id = await fail_one()
+    async with db.read() as tx:
+        assert (await store.get_run(tx, run_id)).status is RunStatus.FAILED
+    assert await rows(run_id) == []
