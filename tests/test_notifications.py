@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from _receivers import HttpReceiver, SmtpReceiver, text_of
-from conftest import ADMIN, Server, wait_terminal
+from conftest import ADMIN, Server, unavailable, wait_terminal
 
 SECRET = "tok3nS3cretValue42"
 FAST = {"notify_retry_base_s": "0.2", "notify_interval_s": "1",
@@ -269,6 +270,8 @@ def test_metrics_and_auth(tmp_path: Path) -> None:
 
 def test_script_send_reaches_the_channels_and_the_credential_ends_with_the_run(
         fast_server: Server) -> None:
+    if shutil.which("node") is None:
+        unavailable("node is not installed (scripts/bootstrap installs nodejs)")
     http = fast_server.http
     hook = HttpReceiver().start()
     ntfy = HttpReceiver().start()
