@@ -70,6 +70,15 @@ class Runtime:
         # The key of the scripts' per-attempt notify credentials (create_app sets it
         # from the admin token; empty: no credential is handed out).
         self.notify_key = b""
+        # Their terminal listeners are registered once, here: before start-up recovery,
+        # so results recovered then count and notify too.
+        self.metrics = Metrics(self.db)
+        self.notifier = Notifier(
+            self.db, logs_root=settings.logs_path, base_url=settings.notify_base_url,
+            interval_s=settings.notify_interval_s,
+            retry_base_s=settings.notify_retry_base_s,
+            max_tries=settings.notify_max_tries, max_age_s=settings.notify_max_age_s,
+            started_at_ms=self.started_at_ms)
 
     # -- start / stop ------------------------------------------------------------
 
@@ -83,13 +92,6 @@ class Runtime:
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
-        # Before recovery: results recovered at start-up count and notify too.
-        self.metrics = Metrics(self.db)
-        self.notifier = Notifier(
-            self.db, logs_root=s.logs_path, base_url=s.notify_base_url,
-            interval_s=s.notify_interval_s, retry_base_s=s.notify_retry_base_s,
-            max_tries=s.notify_max_tries, max_age_s=s.notify_max_age_s,
-            started_at_ms=self.started_at_ms)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)

@@ -73,6 +73,10 @@ def deliver(url: str, title: str, body: str) -> SendResult:
     return SendResult(ok=False, error=notify.redact(" | ".join(last), secrets))
 
 
+def _new_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
+
+
 def _quiet(logger: logging.Logger) -> None:
     """apprise's log lines name hosts, URLs and sometimes tokens: they are captured
     per send (LogCapture) and redacted there, never passed on to the worker's log."""
@@ -112,7 +116,7 @@ class Notifier:
         self.failures = 0
         self.given_up = 0
         self._bg: set[asyncio.Task[None]] = set()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
+        self._pool = _new_pool()
         self.loop = PeriodicLoop("notifier", interval_s, self._round,
                                  stop_timeout_s=SEND_TIMEOUT_S)
         db.on_terminal(self.on_terminal)
@@ -125,6 +129,7 @@ class Notifier:
         await settle(self._bg, 5.0)
         await self.loop.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = _new_pool()  # for a start after this stop (threads start on use)
 
     # -- in the terminal transaction ---------------------------------------------
 
