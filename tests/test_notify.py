@@ -306,3 +306,40 @@ async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
     async with db.read() as tx:
         assert (await store.get_run(tx, run_id)).status is RunStatus.FAILED
     assert await rows(run_id) == []
+
+
+async def test_a_message_due_in_quiet_hours_waits_for_their_end(
+        db: Database, conf: Settings) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.clock import now_ms
+    from qledge.db import notifications as q
+    from qledge.db import store
+    from qledge.runtime.notifier import Notifier
+
+    Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
+             max_tries=3, max_age_s=60, started_at_ms=0)
+    now = now_ms()
+    lt = time.localtime(now / 1000)
+    minute = lt.tm_hour * 60 + lt.tm_min
+    start, end = (minute - 60) % 1440, (minute + 90) % 1440
+    rules = notify.Rules(quiet_start=f"{start // 60:02d}:{start % 60:02d}",
+                         quiet_end=f"{end // 60:02d}:{end % 60:02d}")
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, rules, 1)
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+    tr = transitions.cancel_queued(run, now)
+    tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+        tr.run, status=RunStatus.LOST, reason_code="RECOVERY_BOOT_CHANGED"))
+    async with db.write() as tx:
+        await store.apply(tx, run, tr, now)
+    async with db.read() as tx:
+        (msg,) = await q.recent(tx, 5, run_id=run.id)
+        assert await q.due(tx, now + 3600_000, 10) == []  # held past the next hour
+    wait = msg.next_at_ms - now
+    assert 89 * 60_000 <= wait <= 90 * 60_000, wait
+    assert msg.due_at_ms == msg.next_at_ms
