@@ -117,8 +117,9 @@ class Notifier:
         self.given_up = 0
         self._bg: set[asyncio.Task[None]] = set()
         self._pool = _new_pool()
-        self.loop = PeriodicLoop("notifier", interval_s, self._round,
-                                 stop_timeout_s=SEND_TIMEOUT_S)
+        # Stopping cancels a round still sending after the usual bound: an unmarked
+        # row is sent again by the next worker (at least once), shutdown stays quick.
+        self.loop = PeriodicLoop("notifier", interval_s, self._round)
         db.on_terminal(self.on_terminal)
 
     def start(self) -> None:
