@@ -137,18 +137,18 @@ class Notifier:
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         if new.status is RunStatus.CANCELLED:
             return
+        chans = await q.channels(tx, enabled_only=True)
+        if not chans:  # the completion path pays this one read, nothing more
+            return
         # A message must never cost a result: whatever goes wrong here (a rules row
         # this version cannot read, say) is undone alone and the completion commits.
         try:
             async with tx.savepoint():
-                await self._queue_run(tx, new, now)
+                await self._queue_run(tx, new, now, chans)
         except Exception:
             log.exception("run %s: its notification could not be queued", new.id)
 
-    async def _queue_run(self, tx: Tx, new: Run, now: int) -> None:
-        chans = await q.channels(tx, enabled_only=True)
-        if not chans:
-            return
+    async def _queue_run(self, tx: Tx, new: Run, now: int, chans: list[q.Channel]) -> None:
         brief = await q.task_brief(tx, new.task_id)
         if brief is None:
             return
