@@ -160,31 +160,32 @@ def test_qinglong_env_names_map_to_apprise_urls() -> None:
     assert qinglong_notify.urls({"TG_BOT_TOKEN": "123:abc"}) == {}  # no chat id: no channel
 
 
-async def test_after_commit_hooks_run_only_once_committed(db: Database) -> None:
-    seen: list[str] = []
+async def test_metrics_count_a_result_once_committed_never_a_rolled_back_one(
+        db: Database) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.db import store
+    from qledge.runtime.metrics import Metrics
+
+    metrics = Metrics(db)
     async with db.write() as tx:
-        tx.on_commit(lambda: seen.append("a"))
-        await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('h', '1')")
-        assert seen == []
-    assert seen == ["a"]
-    with pytest.raises(RuntimeError):
-        async with db.write() as tx:
-            tx.on_commit(lambda: seen.append("rolled back"))
-            raise RuntimeError
-    async with db.write() as tx:
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+    tr = transitions.cancel_queued(run, 3)
+    tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+        tr.run, status=RunStatus.FAILED, reason_code="SOMETHING_NEW", exit_code=1))
+    counted = metrics.runs.labels("failed", "other")
+    async with db.write() as tx:  # the consumer's way: one savepoint per receipt
         with pytest.raises(RuntimeError):
             async with tx.savepoint():
-                tx.on_commit(lambda: seen.append("savepoint rolled back"))
-                raise RuntimeError
-        tx.on_commit(lambda: seen.append("b"))
-
-        def boom() -> None:
-            raise ValueError("a hook failing after the commit")
-
-        tx.on_commit(boom)
-    assert seen == ["a", "b"]  # and the failing hook did not fail the write
-    async with db.read() as tx:
-        assert await tx.one("SELECT 1 FROM storage_settings WHERE name = 'h'")
+                await store.apply(tx, run, tr, 3)
+                raise RuntimeError("this receipt's completion is undone")
+    assert counted._value.get() == 0
+    async with db.write() as tx:
+        await store.apply(tx, run, tr, 3)
+    assert counted._value.get() == 1  # an unknown reason code is "other", not a new label
 
 
 def test_helpers_are_shipped_once_and_never_over_a_users_file(tmp_path: Path) -> None:

@@ -156,6 +156,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     notify_max_age_s: Annotated[float, msgspec.Meta(gt=0)] = 86400.0
     # GET /metrics without the admin token (docs/metrics.md): only on a trusted LAN.
     metrics_public: bool = False
+    # QingLong's RandomDelay: a scheduled `task <path>` (no `now`, desi or conc) waits
+    # up to this many seconds before it starts (docs/tasks.md); 0 = off.
+    random_delay_s: Annotated[int, msgspec.Meta(ge=0, le=86400)] = 0
 
     @property
     def profile_limits(self) -> Profile:

@@ -25,7 +25,7 @@ def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) ->
         sign_in(page)
         page.get_by_role("navigation").get_by_role("link", name="Notifications").click()
         expect(page.get_by_role("heading", name="Notifications", level=1)).to_be_visible()
-        expect(page.get_by_text("No channels yet: nothing is sent.")).to_be_visible()
+        expect(page.get_by_text("No channels: nothing is sent.")).to_be_visible()
         page.get_by_role("button", name="New channel").click()
         dialog = page.get_by_role("dialog")
         dialog.get_by_label("Name").fill("hook")

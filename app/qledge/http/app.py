@@ -24,6 +24,7 @@ from . import (
     runs,
     schedule,
     scripts,
+    subscriptions,
     system,
     tasks,
     tickets,
@@ -49,7 +50,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
-           *notifications.routes]
+           *subscriptions.routes, *notifications.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.

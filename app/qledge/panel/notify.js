@@ -3,133 +3,118 @@
 (() => {
   const { t, h, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded, apiPath,
     notify, confirmDialog, api, heading, failBox, fmtTime, modal, refreshBtn } = window.QLEDGE;
-  const STATUSES = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
-  const STATE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed' };
+  const ST = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
+  const BADGE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed' };
+  const chPath = (...p) => apiPath('notifications', 'channels', ...p);
+  const input = (id, props) => h('input', { id, autocomplete: 'off', ...props });
+  const check = (id, label, on) => {
+    const el = input(id, { type: 'checkbox', checked: on });
+    return [el, h('div', { class: 'field check' }, el, h('label', { htmlFor: id }, label))];
+  };
+  // Shows an API error in `box` (null: none).
+  const say = (box, ex) => { box.textContent = ex ? ex.message : ''; box.hidden = !ex; };
 
-  // The URL is a secret: typed into a password field, sent once, never shown again.
+  // The URL holds a token: typed into a password field, sent once, never shown again.
   function newChannel(reload) {
-    const nameI = h('input', { id: 'n-name', type: 'text', autocomplete: 'off', required: true });
-    const urlI = h('input', { id: 'n-url', type: 'password', class: 'mono', autocomplete: 'off',
-      spellcheck: 'false', required: true });
+    const nameI = input('n-name', { type: 'text' });
+    const urlI = input('n-url', { type: 'password', class: 'mono', spellcheck: 'false' });
     const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
-    const m = modal(t('notify.newTitle'));
+    const m = modal(t('notify.new'));
     const form = h('form', { class: 'form', novalidate: true }, err,
-      field('n-name', t('envs.name'), nameI, null, 'name'),
-      field('n-url', t('notify.url'), urlI, t('notify.urlHelp'), 'url'),
-      h('div', { class: 'actions' },
-        h('button', { type: 'submit', class: 'btn primary' }, t('common.save')),
-        btn(t('common.cancel'), () => m.close(), 'ghost')));
+      field('n-name', t('envs.name'), nameI), field('n-url', 'Apprise URL', urlI, t('notify.urlHelp')),
+      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' },
+        t('common.save')), btn(t('common.cancel'), () => m.close(), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       try {
-        await api('POST', '/notifications/channels', { name: nameI.value.trim(), url: urlI.value });
+        await api('POST', chPath(), { name: nameI.value.trim(), url: urlI.value });
         m.close();
         reload();
-      } catch (ex) {
-        err.textContent = ex.message; err.hidden = false;
-      }
+      } catch (ex) { say(err, ex); }
     });
     m.open(form);
     nameI.focus();
   }
 
-  function channelRow(ch, cols, reload) {
-    return row({ 'data-channel': ch.name }, cols, ch.name, h('code', null, ch.service),
-      h('span', { class: ch.enabled ? 'on' : 'off' }, ch.enabled ? t('envs.on') : t('envs.off')),
-      actionsCell(cols[3],
-        rowBtn(t('notify.test'), ch.name, guarded(async () => {
-          const r = await api('POST', apiPath('notifications', 'channels', ch.id, 'test'));
-          notify(r.ok ? t('notify.testOk', { name: ch.name })
-            : t('notify.testFail', { error: r.error }), r.ok ? 'ok' : 'error');
-        }), 'small', { 'data-action': 'test' }),
-        rowBtn(ch.enabled ? t('tasks.disable') : t('tasks.enable'), ch.name, guarded(async () => {
-          await api('PATCH', apiPath('notifications', 'channels', ch.id), { enabled: !ch.enabled });
-          reload();
-        }), 'small'),
-        rowBtn(t('common.delete'), ch.name, guarded(async () => {
-          if (!await confirmDialog(t('notify.deleteTitle'), t('notify.deleteBody',
-            { name: ch.name }), t('common.delete'), true)) return;
-          await api('DELETE', apiPath('notifications', 'channels', ch.id));
-          reload();
-        }), 'small danger-ghost')));
-  }
+  const channelRow = (ch, cols, reload) => row({ 'data-channel': ch.name }, cols, ch.name,
+    h('code', null, ch.service),
+    h('span', { class: ch.enabled ? 'on' : 'off' }, t(ch.enabled ? 'envs.on' : 'envs.off')),
+    actionsCell(cols[3],
+      rowBtn(t('notify.test'), ch.name, guarded(async () => {
+        const r = await api('POST', chPath(ch.id, 'test'));
+        notify(r.ok ? t('notify.testOk', { name: ch.name }) : r.error, r.ok ? 'ok' : 'error');
+      }), 'small'),
+      rowBtn(t(ch.enabled ? 'tasks.disable' : 'tasks.enable'), ch.name, guarded(async () => {
+        await api('PATCH', chPath(ch.id), { enabled: !ch.enabled });
+        reload();
+      }), 'small'),
+      rowBtn(t('common.delete'), ch.name, guarded(async () => {
+        if (!await confirmDialog(t('common.delete'), ch.name, t('common.delete'), true)) return;
+        await api('DELETE', chPath(ch.id));
+        reload();
+      }), 'small danger-ghost')));
 
-  function rulesForm(box, rules) {
-    const check = (id, label, on) => {
-      const el = h('input', { id, type: 'checkbox', checked: on });
-      return [el, h('div', { class: 'field check' }, el, h('label', { htmlFor: id }, label))];
-    };
-    const num = (id, v, max) => h('input', { id, type: 'number', min: 0, max, value: v });
-    const hhmm = (id, v) => h('input', { id, type: 'text', value: v || '', placeholder: 'HH:MM',
+  function rulesForm(box, r) {
+    const boxes = ST.map((s) => check('r-' + s, t('status.' + s), r.statuses.includes(s)));
+    const [recI, recF] = check('r-rec', t('notify.recovered'), r.recovered);
+    const [diskI, diskF] = check('r-disk', t('notify.disk'), r.disk_pressure);
+    const num = (id, v, max) => input(id, { type: 'number', min: 0, max, value: v });
+    const hm = (id, v) => input(id, { type: 'text', value: v || '', placeholder: 'HH:MM',
       class: 'mono', size: 6 });
-    const boxes = STATUSES.map((s) => check('r-' + s, t('status.' + s), rules.statuses.includes(s)));
-    const [recI, recF] = check('r-recovered', t('notify.recovered'), rules.recovered);
-    const [diskI, diskF] = check('r-disk', t('notify.disk'), rules.disk_pressure);
-    const streakI = num('r-streak', rules.streak, 100);
-    const linesI = num('r-lines', rules.log_lines, 50);
-    const qsI = hhmm('r-qs', rules.quiet_start);
-    const qeI = hhmm('r-qe', rules.quiet_end);
+    const [streakI, linesI, qsI, qeI] = [num('r-streak', r.streak, 100),
+      num('r-lines', r.log_lines, 50), hm('r-qs', r.quiet_start), hm('r-qe', r.quiet_end)];
     const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
-    const form = h('form', { class: 'form', novalidate: true, 'data-form': 'rules' },
+    const form = h('form', { class: 'form', novalidate: true },
       h('h2', null, t('notify.rules')), err,
-      h('fieldset', null, h('legend', null, t('notify.on')), boxes.map((b) => b[1])),
-      recF, diskF,
-      field('r-streak', t('notify.streak'), streakI, t('notify.streakHelp'), 'streak'),
-      field('r-lines', t('notify.lines'), linesI, t('notify.linesHelp'), 'log_lines'),
-      field('r-qs', t('notify.quietStart'), qsI, null, 'quiet_start'),
-      field('r-qe', t('notify.quietEnd'), qeI, t('notify.quietHelp'), 'quiet_end'),
+      h('fieldset', null, h('legend', null, t('notify.on')), boxes.map((b) => b[1])), recF, diskF,
+      field('r-streak', t('notify.streak'), streakI),
+      field('r-lines', t('notify.lines'), linesI, t('notify.linesHelp')),
+      field('r-qs', t('notify.quiet') + ' ⟶', qsI), field('r-qe', '⟶ ' + t('notify.quiet'), qeI),
       h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' },
         t('common.save'))));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      err.hidden = true;
-      const body = {
-        statuses: STATUSES.filter((s, i) => boxes[i][0].checked), recovered: recI.checked,
-        disk_pressure: diskI.checked, streak: Number(streakI.value) || 0,
-        log_lines: Number(linesI.value) || 0, quiet_start: qsI.value.trim() || null,
-        quiet_end: qeI.value.trim() || null,
-      };
+      say(err, null);
       try {
-        await api('PUT', '/notifications/rules', body);
+        await api('PUT', '/notifications/rules', {
+          statuses: ST.filter((s, i) => boxes[i][0].checked), recovered: recI.checked,
+          disk_pressure: diskI.checked, streak: Number(streakI.value) || 0,
+          log_lines: Number(linesI.value) || 0, quiet_start: qsI.value.trim() || null,
+          quiet_end: qeI.value.trim() || null });
         notify(t('notify.saved'), 'ok');
-      } catch (ex) {
-        err.textContent = ex.message; err.hidden = false;
-      }
+      } catch (ex) { say(err, ex); }
     });
     fill(box, form);
   }
 
   function viewNotify(main, alive) {
-    const chans = h('div', { class: 'card' }, loading());
-    const rules = h('div', { class: 'card' }, loading());
-    const sent = h('div', { class: 'card' }, loading());
+    const [chans, rules, sent] = [0, 1, 2].map(() => h('div', { class: 'card' }, loading()));
     async function load() {
       let c; let r; let m;
       try {
-        [c, r, m] = await Promise.all([api('GET', '/notifications/channels'),
-          api('GET', '/notifications/rules'), api('GET', '/notifications/messages?limit=30')]);
+        [c, r, m] = await Promise.all([api('GET', chPath()), api('GET', '/notifications/rules'),
+          api('GET', '/notifications/messages?limit=30')]);
       } catch (e) {
         if (alive()) failBox(chans, e);
         return;
       }
       if (!alive()) return;
       const cc = [t('envs.name'), t('notify.service'), t('envs.state'), t('tasks.col.actions')];
-      fill(chans, h('h2', null, t('notify.channels')), !c.items.length
-        ? h('p', { class: 'empty' }, t('notify.noChannels'))
-        : grid(t('notify.channels'), cc, c.items.map((ch) => channelRow(ch, cc, load))));
+      fill(chans, h('h2', null, t('notify.channels')), c.items.length
+        ? grid(null, cc, c.items.map((ch) => channelRow(ch, cc, load)))
+        : h('p', { class: 'empty' }, t('notify.none')));
       rulesForm(rules, r.global);
       const names = Object.fromEntries(c.items.map((ch) => [ch.id, ch.name]));
-      const mc = [t('notify.when'), t('notify.msgTitle'), t('notify.channel'), t('notify.state'),
-        t('notify.tries'), t('notify.error')];
-      fill(sent, h('h2', null, t('notify.recent')), !m.items.length
-        ? h('p', { class: 'empty' }, t('notify.noMessages'))
-        : grid(t('notify.recent'), mc, m.items.map((x) => row({ 'data-state': x.state }, mc,
+      const mc = ['', t('notify.msg'), t('notify.channel'), t('envs.state'), '#', ''];
+      fill(sent, h('h2', null, t('notify.recent')), m.items.length
+        ? grid(null, mc, m.items.map((x) => row({ 'data-state': x.state }, mc,
           fmtTime(x.created_at_ms), x.title, names[x.channel_id] || x.channel_id,
-          h('span', { class: `badge badge-${STATE[x.state]}` }, t('notify.st.' + x.state)),
-          String(x.tries), x.error || '—'))));
+          h('span', { class: `badge badge-${BADGE[x.state]}` }, t('notify.st.' + x.state)),
+          String(x.tries), x.error || '')))
+        : h('p', { class: 'empty' }, '—'));
     }
-    heading(main, t('notify.title'), refreshBtn(load),
-      btn(t('notify.new'), () => newChannel(load), 'primary', { 'data-action': 'new-channel' }));
+    heading(main, t('nav.notify'), refreshBtn(load),
+      btn(t('notify.new'), () => newChannel(load), 'primary'));
     main.append(h('p', { class: 'muted' }, t('notify.intro')), chans, rules, sent);
     load();
   }

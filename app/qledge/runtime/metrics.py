@@ -96,7 +96,11 @@ class Metrics:
         db.on_terminal(self.on_terminal)
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
-        tx.on_commit(lambda: self._count(new))
+        # Counted once committed — and not when only the caller's savepoint rolled
+        # back (after-commit hooks run then too): that run did not become terminal.
+        live = [True]
+        tx.on_rollback(lambda: live.__setitem__(0, False))
+        tx.on_commit(lambda: self._count(new) if live[0] else None)
 
     def _count(self, run: Run) -> None:
         self.runs.labels(run.status.value, reason_label(run.reason_code)).inc()
