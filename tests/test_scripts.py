@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import _confined, scripts
+from qledge import _confined, scripts, shipped_scripts
 from qledge.scripts import Limits, Scripts
 
 from conftest import ADMIN, ROOT, unavailable
@@ -597,6 +597,8 @@ async def _post_chunks(app: object, path: str, headers: dict[str, str],
 
 def test_upload_over_the_cap_is_413_before_the_body_is_read(client: TestClient) -> None:
     sc = _small_app(client, 1024)
+    for name in shipped_scripts.FILES:  # shipped at start-up; this test wants an empty folder
+        (sc.root / name).unlink(missing_ok=True)
     auth = {"Authorization": f"Bearer {ADMIN}",
             "Content-Type": "multipart/form-data; boundary=zzz"}
     many = (b"x" * 1024 for _ in range(10_000))

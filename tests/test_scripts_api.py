@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from qledge import shipped_scripts
 from qledge.scripts import Limits, Scripts
 from test_qinglong_api import bearer, get_token, make_app
 
@@ -19,7 +20,11 @@ API = "/api/v1/scripts"
 
 
 def root_of(client: TestClient) -> Path:
+    """The scripts folder, emptied of the notify helpers shipped at start-up
+    (docs/notifications.md): these tests start from an empty folder."""
     path: Path = client.app.state.runtime.settings.scripts_path  # type: ignore[attr-defined]
+    for name in shipped_scripts.FILES:
+        (path / name).unlink(missing_ok=True)
     return path
 
 
@@ -296,6 +301,7 @@ def test_open_create_update_rename_delete_and_download(
 
 
 def test_open_scripts_need_the_scripts_scope(client: TestClient) -> None:
+    root_of(client)
     cid, secret = make_app(client, "crons-only", ["crons", "envs", "logs"])
     auth = bearer(get_token(client, cid, secret))
     for method, url, kw in (("GET", "/open/scripts", {}),

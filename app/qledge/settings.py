@@ -147,6 +147,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # (default; the writes tell), "hold" = hold new attempts (DISK_FREE_UNKNOWN).
     disk_guard_unknown: Literal["off", "hold"] = "off"
     critical_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    # Notifications (docs/notifications.md): the panel's address for the run link,
+    # the sender's idle round, and the retry bounds of one message.
+    notify_base_url: str = ""
+    notify_interval_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    notify_retry_base_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    notify_max_tries: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    notify_max_age_s: Annotated[float, msgspec.Meta(gt=0)] = 86400.0
+    # GET /metrics without the admin token (docs/metrics.md): only on a trusted LAN.
+    metrics_public: bool = False
     # QingLong's RandomDelay: a scheduled `task <path>` (no `now`, desi or conc) waits
     # up to this many seconds before it starts (docs/tasks.md); 0 = off.
     random_delay_s: Annotated[int, msgspec.Meta(ge=0, le=86400)] = 0

@@ -9,12 +9,15 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
+from .. import notify
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
 from . import (
     apps,
     envs,
     logs_sse,
+    metrics,
+    notifications,
     panel,
     qinglong,
     qinglong_scripts,
@@ -35,6 +38,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
                ) -> Starlette:
     """`boot_id`: tests only (a simulated reboot), see `Runtime`."""
     runtime = Runtime(settings, boot_id=boot_id)
+    runtime.notify_key = notify.script_key(admin_token)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -46,11 +50,14 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
-           *subscriptions.routes]
+           *subscriptions.routes, *notifications.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
-        routes=[*system.health_routes, *panel.routes(), Mount("/api/v1", routes=api),
+        # /notify (a task's credential) and /metrics (admin token unless
+        # metrics_public) check their callers themselves.
+        routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
+                *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
@@ -62,4 +69,5 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     app.state.runtime = runtime
     app.state.admin_token = admin_token
     app.state.stream_tickets = tickets.TicketStore()
+    app.state.script_sends = {}
     return app

@@ -104,6 +104,7 @@ class LocalExecutor:
         launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
         isolation: Isolation, scripts_dir: Path | None = None,
         task_env: TaskEnvProvider = no_task_env,
+        run_env: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -116,6 +117,9 @@ class LocalExecutor:
         self.isolation = isolation
         self.scripts_dir = scripts_dir or work_dir / "scripts"
         self.task_env = task_env
+        # Per-attempt variables of the appliance's own (the scripts' notify credential);
+        # they win over the task's env.
+        self.run_env = run_env
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
@@ -143,6 +147,8 @@ class LocalExecutor:
                **await self.task_env(tx, task)}
         token = new_token()
         attempt_id = ids.uuid7()
+        if self.run_env is not None:
+            env.update(self.run_env(attempt_id))
         now = now_ms()
         form, refusal = _command(task, self.scripts_dir)
         if form is not None and form.mode == "conc" and run.parent_run_id is None:

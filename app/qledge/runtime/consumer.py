@@ -54,6 +54,9 @@ class Consumer:
         self.receipts = receipts
         self.completion = completion
         self.reaper = reaper
+        # Since start-up, for GET /metrics: receipts consumed into a result, and quarantined.
+        self.consumed = 0
+        self.quarantined = 0
 
     async def consume(self, attempt_id: str) -> Consumed:
         return (await self.consume_many([attempt_id]))[attempt_id]
@@ -106,6 +109,7 @@ class Consumer:
         self.reaper.remove_after(self.db.commit_seq, _consumed(results), since)
         for attempt_id, result in results.items():
             if result.outcome is Outcome.APPLIED:
+                self.consumed += 1
                 out[attempt_id] = Consumed.APPLIED
             elif result.outcome is Outcome.ALREADY_TERMINAL:
                 out[attempt_id] = Consumed.ALREADY_TERMINAL
@@ -143,6 +147,7 @@ class Consumer:
             log.warning("quarantine move pending for attempt %s: %s", attempt_id,
                         type(exc).__name__)
             return Consumed.RETRY
+        self.quarantined += 1
         log.warning("receipt of attempt %s quarantined (%s) at %s", attempt_id, reason, ref)
         return Consumed.QUARANTINED
 

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from .. import ids
+from .. import ids, notify, shipped_scripts
 from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
@@ -28,6 +28,8 @@ from .completion import CompletionService
 from .consumer import Consumed, Consumer
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop, settle
+from .metrics import Metrics
+from .notifier import Notifier
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
@@ -69,6 +71,18 @@ class Runtime:
         # User-reachable file work (log reads and tails): its own bounded threads,
         # never the default executor the runtime's own file work needs.
         self.files = FilePool()
+        # The key of the scripts' per-attempt notify credentials (create_app sets it
+        # from the admin token; empty: no credential is handed out).
+        self.notify_key = b""
+        # Their terminal listeners are registered once, here: before start-up recovery,
+        # so results recovered then count and notify too.
+        self.metrics = Metrics(self.db)
+        self.notifier = Notifier(
+            self.db, logs_root=settings.logs_path, base_url=settings.notify_base_url,
+            interval_s=settings.notify_interval_s,
+            retry_base_s=settings.notify_retry_base_s,
+            max_tries=settings.notify_max_tries, max_age_s=settings.notify_max_age_s,
+            started_at_ms=self.started_at_ms)
 
     # -- start / stop ------------------------------------------------------------
 
@@ -77,6 +91,7 @@ class Runtime:
         work_dir = s.work_path
         # Tasks inherit the worker's cwd (posix_spawn has no chdir action).
         os.chdir(work_dir)
+        await asyncio.to_thread(shipped_scripts.ship, s.scripts_path, work_dir)
         await self.db.open()
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
@@ -91,7 +106,8 @@ class Runtime:
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
             boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
-            scripts_dir=s.scripts_path, task_env=self.subscriptions.pull_env)
+            scripts_dir=s.scripts_path, task_env=self.subscriptions.pull_env,
+            run_env=self._run_env)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -104,6 +120,7 @@ class Runtime:
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick)
+        self.disk.on_pressure = self.notifier.pressure_changed
         self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
                                      self.profile.max_concurrent_attempts, self._spawned,
                                      may_spawn=self.disk.may_spawn)
@@ -128,6 +145,7 @@ class Runtime:
         self.supervision.start()
         self.disk.start()
         self.subscriptions.start()
+        self.notifier.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -136,6 +154,7 @@ class Runtime:
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
         await self.subscriptions.stop()
+        await self.notifier.stop()
         await self.supervision.stop()
         await self.disk.stop()
         await self.dispatcher.stop()
@@ -150,6 +169,19 @@ class Runtime:
 
     async def _env(self, tx: Tx) -> dict[str, str]:
         return await self.global_env(tx)
+
+    def _run_env(self, attempt_id: str) -> dict[str, str]:
+        """What a task's notify.py / sendNotify.js need: where to post, and a
+        credential good only for notifying while this attempt runs. Not QLEDGE_*:
+        a qledge started from a task must not read them as settings."""
+        if not self.notify_key:
+            return {}
+        host = self.settings.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
+        if ":" in host:
+            host = f"[{host}]"
+        return {"QL_NOTIFY_URL": f"http://{host}:{self.settings.port}/notify",
+                "QL_NOTIFY_TOKEN": notify.script_token(self.notify_key, attempt_id)}
 
     def _spawned(self, result: SpawnResult) -> None:
         self.watcher.watch(result.attempt.id, result.pidfd)

@@ -481,6 +481,7 @@ class DiskKeeper:
                                    db_path=settings.db_path, profile=profile, disk=self.disk)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
         self._last_poke = 0.0
+        self.on_pressure: Callable[[bool, dict[str, object]], None] | None = None
 
     def start(self) -> None:
         self.loop.start()
@@ -499,6 +500,8 @@ class DiskKeeper:
         return reason
 
     def _pressure_changed(self, pressure: bool) -> None:
+        if self.on_pressure is not None:  # the notifier: a hold entered or left
+            self.on_pressure(pressure, self.disk.report())
         if pressure:
             self.loop.interval_s = min(self.profile.retention_interval_s, PRESSURE_INTERVAL_S)
             self.loop.poke()

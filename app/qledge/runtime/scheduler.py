@@ -93,6 +93,8 @@ class Scheduler:
         self.fired = 0
         self.skipped = 0
         self.rounds = 0
+        # How late the most overdue tick of the last round fired (GET /metrics).
+        self.lag_ms = 0
         self.next_due_ms: int | None = None
         # task id -> (schedule, since, first due after since): cron arithmetic only on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
@@ -132,6 +134,7 @@ class Scheduler:
         async with self.db.read() as tx:
             rows = await qstore.scheduled_tasks(tx)
         due: list[str] = []
+        lag = 0
         next_ms: int | None = None
         cache: dict[str, tuple[str, int, int | None]] = {}
         for task, last in rows:
@@ -147,6 +150,7 @@ class Scheduler:
                 continue
             if first <= now:
                 due.append(task.id)
+                lag = max(lag, now - first)
             elif next_ms is None or first < next_ms:
                 next_ms = first
         queued = 0
@@ -180,6 +184,7 @@ class Scheduler:
         if len(due) > MAX_FIRES_PER_ROUND:
             next_ms = now  # more are due: another round right away
         self.rounds += 1
+        self.lag_ms = lag
         self.next_due_ms = next_ms
         if queued:
             self.on_queued()

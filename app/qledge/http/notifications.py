@@ -1,0 +1,256 @@
+"""Notifications API: /api/v1/notifications/... and the scripts' POST /notify.
+
+A channel's apprise URL holds the service's token: it is accepted on create and
+update and never returned (a response shows its scheme only). Deliveries show
+their state — pending, retrying, sent, given_up — and a redacted error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import ids, notify
+from ..db import notifications as q
+from ..runtime import notify_ops
+from ..runtime.lifecycle import Runtime
+from . import inputs
+from .errors import (
+    Forbidden,
+    Invalid,
+    Missing,
+    StateConflict,
+    Unauthorized,
+    decode_body,
+    json_response,
+)
+
+MAX_NAME = 100
+MAX_URL = 2048
+MAX_TITLE = 200
+MAX_CONTENT = 4000
+
+
+class ChannelIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str
+    url: str
+    enabled: bool = True
+
+
+class ChannelPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    name: str | None = None
+    url: str | None = None
+    enabled: bool | None = None
+
+
+class ScriptMessage(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    title: str
+    content: str = ""
+
+
+def _rt(request: Request) -> Runtime:
+    rt: Runtime = request.app.state.runtime
+    return rt
+
+
+def channel_view(ch: q.Channel) -> dict[str, Any]:
+    return {"id": ch.id, "name": ch.name, "service": ch.url.split("://", 1)[0].lower(),
+            "enabled": ch.enabled, "created_at_ms": ch.created_at_ms,
+            "updated_at_ms": ch.updated_at_ms}
+
+
+def message_view(m: q.Message) -> dict[str, Any]:
+    state = "retrying" if m.state == "pending" and m.tries else m.state
+    return {"id": m.id, "channel_id": m.channel_id, "kind": m.kind, "run_id": m.run_id,
+            "task_id": m.task_id, "title": m.title, "state": state, "tries": m.tries,
+            "created_at_ms": m.created_at_ms, "next_at_ms": m.next_at_ms if
+            m.state == "pending" else None, "done_at_ms": m.done_at_ms, "error": m.last_error}
+
+
+def _id(request: Request, name: str = "channel_id") -> str:
+    value: str = request.path_params[name]
+    if not ids.is_uuid7(value):
+        raise Missing("channel not found")
+    return value
+
+
+async def _valid_url(rt: Runtime, url: str) -> str:
+    url = url.strip()
+    inputs.text(url, "url", MAX_URL)
+    if "://" not in url:
+        raise Invalid("url must be an apprise URL (service://...)", field="url")
+    if not await rt.notifier.valid(url):
+        raise Invalid("url is not an apprise URL of a known service", field="url")
+    return url
+
+
+def _name(raw: str) -> str:
+    name = inputs.text(raw.strip(), "name", MAX_NAME)
+    if not name:
+        raise Invalid("name must not be empty", field="name")
+    return name
+
+
+async def list_channels(request: Request) -> Response:
+    async with _rt(request).db.read() as tx:
+        chans = await q.channels(tx)
+    return json_response({"items": [channel_view(c) for c in chans]})
+
+
+async def create_channel(request: Request) -> Response:
+    rt = _rt(request)
+    body = decode_body(await request.body(), ChannelIn)
+    name, url = _name(body.name), await _valid_url(rt, body.url)
+    try:
+        ch = await notify_ops.add_channel(rt, name, url, body.enabled)
+    except notify_ops.DuplicateName:
+        raise StateConflict(f"a channel named {name!r} exists", field="name") from None
+    return json_response(channel_view(ch), 201)
+
+
+async def update_channel(request: Request) -> Response:
+    rt = _rt(request)
+    channel_id = _id(request)
+    patch = decode_body(await request.body(), ChannelPatch)
+    fields: dict[str, object] = {}
+    if patch.name is not None:
+        fields["name"] = _name(patch.name)
+    if patch.url is not None:
+        fields["url"] = await _valid_url(rt, patch.url)
+    if patch.enabled is not None:
+        fields["enabled"] = patch.enabled
+    try:
+        ch = await notify_ops.update_channel(rt, channel_id, fields)
+    except notify_ops.DuplicateName:
+        raise StateConflict(f"a channel named {fields['name']!r} exists",
+                            field="name") from None
+    except q.NotFound:
+        raise Missing("channel not found") from None
+    return json_response(channel_view(ch))
+
+
+async def delete_channel(request: Request) -> Response:
+    channel_id = _id(request)
+    try:
+        await notify_ops.delete_channel(_rt(request), channel_id)
+    except q.NotFound:
+        raise Missing("channel not found") from None
+    return Response(status_code=204)
+
+
+async def test_channel(request: Request) -> Response:
+    """Send a test message now (not through the outbox) and say how it went."""
+    rt = _rt(request)
+    channel_id = _id(request)
+    async with rt.db.read() as tx:
+        try:
+            ch = await q.channel(tx, channel_id)
+        except q.NotFound:
+            raise Missing("channel not found") from None
+    result = await rt.notifier.send_now(
+        ch.url, "[qledge] test message",
+        f"A test from qledge (channel {ch.name}). If you read this, the channel works.")
+    return json_response({"ok": result.ok, "error": result.error})
+
+
+async def get_rules(request: Request) -> Response:
+    async with _rt(request).db.read() as tx:
+        base = await q.global_rules(tx)
+        per_task = await q.all_task_rules(tx)
+    return json_response({"global": msgspec.to_builtins(base),
+                          "tasks": {k: msgspec.to_builtins(v)
+                                    for k, v in per_task.items()}})
+
+
+def _checked(rules: notify.Rules | notify.RulesPatch) -> None:
+    try:
+        notify.check(rules)
+    except notify.RuleError as exc:
+        raise Invalid(str(exc), field=exc.field) from None
+
+
+async def put_rules(request: Request) -> Response:
+    rules = decode_body(await request.body(), notify.Rules)
+    _checked(rules)
+    await notify_ops.set_global_rules(_rt(request), rules)
+    return json_response(msgspec.to_builtins(rules))
+
+
+async def put_task_rules(request: Request) -> Response:
+    task_id = request.path_params["task_id"]
+    patch = decode_body(await request.body(), notify.RulesPatch)
+    _checked(patch)
+    if not ids.is_uuid7(task_id):
+        raise Missing("task not found")
+    try:
+        await notify_ops.set_task_rules(_rt(request), task_id, patch)
+    except q.NotFound:
+        raise Missing("task not found") from None
+    return json_response(msgspec.to_builtins(patch))
+
+
+async def delete_task_rules(request: Request) -> Response:
+    task_id = request.path_params["task_id"]
+    await notify_ops.set_task_rules(_rt(request), task_id, None)
+    return Response(status_code=204)
+
+
+async def list_messages(request: Request) -> Response:
+    limit = inputs.query_int(request, "limit", 50, 1, 500)
+    run_id = request.query_params.get("run_id")
+    async with _rt(request).db.read() as tx:
+        items = await q.recent(tx, limit, run_id=run_id)
+        counts = await q.counts(tx)
+    return json_response({"items": [message_view(m) for m in items], "counts": counts})
+
+
+# -- the scripts' credential -------------------------------------------------------------
+
+async def script_notify(request: Request) -> Response:
+    """POST /notify from a running task's notify.py / sendNotify.js: the credential
+    in its environment names the attempt and is only good while that attempt runs."""
+    rt = _rt(request)
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    attempt_id = notify.script_attempt(_rt(request).notify_key, token.strip()) \
+        if scheme.lower() == "bearer" else None
+    if attempt_id is None:
+        raise Unauthorized("missing or invalid run credential")
+    body = decode_body(await request.body(), ScriptMessage)
+    # A script's output is what it is: control characters go, lengths are cut.
+    title = inputs.without_controls(body.title).strip()[:MAX_TITLE] or "(no title)"
+    content = "\n".join(inputs.without_controls(line)
+                        for line in body.content[:MAX_CONTENT].splitlines())
+    sends: dict[str, int] = request.app.state.script_sends
+    try:
+        queued = await notify_ops.script_message(rt, attempt_id, title, content,
+                                                 sends.get(attempt_id, 0))
+    except notify_ops.RunFinished:
+        raise Forbidden("the run of this credential has finished") from None
+    except notify_ops.TooMany:
+        raise StateConflict(f"a run may send at most {notify_ops.MAX_SCRIPT_SENDS}"
+                            " messages") from None
+    if len(sends) > 4096:
+        sends.clear()
+    sends[attempt_id] = sends.get(attempt_id, 0) + 1
+    return json_response({"queued": queued}, 202)
+
+
+routes = [
+    Route("/notifications/channels", list_channels, methods=["GET"]),
+    Route("/notifications/channels", create_channel, methods=["POST"]),
+    Route("/notifications/channels/{channel_id}", update_channel, methods=["PATCH", "PUT"]),
+    Route("/notifications/channels/{channel_id}", delete_channel, methods=["DELETE"]),
+    Route("/notifications/channels/{channel_id}/test", test_channel, methods=["POST"]),
+    Route("/notifications/rules", get_rules, methods=["GET"]),
+    Route("/notifications/rules", put_rules, methods=["PUT"]),
+    Route("/notifications/rules/tasks/{task_id}", put_task_rules, methods=["PUT"]),
+    Route("/notifications/rules/tasks/{task_id}", delete_task_rules, methods=["DELETE"]),
+    Route("/notifications/messages", list_messages, methods=["GET"]),
+]
+
+public_routes = [Route("/notify", script_notify, methods=["POST"])]

@@ -1,0 +1,307 @@
+"""The notification outbox: rows written with the result, a sender loop delivering them.
+
+* `on_terminal` (a `Database.on_terminal` listener) matches a run that just
+  became terminal against the rules and writes one outbox row per enabled
+  channel in that same transaction: the message commits with the result or
+  not at all.
+* The sender loop (explicit start/stop, bounded rounds: at most `BATCH` rows a
+  round) delivers through apprise in its own thread — never on the event loop —
+  and marks each row sent, or schedules a retry with exponential backoff, or
+  gives it up after `max_tries` sends or `max_age_s` past its due time, keeping
+  the (redacted) error. Delivery is at-least-once: a worker killed between a
+  send and its mark sends that row once more after the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import msgspec
+
+from .. import failpoints, notify, qinglong_notify
+from ..clock import now_ms
+from ..db import notifications as q
+from ..db import qinglong_store, store
+from ..db.connection import Database, Tx
+from ..launch import logs
+from ..model import Run, RunStatus
+from .loop import PeriodicLoop, settle
+
+log = logging.getLogger("qledge.notify")
+
+BATCH = 16
+LOG_TAIL_BYTES = 8192
+KEEP_DONE_MS = 7 * 24 * 3600 * 1000
+SEND_TIMEOUT_S = 30.0
+# A script's message also goes to the services QingLong envs describe: channel
+# "env:NAME" (qinglong_notify.py), its URL built from the envs at send time.
+ENV_CHANNEL = "env:"
+PRUNE_EVERY = 20  # rounds; sent and given-up rows are kept KEEP_DONE_MS for the API
+PRUNE_PAGE = 256
+
+
+class SendResult(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    error: str | None = None
+
+
+def deliver(url: str, title: str, body: str) -> SendResult:
+    """One message to one apprise URL, in the caller's thread (blocking I/O).
+    The error text is redacted of the URL's secrets."""
+    import apprise  # 100+ plugins: loaded on the first send only
+
+    _quiet(apprise.logger)
+    secrets = notify.secrets_of(url)
+    box = apprise.Apprise()
+    with apprise.LogCapture(  # type: ignore[no-untyped-call]
+            level=logging.WARNING, fmt="%(message)s") as captured:
+        if not box.add(url):
+            return SendResult(ok=False, error="not a valid apprise URL (or an unknown service)")
+        try:
+            ok = bool(box.notify(title=title, body=body))
+        except Exception as exc:  # a plugin bug must not kill the sender
+            return SendResult(ok=False, error=notify.redact(
+                f"{type(exc).__name__}: {exc}", secrets))
+        text = captured.getvalue().strip()
+    if ok:
+        return SendResult(ok=True)
+    last = text.splitlines()[-3:] if text else ["the service refused the message"]
+    return SendResult(ok=False, error=notify.redact(" | ".join(last), secrets))
+
+
+def _new_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
+
+
+def _quiet(logger: logging.Logger) -> None:
+    """apprise's log lines name hosts, URLs and sometimes tokens: they are captured
+    per send (LogCapture) and redacted there, never passed on to the worker's log."""
+    logger.propagate = False
+    if not logger.handlers:  # else logging's last resort would print them to stderr
+        logger.addHandler(logging.NullHandler())
+
+
+def _parses(url: str) -> bool:
+    import apprise
+
+    _quiet(apprise.logger)
+    return bool(apprise.Apprise().add(url))
+
+
+async def env_of(tx: Tx, task_id: str | None) -> dict[str, str]:
+    """The environment a task's run gets from envs: the enabled envs, then its own."""
+    env = await qinglong_store.global_env(tx)
+    if task_id is not None:
+        with contextlib.suppress(store.NotFound):
+            env = {**env, **(await store.get_task(tx, task_id)).env}
+    return env
+
+
+class Notifier:
+    def __init__(self, db: Database, *, logs_root: Path, base_url: str, interval_s: float,
+                 retry_base_s: float, max_tries: int, max_age_s: float,
+                 started_at_ms: int) -> None:
+        self.db = db
+        self.logs_root = logs_root
+        self.base_url = base_url
+        self.retry_base_s = retry_base_s
+        self.max_tries = max_tries
+        self.max_age_s = max_age_s
+        self.started_at_ms = started_at_ms
+        self.sent = 0
+        self.failures = 0
+        self.given_up = 0
+        self._bg: set[asyncio.Task[None]] = set()
+        self._pool = _new_pool()
+        # Stopping cancels a round still sending after the usual bound: an unmarked
+        # row is sent again by the next worker (at least once), shutdown stays quick.
+        self.loop = PeriodicLoop("notifier", interval_s, self._round)
+        db.on_terminal(self.on_terminal)
+
+    def start(self) -> None:
+        self.loop.start()
+        self.loop.poke()  # rows left by the previous worker go out now
+
+    async def stop(self) -> None:
+        await settle(self._bg, 5.0)
+        await self.loop.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = _new_pool()  # for a start after this stop (threads start on use)
+
+    # -- in the terminal transaction ---------------------------------------------
+
+    async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
+        if new.status is RunStatus.CANCELLED:
+            return
+        chans = await q.channels(tx, enabled_only=True)
+        if not chans:  # the completion path pays this one read, nothing more
+            return
+        # A message must never cost a result: whatever goes wrong here (a rules row
+        # this version cannot read, say) is undone alone and the completion commits.
+        try:
+            async with tx.savepoint():
+                await self._queue_run(tx, new, now, chans)
+        except Exception:
+            log.exception("run %s: its notification could not be queued", new.id)
+
+    async def _queue_run(self, tx: Tx, new: Run, now: int, chans: list[q.Channel]) -> None:
+        brief = await q.task_brief(tx, new.task_id)
+        if brief is None:
+            return
+        rules = notify.effective(await q.global_rules(tx), await q.task_rules(tx, new.task_id))
+        if rules is None:
+            return
+        recovered = (not (new.reason_code or "").startswith("RECOVERY_")
+                     and await q.attempt_started_before(tx, new.id, self.started_at_ms))
+        before = 0
+        if rules.streak and notify.is_failure(new.status):
+            before = await q.failures_before(tx, new.task_id, new.id, rules.streak)
+        decision = notify.decide(rules, run=new, task_name=brief[0], task_num=brief[1],
+                                 recovered=recovered, failures_before=before,
+                                 base_url=self.base_url)
+        if decision is None:
+            return
+        due = notify.quiet_until(rules, now) or now
+        await q.enqueue(tx, channel_ids=[c.id for c in chans], kind="run", run_id=new.id,
+                        task_id=new.task_id, title=decision.title, body=decision.body,
+                        log_lines=decision.log_lines, due_at_ms=due, now_ms=now)
+        tx.on_commit(self.loop.poke)
+
+    async def enqueue(self, tx: Tx, *, kind: str, title: str, body: str,
+                      run_id: str | None = None, task_id: str | None = None,
+                      channel_ids: list[str] | None = None) -> int:
+        """A message outside a run's completion (a script's send(), a test): to the
+        given channels, or every enabled one. Returns how many rows were written."""
+        now = now_ms()
+        if channel_ids is None:
+            channel_ids = [c.id for c in await q.channels(tx, enabled_only=True)]
+            if kind == "script":
+                env = await env_of(tx, task_id)
+                channel_ids += [ENV_CHANNEL + name for name in qinglong_notify.urls(env)]
+        rows = await q.enqueue(tx, channel_ids=channel_ids, kind=kind, run_id=run_id,
+                               task_id=task_id, title=title, body=body, log_lines=0,
+                               due_at_ms=now, now_ms=now)
+        tx.on_commit(self.loop.poke)
+        return len(rows)
+
+    def pressure_changed(self, pressure: bool, report: dict[str, object]) -> None:
+        """DiskKeeper's hook (synchronous): queue the hold entered/left message."""
+        task = asyncio.create_task(self._pressure_message(pressure, report),
+                                   name="notify:disk-pressure")
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _pressure_message(self, pressure: bool, report: dict[str, object]) -> None:
+        reason = str(report.get("reason") or "DISK_PRESSURE")
+        volumes = report.get("volumes") or []
+        where = ", ".join(str(v) for v in volumes) if isinstance(volumes, list) else ""
+        if pressure:
+            title = "[qledge] disk pressure: new runs are held"
+            body = (f"Reason: {reason} ({notify.REASONS.get(reason, 'disk space is low')})\n"
+                    f"Volumes: {where or 'unknown'}\nQueued runs wait; running tasks go on."
+                    " Old logs are evicted to make room (docs/retention.md).")
+        else:
+            title = "[qledge] disk pressure is over: runs resume"
+            body = "Free space is back above the low-water mark; held runs start now."
+        try:
+            async with self.db.write() as tx:
+                rules = await q.global_rules(tx)
+                if rules.disk_pressure:
+                    await self.enqueue(tx, kind="disk", title=title, body=body)
+        except Exception:
+            log.exception("could not queue the disk-pressure message")
+
+    # -- the sender loop -----------------------------------------------------------
+
+    async def _round(self) -> float | None:
+        now = now_ms()
+        async with self.db.read() as tx:
+            batch = await q.due(tx, now, BATCH)
+            urls = {c.id: c.url for c in await q.channels(tx)}
+        for msg in batch:
+            url = urls.get(msg.channel_id)
+            if msg.channel_id.startswith(ENV_CHANNEL):
+                url = await self._env_url(msg)
+            await self._send(msg, url)
+        if self.loop.rounds % PRUNE_EVERY == 0:
+            async with self.db.write(durable=False) as tx:
+                await q.prune(tx, now - KEEP_DONE_MS, PRUNE_PAGE)
+        if len(batch) == BATCH:
+            return 0.0
+        async with self.db.read() as tx:
+            nxt = await q.next_due_ms(tx)
+        return None if nxt is None else max(0.0, (nxt - now_ms()) / 1000)
+
+    async def _send(self, msg: q.Message, url: str | None) -> None:
+        if url is None:
+            result = SendResult(ok=False, error="channel deleted")
+        else:
+            try:
+                result = await self._deliver(msg, url)
+            except Exception as exc:  # one bad row must not stall the others
+                log.exception("notification %s: sending failed", msg.id)
+                result = SendResult(ok=False, error=f"internal error ({type(exc).__name__})")
+        now = now_ms()
+        async with self.db.write() as tx:
+            if result.ok:
+                await q.mark_sent(tx, msg.id, now)
+                self.sent += 1
+                return
+            self.failures += 1
+            tries = msg.tries + 1
+            give_up = (url is None or tries >= self.max_tries
+                       or now - msg.due_at_ms >= self.max_age_s * 1000)
+            next_at = None if give_up else now + int(
+                self.retry_base_s * 1000 * 2 ** min(tries - 1, 16))
+            if next_at is not None and next_at - msg.due_at_ms > self.max_age_s * 1000:
+                next_at = msg.due_at_ms + int(self.max_age_s * 1000)
+            await q.mark_failed(tx, msg.id, result.error or "failed", next_at, now)
+        if give_up:
+            self.given_up += 1
+            log.warning("notification %s given up after %d tries", msg.id, tries)
+
+    async def _deliver(self, msg: q.Message, url: str) -> SendResult:
+        body = msg.body
+        if msg.log_lines and msg.run_id:
+            body += await self._log_tail(msg.run_id, msg.log_lines)
+        failpoints.hit("notify.before_send")
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._pool, deliver, url, msg.title, body)
+        failpoints.hit("notify.after_send")
+        return result
+
+    async def _env_url(self, msg: q.Message) -> str | None:
+        """A QingLong env channel's URL, from the envs as they are now (never stored)."""
+        async with self.db.read() as tx:
+            env = await env_of(tx, msg.task_id)
+        return qinglong_notify.urls(env).get(msg.channel_id.removeprefix(ENV_CHANNEL))
+
+    async def _log_tail(self, run_id: str, lines: int) -> str:
+        async with self.db.read() as tx:
+            rel = await q.last_log_path(tx, run_id)
+        if rel is None:
+            return ""
+        try:
+            data, _ = await asyncio.get_running_loop().run_in_executor(
+                self._pool, logs.tail, self.logs_root, rel, LOG_TAIL_BYTES)
+        except (OSError, logs.LogPathError, logs.UnsafeLogFile):
+            return "\n\n(log unavailable)"
+        text = data.decode("utf-8", "replace").splitlines()[-lines:]
+        return f"\n\nLast {len(text)} log lines:\n" + "\n".join(text)
+
+    async def valid(self, url: str) -> bool:
+        """Does apprise know this URL's service and syntax? (Checked off the event loop.)"""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, _parses, url)
+
+    async def send_now(self, url: str, title: str, body: str) -> SendResult:
+        """The API's "send test": one synchronous delivery, bounded in time."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, deliver, url, title, body), SEND_TIMEOUT_S)
+        except TimeoutError:
+            return SendResult(ok=False, error=f"no answer within {SEND_TIMEOUT_S:.0f}s")

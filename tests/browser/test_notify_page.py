@@ -1,0 +1,73 @@
+"""The panel's Notifications page in a real browser against the real supervised
+appliance and a real webhook receiver: add a channel (its URL never shown again),
+send a test, save rules, see a failed run's delivery; in English and Chinese."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .conftest import api_task, shoot, sign_in
+from _appliance import Appliance
+from _receivers import HttpReceiver
+
+pytestmark = pytest.mark.slow
+
+SECRET = "pAnelS3cretT0ken"
+
+
+def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) -> None:
+    hook = HttpReceiver().start()
+    try:
+        sign_in(page)
+        page.get_by_role("navigation").get_by_role("link", name="Notifications").click()
+        expect(page.get_by_role("heading", name="Notifications", level=1)).to_be_visible()
+        expect(page.get_by_text("No channels: nothing is sent.")).to_be_visible()
+        page.get_by_role("button", name="New channel").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Name").fill("hook")
+        dialog.get_by_label("Apprise URL").fill("nosuch://x")
+        dialog.get_by_role("button", name="Save").click()
+        expect(dialog.get_by_role("alert")).to_contain_text("url is not an apprise URL")
+        dialog.get_by_label("Apprise URL").fill(f"json://127.0.0.1:{hook.port}/{SECRET}")
+        dialog.get_by_role("button", name="Save").click()
+        row = page.locator("tr[data-channel='hook']")
+        expect(row).to_contain_text("json")
+        assert SECRET not in page.content()
+
+        row.get_by_role("button", name="Send test — hook").click()
+        expect(page.locator("#toast")).to_have_text("Test sent to hook.")
+        assert hook.wait(1)[0].json()["title"] == "[qledge] test message"
+
+        page.get_by_label("Log lines in the message").fill("1")
+        page.get_by_label("timed out").uncheck()
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator("#toast")).to_have_text("Rules saved.")
+        rules = appliance.api("GET", "/notifications/rules").json()["global"]
+        assert rules["log_lines"] == 1 and "timed_out" not in rules["statuses"]
+
+        task = api_task(appliance, name="panel-fail", command="echo last-words; exit 5")
+        assert appliance.api("POST", f"/tasks/{task['id']}/runs").status_code == 202
+        got = hook.wait(2)
+        assert got[1].json()["title"] == "[qledge] panel-fail: failed"
+        assert got[1].json()["message"].endswith("Last 1 log lines:\nlast-words")
+        deadline = time.monotonic() + 20
+        delivered = page.locator("tr[data-state='sent']", has_text="panel-fail")
+        while delivered.count() == 0 and time.monotonic() < deadline:
+            page.get_by_role("button", name="Refresh").click()
+            page.wait_for_timeout(300)
+        expect(delivered).to_contain_text("hook")
+        expect(delivered).to_contain_text("sent")
+        shoot(page, "notifications")  # and the phone layout never scrolls sideways
+
+        page.get_by_role("button", name=re.compile("Switch language")).click()
+        expect(page.get_by_role("heading", name="通知", level=1)).to_be_visible()
+        expect(page.get_by_role("button", name="发送测试 — hook")).to_be_visible()
+        expect(page.locator("tr[data-state='sent']", has_text="panel-fail")).to_contain_text(
+            "已发送")
+        page.get_by_role("button", name=re.compile("切换语言")).click()
+    finally:
+        hook.stop()

@@ -1,0 +1,346 @@
+"""The pure parts of notifications: rules, messages, quiet hours, redaction, the
+scripts' credential, QingLong's env names; the after-commit hook; the shipped helpers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from qledge import notify, qinglong_notify, shipped_scripts
+from qledge.db.connection import Database
+from qledge.model import Run, RunStatus, Trigger
+from qledge.settings import Settings
+
+RUN = Run(id="0190c2e0-0000-7000-8000-000000000001", task_id="t", trigger=Trigger.MANUAL,
+          status=RunStatus.FAILED, version=3, event_seq=6, cancel_reason=None,
+          cancel_requested_at_ms=None, created_at_ms=0, started_at_ms=1_000,
+          finished_at_ms=75_500, exit_code=2, reason_code="EXITED")
+
+
+def decide(rules: notify.Rules | None, run: Run = RUN, *, recovered: bool = False,
+           before: int = 0) -> notify.Decision | None:
+    return notify.decide(rules, run=run, task_name="backup", task_num=7, recovered=recovered,
+                         failures_before=before, base_url="http://pi:5700/")
+
+
+def with_status(status: RunStatus) -> Run:
+    import msgspec
+
+    return msgspec.structs.replace(RUN, status=status)
+
+
+def test_defaults_notify_failures_not_successes_or_cancels() -> None:
+    rules = notify.Rules()
+    for status in (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST, RunStatus.BLOCKED):
+        assert decide(rules, with_status(status)) is not None, status
+    for status in (RunStatus.SUCCEEDED, RunStatus.CANCELLED):
+        assert decide(rules, with_status(status)) is None, status
+    ok = with_status(RunStatus.SUCCEEDED)
+    assert decide(rules, ok, recovered=True) is None
+    assert decide(notify.Rules(recovered=True), ok, recovered=True) is not None
+    assert decide(None) is None  # a muted task
+
+
+def test_message_says_what_the_issue_lists() -> None:
+    d = decide(notify.Rules(log_lines=5), recovered=True)
+    assert d is not None and d.title == "[qledge] backup: failed" and d.log_lines == 5
+    assert d.body.splitlines() == [
+        "Task: backup (#7)", "Status: failed",
+        "Reason: EXITED (the command exited on its own)", "Exit code: 2",
+        "Duration: 1m14s",
+        "Recovered after a restart: the result was read from the run's receipt by the"
+        " next worker.",
+        f"Run: http://pi:5700/#/runs/{RUN.id}"]
+
+
+def test_streak_sends_one_message_at_the_nth_failure() -> None:
+    rules = notify.Rules(streak=3)
+    sent = [before for before in range(6) if decide(rules, before=before) is not None]
+    assert sent == [2]
+    d = decide(rules, before=2)
+    assert d is not None and d.title == "[qledge] backup: failed, 3 times in a row"
+
+
+def test_task_override_changes_only_what_it_sets() -> None:
+    base = notify.Rules(log_lines=3)
+    eff = notify.effective(base, notify.RulesPatch(statuses=("succeeded",)))
+    assert eff == notify.Rules(statuses=("succeeded",), log_lines=3)
+    assert notify.effective(base, notify.RulesPatch(muted=True)) is None
+    assert notify.effective(base, None) is base
+
+
+@pytest.mark.parametrize(("rules", "field"), [
+    (notify.Rules(statuses=("failed", "cancelled")), "statuses"),
+    (notify.Rules(streak=-1), "streak"),
+    (notify.Rules(log_lines=notify.MAX_LOG_LINES + 1), "log_lines"),
+    (notify.Rules(quiet_start="22:00"), "quiet_start"),
+    (notify.Rules(quiet_start="22:00", quiet_end="7:00"), "quiet_end"),
+])
+def test_bad_rules_name_their_field(rules: notify.Rules, field: str) -> None:
+    with pytest.raises(notify.RuleError) as err:
+        notify.check(rules)
+    assert err.value.field == field
+
+
+def _at(hour: int, minute: int) -> tuple[int, time.struct_time]:
+    lt = time.struct_time((2026, 1, 1, hour, minute, 30, 3, 1, 0))
+    return 1_000_000_000_000 + 30_000, lt
+
+
+def test_quiet_hours_hold_messages_until_the_window_ends() -> None:
+    rules = notify.Rules(quiet_start="22:30", quiet_end="07:00")
+    now, lt = _at(23, 0)
+    assert notify.quiet_until(rules, now, lt) == now - 30_000 + 8 * 3600_000
+    now, lt = _at(6, 59)
+    assert notify.quiet_until(rules, now, lt) == now - 30_000 + 60_000
+    now, lt = _at(12, 0)
+    assert notify.quiet_until(rules, now, lt) is None
+    assert notify.quiet_until(notify.Rules(), now, lt) is None
+    day = notify.Rules(quiet_start="09:00", quiet_end="17:00")
+    assert notify.quiet_until(day, now, lt) == now - 30_000 + 5 * 3600_000
+
+
+def test_redaction_removes_every_token_part_of_a_url() -> None:
+    url = "tgram://123456:AAbbCCdd/987654?token=zzzz9999&x=1"
+    text = f"failed to post to {url}: 403 for bot 123456:AAbbCCdd chat 987654 zzzz9999"
+    out = notify.redact(text, notify.secrets_of(url))
+    for part in ("AAbbCCdd", "987654", "zzzz9999", "123456"):
+        assert part not in out, out
+    assert out.startswith("failed to post to ***")
+
+
+def test_script_credential_names_its_attempt_and_cannot_be_forged() -> None:
+    key = notify.script_key("admin-token-" + "x" * 30)
+    attempt = "0190c2e0-0000-7000-8000-0000000000aa"
+    token = notify.script_token(key, attempt)
+    assert notify.script_attempt(key, token) == attempt
+    other = "0190c2e0-0000-7000-8000-0000000000ab"
+    assert notify.script_attempt(key, other + token[len(attempt):]) is None
+    assert notify.script_attempt(notify.script_key("y" * 40), token) is None
+    assert notify.script_attempt(key, token[:-1]) is None
+    assert notify.script_attempt(key, "not-an-id.abc") is None
+
+
+def test_qinglong_env_names_map_to_apprise_urls() -> None:
+    env = {
+        "PUSH_KEY": "SCT123", "BARK_PUSH": "https://bark.example.com/DevKey/",
+        "TG_BOT_TOKEN": "123:abc", "TG_USER_ID": "42",
+        "DD_BOT_TOKEN": "ddtok", "DD_BOT_SECRET": "SECx", "QYWX_KEY": "wxkey",
+        "PUSH_PLUS_TOKEN": "0123456789abcdef0123456789abcdef", "GOTIFY_URL": "https://g.example.com:8443/base",
+        "GOTIFY_TOKEN": "gt", "NTFY_TOPIC": "alerts", "FSKEY": "fs",
+        "WEBHOOK_URL": "http://hook.local:8080/in",
+        "SMTP_SERVER": "smtp.example.com:465", "SMTP_SSL": "true",
+        "SMTP_EMAIL": "me@example.com", "SMTP_PASSWORD": "pw",
+        "SMTP_EMAIL_TO": "a@example.com;b@example.com",
+    }
+    urls = qinglong_notify.urls(env)
+    assert urls == {
+        "PUSH_KEY": "schan://SCT123",
+        "BARK_PUSH": "barks://bark.example.com/DevKey",
+        "TG_BOT_TOKEN": "tgram://123:abc/42",
+        "DD_BOT_TOKEN": "dingtalk://SECx@ddtok/",
+        "QYWX_KEY": "wecombot://wxkey",
+        "PUSH_PLUS_TOKEN": "pushplus://0123456789abcdef0123456789abcdef",
+        "GOTIFY_URL": "gotifys://g.example.com:8443/base/gt",
+        "NTFY_TOPIC": "ntfys://ntfy.sh/alerts",
+        "FSKEY": "feishu://fs",
+        "WEBHOOK_URL": "json://hook.local:8080/in",
+        "SMTP_SERVER": "mailtos://me%40example.com:pw@smtp.example.com:465"
+                       "?from=me%40example.com&to=a%40example.com%2Cb%40example.com&mode=ssl",
+    }
+    assert {name for name, _ in qinglong_notify.TABLE} == set(urls)
+    import apprise
+
+    for name, url in urls.items():  # every URL is one apprise accepts
+        assert apprise.Apprise().add(url), (name, url)
+    assert qinglong_notify.urls({"BARK_PUSH": "DevKey"}) == {
+        "BARK_PUSH": "barks://api.day.app/DevKey"}
+    assert qinglong_notify.urls({"TG_BOT_TOKEN": "123:abc"}) == {}  # no chat id: no channel
+
+
+async def test_metrics_count_a_result_once_committed_never_a_rolled_back_one(
+        db: Database) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.db import store
+    from qledge.runtime.metrics import Metrics
+
+    metrics = Metrics(db)
+    async with db.write() as tx:
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+    tr = transitions.cancel_queued(run, 3)
+    tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+        tr.run, status=RunStatus.FAILED, reason_code="SOMETHING_NEW", exit_code=1))
+    counted = metrics.runs.labels("failed", "other")
+    async with db.write() as tx:  # the consumer's way: one savepoint per receipt
+        with pytest.raises(RuntimeError):
+            async with tx.savepoint():
+                await store.apply(tx, run, tr, 3)
+                raise RuntimeError("this receipt's completion is undone")
+    assert counted._value.get() == 0
+    async with db.write() as tx:
+        await store.apply(tx, run, tr, 3)
+    assert counted._value.get() == 1  # an unknown reason code is "other", not a new label
+
+
+def test_helpers_are_shipped_once_and_never_over_a_users_file(tmp_path: Path) -> None:
+    scripts, work = tmp_path / "scripts", tmp_path
+    scripts.mkdir()
+    (scripts / "sendNotify.js").write_text("// mine\n")
+    assert shipped_scripts.ship(scripts, work) == ["notify.py"]
+    assert (scripts / "sendNotify.js").read_text() == "// mine\n"
+    assert "def send(title" in (scripts / "notify.py").read_text()
+    (scripts / "notify.py").unlink()
+    (scripts / "sendNotify.js").unlink()
+    assert shipped_scripts.ship(scripts, work) == []  # deleted by the user: stays deleted
+    assert not (scripts / "notify.py").exists()
+
+
+async def test_disk_pressure_hold_entered_and_left_are_queued_once_each(
+        db: Database, conf: Settings) -> None:
+    import asyncio
+
+    import msgspec
+
+    from qledge.db import notifications as q
+    from qledge.runtime.diskwatch import MIB
+    from qledge.runtime.notifier import Notifier
+    from qledge.runtime.retention import DiskKeeper
+    from test_diskpressure import FakeFs
+
+    notifier = Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60,
+                        retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
+    profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0)
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None)
+    keeper.on_pressure = notifier.pressure_changed
+    keeper.disk._statvfs = fs = FakeFs(total=1000 * MIB, free=900 * MIB)
+    async with db.write() as tx:
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+
+    async def titles() -> list[str]:
+        await asyncio.gather(*notifier._bg)
+        async with db.read() as tx:
+            return [m.title for m in reversed(await q.recent(tx, 10))]
+
+    assert await keeper.may_spawn() is None
+    fs.free = 50 * MIB
+    assert await keeper.may_spawn() == "DISK_PRESSURE"
+    assert await keeper.may_spawn() == "DISK_PRESSURE"  # still held: no second message
+    fs.free = 900 * MIB
+    assert await keeper.may_spawn() is None
+    assert await titles() == ["[qledge] disk pressure: new runs are held",
+                              "[qledge] disk pressure is over: runs resume"]
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, notify.Rules(disk_pressure=False), 2)
+    fs.free = 50 * MIB
+    assert await keeper.may_spawn() == "DISK_PRESSURE"
+    assert len(await titles()) == 2  # the rule is off
+
+
+async def test_prune_drops_only_old_finished_messages(db: Database) -> None:
+    from qledge.db import notifications as q
+
+    async with db.write() as tx:
+        ids = {}
+        for name, created in (("old-sent", 10), ("old-given-up", 11), ("old-pending", 12),
+                              ("new-sent", 500)):
+            (ids[name],) = await q.enqueue(tx, channel_ids=["c"], kind="run", run_id=None,
+                                           task_id=None, title=name, body="", log_lines=0,
+                                           due_at_ms=created, now_ms=created)
+        await q.mark_sent(tx, ids["old-sent"], 20)
+        await q.mark_failed(tx, ids["old-given-up"], "boom", None, 20)
+        await q.mark_sent(tx, ids["new-sent"], 501)
+        assert await q.prune(tx, 100, 256) == 2
+    async with db.read() as tx:
+        left = {m.title: m.state for m in await q.recent(tx, 10)}
+        assert left == {"old-pending": "pending", "new-sent": "sent"}
+        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0}
+
+
+async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
+        db: Database, conf: Settings) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.db import notifications as q
+    from qledge.db import store
+    from qledge.runtime.notifier import Notifier
+
+    Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
+             max_tries=3, max_age_s=60, started_at_ms=0)
+    async with db.write() as tx:
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+
+    async def fail_one(boom: bool = False) -> str:
+        async with db.write() as tx:
+            run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+        tr = transitions.cancel_queued(run, 3)
+        tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+            tr.run, status=RunStatus.FAILED, reason_code="EXITED", exit_code=1))
+        async with db.write() as tx:
+            await store.apply(tx, run, tr, 3)
+            if boom:
+                raise RuntimeError("the completion fails after the listener ran")
+        return run.id
+
+    async def rows(run_id: str) -> list[str]:
+        async with db.read() as tx:
+            return [m.title for m in await q.recent(tx, 10, run_id=run_id)]
+
+    run_id = await fail_one()
+    assert await rows(run_id) == ["[qledge] t: failed"]
+    with pytest.raises(RuntimeError):  # the result is rolled back: so is its message
+        await fail_one(boom=True)
+    async with db.read() as tx:
+        assert await tx.one("SELECT 1 FROM notify_outbox WHERE run_id NOT IN"
+                            " (SELECT id FROM runs WHERE status = 'failed')") is None
+    async with db.write() as tx:  # a rules row this version cannot read
+        await tx.execute("INSERT INTO notify_rules VALUES ('', '{\"nope\": 1}', 1)")
+    run_id = await fail_one()
+    async with db.read() as tx:
+        assert (await store.get_run(tx, run_id)).status is RunStatus.FAILED
+    assert await rows(run_id) == []
+
+
+async def test_a_message_due_in_quiet_hours_waits_for_their_end(
+        db: Database, conf: Settings) -> None:
+    import msgspec
+
+    from qledge import ids, transitions
+    from qledge.clock import now_ms
+    from qledge.db import notifications as q
+    from qledge.db import store
+    from qledge.runtime.notifier import Notifier
+
+    Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
+             max_tries=3, max_age_s=60, started_at_ms=0)
+    now = now_ms()
+    lt = time.localtime(now / 1000)
+    minute = lt.tm_hour * 60 + lt.tm_min
+    start, end = (minute - 60) % 1440, (minute + 90) % 1440
+    rules = notify.Rules(quiet_start=f"{start // 60:02d}:{start % 60:02d}",
+                         quiet_end=f"{end // 60:02d}:{end % 60:02d}")
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, rules, 1)
+        await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
+        task = await store.create_task(
+            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+    tr = transitions.cancel_queued(run, now)
+    tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
+        tr.run, status=RunStatus.LOST, reason_code="RECOVERY_BOOT_CHANGED"))
+    async with db.write() as tx:
+        await store.apply(tx, run, tr, now)
+    async with db.read() as tx:
+        (msg,) = await q.recent(tx, 5, run_id=run.id)
+        assert await q.due(tx, now + 3600_000, 10) == []  # held past the next hour
+    wait = msg.next_at_ms - now
+    assert 89 * 60_000 <= wait <= 90 * 60_000, wait
+    assert msg.due_at_ms == msg.next_at_ms
