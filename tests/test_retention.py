@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from qledge import failpoints, ids, transitions
-from qledge.db import migrate, store, upkeep
+from qledge.db import attempts, journal, migrate, runs, tasks, upkeep
 from qledge.db import retention_queries as q
 from qledge.db.connection import Database
 from qledge.launch import logs
@@ -121,7 +121,7 @@ def _retention(db: Database, conf: Settings, profile: Profile,
 
 async def _task(db: Database, **fields: object) -> str:
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": "true", "env": {}, "labels": [], **fields}, 1)
     return task.id
 
@@ -133,26 +133,26 @@ async def _run(db: Database, conf: Settings, task_id: str, *, status: str = "suc
     With `finished_at_ms` it all happened then (a run never finishes before it began)."""
     now = int(time.time() * 1000) if finished_at_ms is None else finished_at_ms
     async with db.write() as tx:
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
         if status == "queued":
             return run.id, ""
         aid = ids.uuid7()
-        att = await store.prepare_attempt(
+        att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner="n1", executor_type="local_process",
             token_hash=b"h", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
             log_path=logs.relative_path(aid), receipt_path=f"{aid[-2:]}/{aid}.json",
             now_ms=now)
-        run = await store.get_run(tx, run.id)
+        run = await runs.get_run(tx, run.id)
         tr = transitions.attempt_started(run, att, pid=1, start_time=1, boot_id="b", now_ms=now)
-        await store.apply(tx, run, tr, now)
+        await runs.apply(tx, run, tr, now)
         if status != "running":
-            run = await store.get_run(tx, run.id)
-            att = await store.get_attempt(tx, aid)
+            run = await runs.get_run(tx, run.id)
+            att = await attempts.get_attempt(tx, aid)
             tr = transitions.complete(run, att, exit_code=0 if status == "succeeded" else 1,
                                       finished_at_ms=finished_at_ms or now)
-            await store.apply(tx, run, tr, now)
+            await runs.apply(tx, run, tr, now)
             if not keep_journal:  # what the supervisor does after the journal retention
-                await store.journal_delete(tx, aid)
+                await journal.journal_delete(tx, aid)
     fd, _ = logs.create(conf.logs_path, aid)
     os.write(fd, b"x" * log_bytes)
     os.close(fd)
@@ -229,7 +229,7 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
 
     # the journal row ages out (supervisor) -> the next round takes that run too
     async with db.write() as tx:
-        await store.journal_delete(tx, with_journal[1])
+        await journal.journal_delete(tx, with_journal[1])
     report = await retention.round()
     assert report.counts.get("runs_deleted") == 1
     assert not _log_file(conf, with_journal[1]).exists()
@@ -359,7 +359,7 @@ async def test_task_deletion_queues_its_files(db: Database, conf: Settings) -> N
     task = await _task(db)
     _, aid = await _run(db, conf, task)
     async with db.write() as tx:
-        paths = await store.delete_task(tx, task, 5)
+        paths = await tasks.delete_task(tx, task, 5)
     # crash here (before the caller's unlink): the queue still knows the file
     assert paths == [logs.relative_path(aid)]
     assert _rows(conf, "SELECT relative_path FROM file_deletions") == [(paths[0],)]
@@ -433,7 +433,7 @@ async def test_round_checkpoints_a_large_wal_and_vacuums_free_pages(
                 "INSERT INTO run_events (run_id, seq, type, at_ms, data_json)"
                 " SELECT id, ?, 'filler', 0, ? FROM runs LIMIT 1", (i + 10, "y" * 400))
             if i == 0:
-                await store.create_run(tx, ids.uuid7(), task, Trigger.API, 1)
+                await runs.create_run(tx, ids.uuid7(), task, Trigger.API, 1)
     async with db.write() as tx:
         await tx.execute("DELETE FROM run_events WHERE type = 'filler'")
     wal = Path(f"{conf.db_path}-wal")

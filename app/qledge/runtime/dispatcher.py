@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ..db import store
+from ..db import attempts, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Run, Task
@@ -80,14 +80,14 @@ class Dispatcher:
             return None
         if not await self._slot_free(tx):
             return None
-        oldest = await store.queued_runs(tx, 1)
+        oldest = await runs.queued_runs(tx, 1)
         if not oldest or oldest[0].id != run.id:
             return None
         return await self.executor.prepare_in(tx, run, task)
 
     async def _slot_free(self, tx: Tx) -> bool:
         """The admission rule of both doors, read inside the preparing transaction."""
-        return await store.count_active_attempts(tx, self.node_id) < self.limit
+        return await attempts.count_active_attempts(tx, self.node_id) < self.limit
 
     def launch_soon(self, prepared: Prepared) -> None:
         """After the commit of admit_new's transaction: steps 2-4 in the background."""
@@ -109,7 +109,7 @@ class Dispatcher:
         if self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await store.queued_runs(tx, self.limit * 2)
+            queued = await runs.queued_runs(tx, self.limit * 2)
         started = 0
         for run in queued:
             if self._stopping:
