@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -19,7 +20,7 @@ from qledge.db import attempts, journal, migrate, runs, tasks, upkeep
 from qledge.db import retention_queries as q
 from qledge.db.connection import Database
 from qledge.launch import logs
-from qledge.model import RunStatus, Trigger
+from qledge.model import TERMINAL_RUN, RunStatus, Trigger
 from qledge.runtime.diskwatch import DiskWatch
 from qledge.runtime.retention import (
     CAP_TARGET,
@@ -27,11 +28,9 @@ from qledge.runtime.retention import (
     LogFacts,
     Policy,
     Retention,
-    RunFacts,
     cap_excess,
     evict_oldest,
     policy_for,
-    select_runs,
     verdict,
 )
 from qledge.settings import Profile, Settings
@@ -43,6 +42,32 @@ T = RunStatus
 
 
 # -- policy maths (pure) ---------------------------------------------------------
+
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as the policy sees it (the round reads the same facts by SQL)."""
+
+    id: str
+    status: RunStatus
+    finished_at_ms: int
+
+
+def select_runs(runs_newest_first: Sequence[RunFacts], policy: Policy,
+                now: int) -> list[tuple[str, str]]:
+    """(run id, why) for every run of one task the policy deletes; active runs never.
+
+    The reference the tests hold the SQL round to: the same `verdict`, ranked over
+    the terminal runs in Python (production ranks them in SQL, retention_queries)."""
+    out: list[tuple[str, str]] = []
+    rank = 0
+    for run in runs_newest_first:
+        if run.status not in TERMINAL_RUN:
+            continue
+        rank += 1
+        why = verdict(rank, run.finished_at_ms, policy, now)
+        if why is not None:
+            out.append((run.id, why))
+    return out
+
 
 def _runs(*specs: tuple[RunStatus, float]) -> list[RunFacts]:
     """Newest first: (status, age in days)."""

@@ -41,10 +41,6 @@ def read_boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-async def no_global_env(tx: Tx) -> dict[str, str]:
-    return {}
-
-
 class Runtime:
     def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
         """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
