@@ -3,9 +3,12 @@ and a real drill on a tiny tmpfs logs volume (root only)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,22 +67,22 @@ def test_pressure_has_hysteresis() -> None:
     assert not under_pressure(0, 0, was=True)  # mark 0 = off
 
 
-def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
+async def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
     fs = FakeFs(total=1000 * MIB, free=500 * MIB)
     changes: list[bool] = []
     watch = DiskWatch({"data": tmp_path, "logs": tmp_path}, low_water_mb=100, low_water_pct=0,
                       on_change=changes.append, statvfs=fs)
-    assert watch.check() is None
+    assert await watch.check() is None
     fs.free = 50 * MIB
-    assert watch.check() == REASON
-    assert watch.check() == REASON
+    assert await watch.check() == REASON
+    assert await watch.check() == REASON
     assert watch.pressed() == ["data", "logs"]
     assert watch.shares_logs_device("data")
     assert watch.bytes_to_release() == 125 * MIB - 50 * MIB + 1
     fs.free = 120 * MIB
-    assert watch.check() == REASON  # hysteresis
+    assert await watch.check() == REASON  # hysteresis
     fs.free = 130 * MIB
-    assert watch.check() is None
+    assert await watch.check() is None
     assert changes == [True, False]
     vols = watch.volumes_report()
     assert vols["logs"] == {"total_bytes": 1000 * MIB, "used_bytes": 870 * MIB,
@@ -88,7 +91,7 @@ def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
                             "error": None, "free_space_known": True}
 
 
-def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path) -> None:
+async def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path) -> None:
     """A filesystem reporting size 0 (no statfs) used to hold every run forever
     as 'disk pressure'. Default: not guarded, and said so; "hold": held with its
     own reason, never plain DISK_PRESSURE."""
@@ -101,7 +104,7 @@ def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path)
     for root in roots.values():
         root.mkdir()
     watch = DiskWatch(roots, low_water_mb=100, low_water_pct=0, statvfs=fs)
-    assert watch.check() is None
+    assert await watch.check() is None
     assert watch.volumes_report()["logs"] == {
         "total_bytes": None, "used_bytes": None, "free_bytes": None, "low_water_bytes": 0,
         "critical_bytes": 0, "pressure": False, "critical": False, "error": None,
@@ -110,11 +113,70 @@ def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path)
     assert watch.report()["guard_unknown"] == "off"
 
     hold = DiskWatch(roots, low_water_mb=100, low_water_pct=0, statvfs=fs, guard_unknown="hold")
-    assert hold.check() == REASON_UNKNOWN
+    assert await hold.check() == REASON_UNKNOWN
     assert hold.pressed() == ["logs"]
     assert hold.bytes_to_release() == 0  # deleting logs cannot be measured to help
     known.free = 50 * MIB  # real pressure elsewhere wins the reason
-    assert hold.check() == REASON
+    assert await hold.check() == REASON
+
+
+async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None:
+    """The logs volume is a FUSE mount whose daemon is stopped: statvfs(2) there blocks
+    in the kernel. The check must give up on that volume (free space unknown, not
+    pressure) while the event loop keeps running, must not start a second stuck
+    probe, and must measure the volume again once the filesystem answers."""
+    from drills._forgetful import ForgetfulMount, available
+
+    why = available()
+    if why:
+        unavailable(f"a FUSE filesystem to hang: {why}")
+    (tmp_path / "data").mkdir()
+    rig = ForgetfulMount(tmp_path / "backing", tmp_path / "logs")
+    rig.mount()
+    assert rig.proc is not None
+    watch = DiskWatch({"data": tmp_path / "data", "logs": tmp_path / "logs"},
+                      low_water_mb=1, low_water_pct=0, probe_timeout_s=0.5)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    beat = asyncio.create_task(ticker())
+    try:
+        assert await watch.check() is None
+        assert watch.volumes["logs"].error is None and watch.volumes["logs"].total_bytes > 0
+        os.kill(rig.proc.pid, signal.SIGSTOP)
+        # Should the check block the loop after all, this wakes the filesystem so that
+        # the test fails on its assertions instead of hanging.
+        rescue = threading.Timer(10, os.kill, (rig.proc.pid, signal.SIGCONT))
+        rescue.start()
+        try:
+            before = ticks
+            assert await watch.check() is None  # unknown free space holds nothing
+            assert ticks - before >= 10  # the loop ran while the probe hung (0.5 s)
+            assert watch.volumes["logs"].error == "TimeoutError"
+            assert watch.volumes["data"].error is None  # the other volume is measured
+            for _ in range(3):
+                assert await watch.check() is None
+            # one stuck thread for the hung volume, not one per check
+            assert watch._pool.stats()["threads"] <= 2
+            assert watch._pool.timeouts == 1
+        finally:
+            rescue.cancel()
+            os.kill(rig.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while watch.volumes["logs"].error is not None:
+            assert time.monotonic() < deadline, "the volume was never measured again"
+            await asyncio.sleep(0.1)
+            await watch.check()
+        assert watch.volumes["logs"].total_bytes > 0
+    finally:
+        beat.cancel()
+        watch.close()
+        rig.unmount()
 
 
 def test_a_run_is_not_held_forever_on_a_filesystem_without_statfs(tmp_path: Path) -> None:
@@ -145,31 +207,31 @@ def test_a_run_is_not_held_forever_on_a_filesystem_without_statfs(tmp_path: Path
         rig.unmount()
 
 
-def test_the_critical_mark_is_at_most_half_the_low_water_mark(tmp_path: Path) -> None:
+async def test_the_critical_mark_is_at_most_half_the_low_water_mark(tmp_path: Path) -> None:
     assert critical_water(100 * MIB, 16) == 16 * MIB
     assert critical_water(2 * MIB, 16) == 1 * MIB  # a tiny volume: below its pressure
     assert critical_water(0, 16) == 0  # pressure off: never critical
     fs = FakeFs(total=1000 * MIB, free=50 * MIB)
     watch = DiskWatch({"logs": tmp_path}, low_water_mb=100, low_water_pct=0,
                       critical_water_mb=16, statvfs=fs)
-    assert watch.check() == REASON and watch.bytes_to_leave_critical() == 0
+    assert await watch.check() == REASON and watch.bytes_to_leave_critical() == 0
     fs.free = 10 * MIB
-    watch.check()
+    await watch.check()
     assert watch.volumes["logs"].critical
     assert watch.bytes_to_leave_critical() == 20 * MIB - 10 * MIB + 1
 
 
 
-def test_a_volume_whose_free_space_becomes_unknown_is_not_critical(tmp_path: Path) -> None:
+async def test_a_volume_whose_free_space_becomes_unknown_is_not_critical(tmp_path: Path) -> None:
     """Critically full, then its filesystem stops reporting a size: nothing can be
     measured any more, so each task's newest log is not taken on a stale figure."""
     fs = FakeFs(total=1000 * MIB, free=10 * MIB)
     watch = DiskWatch({"logs": tmp_path}, low_water_mb=100, low_water_pct=0,
                       critical_water_mb=16, statvfs=fs, guard_unknown="hold")
-    watch.check()
+    await watch.check()
     assert watch.volumes["logs"].critical and watch.bytes_to_leave_critical() > 0
     fs.total = fs.free = 0
-    assert watch.check() == REASON_UNKNOWN
+    assert await watch.check() == REASON_UNKNOWN
     assert not watch.volumes["logs"].critical
     assert watch.bytes_to_leave_critical() == 0
     assert watch.volumes_report()["logs"]["critical_bytes"] == 0  # type: ignore[index]
@@ -216,7 +278,7 @@ async def test_held_runs_get_one_event_each_and_resume_by_themselves(
     assert report["pressure"]["state"] == "pressure"  # type: ignore[index]
     assert woken == []
     fs.free = 900 * MIB
-    assert keeper.may_spawn() is None
+    assert await keeper.may_spawn() is None
     assert woken == [1]  # the dispatcher is woken when pressure ends
     assert (await keeper.report())["pressure"]["state"] == "ok"  # type: ignore[index]
 

@@ -85,7 +85,11 @@ async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) 
 async def test_a_new_run_never_overtakes_one_that_waits(rt: Runtime) -> None:
     task_id = await add_task(rt, "true")
     hold: str | None = "held for the test"
-    rt.dispatcher.may_spawn = lambda: hold
+
+    async def may_spawn() -> str | None:
+        return hold
+
+    rt.dispatcher.may_spawn = may_spawn
     older = await trigger(rt, task_id, Trigger.API)
     assert (await _run(rt, older.id))[1] == []  # held: queued, no attempt
     hold = None  # a slot is free, nobody woke the loop yet
@@ -183,3 +187,52 @@ async def test_a_rolled_back_step_one_leaves_nothing_in_flight(rt: Runtime) -> N
                 raise RuntimeError("this unit only")
         assert prepared.attempt.id not in rt.executor.in_flight
         assert await attempts.attempts_of_run(tx, run.id) == []
+
+
+async def _queue_not_before(rt: Runtime, task_id: str, delay_ms: int) -> Run:
+    from qledge.clock import now_ms
+
+    async with rt.db.write() as tx:
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.SCHEDULE,
+                                     now_ms(), not_before_ms=now_ms() + delay_ms)
+    rt.kick()
+    return run
+
+
+async def test_a_run_waits_for_its_not_before_time_and_then_starts_by_itself(
+        rt: Runtime) -> None:
+    """Nothing wakes the dispatcher but its own timer; a run without a wait queued
+    later is not held up behind the waiting one."""
+    task_id = await add_task(rt, "true")
+    waiting = await _queue_not_before(rt, task_id, 1500)
+    assert waiting.not_before_ms is not None
+    await asyncio.sleep(0.5)
+    assert await _run(rt, waiting.id) == (waiting, [])  # still queued, no attempt
+    other = await trigger(rt, task_id, Trigger.API)
+    assert (await _terminal(rt, other.id)).status is RunStatus.SUCCEEDED
+    assert (await _run(rt, waiting.id))[1] == []
+    done = await _terminal(rt, waiting.id)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.started_at_ms is not None and done.started_at_ms >= waiting.not_before_ms
+    async with rt.db.read() as tx:
+        created = (await events.list_events(tx, waiting.id))[0]
+    assert created.data == {"trigger": "schedule", "not_before_ms": waiting.not_before_ms}
+
+
+async def test_a_not_before_time_survives_a_restart(tmp_path: Path) -> None:
+    """The wait is in the database: a new runtime neither forgets it nor starts early."""
+    first = make_runtime(tmp_path / "state")
+    await first.start()
+    task_id = await add_task(first, "true")
+    waiting = await _queue_not_before(first, task_id, 2500)
+    await first.stop()
+    second = make_runtime(tmp_path / "state")
+    await second.start()
+    try:
+        assert (await _run(second, waiting.id))[1] == []
+        done = await _terminal(second, waiting.id)
+        assert done.status is RunStatus.SUCCEEDED
+        assert waiting.not_before_ms is not None
+        assert done.started_at_ms is not None and done.started_at_ms >= waiting.not_before_ms
+    finally:
+        await second.stop()

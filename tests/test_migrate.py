@@ -179,7 +179,7 @@ def _seed(db: Path, runs: int = 3) -> None:
 
 # Migrations after the slim schema (0007) apply too when these tests upgrade.
 AFTER_7 = [m.version for m in migrate.bundled() if m.version > 7]
-LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",)}
+LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",), "runs": ("not_before_ms",)}
 
 
 def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
@@ -292,7 +292,7 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=8)
     _seed(db, runs=40)
     before = _snapshot(db)
-    assert migrate.apply(db) == [9]
+    assert migrate.apply(db) == [v for v in AFTER_7 if v >= 9]
     after = _snapshot(db)
     assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
     assert after["receipt_journal"] == sorted(
@@ -529,7 +529,8 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     tx: Any = rec
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
-        runs.get_run(tx, r), runs.active_run_of_task(tx, t), runs.queued_runs(tx, 8),
+        runs.get_run(tx, r), runs.active_run_of_task(tx, t), runs.queued_runs(tx, 8, 1),
+        runs.next_not_before(tx, 1),
         runs.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
         runs.list_runs(tx, task_id=None, status="running", before=r, limit=50),
         runs.list_runs(tx, task_id=t, status="failed", before=r, limit=50),

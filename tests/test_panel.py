@@ -153,25 +153,35 @@ def test_index_without_the_scripts_placeholder_fails_at_startup(tmp_path: Path) 
         panel.Panel(tmp_path)
 
 
-def _i18n_keys(lang: str) -> set[str]:
+_STRING = r"'((?:[^'\\]|\\.)*)'"
+
+
+def _i18n_table() -> dict[str, tuple[str, str]]:
+    """i18n.js's table, `'key': ['English', 'Chinese'],` one entry per key."""
     text = (PANEL / "i18n.js").read_text("utf-8")
-    start = text.index(f"\n  {lang}: {{")
-    end = text.index("\n  },", start)
-    return set(re.findall(r"^\s+'([^']+)':", text[start:end], re.M))
+    entries = re.findall(rf"^  '([^']+)': \[{_STRING},\s+{_STRING}\],$", text, re.M)
+    assert len(entries) == len(re.findall(r"^  '[^']+': \[", text, re.M)), "a malformed entry"
+    keys = [key for key, _, _ in entries]
+    assert len(keys) == len(set(keys)), "a key twice: the later one would win silently"
+    return {key: (en, zh) for key, en, zh in entries}
 
 
-def test_english_and_chinese_have_the_same_strings() -> None:
-    en, zh = _i18n_keys("en"), _i18n_keys("zh")
-    assert len(en) > 150
-    assert en == zh, (en ^ zh)
+def _i18n_keys() -> set[str]:
+    return set(_i18n_table())
+
+
+def test_every_string_has_english_and_chinese() -> None:
+    table = _i18n_table()
+    assert len(table) > 150
+    assert [key for key, (en, zh) in table.items() if not en.strip() or not zh.strip()] == []
     used = set(re.findall(r"\bt\('([a-zA-Z0-9_.]+)'", _scripts_text()))
-    assert {k for k in used if not k.endswith(".")} <= en
+    assert {k for k in used if not k.endswith(".")} <= set(table)
 
 
 def test_every_reason_code_and_status_is_explained() -> None:
     from qledge.model import Reason, RunStatus
 
-    en = _i18n_keys("en")
+    en = _i18n_keys()
     assert {f"reason.{r.value}" for r in Reason} <= en
     assert {f"status.{s.value}" for s in RunStatus} <= en
 
@@ -192,7 +202,7 @@ def test_every_event_type_the_backend_emits_has_words() -> None:
     assert {"run.created", "run.finished", "run.held", "attempt.signal_sent"} <= types
     handled = set(re.findall(r"case '([a-z_.]+)':", (PANEL / "run.js").read_text("utf-8")))
     assert types <= handled, f"no words for {types - handled} (falls back to raw JSON)"
-    assert {f"held.{REASON}", f"held.{REASON_UNKNOWN}"} <= _i18n_keys("en")
+    assert {f"held.{REASON}", f"held.{REASON_UNKNOWN}"} <= _i18n_keys()
 
 
 def test_every_log_read_error_and_file_kind_has_words() -> None:
@@ -206,7 +216,7 @@ def test_every_log_read_error_and_file_kind_has_words() -> None:
     kind_fn = source[source.index("def _kind("):]
     kinds = set(re.findall(r'return "([a-z]+)"', kind_fn[:kind_fn.index("\n\n\n")]))
     assert {"fifo", "symlink", "directory", "socket", "device"} <= kinds
-    en = _i18n_keys("en")
+    en = _i18n_keys()
     assert {f"log.err.{c}" for c in codes} <= en, {f"log.err.{c}" for c in codes} - en
     assert {f"kind.{k}" for k in kinds} <= en, {f"kind.{k}" for k in kinds} - en
 
@@ -220,7 +230,7 @@ def test_every_deletion_reason_and_isolation_mode_has_words() -> None:
     from qledge.runtime.retention import _by_reason
     from qledge.settings import Settings
 
-    en = _i18n_keys("en")
+    en = _i18n_keys()
     shape = _by_reason({})
     assert {"DISK_CRITICAL", "DISK_PRESSURE", "SIZE_CAP"} <= set(shape["logs"])
     assert {f"system.del.{kind}" for kind in shape} <= en

@@ -118,6 +118,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     finished_at_ms: int | None
     exit_code: int | None
     reason_code: str | None
+    not_before_ms: int | None = None  # queued, but not to start before this time
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):

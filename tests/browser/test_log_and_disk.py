@@ -169,8 +169,8 @@ def test_a_hung_log_filesystem_times_out_in_words(page: Page, tmp_path: Path) ->
     download shows the API's 503 LOG_READ_TIMEOUT, the stream ends with it, and the run's
     record answers with its log state unknown — no power loss note on a guess.
 
-    Only the shard is on FUSE, not the logs volume: the worker's disk check runs
-    statvfs(2) of the volume on its event loop, which a hung volume would block."""
+    Only the shard is on FUSE, not the logs volume, so that the run's own record stays
+    measurable (a hung logs volume is tested in test_diskpressure.py)."""
     _fuse_or_skip()
     app = Appliance(tmp_path / "state", free_port(), retention_interval_s="3600", **FAST)
     rig: ForgetfulMount | None = None

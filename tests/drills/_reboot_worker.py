@@ -52,10 +52,10 @@ def _deferred_step1() -> None:
         return run
 
     async def dispatch_once(self: Dispatcher) -> int:
-        if self.may_spawn() is not None:
+        if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await runs.queued_runs(tx, self.limit * 2)
+            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
         started = 0
         for run in queued:
             async with self.db.write(durable=False) as tx:  # the defect

@@ -49,7 +49,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
         cancel_requested_at_ms=row["cancel_requested_at_ms"],
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
-        reason_code=row["reason_code"],
+        reason_code=row["reason_code"], not_before_ms=row["not_before_ms"],
     )
 
 

@@ -22,13 +22,19 @@ _ACTIVE_RUN = st.active_run()
 _QUEUED = st.is_("status", RunStatus.QUEUED)
 
 
-async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int) -> Run:
+async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int,
+                     not_before_ms: int | None = None) -> Run:
+    """A queued run; with `not_before_ms` the dispatcher leaves it until that time
+    (and a `run.created` event that says so)."""
     await tx.execute(
-        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms) VALUES (?, ?, ?, ?, ?)",
-        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms))
+        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, not_before_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms, not_before_ms))
     run = await get_run(tx, run_id)
-    await append_events(tx, run, [NewEvent(type="run.created", data={"trigger": trigger.value})],
-                        now_ms)
+    data: dict[str, str | int | None] = {"trigger": trigger.value}
+    if not_before_ms is not None:
+        data["not_before_ms"] = not_before_ms
+    await append_events(tx, run, [NewEvent(type="run.created", data=data)], now_ms)
     return await get_run(tx, run_id)
 
 
@@ -90,10 +96,21 @@ async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
     return out
 
 
-async def queued_runs(tx: Tx, limit: int) -> list[Run]:
+async def queued_runs(tx: Tx, limit: int, now_ms: int) -> list[Run]:
+    """Queued runs that may start now (no not-before time, or one that has passed)."""
     rows = await tx.all(
-        f"SELECT * FROM runs WHERE {_QUEUED} ORDER BY id LIMIT ?", (limit,))  # noqa: S608
+        f"SELECT * FROM runs WHERE {_QUEUED}"  # noqa: S608
+        " AND (not_before_ms IS NULL OR not_before_ms <= ?) ORDER BY id LIMIT ?",
+        (now_ms, limit))
     return [run_from_row(r) for r in rows]
+
+
+async def next_not_before(tx: Tx, now_ms: int) -> int | None:
+    """The earliest not-before time of a queued run still waiting for it."""
+    row = await tx.one(
+        f"SELECT MIN(not_before_ms) AS at FROM runs WHERE {_QUEUED}"  # noqa: S608
+        " AND not_before_ms > ?", (now_ms,))
+    return None if row is None or row["at"] is None else int(row["at"])
 
 
 async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
@@ -104,10 +121,11 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
     row = await tx.one(
         "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"
         " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
-        " event_seq = event_seq + ? WHERE id = ? AND version = ? RETURNING event_seq",
+        " not_before_ms = ?, event_seq = event_seq + ? WHERE id = ? AND version = ?"
+        " RETURNING event_seq",
         (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
          new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
-         new.reason_code, len(transition.events), old.id, old.version))
+         new.reason_code, new.not_before_ms, len(transition.events), old.id, old.version))
     if row is None:
         raise Conflict(f"run {old.id} version {old.version}")
     att = transition.attempt

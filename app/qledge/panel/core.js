@@ -1,21 +1,10 @@
 /* qledge operator panel: the shared core. Vanilla JS, no build step, no third-party code.
- *
- * The panel is a few classic deferred scripts sharing one namespace, `window.QLEDGE`
- * (as i18n.js shares `window.QLEDGE_I18N`): this file holds what every page uses —
- * strings, formatting, DOM helpers, the API client, the router and the page shell —
- * and each page script (login.js, tasks.js, editor.js, runs.js, run.js, log.js,
- * envs.js, scripts.js, system.js) adds its view to `QLEDGE.pages`. Deferred scripts run in
- * document order before DOMContentLoaded, which is when the first page is drawn.
- *
- * Security notes (docs/panel.md):
- * - The admin token lives in sessionStorage (this tab only) and goes out only as
- *   `Authorization: Bearer` from fetch(). It never appears in a URL, and the
- *   panel uses no cookies, so there is no ambient credential to forge (no CSRF).
- * - The live log uses EventSource, which cannot send headers: it gets a
- *   single-use, single-run stream ticket that expires after 60 s (log.js).
- * - Everything from the server is inserted as text (textContent), never as HTML;
- *   the page's Content-Security-Policy forbids inline and foreign scripts.
- */
+ * The panel is classic deferred scripts sharing `window.QLEDGE` (strings come from i18n.js
+ * as `window.QLEDGE_I18N`): this file holds strings, formatting, DOM helpers, the API
+ * client, the router and the page shell; each page script adds its view to `QLEDGE.pages`.
+ * Security (docs/panel.md): the token lives in sessionStorage and goes out only as
+ * `Authorization: Bearer` (never in a URL; no cookies, so no CSRF); the live log uses a
+ * single-use stream ticket (log.js); server data is inserted as text, never as HTML. */
 'use strict';
 window.QLEDGE = (() => {
   const STRINGS = window.QLEDGE_I18N || { en: {} };
@@ -152,6 +141,37 @@ window.QLEDGE = (() => {
     return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [
       h('dt', null, k), h('dd', null, v)]));
   }
+  // A row button whose accessible name says which row: "Delete — nightly".
+  const rowBtn = (label, name, onclick, cls, extra) =>
+    btn(label, onclick, cls, { 'aria-label': `${label} — ${name}`, ...extra });
+  const loading = () => h('p', { class: 'muted' }, t('common.loading'));
+  const refreshBtn = (load) => btn(t('common.refresh'), () => load(), 'ghost',
+    { 'data-action': 'refresh' });
+  // A data table: `cols` head the columns and label each cell (phones show cells as cards).
+  function grid(caption, cols, rows, extra) {
+    return h('table', { class: 'grid', ...extra },
+      caption ? h('caption', { class: 'sr-only' }, caption) : null,
+      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', null, rows));
+  }
+  // One row of a grid; a cell that is already a <td> (actionsCell) goes in as it is.
+  const row = (props, cols, ...cells) => h('tr', props, cells.map((c, i) =>
+    (c instanceof HTMLTableCellElement ? c : h('td', { 'data-label': cols[i] }, c))));
+  // An async click handler whose failure is shown as an error notice.
+  const guarded = (fn) => async (...args) => {
+    try { await fn(...args); } catch (e) { notify(e.message, 'error'); }
+  };
+  // The API path of a resource: apiPath('tasks', id, 'runs') → /tasks/<id, encoded>/runs.
+  const apiPath = (...parts) => '/' + parts.map(encodeURIComponent).join('/');
+  // Hands the browser a file to save (the blob URL lives long enough for the download).
+  function saveFile(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const a = h('a', { href: url, download: name, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
 
   // ---- notices and dialogs ----------------------------------------------------------------
   let toastTimer = 0;
@@ -165,26 +185,34 @@ window.QLEDGE = (() => {
     toastTimer = setTimeout(() => { el.hidden = true; el.textContent = ''; }, 6000);
   }
 
+  // A modal dialog titled `title`; `close()` removes it and gives focus back.
+  function modal(title, ...content) {
+    const back = document.activeElement;
+    const titleId = nextId('dlg');
+    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId },
+      h('h2', { id: titleId }, title));
+    const close = () => {
+      if (dialog.open) dialog.close();
+      dialog.remove();
+      if (back && back.isConnected) back.focus();
+    };
+    const open = (...rest) => {
+      append(dialog, [...content, ...rest]);
+      document.body.append(dialog);
+      dialog.showModal();
+    };
+    return { dialog, close, open };
+  }
+
   function confirmDialog(title, message, okLabel, danger) {
     return new Promise((resolve) => {
-      const back = document.activeElement;
-      const titleId = nextId('dlg');
-      const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId },
-        h('h2', { id: titleId }, title),
-        h('p', null, message));
-      const done = (ok) => {
-        if (dialog.open) dialog.close();
-        dialog.remove();
-        if (back && back.isConnected) back.focus();
-        resolve(ok);
-      };
+      const m = modal(title, h('p', null, message));
+      const done = (ok) => { m.close(); resolve(ok); };
       const cancel = btn(t('common.cancel'), () => done(false), 'ghost', { 'data-action': 'cancel' });
       const ok = btn(okLabel, () => done(true), danger ? 'danger' : 'primary',
         { 'data-action': 'confirm' });
-      dialog.append(h('div', { class: 'actions' }, cancel, ok));
-      dialog.addEventListener('cancel', (e) => { e.preventDefault(); done(false); });
-      document.body.append(dialog);
-      dialog.showModal();
+      m.dialog.addEventListener('cancel', (e) => { e.preventDefault(); done(false); });
+      m.open(h('div', { class: 'actions' }, cancel, ok));
       cancel.focus();
     });
   }
@@ -320,8 +348,9 @@ window.QLEDGE = (() => {
     firstRender = false;
   }
 
-  function failBox(main, err) {
-    main.append(h('div', { class: 'alert error', role: 'alert' }, err.message || String(err)));
+  // Replaces box's content with the error.
+  function failBox(box, err) {
+    fill(box, h('div', { class: 'alert error', role: 'alert' }, err.message || String(err)));
   }
 
   // Every task, page by page (the task list and the runs filter both need them all).
@@ -351,7 +380,8 @@ window.QLEDGE = (() => {
 
   return {
     pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
-    h, append, clear, fill, nextId, badge, btn, field, actionsCell, dl, notify, confirmDialog,
-    ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
+    h, append, clear, fill, nextId, badge, btn, rowBtn, field, actionsCell, dl, loading,
+    refreshBtn, grid, row, guarded, apiPath, saveFile, notify, modal, confirmDialog, ApiError,
+    api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
   };
 })();

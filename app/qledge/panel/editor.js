@@ -1,8 +1,8 @@
 /* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, notify, api, q, onLeave, heading,
-    failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, loading, apiPath, notify, api, q,
+    onLeave, heading, failBox } = window.QLEDGE;
   const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const MAX_TIMEOUT_S = 366 * 86400;
 
@@ -10,15 +10,15 @@
   // "Create task from this script").
   function viewTaskEditor(main, taskId, alive, query) {
     heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
-    const box = h('div', null, h('p', { class: 'muted' }, t('common.loading')));
+    const box = h('div', null, loading());
     main.append(box);
     const prefill = {};
     for (const k of ['name', 'command', 'schedule']) {
       if (!taskId && query && query.get(k)) prefill[k] = query.get(k);
     }
-    const get = taskId ? api('GET', `/tasks/${encodeURIComponent(taskId)}`) : Promise.resolve(null);
+    const get = taskId ? api('GET', apiPath('tasks', taskId)) : Promise.resolve(null);
     get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill); } },
-      (e) => { if (alive()) { clear(box); failBox(box, e); } });
+      (e) => { if (alive()) failBox(box, e); });
   }
 
   // The env rows of a task: a fieldset with add/remove; `entries()` reads them back.
@@ -227,7 +227,7 @@
           keep_background: f.keepBackground.checked,
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
         };
-        if (task) await api('PUT', `/tasks/${encodeURIComponent(task.id)}`, body);
+        if (task) await api('PUT', apiPath('tasks', task.id), body);
         else await api('POST', '/tasks', body);
         notify(t(task ? 'editor.saved' : 'editor.created', { name: body.name.trim() }), 'ok');
         location.hash = '#/tasks';

@@ -1,8 +1,8 @@
 /* qledge panel: env variables (#/envs). */
 'use strict';
 (() => {
-  const { t, h, clear, fill, nextId, btn, actionsCell, field, notify, confirmDialog, api,
-    heading, failBox } = window.QLEDGE;
+  const { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, loading, grid, row, guarded,
+    apiPath, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
 
   // The new/edit form above the list; an error the API names goes under its field.
   function envForm(formBox, env, reload) {
@@ -39,7 +39,7 @@
       const body = { name: nameI.value.trim(), value: valueI.value, remarks: remarksI.value,
         enabled: enabledI.checked };
       try {
-        if (env) await api('PUT', `/envs/${encodeURIComponent(env.id)}`, body);
+        if (env) await api('PUT', apiPath('envs', env.id), body);
         else await api('POST', '/envs', body);
         notify(t('envs.saved', { name: body.name }), 'ok');
         clear(formBox);
@@ -79,28 +79,23 @@
           'aria-label': (on ? t('envs.hide') : t('envs.reveal')) + ' ' + env.name }));
     };
     paintValue();
-    return h('tr', { 'data-env-name': env.name },
-      h('td', { 'data-label': cols[0] }, h('code', null, env.name)),
+    return row({ 'data-env-name': env.name }, cols,
+      h('code', null, env.name),
       valueCell,
-      h('td', { 'data-label': cols[2] }, env.remarks || '—'),
-      h('td', { 'data-label': cols[3] }, h('span', { class: env.enabled ? 'on' : 'off' },
-        env.enabled ? t('envs.on') : t('envs.off'))),
+      env.remarks || '—',
+      h('span', { class: env.enabled ? 'on' : 'off' }, env.enabled ? t('envs.on') : t('envs.off')),
       actionsCell(cols[4],
-        btn(t('common.edit'), () => edit(env), 'small',
-          { 'aria-label': `${t('common.edit')} — ${env.name}` }),
-        btn(env.enabled ? t('tasks.disable') : t('tasks.enable'), async () => {
-          try {
-            await api('PUT', `/envs/${encodeURIComponent(env.id)}`, { enabled: !env.enabled });
-            reload();
-          } catch (e) { notify(e.message, 'error'); }
-        }, 'small', { 'aria-label': `${env.enabled ? t('tasks.disable') : t('tasks.enable')} — ${env.name}` }),
-        btn(t('common.delete'), async () => {
-          const ok = await confirmDialog(t('envs.deleteTitle'),
-            t('envs.deleteBody', { name: env.name }), t('common.delete'), true);
-          if (!ok) return;
-          try { await api('DELETE', `/envs/${encodeURIComponent(env.id)}`); reload(); }
-          catch (e) { notify(e.message, 'error'); }
-        }, 'small danger-ghost', { 'aria-label': `${t('common.delete')} — ${env.name}` })));
+        rowBtn(t('common.edit'), env.name, () => edit(env), 'small'),
+        rowBtn(env.enabled ? t('tasks.disable') : t('tasks.enable'), env.name, guarded(async () => {
+          await api('PUT', apiPath('envs', env.id), { enabled: !env.enabled });
+          reload();
+        }), 'small'),
+        rowBtn(t('common.delete'), env.name, guarded(async () => {
+          if (!await confirmDialog(t('envs.deleteTitle'), t('envs.deleteBody', { name: env.name }),
+            t('common.delete'), true)) return;
+          await api('DELETE', apiPath('envs', env.id));
+          reload();
+        }), 'small danger-ghost')));
   }
 
   function viewEnvs(main, alive) {
@@ -108,7 +103,7 @@
       btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
     main.append(h('p', { class: 'muted' }, t('envs.intro')));
     const formBox = h('div', null);
-    const list = h('div', { class: 'card' }, h('p', { class: 'muted' }, t('common.loading')));
+    const list = h('div', { class: 'card' }, loading());
     main.append(formBox, list);
     const revealed = new Set();
 
@@ -119,18 +114,14 @@
       try {
         envs = (await api('GET', '/envs')).items;
       } catch (e) {
-        if (alive()) { clear(list); failBox(list, e); }
+        if (alive()) failBox(list, e);
         return;
       }
       if (!alive()) return;
-      clear(list);
-      if (!envs.length) { list.append(h('p', { class: 'empty' }, t('envs.empty'))); return; }
       const cols = [t('envs.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
         t('tasks.col.actions')];
-      list.append(h('table', { class: 'grid' },
-        h('caption', { class: 'sr-only' }, t('envs.title')),
-        h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-        h('tbody', null, envs.map((env) => envRow(env, cols, revealed, edit, load)))));
+      fill(list, !envs.length ? h('p', { class: 'empty' }, t('envs.empty'))
+        : grid(t('envs.title'), cols, envs.map((env) => envRow(env, cols, revealed, edit, load))));
     }
     load();
   }

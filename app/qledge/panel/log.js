@@ -1,7 +1,8 @@
 /* qledge panel: the live log of a run and its download (run.js shows the section). */
 'use strict';
 (() => {
-  const { t, words, statusLabel, h, fill, btn, notify, api, q, onLeave } = window.QLEDGE;
+  const { t, words, statusLabel, h, fill, btn, apiPath, saveFile, notify, api, q,
+    onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
   /* The log card of a run page: state, download, why the log cannot be read, a power
@@ -86,7 +87,7 @@
       if (done || !alive()) return;
       let ticket;
       try {
-        ticket = await api('POST', `/runs/${encodeURIComponent(runId)}/log/ticket`);
+        ticket = await api('POST', apiPath('runs', runId, 'log', 'ticket'));
       } catch (e) {
         if (e.status === 404) { setState('gone', t('log.gone')); done = true; return; }
         if (e.status === 401) return; // signed out
@@ -94,9 +95,8 @@
         return;
       }
       if (done || !alive()) return;
-      const url = `/api/v1/runs/${encodeURIComponent(runId)}/log/stream` +
-        q({ offset, ticket: ticket.ticket });
-      const source = new EventSource(url);
+      const source = new EventSource('/api/v1' + apiPath('runs', runId, 'log', 'stream') +
+        q({ offset, ticket: ticket.ticket }));
       es = source;
       source.addEventListener('open', () => {
         retry = 0;
@@ -154,19 +154,14 @@
       const parts = [];
       let offset = 0;
       for (;;) {
-        const res = await api('GET', `/runs/${encodeURIComponent(runId)}/log` + q({ offset }),
+        const res = await api('GET', apiPath('runs', runId, 'log') + q({ offset }),
           undefined, { raw: true });
         const buf = await res.arrayBuffer();
         if (!buf.byteLength) break;
         parts.push(buf);
         offset = Number(res.headers.get('X-Log-Next-Offset'));
       }
-      const url = URL.createObjectURL(new Blob(parts, { type: 'text/plain' }));
-      const a = h('a', { href: url, download: `run-${runId}.log`, hidden: true });
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10000);
+      saveFile(new Blob(parts, { type: 'text/plain' }), `run-${runId}.log`);
     } catch (e) {
       // 409 LOG_NOT_REGULAR_FILE, 410 LOG_EVICTED, 503 LOG_READ_TIMEOUT / LOG_READ_BUSY:
       // said in the log card, where it stays (a toast would be gone in 6 s)

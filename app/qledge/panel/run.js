@@ -1,8 +1,8 @@
 /* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
 'use strict';
 (() => {
-  const { t, statusLabel, fmtTime, fmtDur, shortId, h, fill, badge, btn, dl, notify,
-    confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
+  const { t, statusLabel, fmtTime, fmtDur, shortId, h, fill, badge, btn, dl, grid, row, apiPath,
+    notify, confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
 
   function eventText(ev) {
     const d = ev.data || {};
@@ -123,17 +123,14 @@
     if (!r.attempts.length) return h('p', { class: 'muted' }, t('run.noAttempts'));
     const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
       t('att.started'), t('att.duration')];
-    return h('table', { class: 'grid' },
-      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', null, r.attempts.map((a) => h('tr', null,
-        h('td', { 'data-label': cols[0] }, '#' + a.attempt_no),
-        h('td', { 'data-label': cols[1] }, badge(a.status === 'preparing' ? 'queued' : a.status)),
-        h('td', { 'data-label': cols[2] }, a.exit_code == null ? '—' : String(a.exit_code)),
-        h('td', { 'data-label': cols[3] }, a.reason_code ? h('code', null, a.reason_code) : '—'),
-        h('td', { 'data-label': cols[4] }, a.pid == null ? '—' : String(a.pid)),
-        h('td', { 'data-label': cols[5] }, fmtTime(a.started_at_ms)),
-        h('td', { 'data-label': cols[6] }, a.started_at_ms
-          ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')))));
+    return grid(null, cols, r.attempts.map((a) => row(null, cols,
+      '#' + a.attempt_no,
+      badge(a.status === 'preparing' ? 'queued' : a.status),
+      a.exit_code == null ? '—' : String(a.exit_code),
+      a.reason_code ? h('code', null, a.reason_code) : '—',
+      a.pid == null ? '—' : String(a.pid),
+      fmtTime(a.started_at_ms),
+      a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')));
   }
 
   function cancelButton(runId, refresh) {
@@ -141,7 +138,7 @@
       const ok = await confirmDialog(t('run.cancelTitle'), t('run.cancelBody'), t('run.cancel'), true);
       if (!ok) return;
       try {
-        await api('POST', `/runs/${encodeURIComponent(runId)}/cancel`);
+        await api('POST', apiPath('runs', runId, 'cancel'));
         notify(t('run.cancelSent'), 'ok');
         refresh();
       } catch (e) { notify(e.message, 'error'); refresh(); }
@@ -194,10 +191,9 @@
       polling = true;
       try {
         const [r, evs] = await Promise.all([
-          api('GET', `/runs/${encodeURIComponent(runId)}`),
-          api('GET', `/runs/${encodeURIComponent(runId)}/events`)]);
+          api('GET', apiPath('runs', runId)), api('GET', apiPath('runs', runId, 'events'))]);
         if (taskName == null) {
-          taskName = await api('GET', `/tasks/${encodeURIComponent(r.task_id)}`)
+          taskName = await api('GET', apiPath('tasks', r.task_id))
             .then((tk) => tk.name, () => shortId(r.task_id));
         }
         if (!alive()) return;

@@ -1,16 +1,15 @@
 /* qledge panel: the runs list with its filters and pages (#/runs). */
 'use strict';
 (() => {
-  const { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, badge, btn, api, q, loadAllTasks,
-    heading, failBox } = window.QLEDGE;
+  const { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, fill, badge, btn, refreshBtn, grid,
+    row, api, q, loadAllTasks, heading, failBox } = window.QLEDGE;
   const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out', 'lost',
     'blocked'];
 
   function viewRuns(main, query, alive) {
     const state = { task_id: query.get('task_id') || '', status: query.get('status') || '',
       cursors: [] };
-    heading(main, t('runs.title'),
-      btn(t('common.refresh'), () => load(), 'ghost', { 'data-action': 'refresh' }));
+    heading(main, t('runs.title'), refreshBtn(load));
     const taskSel = h('select', { id: 'runs-task' }, h('option', { value: '' }, t('runs.allTasks')));
     const statusSel = h('select', { id: 'runs-status' },
       h('option', { value: '' }, t('runs.allStatuses')),
@@ -56,33 +55,23 @@
         page = await api('GET', '/runs' + q({ task_id: state.task_id, status: state.status,
           cursor, limit: 20 }));
       } catch (e) {
-        if (!current()) return;
-        clear(results).removeAttribute('aria-busy');
-        failBox(results, e);
+        if (current()) { results.removeAttribute('aria-busy'); failBox(results, e); }
         return;
       }
       if (!current()) return;
-      clear(results).removeAttribute('aria-busy');
+      results.removeAttribute('aria-busy');
       clear(pager);
-      if (!page.items.length) {
-        results.append(h('p', { class: 'empty' }, t('runs.empty')));
-      } else {
-        const cols = [t('runs.col.run'), t('runs.col.task'), t('runs.col.status'),
-          t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
-        results.append(h('table', { class: 'grid' },
-          h('caption', { class: 'sr-only' }, t('runs.title')),
-          h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-          h('tbody', null, page.items.map((r) => h('tr', { 'data-run-id': r.id },
-            h('td', { 'data-label': cols[0] }, h('a', { href: '#/runs/' + r.id, class: 'mono' },
-              '…' + shortId(r.id))),
-            h('td', { 'data-label': cols[1] }, names[r.task_id] || shortId(r.task_id)),
-            h('td', { 'data-label': cols[2] }, badge(r.status)),
-            h('td', { 'data-label': cols[3] }, r.exit_code == null ? '—' : String(r.exit_code)),
-            h('td', { 'data-label': cols[4] }, t('trigger.' + r.trigger)),
-            h('td', { 'data-label': cols[5] }, fmtTime(r.created_at_ms)),
-            h('td', { 'data-label': cols[6] }, r.started_at_ms
-              ? fmtDur((r.finished_at_ms || Date.now()) - r.started_at_ms) : '—'))))));
-      }
+      const cols = [t('runs.col.run'), t('runs.col.task'), t('runs.col.status'),
+        t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
+      fill(results, !page.items.length ? h('p', { class: 'empty' }, t('runs.empty'))
+        : grid(t('runs.title'), cols, page.items.map((r) => row({ 'data-run-id': r.id }, cols,
+          h('a', { href: '#/runs/' + r.id, class: 'mono' }, '…' + shortId(r.id)),
+          names[r.task_id] || shortId(r.task_id),
+          badge(r.status),
+          r.exit_code == null ? '—' : String(r.exit_code),
+          t('trigger.' + r.trigger),
+          fmtTime(r.created_at_ms),
+          r.started_at_ms ? fmtDur((r.finished_at_ms || Date.now()) - r.started_at_ms) : '—'))));
       if (state.cursors.length) {
         pager.append(btn(t('runs.first'), () => { state.cursors = []; load(); }, 'ghost',
           { 'data-action': 'first' }));

@@ -4,8 +4,8 @@
  * anything else with a reason, shown here as it comes. */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, notify, confirmDialog, api, q,
-    onLeave, heading, failBox, render } = window.QLEDGE;
+  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, loading, guarded, saveFile,
+    notify, modal, confirmDialog, api, q, onLeave, heading, failBox, render } = window.QLEDGE;
   const opened = new Set(); // folders the user unfolded, kept across pages
   let unsaved = null; // the path whose edits are not saved yet
   const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
@@ -16,19 +16,11 @@
   /* A modal asking for one path; `submit(value)` does the work and may throw: its error
    * is shown in the dialog, which stays open until it succeeds or is cancelled. */
   function askPath(title, value, okLabel, submit) {
-    const back = document.activeElement;
-    const titleId = nextId('dlg');
     const input = h('input', { id: nextId('ask'), type: 'text', class: 'mono', value,
       autocomplete: 'off', spellcheck: 'false', 'data-field': 'path' });
     const err = h('p', { class: 'field-error', role: 'alert', hidden: true, id: input.id + '-err' });
-    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId });
-    const close = () => {
-      if (dialog.open) dialog.close();
-      dialog.remove();
-      if (back && back.isConnected) back.focus();
-    };
+    const { dialog, close, open } = modal(title);
     const form = h('form', { method: 'dialog', novalidate: true },
-      h('h2', { id: titleId }, title),
       h('div', { class: 'field' }, h('label', { htmlFor: input.id }, t('scripts.pathLabel')), input,
         h('p', { class: 'help' }, t('scripts.pathHelp')), err),
       h('div', { class: 'actions' },
@@ -50,9 +42,7 @@
       }
     });
     dialog.addEventListener('cancel', (e) => { e.preventDefault(); close(); });
-    dialog.append(form);
-    document.body.append(dialog);
-    dialog.showModal();
+    open(form);
     input.focus();
   }
 
@@ -117,23 +107,16 @@
     button.disabled = true;
     try {
       const res = await api('GET', '/scripts/download' + q({ path }), undefined, { raw: true });
-      const url = URL.createObjectURL(await res.blob());
-      const a = h('a', { href: url, download: path.split('/').pop(), hidden: true });
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10000);
+      saveFile(await res.blob(), path.split('/').pop());
     } catch (e) { notify(e.message, 'error'); } finally { button.disabled = false; }
   }
 
-  async function createTask(path) {
-    try {
-      const meta = await api('GET', '/scripts/meta' + q({ path }));
-      const prefill = new URLSearchParams({ name: meta.name, command: meta.command });
-      if (meta.schedule) prefill.set('schedule', meta.schedule);
-      location.hash = '#/tasks/new?' + prefill.toString();
-    } catch (e) { notify(e.message, 'error'); }
-  }
+  const createTask = guarded(async (path) => {
+    const meta = await api('GET', '/scripts/meta' + q({ path }));
+    const prefill = new URLSearchParams({ name: meta.name, command: meta.command });
+    if (meta.schedule) prefill.set('schedule', meta.schedule);
+    location.hash = '#/tasks/new?' + prefill.toString();
+  });
 
   function renameOrDelete(path, isDir) {
     return [
@@ -143,23 +126,21 @@
           notify(t('scripts.renamed', { path: to }), 'ok');
           go(to);
         }), 'small', { 'data-action': 'rename' }),
-      btn(t('common.delete'), async () => {
-        const ok = await confirmDialog(t('scripts.deleteTitle'),
-          t(isDir ? 'scripts.deleteFolder' : 'scripts.deleteFile', { path }), t('common.delete'), true);
-        if (!ok) return;
-        try {
-          await api('DELETE', '/scripts' + q({ path }));
-          notify(t('scripts.deleted', { path }), 'ok');
-          go(parentOf(path));
-        } catch (e) { notify(e.message, 'error'); }
-      }, 'small danger-ghost', { 'data-action': 'delete' }),
+      btn(t('common.delete'), guarded(async () => {
+        if (!await confirmDialog(t('scripts.deleteTitle'),
+          t(isDir ? 'scripts.deleteFolder' : 'scripts.deleteFile', { path }), t('common.delete'),
+          true)) return;
+        await api('DELETE', '/scripts' + q({ path }));
+        notify(t('scripts.deleted', { path }), 'ok');
+        go(parentOf(path));
+      }), 'small danger-ghost', { 'data-action': 'delete' }),
     ];
   }
 
   // The history of a file: versions a save replaced, each shown or restored on demand.
   function historyCard(path, reload) {
     const preview = h('pre', { class: 'log preview-version', hidden: true, tabIndex: 0 });
-    const list = h('div', null, h('p', { class: 'muted' }, t('common.loading')));
+    const list = h('div', null, loading());
     const card = h('section', { class: 'card', 'aria-label': t('scripts.historyTitle', { path }),
       'data-role': 'history' },
     h('h2', null, t('scripts.historyTitle', { path })), list, preview);
@@ -168,30 +149,25 @@
       if (!res.items.length) { list.append(h('p', { class: 'empty' }, t('scripts.historyEmpty'))); return; }
       list.append(h('ol', { class: 'versions' }, res.items.map((v) => h('li', { 'data-version': v.id },
         h('span', null, fmtTime(v.saved_at_ms)), h('span', { class: 'muted small' }, fmtBytes(v.size)),
-        btn(t('scripts.show'), async () => {
-          try {
-            const got = await api('GET', '/scripts/history/version' + q({ path, id: v.id }));
-            preview.textContent = got.content;
-            preview.hidden = false;
-          } catch (e) { notify(e.message, 'error'); }
-        }, 'small ghost', { 'aria-label': `${t('scripts.show')} — ${fmtTime(v.saved_at_ms)}` }),
-        btn(t('scripts.restore'), async () => {
-          const ok = await confirmDialog(t('scripts.restoreTitle'),
-            t('scripts.restoreBody', { path, when: fmtTime(v.saved_at_ms) }), t('scripts.restore'));
-          if (!ok) return;
-          try {
-            await api('POST', '/scripts/history/restore', { path, id: v.id });
-            notify(t('scripts.restored', { path }), 'ok');
-            reload();
-          } catch (e) { notify(e.message, 'error'); }
-        }, 'small', { 'data-action': 'restore',
-          'aria-label': `${t('scripts.restore')} — ${fmtTime(v.saved_at_ms)}` })))));
-    }, (e) => { clear(list); failBox(list, e); });
+        rowBtn(t('scripts.show'), fmtTime(v.saved_at_ms), guarded(async () => {
+          const got = await api('GET', '/scripts/history/version' + q({ path, id: v.id }));
+          preview.textContent = got.content;
+          preview.hidden = false;
+        }), 'small ghost'),
+        rowBtn(t('scripts.restore'), fmtTime(v.saved_at_ms), guarded(async () => {
+          if (!await confirmDialog(t('scripts.restoreTitle'),
+            t('scripts.restoreBody', { path, when: fmtTime(v.saved_at_ms) }),
+            t('scripts.restore'))) return;
+          await api('POST', '/scripts/history/restore', { path, id: v.id });
+          notify(t('scripts.restored', { path }), 'ok');
+          reload();
+        }), 'small', { 'data-action': 'restore' })))));
+    }, (e) => failBox(list, e));
     return card;
   }
 
   function fileView(box, path, alive) {
-    fill(box, h('p', { class: 'muted' }, t('common.loading')));
+    fill(box, loading());
     api('GET', '/scripts/file' + q({ path })).then((file) => {
       if (!alive()) return;
       let sha = file.sha256;
@@ -244,20 +220,19 @@
         folderView(box, path, alive);
         return;
       }
-      clear(box);
       failBox(box, e);
     });
   }
 
   function folderView(box, path, alive) {
-    fill(box, h('p', { class: 'muted' }, t('common.loading')));
+    fill(box, loading());
     api('GET', '/scripts' + q({ path, depth: 1 })).then((res) => {
       if (!alive()) return;
       fill(box, h('section', { class: 'card', 'data-role': 'folder' },
         h('div', { class: 'section-head' }, h('h2', null, h('code', null, path + '/'))),
         h('div', { class: 'actions toolbar' }, renameOrDelete(path, true)),
         res.items.length ? treeList(res.items, '') : h('p', { class: 'empty' }, t('scripts.folderEmpty'))));
-    }, (e) => { if (alive()) { clear(box); failBox(box, e); } });
+    }, (e) => { if (alive()) failBox(box, e); });
   }
 
   function uploadInto(folder, limits) {
@@ -313,7 +288,7 @@
       btn(t('scripts.upload'), () => uploadInto(folder, limits), '', { 'data-action': 'upload' }));
     main.append(h('p', { class: 'muted' }, t('scripts.intro')));
     const nav = h('nav', { class: 'card tree-card', 'aria-label': t('scripts.treeLabel') },
-      h('p', { class: 'muted' }, t('common.loading')));
+      loading());
     const box = h('div', { class: 'script-main' });
     main.append(h('div', { class: 'scripts-grid' }, nav, box));
 
@@ -326,7 +301,7 @@
         'aria-current': path ? null : 'page' }, t('scripts.root')),
       res.items.length ? treeList(res.items, path) : h('p', { class: 'empty' }, t('scripts.empty')),
       res.truncated ? h('p', { class: 'muted small' }, t('scripts.truncated')) : null);
-    }, (e) => { if (alive()) { clear(nav); failBox(nav, e); } });
+    }, (e) => { if (alive()) failBox(nav, e); });
 
     if (!path) fill(box, h('div', { class: 'card' }, h('p', { class: 'muted' }, t('scripts.pick'))));
     else fileView(box, path, alive);

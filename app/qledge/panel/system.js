@@ -1,24 +1,21 @@
 /* qledge panel: the appliance's health (#/system). */
 'use strict';
 (() => {
-  const { t, words, fmtTime, fmtDur, fmtBytes, h, clear, fill, btn, dl, api, heading,
-    failBox } = window.QLEDGE;
+  const { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
+    heading, failBox } = window.QLEDGE;
 
   function countsTable(report) {
     if (!report) return h('p', { class: 'muted' }, t('system.noRound'));
     const counts = Object.entries(report.counts || {});
+    const cols = [t('system.outcome'), t('system.count')];
     return h('div', null,
       dl([[t('system.kind'), report.kind],
         [t('system.when'), fmtTime(report.finished_at_ms || report.started_at_ms)],
         [t('system.took'), report.finished_at_ms
           ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
         [t('system.examined'), String(report.examined)]]),
-      counts.length ? h('table', { class: 'grid compact' },
-        h('thead', null, h('tr', null, h('th', { scope: 'col' }, t('system.outcome')),
-          h('th', { scope: 'col' }, t('system.count')))),
-        h('tbody', null, counts.map(([k, v]) => h('tr', null,
-          h('td', { 'data-label': t('system.outcome') }, h('code', null, k)),
-          h('td', { 'data-label': t('system.count') }, String(v))))))
+      counts.length ? grid(null, cols, counts.map(([k, v]) => row(null, cols, h('code', null, k),
+        String(v))), { class: 'grid compact' })
         : h('p', { class: 'muted small' }, t('system.nothing')));
   }
 
@@ -101,26 +98,21 @@
     const last = (r.last_round && r.last_round.deleted) || {};
     const cols = [t('system.delWhat'), t('system.delWhy'), t('system.delLast'),
       t('system.delTotal')];
-    return [h('h3', null, t('system.deleted')), h('table', { class: 'grid compact',
-      id: 'sys-deleted' },
-    h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-    h('tbody', null, Object.entries(total).flatMap(([kind, reasons]) =>
-      Object.entries(reasons).map(([why, n]) => h('tr', { 'data-reason': why },
-        h('td', { 'data-label': cols[0] }, words('system.del.', kind)),
-        h('td', { 'data-label': cols[1] }, words('evict.', why)),
-        h('td', { 'data-label': cols[2] }, String((last[kind] || {})[why] ?? '—')),
-        h('td', { 'data-label': cols[3] }, String(n)))))))];
+    return [h('h3', null, t('system.deleted')), grid(null, cols,
+      Object.entries(total).flatMap(([kind, reasons]) => Object.entries(reasons).map(([why, n]) =>
+        row({ 'data-reason': why }, cols, words('system.del.', kind), words('evict.', why),
+          String((last[kind] || {})[why] ?? '—'), String(n)))),
+      { class: 'grid compact', id: 'sys-deleted' })];
   }
 
   function viewSystem(main, alive) {
-    heading(main, t('system.title'),
-      btn(t('common.refresh'), () => load(), 'ghost', { 'data-action': 'refresh' }));
-    const box = h('div', { class: 'system' }, h('p', { class: 'muted' }, t('common.loading')));
+    heading(main, t('system.title'), refreshBtn(load));
+    const box = h('div', { class: 'system' }, loading());
     main.append(box);
     async function load() {
       let s;
       try { s = await api('GET', '/system'); } catch (e) {
-        if (alive()) { clear(box); failBox(box, e); }
+        if (alive()) failBox(box, e);
         return;
       }
       if (!alive()) return;

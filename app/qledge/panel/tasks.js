@@ -1,12 +1,13 @@
 /* qledge panel: the task list (#/tasks). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, badge, btn, actionsCell, notify, confirmDialog,
-    api, q, loadAllTasks, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtRelative, h, badge, btn, rowBtn, actionsCell, loading, refreshBtn, grid,
+    row, guarded, apiPath, notify, confirmDialog, api, q, loadAllTasks, heading, failBox,
+    fill } = window.QLEDGE;
 
   async function runNow(task) {
     try {
-      const res = await api('POST', `/tasks/${encodeURIComponent(task.id)}/runs`);
+      const res = await api('POST', apiPath('tasks', task.id, 'runs'));
       notify(t('tasks.started', { name: task.name }), 'ok');
       location.hash = '#/runs/' + res.run.id;
     } catch (e) {
@@ -31,50 +32,40 @@
         last.exit_code != null ? h('span', { class: 'exit' }, t('runs.exit', { code: last.exit_code })) : null,
         h('div', { class: 'muted small' }, fmtTime(last.created_at_ms)))
       : h('span', { class: 'muted' }, t('tasks.never'));
-    const toggle = btn(task.enabled ? t('tasks.disable') : t('tasks.enable'), async () => {
-      try {
-        await api('PUT', `/tasks/${encodeURIComponent(task.id)}`, { enabled: !task.enabled });
+    const toggle = rowBtn(task.enabled ? t('tasks.disable') : t('tasks.enable'), task.name,
+      guarded(async () => {
+        await api('PUT', apiPath('tasks', task.id), { enabled: !task.enabled });
         notify(t(task.enabled ? 'tasks.disabled' : 'tasks.enabled', { name: task.name }), 'ok');
         await reload();
-      } catch (e) { notify(e.message, 'error'); }
-    }, 'small', { 'data-action': 'toggle',
-      'aria-label': `${task.enabled ? t('tasks.disable') : t('tasks.enable')} — ${task.name}` });
-    const del = btn(t('common.delete'), async () => {
-      const ok = await confirmDialog(t('tasks.deleteTitle'),
-        t('tasks.deleteBody', { name: task.name }), t('common.delete'), true);
-      if (!ok) return;
-      try {
-        await api('DELETE', `/tasks/${encodeURIComponent(task.id)}`);
-        notify(t('tasks.deleted', { name: task.name }), 'ok');
-        await reload();
-      } catch (e) { notify(e.message, 'error'); }
-    }, 'small danger-ghost', { 'data-action': 'delete',
-      'aria-label': `${t('common.delete')} — ${task.name}` });
-    return h('tr', { 'data-task-id': task.id, 'data-task-name': task.name },
-      h('td', { 'data-label': cols[0] }, h('a', { href: '#/tasks/' + task.id, class: 'strong' },
-        task.name), task.labels.length ? h('div', { class: 'labels' },
-        task.labels.map((l) => h('span', { class: 'label' }, l))) : null),
-      h('td', { 'data-label': cols[1] }, sched),
-      h('td', { 'data-label': cols[2] }, lastCell),
-      h('td', { 'data-label': cols[3] }, h('span', { class: task.enabled ? 'on' : 'off' },
-        task.enabled ? t('common.yes') : t('common.no'))),
+      }), 'small', { 'data-action': 'toggle' });
+    const del = rowBtn(t('common.delete'), task.name, guarded(async () => {
+      if (!await confirmDialog(t('tasks.deleteTitle'), t('tasks.deleteBody', { name: task.name }),
+        t('common.delete'), true)) return;
+      await api('DELETE', apiPath('tasks', task.id));
+      notify(t('tasks.deleted', { name: task.name }), 'ok');
+      await reload();
+    }), 'small danger-ghost', { 'data-action': 'delete' });
+    const link = (label, href, extra) => h('a', { class: 'btn small', href, ...extra,
+      'aria-label': `${label} — ${task.name}` }, label);
+    return row({ 'data-task-id': task.id, 'data-task-name': task.name }, cols,
+      [h('a', { href: '#/tasks/' + task.id, class: 'strong' }, task.name),
+        task.labels.length ? h('div', { class: 'labels' },
+          task.labels.map((l) => h('span', { class: 'label' }, l))) : null],
+      sched,
+      lastCell,
+      h('span', { class: task.enabled ? 'on' : 'off' }, task.enabled ? t('common.yes') : t('common.no')),
       actionsCell(cols[4],
-        btn(t('tasks.run'), () => runNow(task), 'small primary',
-          { 'data-action': 'run', 'aria-label': `${t('tasks.run')} — ${task.name}` }),
+        rowBtn(t('tasks.run'), task.name, () => runNow(task), 'small primary', { 'data-action': 'run' }),
         toggle,
-        h('a', { class: 'btn small', href: '#/tasks/' + task.id, 'data-action': 'edit',
-          'aria-label': `${t('common.edit')} — ${task.name}` }, t('common.edit')),
-        h('a', { class: 'btn small', href: '#/runs?task_id=' + task.id,
-          'aria-label': `${t('tasks.runs')} — ${task.name}` }, t('tasks.runs')),
+        link(t('common.edit'), '#/tasks/' + task.id, { 'data-action': 'edit' }),
+        link(t('tasks.runs'), '#/runs?task_id=' + task.id),
         del));
   }
 
   function viewTasks(main, alive) {
     heading(main, t('tasks.title'),
-      h('a', { class: 'btn primary', href: '#/tasks/new' }, t('tasks.new')),
-      btn(t('common.refresh'), () => load(), 'ghost', { 'data-action': 'refresh' }));
-    const body = h('div', { class: 'card', 'aria-busy': 'true' }, h('p', { class: 'muted' },
-      t('common.loading')));
+      h('a', { class: 'btn primary', href: '#/tasks/new' }, t('tasks.new')), refreshBtn(load));
+    const body = h('div', { class: 'card', 'aria-busy': 'true' }, loading());
     main.append(body);
 
     let loadSeq = 0; // only the latest load may paint
@@ -90,25 +81,20 @@
           api('GET', '/runs' + q({ task_id: task.id, limit: 1 }))
             .then((r) => r.items[0] || null, () => null)));
       } catch (e) {
-        if (!current()) return;
-        clear(body).removeAttribute('aria-busy');
-        failBox(body, e);
+        if (current()) { body.removeAttribute('aria-busy'); failBox(body, e); }
         return;
       }
       if (!current()) return;
-      clear(body).removeAttribute('aria-busy');
+      body.removeAttribute('aria-busy');
       if (!tasks.length) {
-        body.append(h('p', { class: 'empty' }, t('tasks.empty'), ' ',
+        fill(body, h('p', { class: 'empty' }, t('tasks.empty'), ' ',
           h('a', { href: '#/tasks/new' }, t('tasks.emptyLink'))));
         return;
       }
       const cols = [t('tasks.col.name'), t('tasks.col.schedule'), t('tasks.col.last'),
         t('tasks.col.enabled'), t('tasks.col.actions')];
-      const rows = tasks.map((task, i) => taskRow(task, lasts[i], cols, load));
-      body.append(h('table', { class: 'grid' },
-        h('caption', { class: 'sr-only' }, t('tasks.title')),
-        h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-        h('tbody', null, rows)));
+      fill(body, grid(t('tasks.title'), cols, tasks.map((task, i) => taskRow(task, lasts[i], cols,
+        load))));
     }
     load();
   }

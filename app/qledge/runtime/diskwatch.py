@@ -1,7 +1,13 @@
 """Free space on the three volumes (data, receipts, logs) and the disk-pressure state.
 
 `check()` is one `statvfs` per volume (a few microseconds, no I/O to the card),
-so it runs before every dispatch and in every retention round. A volume is
+so it runs before every dispatch and in every retention round. The calls run
+on a small pool of daemon threads (launch/fileio.py), never on the event loop:
+on a hung filesystem (a dead network or FUSE mount) statvfs(2) blocks in the
+kernel, and on the loop it would stop the whole worker. A probe that has not
+answered within PROBE_TIMEOUT_S leaves its volume's free space unknown
+(error "TimeoutError"); while it stays stuck the volume is not probed again
+(no pile of stuck threads), and the next check after it returns probes anew. A volume is
 under pressure when its free space (`f_bavail`: what an unprivileged writer can
 still use) drops below its low-water mark, the larger of `low_water_mb` and
 `low_water_pct` of its size; it leaves pressure only once free space is back
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -34,6 +41,7 @@ from typing import Literal
 import msgspec
 
 from ..clock import now_ms
+from ..launch.fileio import FilePool, FileTimeout
 
 log = logging.getLogger("qledge.diskwatch")
 MIB = 1 << 20
@@ -41,6 +49,7 @@ REASON = "DISK_PRESSURE"
 REASON_UNKNOWN = "DISK_FREE_UNKNOWN"
 RELEASE_FACTOR = 1.25
 GuardUnknown = Literal["off", "hold"]
+PROBE_TIMEOUT_S = 2.0
 
 
 class Volume(msgspec.Struct, kw_only=True):
@@ -81,7 +90,8 @@ class DiskWatch:
                  critical_water_mb: int = 0,
                  on_change: Callable[[bool], None] | None = None,
                  statvfs: Callable[[Path], os.statvfs_result] = os.statvfs,
-                 guard_unknown: GuardUnknown = "off") -> None:
+                 guard_unknown: GuardUnknown = "off",
+                 probe_timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self.roots = dict(roots)
         self.guard_unknown = guard_unknown
         self.low_water_mb = low_water_mb
@@ -94,18 +104,33 @@ class DiskWatch:
         self.reason: str | None = None
         self.since_ms: int | None = None
         self.checks = 0
+        self._pool = FilePool(threads=max(1, len(self.roots)), timeout_s=probe_timeout_s,
+                              name="qledge-statvfs")
+        self._probing: dict[str, threading.Event] = {}  # set once the probe returned
 
-    def check(self) -> str | None:
+    def close(self) -> None:
+        self._pool.close()
+
+    def _probe(self, root: Path, done: threading.Event) -> tuple[os.statvfs_result, int]:
+        try:
+            return self._statvfs(root), os.stat(root).st_dev
+        finally:
+            done.set()
+
+    async def check(self) -> str | None:
         """Refresh every volume; returns REASON while any is under pressure."""
         self.checks += 1
         for name, root in self.roots.items():
             vol = self.volumes[name]
+            done = self._probing.get(name)
             try:
-                st = self._statvfs(root)
-                device = os.stat(root).st_dev
-            except OSError as exc:
+                if done is not None and not done.is_set():
+                    raise FileTimeout("the previous probe is still blocked")
+                done = self._probing[name] = threading.Event()
+                st, device = await self._pool.run(self._probe, root, done)
+            except (OSError, FileTimeout) as exc:
                 # Unknown free space: do not hold work on a guess; the write will tell.
-                vol.error = type(exc).__name__
+                vol.error = "TimeoutError" if isinstance(exc, FileTimeout) else type(exc).__name__
                 vol.pressure = vol.critical = False
                 continue
             vol.error = None

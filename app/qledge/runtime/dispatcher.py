@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from ..clock import now_ms
 from ..db import attempts, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
@@ -23,12 +24,16 @@ from .loop import settle
 log = logging.getLogger("qledge.dispatcher")
 
 
+async def _no_hold() -> str | None:
+    return None
+
+
 class Dispatcher:
     """Woken by triggers and by finished attempts; sleeps otherwise (no polling)."""
 
     def __init__(self, db: Database, executor: LocalExecutor, node_id: str, limit: int,
                  on_spawned: Callable[[SpawnResult], None],
-                 may_spawn: Callable[[], str | None] = lambda: None) -> None:
+                 may_spawn: Callable[[], Awaitable[str | None]] = _no_hold) -> None:
         self.db = db
         self.executor = executor
         self.node_id = node_id
@@ -36,12 +41,29 @@ class Dispatcher:
         self.on_spawned = on_spawned
         self.may_spawn = may_spawn  # a reason to hold queued runs (e.g. disk pressure)
         self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._launching: set[asyncio.Task[None]] = set()
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _wake_at(self, at_ms: int | None) -> None:
+        """Wake the loop at a queued run's not-before time (the earliest one known;
+        a later or stale one only costs a round that finds nothing to start)."""
+        if at_ms is None or (self._timer_at is not None and self._timer_at <= at_ms):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at_ms
+        self._timer = asyncio.get_running_loop().call_later(
+            max(0.0, (at_ms - now_ms()) / 1000) + 0.005, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = self._timer_at = None
+        self.wake()
 
     def start(self) -> None:
         self._stopping = False
@@ -50,6 +72,9 @@ class Dispatcher:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_at = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -76,11 +101,11 @@ class Dispatcher:
         """Spawn step 1 for a run created in the caller's write transaction, if a
         slot is free and no older run is queued (a new run never overtakes one
         that waits)."""
-        if self._stopping or self._task is None or self.may_spawn() is not None:
+        if self._stopping or self._task is None or await self.may_spawn() is not None:
             return None
         if not await self._slot_free(tx):
             return None
-        oldest = await runs.queued_runs(tx, 1)
+        oldest = await runs.queued_runs(tx, 1, now_ms())
         if not oldest or oldest[0].id != run.id:
             return None
         return await self.executor.prepare_in(tx, run, task)
@@ -106,10 +131,11 @@ class Dispatcher:
             self.on_spawned(result)  # synchronously after launch(): no unwatched gap
 
     async def dispatch_once(self) -> int:
-        if self.may_spawn() is not None:
+        if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await runs.queued_runs(tx, self.limit * 2)
+            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
+            self._wake_at(await runs.next_not_before(tx, now_ms()))
         started = 0
         for run in queued:
             if self._stopping:

@@ -171,9 +171,9 @@ class Retention:
         await self._drain(report)
         # Pressure first: freeing space comes before anything that writes more. Each
         # task's newest finished log stays unless the disk is critically full.
-        if self.disk.check() is not None and self.disk.bytes_to_release() > 0:
+        if await self.disk.check() is not None and self.disk.bytes_to_release() > 0:
             await self._evict(self.disk.bytes_to_release(), DISK_PRESSURE, report)
-            self.disk.check()
+            await self.disk.check()
             if self.disk.bytes_to_leave_critical() > 0:
                 await self._evict(self.disk.bytes_to_leave_critical(), DISK_CRITICAL, report)
         await self._apply_policy(report)
@@ -181,7 +181,7 @@ class Retention:
         excess = cap_excess(self.logs_total_bytes or 0, self.cap_bytes)
         if excess:
             await self._evict(excess, SIZE_CAP, report)
-        if self.disk.check() is not None:
+        if await self.disk.check() is not None:
             await self._hold(report)
         if self._done:
             async with self._tx():
@@ -351,7 +351,7 @@ class Retention:
                 if not on_disk or not _disk_full(exc):
                     raise
                 await self._unlink_unrecorded(cands, chosen, report)
-                excess = self._still_to_free(reason)
+                excess = await self._still_to_free(reason)
                 continue
             paths = [path for _, path in evicted]
             freed = sum(chosen[attempt_id].size_bytes for attempt_id, _ in evicted)
@@ -363,11 +363,11 @@ class Retention:
             await self._remove_files(paths, report)
             if self.logs_total_bytes is not None:
                 self.logs_total_bytes -= freed
-            excess = self._still_to_free(reason) if on_disk else excess - freed
+            excess = await self._still_to_free(reason) if on_disk else excess - freed
 
-    def _still_to_free(self, reason: str) -> int:
+    async def _still_to_free(self, reason: str) -> int:
         """The real free space again, not our estimate."""
-        self.disk.check()
+        await self.disk.check()
         if reason == DISK_CRITICAL:
             return self.disk.bytes_to_leave_critical()
         return self.disk.bytes_to_release()
@@ -466,10 +466,11 @@ class DiskKeeper:
 
     async def stop(self) -> None:
         await self.loop.stop()
+        self.disk.close()
 
-    def may_spawn(self) -> str | None:
+    async def may_spawn(self) -> str | None:
         """The dispatcher's hook: a reason to hold queued runs, or None."""
-        reason = self.disk.check()
+        reason = await self.disk.check()
         if reason is not None and time.monotonic() - self._last_poke >= 1.0:
             self._last_poke = time.monotonic()
             self.loop.poke()  # evict now, and mark the held runs
@@ -488,7 +489,7 @@ class DiskKeeper:
         return CATCH_UP_S if report.more else None
 
     async def report(self) -> dict[str, object]:
-        self.disk.check()
+        await self.disk.check()
         r = self.retention
         async with self.db.read() as tx:
             runs = await q.count_runs(tx)
