@@ -75,6 +75,23 @@ async def test_a_raising_transaction_leaves_nothing(db: Database) -> None:
     await _task_and_run(db)
 
 
+async def test_active_runs_of_a_task_one_query_for_all_or_the_oldest(db: Database) -> None:
+    """QingLong's stop cancels every active run; a `forbid` task waits on the oldest:
+    both read the same query (all of them by default, the first with limit=1)."""
+    task_id, first = await _task_and_run(db)
+    async with db.write() as tx:
+        later = [(await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 3)).id
+                 for _ in range(2)]
+        done = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 4)
+        await runs.apply(tx, done, transitions.cancel_queued(done, 5), 5)
+    async with db.read() as tx:
+        assert [r.id for r in await runs.active_runs_of_task(tx, task_id)] == [first, *later]
+        oldest = await runs.active_run_of_task(tx, task_id)
+        assert oldest is not None and oldest.id == first
+        assert await runs.active_runs_of_task(tx, ids.uuid7()) == []
+        assert await runs.active_run_of_task(tx, ids.uuid7()) is None
+
+
 async def test_node_id_is_stable(db: Database) -> None:
     async with db.write() as tx:
         first = await attempts.ensure_node_id(tx, ids.uuid7(), 1)
