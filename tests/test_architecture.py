@@ -44,8 +44,9 @@ def test_one_wall_clock() -> None:
     assert own_clocks == ["clock.py:now_ms"]
 
 
-# Functions that run on threads of their own, where a blocking sleep stalls nobody.
-THREAD_BODIES = {("launch/_exitpoll.py", "_run")}
+# Functions that run on threads of their own, where a blocking sleep stalls nobody
+# (task_cli: the operator's `task` program, a process without an event loop).
+THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
 
 
 def test_nothing_sleeps_on_the_event_loop() -> None:
@@ -82,10 +83,12 @@ def test_no_background_task_is_dropped() -> None:
 
 
 # Writes that are operations: only runtime/operations.py calls them (the scheduler's
-# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md).
+# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md;
+# runtime/subscriptions.py is the home of the subscription operations, which create
+# and keep in step the tasks a pull owns, docs/subscriptions.md).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"runtime/operations.py"}
+OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py"}
 ALLOWED_WRITES = {("runtime/scheduler.py", "create_run")}
 
 
@@ -196,15 +199,15 @@ def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
         "db/leases.py:1 imports _attempt from qledge.db.rows"]
     assert check("http/x.py", "from ..db import rows\nrows._attempt(1)\n") == [
         "http/x.py:2 reads rows._attempt"]
-    assert check("http/x.py", "from .. import _confined\n") == [
-        "http/x.py:1 imports private module qledge._confined"]
-    assert check("http/x.py", "from .._confined import open_at\n") == [
-        "http/x.py:1 imports private module qledge._confined"]
-    assert check("http/x.py", "import qledge._confined\n") == [
-        "http/x.py:1 imports private module qledge._confined"]
+    assert check("http/x.py", "from .. import _script_tree\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "from .._script_tree import walk\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "import qledge._script_tree\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
     # the pattern: a package's modules use its private helper module's public names
-    assert check("scripts.py", "from . import _confined as fs\nfs.open_at(1)\n") == []
+    assert check("scripts.py", "from . import _script_tree as fs\nfs.walk(1)\n") == []
     assert check("http/scripts.py", "from ._files import offload\n") == []
-    assert check("scripts.py", "from . import _confined as fs\nfs._temp_name()\n") == [
+    assert check("scripts.py", "from . import _script_tree as fs\nfs._temp_name()\n") == [
         "scripts.py:2 reads fs._temp_name"]
     assert check("x.py", "from . import __version__\nobj._private = 1\n") == []

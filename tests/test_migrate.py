@@ -179,7 +179,8 @@ def _seed(db: Path, runs: int = 3) -> None:
 
 # Migrations after the slim schema (0007) apply too when these tests upgrade.
 AFTER_7 = [m.version for m in migrate.bundled() if m.version > 7]
-LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",), "runs": ("not_before_ms",)}
+LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",),
+                 "runs": ("not_before_ms", "parent_run_id", "conc_index")}
 
 
 def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
@@ -312,6 +313,22 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_conc_runs_migration_keeps_every_row(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=10)
+    _seed(db, runs=40)
+    before = _snapshot(db)  # the new columns are NULL for every old row (_snapshot)
+    assert migrate.apply(db) == [v for v in AFTER_7 if v >= 11]
+    assert _snapshot(db) == before
+    conn = sqlite3.connect(db)
+    assert "WITHOUT ROWID" in _schema(conn)["runs"]
+    assert "runs_parent" in {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE runs SET conc_index = 0")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 
@@ -521,7 +538,16 @@ _FULL_SCAN = re.compile(
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
-    from qledge.db import attempts, events, journal, leases, retention_queries, rows, runs
+    from qledge.db import (
+        attempts,
+        conc_runs,
+        events,
+        journal,
+        leases,
+        retention_queries,
+        rows,
+        runs,
+    )
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -530,7 +556,8 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
         runs.get_run(tx, r), runs.active_run_of_task(tx, t), runs.queued_runs(tx, 8, 1),
-        runs.next_not_before(tx, 1),
+        runs.next_not_before(tx, 1), conc_runs.children(tx, r),
+        conc_runs.has_active_child(tx, r),
         runs.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
         runs.list_runs(tx, task_id=None, status="running", before=r, limit=50),
         runs.list_runs(tx, task_id=t, status="failed", before=r, limit=50),

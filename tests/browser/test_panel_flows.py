@@ -33,6 +33,9 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#login-token-err")).to_have_text("That token was refused.")
     expect(page.get_by_label("Admin token")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Admin token")).to_have_attribute(
+        "aria-describedby", "login-token-help login-token-err")
+    expect(page.get_by_label("Admin token")).to_be_focused()
     assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
     expect(page.get_by_role("navigation")).to_have_count(0)
     # the right one, with the keyboard
@@ -224,6 +227,8 @@ def test_envs_values_hidden_until_revealed(page: Page, appliance: Appliance) -> 
     page.get_by_label("Value", exact=True).fill("s3cret-value")
     page.get_by_role("button", name="Add variable").click()
     expect(page.locator("#e-name-err")).to_contain_text("shell identifier")
+    expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Name", exact=True)).to_be_focused()
     page.get_by_label("Name", exact=True).fill("API_KEY")
     expect(page.get_by_label("Value", exact=True)).to_have_attribute("type", "password")
     page.get_by_role("button", name="Add variable").click()
@@ -375,6 +380,17 @@ EVENT_SAMPLES: dict[str, dict[str, object]] = {
                      "leftover_processes": 3},
     "run.held": {"reason": "DISK_PRESSURE", "volumes": "logs"},
 }
+
+
+def test_h_takes_classes_in_the_tag_name_and_props_may_be_left_out(page: Page) -> None:
+    sign_in(page)
+    made = page.evaluate("""() => { const { h } = window.QLEDGE; return [
+        h('p.muted.small', { class: 'x', id: 'a' }, 'one').outerHTML,
+        h('p', 'two', null, h('b', 'three')).outerHTML,
+        h('td', { 'data-label': 'L' }).outerHTML,
+        h('span').outerHTML]; }""")
+    assert made == ['<p class="muted small x" id="a">one</p>', "<p>two<b>three</b></p>",
+                    '<td data-label="L"></td>', "<span></span>"]
 
 
 def test_every_event_type_reads_as_words_in_english_and_chinese(page: Page) -> None:

@@ -40,13 +40,19 @@ TerminalListener = Callable[["Tx", "Run", "Run", int], Awaitable[None]]
 class Tx:
     """One open transaction (or read snapshot) on one connection."""
 
-    __slots__ = ("_conn", "_undo", "terminal_listeners")
+    __slots__ = ("_committed", "_conn", "_undo", "terminal_listeners")
 
     def __init__(self, conn: aiosqlite.Connection,
                  terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
         self._conn = conn
         self._undo: list[Callable[[], None]] = []
+        self._committed: list[Callable[[], None]] = []
         self.terminal_listeners = terminal_listeners
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once this write transaction has committed (a hint to wake a loop
+        that reads what it wrote; it also runs if only a savepoint rolled back)."""
+        self._committed.append(fn)
 
     def on_rollback(self, fn: Callable[[], None]) -> None:
         """Run `fn` if this transaction — or the savepoint open now — rolls back:
@@ -228,6 +234,8 @@ class Database:
                 tx._rolled_back()
                 raise
             self.commit_seq += 1
+            for fn in tx._committed:
+                fn()
             # A transaction that changed nothing writes no WAL frame, so SQLite does
             # not fsync it even at synchronous=FULL: it must not claim the earlier
             # deferred commits durable (found by the power-cut drill: the reaper

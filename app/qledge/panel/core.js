@@ -1,18 +1,13 @@
-/* qledge operator panel: the shared core. Vanilla JS, no build step, no third-party code.
- * The panel is classic deferred scripts sharing `window.QLEDGE` (strings come from i18n.js
- * as `window.QLEDGE_I18N`): this file holds strings, formatting, DOM helpers, the API
- * client, the router and the page shell; each page script adds its view to `QLEDGE.pages`.
- * Security (docs/panel.md): the token lives in sessionStorage and goes out only as
- * `Authorization: Bearer` (never in a URL; no cookies, so no CSRF); the live log uses a
- * single-use stream ticket (log.js); server data is inserted as text, never as HTML. */
+/* qledge panel: the shared core (layout and security: docs/panel.md). Server data goes in
+ * as text, never as HTML; the token only as `Authorization: Bearer`, never in a URL. */
 'use strict';
 window.QLEDGE = (() => {
   const STRINGS = window.QLEDGE_I18N || { en: {} };
   const K_TOKEN = 'qledge.token';
   const K_LANG = 'qledge.lang';
-  const pages = {}; // filled by the page scripts: tasks.js, run.js, …
+  const pages = {}; // filled by the page scripts
 
-  // ---- storage ---------------------------------------------------------------------------
+  // ---- storage
   function sget(storage, key) {
     try { return window[storage].getItem(key) || ''; } catch (e) { return ''; }
   }
@@ -25,7 +20,7 @@ window.QLEDGE = (() => {
   let lang = sget('localStorage', K_LANG);
   if (!STRINGS[lang]) lang = /^zh/i.test(navigator.language || '') ? 'zh' : 'en';
 
-  // ---- i18n ------------------------------------------------------------------------------
+  // ---- i18n
   function t(key, vars) {
     let s = (STRINGS[lang] && STRINGS[lang][key]) ?? STRINGS.en[key] ?? key;
     if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (vars[k] ?? m));
@@ -40,7 +35,7 @@ window.QLEDGE = (() => {
   const locale = () => (lang === 'zh' ? 'zh-CN' : 'en-GB');
   const statusLabel = (s) => t('status.' + s);
 
-  // ---- formatting ------------------------------------------------------------------------
+  // ---- formatting
   function fmtTime(ms, timeZone) {
     if (ms == null) return '—';
     const opts = { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit',
@@ -83,14 +78,18 @@ window.QLEDGE = (() => {
   }
   const shortId = (id) => (id ? id.slice(-8) : '');
 
-  // ---- DOM -------------------------------------------------------------------------------
+  // ---- DOM
   const PROPS = new Set(['value', 'checked', 'selected', 'disabled', 'hidden', 'htmlFor',
     'tabIndex']);
+  // h('p.muted.small', props, ...kids): classes may come with the tag name; props may be left out.
   function h(tag, props, ...kids) {
-    const el = document.createElement(tag);
+    if (props?.constructor !== Object) { kids.unshift(props); props = null; }
+    const [name, ...cls] = tag.split('.');
+    const el = document.createElement(name);
+    if (cls.length) el.className = cls.join(' ');
     for (const [k, v] of Object.entries(props || {})) {
       if (v == null || v === false) continue;
-      if (k === 'class') el.className = v;
+      if (k === 'class') el.className = (el.className + ' ' + v).trim();
       else if (k === 'text') el.textContent = v;
       else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
       else if (PROPS.has(k)) el[k] = v;
@@ -107,8 +106,7 @@ window.QLEDGE = (() => {
     return el;
   }
   const clear = (el) => { while (el.firstChild) el.removeChild(el.firstChild); return el; };
-  // Replace el's children. Use this (or append), never Element.append with a value that
-  // may be null: the DOM would show it as the text "null".
+  // Not Element.append: it would show a null kid as the text "null".
   const fill = (el, ...kids) => append(clear(el), kids);
   let uid = 0;
   const nextId = (p) => `${p}-${++uid}`;
@@ -125,45 +123,62 @@ window.QLEDGE = (() => {
     const helpId = help ? id + '-help' : null;
     const errId = id + '-err';
     if (helpId) control.setAttribute('aria-describedby', helpId);
-    return h('div', { class: 'field', 'data-field': err || '' },
+    return h('div.field', { 'data-field': err || '' },
       h('label', { htmlFor: id }, label),
       control,
-      help ? h('p', { class: 'help', id: helpId }, help) : null,
-      h('p', { class: 'field-error', id: errId, hidden: true }));
+      help ? h('p.help', { id: helpId }, help) : null,
+      h('p.field-error', { id: errId, hidden: true }));
+  }
+  // Shows `message` under the form's field `name` (the first message stays) and marks its
+  // control, or `ctl`, invalid and described by it; returns what to focus. A message that
+  // names no field goes in `top`.
+  function markField(form, top, name, message, ctl) {
+    const wrap = name && form.querySelector(`[data-field="${name}"]`);
+    if (!wrap) { top.textContent = message; top.hidden = false; return top; }
+    const err = wrap.querySelector('.field-error');
+    if (err.hidden) { err.textContent = message; err.hidden = false; }
+    const c = ctl || wrap.querySelector('input, textarea, select, button');
+    c.setAttribute('aria-invalid', 'true');
+    const ids = (c.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
+    if (!ids.includes(err.id)) c.setAttribute('aria-describedby', [...ids, err.id].join(' '));
+    return c;
+  }
+  function unmark(form, top) {
+    for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
+    for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
+    if (top) top.hidden = true;
   }
   // A table cell of row buttons. The cell stays a table cell (a flex box in its place
   // would end above the row's other cells and break the row line); the wrapper flexes.
   function actionsCell(label, ...buttons) {
-    return h('td', { 'data-label': label, class: 'actions-cell' },
-      h('div', { class: 'row-actions' }, buttons));
+    return h('td.actions-cell', { 'data-label': label },
+      h('div.row-actions', buttons));
   }
   function dl(pairs) {
-    return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [
-      h('dt', null, k), h('dd', null, v)]));
+    return h('dl.kv', pairs.filter(Boolean).map(([k, v]) => [
+      h('dt', k), h('dd', v)]));
   }
   // A row button whose accessible name says which row: "Delete — nightly".
   const rowBtn = (label, name, onclick, cls, extra) =>
     btn(label, onclick, cls, { 'aria-label': `${label} — ${name}`, ...extra });
-  const loading = () => h('p', { class: 'muted' }, t('common.loading'));
+  const loading = () => h('p.muted', t('common.loading'));
   const refreshBtn = (load) => btn(t('common.refresh'), () => load(), 'ghost',
     { 'data-action': 'refresh' });
   // A data table: `cols` head the columns and label each cell (phones show cells as cards).
   function grid(caption, cols, rows, extra) {
-    return h('table', { class: 'grid', ...extra },
-      caption ? h('caption', { class: 'sr-only' }, caption) : null,
-      h('thead', null, h('tr', null, cols.map((c) => h('th', { scope: 'col' }, c)))),
-      h('tbody', null, rows));
+    return h('table.grid', extra,
+      caption ? h('caption.sr-only', caption) : null,
+      h('thead', h('tr', cols.map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', rows));
   }
   // One row of a grid; a cell that is already a <td> (actionsCell) goes in as it is.
   const row = (props, cols, ...cells) => h('tr', props, cells.map((c, i) =>
     (c instanceof HTMLTableCellElement ? c : h('td', { 'data-label': cols[i] }, c))));
-  // An async click handler whose failure is shown as an error notice.
   const guarded = (fn) => async (...args) => {
     try { await fn(...args); } catch (e) { notify(e.message, 'error'); }
   };
-  // The API path of a resource: apiPath('tasks', id, 'runs') → /tasks/<id, encoded>/runs.
   const apiPath = (...parts) => '/' + parts.map(encodeURIComponent).join('/');
-  // Hands the browser a file to save (the blob URL lives long enough for the download).
+  // The blob URL must outlive the click, or the download fails.
   function saveFile(blob, name) {
     const url = URL.createObjectURL(blob);
     const a = h('a', { href: url, download: name, hidden: true });
@@ -173,7 +188,7 @@ window.QLEDGE = (() => {
     setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
-  // ---- notices and dialogs ----------------------------------------------------------------
+  // ---- notices and dialogs
   let toastTimer = 0;
   function notify(message, kind) {
     const el = document.getElementById('toast');
@@ -189,7 +204,7 @@ window.QLEDGE = (() => {
   function modal(title, ...content) {
     const back = document.activeElement;
     const titleId = nextId('dlg');
-    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId },
+    const dialog = h('dialog.dialog', { 'aria-labelledby': titleId },
       h('h2', { id: titleId }, title));
     const close = () => {
       if (dialog.open) dialog.close();
@@ -206,18 +221,18 @@ window.QLEDGE = (() => {
 
   function confirmDialog(title, message, okLabel, danger) {
     return new Promise((resolve) => {
-      const m = modal(title, h('p', null, message));
+      const m = modal(title, h('p', message));
       const done = (ok) => { m.close(); resolve(ok); };
       const cancel = btn(t('common.cancel'), () => done(false), 'ghost', { 'data-action': 'cancel' });
       const ok = btn(okLabel, () => done(true), danger ? 'danger' : 'primary',
         { 'data-action': 'confirm' });
       m.dialog.addEventListener('cancel', (e) => { e.preventDefault(); done(false); });
-      m.open(h('div', { class: 'actions' }, cancel, ok));
+      m.open(h('div.actions', cancel, ok));
       cancel.focus();
     });
   }
 
-  // ---- API -------------------------------------------------------------------------------
+  // ---- API
   class ApiError extends Error {
     constructor(status, body, fallback) {
       super((body && body.message) || fallback || `HTTP ${status}`);
@@ -260,7 +275,7 @@ window.QLEDGE = (() => {
     return str ? '?' + str : '';
   };
 
-  // ---- routing and the shell --------------------------------------------------------------
+  // ---- routing and the shell
   let cleanups = [];
   let generation = 0;
   let firstRender = true;
@@ -296,31 +311,29 @@ window.QLEDGE = (() => {
     const app = clear(document.getElementById('app'));
     const other = lang === 'zh' ? 'en' : 'zh';
     const links = [['tasks', 'nav.tasks'], ['scripts', 'nav.scripts'], ['runs', 'nav.runs'],
-      ['envs', 'nav.envs'], ['system', 'nav.system']];
+      ['envs', 'nav.envs'], ['subs', 'nav.subs'], ['system', 'nav.system']];
     const main = h('main', { id: 'main', tabIndex: -1 });
     append(app, [
-      h('a', { class: 'skip', href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
+      h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
         t('nav.skip')),
-      h('header', { class: 'top' },
-        h('a', { class: 'brand', href: '#/tasks' }, 'qledge'),
+      h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'),
         token ? h('nav', { 'aria-label': t('nav.label') }, links.map(([id, key]) =>
           h('a', { href: '#/' + id, 'aria-current': section === id ? 'page' : null }, t(key))))
-          : h('span', { class: 'spacer' }),
-        h('div', { class: 'tools' },
-          btn(t('lang.other'), () => setLang(other), 'ghost small lang',
+          : h('span.spacer'),
+        h('div.tools', btn(t('lang.other'), () => setLang(other), 'ghost small lang',
             { lang: other === 'zh' ? 'zh-CN' : 'en', 'aria-label': t('lang.switch'),
               'data-action': 'lang' }),
           token ? btn(t('nav.signout'), () => signOut(), 'ghost small',
             { 'data-action': 'signout' }) : null)),
       main,
-      h('div', { id: 'toast', class: 'toast', role: 'status', 'aria-live': 'polite', hidden: true }),
+      h('div.toast', { id: 'toast', role: 'status', 'aria-live': 'polite', hidden: true }),
     ]);
     return main;
   }
 
   function heading(main, text, ...rest) {
     const h1 = h('h1', { tabIndex: -1 }, text);
-    main.append(h('div', { class: 'page-head' }, h1, h('div', { class: 'actions' }, rest)));
+    main.append(h('div.page-head', h1, h('div.actions', rest)));
     if (!firstRender) h1.focus({ preventScroll: false });
     document.title = `${text} · qledge`;
     return h1;
@@ -342,15 +355,15 @@ window.QLEDGE = (() => {
       else if (section === 'runs' && id) pages.run(main, id, alive);
       else if (section === 'runs') pages.runs(main, query, alive);
       else if (section === 'envs') pages.envs(main, alive);
+      else if (section === 'subs') pages.subs(main, alive);
       else if (section === 'system') pages.system(main, alive);
       else pages.tasks(main, alive);
     }
     firstRender = false;
   }
 
-  // Replaces box's content with the error.
   function failBox(box, err) {
-    fill(box, h('div', { class: 'alert error', role: 'alert' }, err.message || String(err)));
+    fill(box, h('div.alert.error', { role: 'alert' }, err.message || String(err)));
   }
 
   // Every task, page by page (the task list and the runs filter both need them all).
@@ -366,7 +379,7 @@ window.QLEDGE = (() => {
     return items;
   }
 
-  // ---- start: after every deferred page script has registered its view ----------------------
+  // ---- start: after every deferred page script has registered its view
   function start() {
     window.addEventListener('hashchange', render);
     window.addEventListener('storage', (e) => {
@@ -380,7 +393,7 @@ window.QLEDGE = (() => {
 
   return {
     pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
-    h, append, clear, fill, nextId, badge, btn, rowBtn, field, actionsCell, dl, loading,
+    h, append, clear, fill, nextId, badge, btn, rowBtn, field, markField, unmark, actionsCell, dl, loading,
     refreshBtn, grid, row, guarded, apiPath, saveFile, notify, modal, confirmDialog, ApiError,
     api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,
   };

@@ -1,8 +1,8 @@
 /* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, loading, apiPath, notify, api, q,
-    onLeave, heading, failBox } = window.QLEDGE;
+  const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, markField, unmark, loading,
+    apiPath, notify, api, q, onLeave, heading, failBox } = window.QLEDGE;
   const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const MAX_TIMEOUT_S = 366 * 86400;
 
@@ -10,7 +10,7 @@
   // "Create task from this script").
   function viewTaskEditor(main, taskId, alive, query) {
     heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
-    const box = h('div', null, loading());
+    const box = h('div', loading());
     main.append(box);
     const prefill = {};
     for (const k of ['name', 'command', 'schedule']) {
@@ -21,22 +21,20 @@
       (e) => { if (alive()) failBox(box, e); });
   }
 
-  // The env rows of a task: a fieldset with add/remove; `entries()` reads them back.
   function envEditor(env) {
-    const rows = h('div', { class: 'env-rows' });
+    const rows = h('div.env-rows');
     let n = 0;
     function addRow(key, value, focus) {
       n += 1;
       const kId = `f-env-k-${n}`;
       const vId = `f-env-v-${n}`;
-      const k = h('input', { id: kId, type: 'text', value: key || '', class: 'mono env-key',
+      const k = h('input.mono.env-key', { id: kId, type: 'text', value: key || '',
         autocomplete: 'off', spellcheck: 'false', placeholder: 'NAME' });
-      const val = h('input', { id: vId, type: 'text', value: value || '', class: 'mono env-value',
+      const val = h('input.mono.env-value', { id: vId, type: 'text', value: value || '',
         autocomplete: 'off', spellcheck: 'false' });
-      const row = h('div', { class: 'env-row' },
-        h('label', { htmlFor: kId, class: 'sr-only' }, t('editor.envName', { n })), k,
-        h('span', { class: 'eq', 'aria-hidden': 'true' }, '='),
-        h('label', { htmlFor: vId, class: 'sr-only' }, t('editor.envValue', { n })), val,
+      const row = h('div.env-row', h('label.sr-only', { htmlFor: kId }, t('editor.envName', { n })), k,
+        h('span.eq', { 'aria-hidden': 'true' }, '='),
+        h('label.sr-only', { htmlFor: vId }, t('editor.envValue', { n })), val,
         btn(t('common.remove'), () => { row.remove(); addBtn.focus(); }, 'small ghost',
           { 'aria-label': t('editor.envRemove', { n }) }));
       rows.append(row);
@@ -45,20 +43,20 @@
     const addBtn = btn(t('editor.envAdd'), () => addRow('', '', true), 'small',
       { id: 'f-env-add' });
     for (const [k, val] of Object.entries(env || {})) addRow(k, val, false);
-    const el = h('fieldset', { class: 'field', 'data-field': 'env', id: 'f-env' },
-      h('legend', null, t('editor.env')),
-      h('p', { class: 'help', id: 'f-env-help' }, t('editor.envHelp')),
+    const el = h('fieldset.field', { 'data-field': 'env', id: 'f-env' },
+      h('legend', t('editor.env')),
+      h('p.help', { id: 'f-env-help' }, t('editor.envHelp')),
       rows, addBtn,
-      h('p', { class: 'field-error', id: 'f-env-err', hidden: true }));
+      h('p.field-error', { id: 'f-env-err', hidden: true }));
     const entries = () => [...rows.querySelectorAll('.env-row')].map((row) => ({
       keyInput: row.querySelector('.env-key'),
       key: row.querySelector('.env-key').value.trim(),
       value: row.querySelector('.env-value').value,
     })).filter((e) => e.key || e.value);
-    return { el, entries, addBtn };
+    return { el, entries };
   }
 
-  // The next fire times under the schedule field, debounced; stale answers are dropped.
+  // Debounced; stale answers are dropped.
   function schedulePreview(schedule, preview, alive) {
     let seq = 0;
     let timer = 0;
@@ -66,20 +64,20 @@
       const expr = schedule.value.trim();
       const mine = ++seq;
       if (!expr) {
-        fill(preview, h('p', { class: 'muted' }, t('editor.noSchedule')));
+        fill(preview, h('p.muted', t('editor.noSchedule')));
         return;
       }
-      fill(preview, h('p', { class: 'muted' }, t('editor.previewing')));
+      fill(preview, h('p.muted', t('editor.previewing')));
       api('GET', '/cron/preview' + q({ schedule: expr, n: 5 })).then((res) => {
         if (mine !== seq || !alive()) return;
         fill(preview,
-          h('p', { class: 'small muted' }, t('editor.previewTz', { tz: res.timezone })),
-          h('ol', { class: 'fire-times' }, res.next.map((n) =>
-            h('li', null, h('time', { datetime: n.at }, fmtTime(n.at_ms, res.timezone)),
-              h('span', { class: 'muted small' }, ' · ' + fmtRelative(n.at_ms))))));
+          h('p.small.muted', t('editor.previewTz', { tz: res.timezone })),
+          h('ol.fire-times', res.next.map((n) =>
+            h('li', h('time', { datetime: n.at }, fmtTime(n.at_ms, res.timezone)),
+              h('span.muted.small', ' · ' + fmtRelative(n.at_ms))))));
       }, (e) => {
         if (mine !== seq || !alive()) return;
-        fill(preview, h('p', { class: 'preview-error' }, e.message));
+        fill(preview, h('p.preview-error', e.message));
       });
     }
     schedule.addEventListener('input', () => {
@@ -91,10 +89,8 @@
     now();
   }
 
-  /* Every problem with the form at once, as [field, message, control?] in form order. The
-   * rules are the API's (http/tasks.py); the schedule is judged by the API itself (the
-   * preview endpoint), so its message names the cron field and value. The API stays the
-   * judge: whatever it still refuses on save is shown on the field it names. */
+  /* Every problem at once, as [field, message, control?] in form order, by the API's rules
+   * (http/tasks.py); the API judges the schedule (preview endpoint) and stays the judge. */
   async function problems(f, envs) {
     const found = [];
     const name = f.name.value.trim();
@@ -151,64 +147,45 @@
         autocomplete: 'off' }),
     };
     f.command.value = v.command;
-    const preview = h('div', { class: 'preview', id: 'f-schedule-preview', 'aria-live': 'polite' });
+    const preview = h('div.preview', { id: 'f-schedule-preview', 'aria-live': 'polite' });
     const envs = envEditor(v.env);
-    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true, tabIndex: -1 });
-    const submit = h('button', { type: 'submit', class: 'btn primary' },
+    const formErr = h('div.alert.error', { role: 'alert', hidden: true, tabIndex: -1 });
+    const submit = h('button.btn.primary', { type: 'submit' },
       task ? t('common.save') : t('editor.create'));
-    const form = h('form', { class: 'card form', novalidate: true },
+    const form = h('form.card.form', { novalidate: true },
       formErr,
       field('f-name', t('editor.name'), f.name, null, 'name'),
       field('f-command', t('editor.command'), f.command, t('editor.commandHelp'), 'command'),
       field('f-schedule', t('editor.schedule'), f.schedule, t('editor.scheduleHelp'), 'schedule'),
       preview,
-      h('div', { class: 'row2' },
+      h('div.row2',
         field('f-timeout', t('editor.timeout'), f.timeout, t('editor.timeoutHelp'), 'timeout_s'),
         field('f-concurrency', t('editor.concurrency'), f.concurrency,
           t('editor.concurrencyHelp'), 'concurrency')),
       envs.el,
       field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
-      h('div', { class: 'field check', 'data-field': 'enabled' }, f.enabled,
+      h('div.field.check', { 'data-field': 'enabled' }, f.enabled,
         h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
-        h('p', { class: 'field-error', id: 'f-enabled-err', hidden: true })),
+        h('p.field-error', { id: 'f-enabled-err', hidden: true })),
       // off: what the command leaves running is ended at its exit and counted (docs/tasks.md)
-      h('div', { class: 'field check', 'data-field': 'keep_background' }, f.keepBackground,
+      h('div.field.check', { 'data-field': 'keep_background' }, f.keepBackground,
         h('label', { htmlFor: 'f-keep-bg' }, t('editor.keepBackground')),
-        h('p', { class: 'help', id: 'f-keep-bg-help' }, t('editor.keepBackgroundHelp')),
-        h('p', { class: 'field-error', id: 'f-keep-bg-err', hidden: true })),
-      h('div', { class: 'actions' }, submit,
-        h('a', { class: 'btn ghost', href: '#/tasks' }, t('common.cancel'))));
+        h('p.help', { id: 'f-keep-bg-help' }, t('editor.keepBackgroundHelp')),
+        h('p.field-error', { id: 'f-keep-bg-err', hidden: true })),
+      h('div.actions', submit,
+        h('a.btn.ghost', { href: '#/tasks' }, t('common.cancel'))));
     box.append(form);
     schedulePreview(f.schedule, preview, alive);
 
-    function clearErrors() {
-      formErr.hidden = true;
-      preview.hidden = false;
-      for (const el of form.querySelectorAll('.field-error')) { el.hidden = true; el.textContent = ''; }
-      for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
-    }
-    // Marks one field (its message under it, aria-invalid on its control, or on `ctl`);
-    // returns the control to focus. A message that names no field goes on top.
-    function markError(fieldName, message, ctl) {
-      const wrap = fieldName && form.querySelector(`[data-field="${fieldName}"]`);
-      if (!wrap) {
-        formErr.textContent = message; formErr.hidden = false;
-        return formErr;
-      }
-      const errEl = wrap.querySelector('.field-error');
-      if (errEl.hidden) { errEl.textContent = message; errEl.hidden = false; }
-      if (fieldName === 'schedule') preview.hidden = true; // says the same; back on input
-      const control = ctl || wrap.querySelector('input, textarea, select') || envs.addBtn;
-      control.setAttribute('aria-invalid', 'true');
-      const described = (control.getAttribute('aria-describedby') || '').split(' ').filter(Boolean);
-      if (!described.includes(errEl.id)) described.push(errEl.id);
-      control.setAttribute('aria-describedby', described.join(' '));
-      return control;
+    function markError(name, message, ctl) {
+      if (name === 'schedule') preview.hidden = true; // says the same; back on input
+      return markField(form, formErr, name, message, ctl);
     }
 
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      clearErrors();
+      unmark(form, formErr);
+      preview.hidden = false;
       submit.disabled = true;
       try {
         const found = await problems(f, envs.entries());

@@ -1,41 +1,38 @@
 /* qledge panel: env variables (#/envs). */
 'use strict';
 (() => {
-  const { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, loading, grid, row, guarded,
+  const { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, markField, unmark, loading, grid, row, guarded,
     apiPath, notify, confirmDialog, api, heading, failBox } = window.QLEDGE;
 
-  // The new/edit form above the list; an error the API names goes under its field.
   function envForm(formBox, env, reload) {
     clear(formBox);
-    const nameI = h('input', { id: 'e-name', type: 'text', value: env ? env.name : '',
-      class: 'mono', autocomplete: 'off', spellcheck: 'false', required: true });
-    const valueI = h('input', { id: 'e-value', type: 'password', value: env ? env.value : '',
-      class: 'mono', autocomplete: 'off', spellcheck: 'false' });
+    const nameI = h('input.mono', { id: 'e-name', type: 'text', value: env ? env.name : '',
+      autocomplete: 'off', spellcheck: 'false', required: true });
+    const valueI = h('input.mono', { id: 'e-value', type: 'password', value: env ? env.value : '',
+      autocomplete: 'off', spellcheck: 'false' });
     const show = h('input', { id: 'e-show', type: 'checkbox',
       onchange: () => { valueI.type = show.checked ? 'text' : 'password'; } });
     const remarksI = h('input', { id: 'e-remarks', type: 'text', value: env ? env.remarks : '',
       autocomplete: 'off' });
     const enabledI = h('input', { id: 'e-enabled', type: 'checkbox',
       checked: env ? env.enabled : true });
-    const formErr = h('div', { class: 'alert error', role: 'alert', hidden: true });
+    const formErr = h('div.alert.error', { role: 'alert', hidden: true });
     const titleId = nextId('envf');
-    const form = h('form', { class: 'card form', novalidate: true, 'aria-labelledby': titleId },
+    const form = h('form.card.form', { novalidate: true, 'aria-labelledby': titleId },
       h('h2', { id: titleId, tabIndex: -1 }, env ? t('envs.editTitle', { name: env.name })
         : t('envs.newTitle')),
       formErr,
       field('e-name', t('envs.name'), nameI, t('envs.nameHelp'), 'name'),
       field('e-value', t('envs.value'), valueI, null, 'value'),
-      h('div', { class: 'field check' }, show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
+      h('div.field.check', show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
       field('e-remarks', t('envs.remarks'), remarksI, null, 'remarks'),
-      h('div', { class: 'field check' }, enabledI,
+      h('div.field.check', enabledI,
         h('label', { htmlFor: 'e-enabled' }, t('envs.enabled'))),
-      h('div', { class: 'actions' },
-        h('button', { type: 'submit', class: 'btn primary' }, env ? t('common.save') : t('envs.add')),
+      h('div.actions', h('button.btn.primary', { type: 'submit' }, env ? t('common.save') : t('envs.add')),
         btn(t('common.cancel'), () => clear(formBox), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      formErr.hidden = true;
-      for (const el of form.querySelectorAll('.field-error')) el.hidden = true;
+      unmark(form, formErr);
       const body = { name: nameI.value.trim(), value: valueI.value, remarks: remarksI.value,
         enabled: enabledI.checked };
       try {
@@ -45,32 +42,21 @@
         clear(formBox);
         reload();
       } catch (ex) {
-        const wrap = ex.field && form.querySelector(`[data-field="${ex.field}"]`);
-        if (wrap) {
-          const errEl = wrap.querySelector('.field-error');
-          errEl.textContent = ex.message; errEl.hidden = false;
-          const ctl = wrap.querySelector('input');
-          ctl.setAttribute('aria-invalid', 'true');
-          ctl.setAttribute('aria-describedby', errEl.id);
-          ctl.focus();
-        } else {
-          formErr.textContent = ex.message; formErr.hidden = false;
-        }
+        markField(form, formErr, ex.field, ex.message).focus();
       }
     });
     formBox.append(form);
     nameI.focus();
   }
 
-  // One row of the list; values stay masked until revealed (`revealed` keeps the choice
-  // across reloads of the list).
+  // Values stay masked until revealed; `revealed` keeps that across reloads.
   function envRow(env, cols, revealed, edit, reload) {
     const valueCell = h('td', { 'data-label': cols[1] });
     const paintValue = () => {
       const on = revealed.has(env.id);
       fill(valueCell,
-        on ? h('code', { class: 'wrap env-val' }, env.value)
-          : h('span', { class: 'masked', 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
+        on ? h('code.wrap.env-val', env.value)
+          : h('span.masked', { 'aria-label': t('envs.hidden') }, '••••••••'), ' ',
         btn(on ? t('envs.hide') : t('envs.reveal'), () => {
           if (revealed.has(env.id)) revealed.delete(env.id); else revealed.add(env.id);
           paintValue();
@@ -80,7 +66,7 @@
     };
     paintValue();
     return row({ 'data-env-name': env.name }, cols,
-      h('code', null, env.name),
+      h('code', env.name),
       valueCell,
       env.remarks || '—',
       h('span', { class: env.enabled ? 'on' : 'off' }, env.enabled ? t('envs.on') : t('envs.off')),
@@ -101,9 +87,9 @@
   function viewEnvs(main, alive) {
     heading(main, t('envs.title'),
       btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
-    main.append(h('p', { class: 'muted' }, t('envs.intro')));
-    const formBox = h('div', null);
-    const list = h('div', { class: 'card' }, loading());
+    main.append(h('p.muted', t('envs.intro')));
+    const formBox = h('div');
+    const list = h('div.card', loading());
     main.append(formBox, list);
     const revealed = new Set();
 
@@ -120,7 +106,7 @@
       if (!alive()) return;
       const cols = [t('envs.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
         t('tasks.col.actions')];
-      fill(list, !envs.length ? h('p', { class: 'empty' }, t('envs.empty'))
+      fill(list, !envs.length ? h('p.empty', t('envs.empty'))
         : grid(t('envs.title'), cols, envs.map((env) => envRow(env, cols, revealed, edit, load))));
     }
     load();

@@ -5,22 +5,20 @@
     onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
-  /* The log card of a run page: state, download, why the log cannot be read, a power
-   * loss note, the log itself. `start` follows the stream until it ends (then calls onEnd)
-   * or the page is left; `truncated(on, size, expected)` shows or hides the power loss note. */
+  // `start` follows the stream until it ends (then onEnd) or the page is left.
   function logSection(runId) {
-    const stateEl = h('span', { class: 'log-state', id: 'log-state', 'data-state': 'connecting' },
+    const stateEl = h('span.log-state', { id: 'log-state', 'data-state': 'connecting' },
       t('log.connecting'));
-    const pre = h('pre', { class: 'log', id: 'log', role: 'log', tabIndex: 0,
+    const pre = h('pre.log', { id: 'log', role: 'log', tabIndex: 0,
       'aria-labelledby': 'log-h', 'aria-live': 'off' });
-    const trimmed = h('p', { class: 'muted small', hidden: true }, t('log.trimmed'));
-    const problem = h('div', { class: 'alert error', id: 'log-problem', role: 'alert',
+    const trimmed = h('p.muted.small', { hidden: true }, t('log.trimmed'));
+    const problem = h('div.alert.error', { id: 'log-problem', role: 'alert',
       hidden: true });
-    const note = h('p', { class: 'alert warn', id: 'log-note', hidden: true });
+    const note = h('p.alert.warn', { id: 'log-note', hidden: true });
     const download = btn(t('log.download'), () => downloadLog(runId, download, problem),
       'small ghost', { 'data-action': 'download' });
-    const el = h('section', { class: 'card', id: 'log-section', 'data-reconnects': '0' },
-      h('div', { class: 'section-head' }, h('h2', { id: 'log-h' }, t('log.title')), stateEl,
+    const el = h('section.card', { id: 'log-section', 'data-reconnects': '0' },
+      h('div.section-head', h('h2', { id: 'log-h' }, t('log.title')), stateEl,
         download),
       problem, note, trimmed, pre);
     const truncated = (on, size, expected) => {
@@ -32,15 +30,14 @@
         alive, onEnd) };
   }
 
-  /* A log the API cannot read (docs/api.md): the task replaced its file, or the file pool
-   * gave up on a stuck filesystem. Words for the code, the API's own message under them. */
+  // A log the API cannot read (docs/api.md): words for the code, the API's message under them.
   function showProblem(box, code, kind, message, from) {
     const kindKey = 'kind.' + kind;
     const key = 'log.err.' + code;
     let text = t(key, { kind: t(kindKey) === kindKey ? kind || '?' : t(kindKey) });
     if (text === key) text = message || code;
-    fill(box, h('p', null, text), message && message !== text
-      ? h('p', { class: 'small', 'data-role': 'api-message' }, message) : null);
+    fill(box, h('p', text), message && message !== text
+      ? h('p.small', { 'data-role': 'api-message' }, message) : null);
     box.dataset.error = code;
     box.dataset.from = from;
     box.hidden = false;

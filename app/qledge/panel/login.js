@@ -1,32 +1,27 @@
 /* qledge panel: the sign-in page (shown whenever there is no token). */
 'use strict';
 (() => {
-  const { t, h, api, render, signIn } = window.QLEDGE;
+  const { t, h, field, markField, unmark, api, render, signIn } = window.QLEDGE;
 
   function viewLogin(main) {
     document.title = `${t('login.title')} · qledge`;
     const input = h('input', { id: 'login-token', type: 'password', autocomplete: 'off',
-      spellcheck: 'false', required: true, 'aria-describedby': 'login-token-help' });
-    const err = h('p', { class: 'field-error', id: 'login-token-err', role: 'alert', hidden: true });
-    const submit = h('button', { type: 'submit', class: 'btn primary' }, t('login.submit'));
+      spellcheck: 'false', required: true });
+    const tok = field('login-token', t('login.token'), input, t('login.help'), 'token');
+    tok.lastChild.setAttribute('role', 'alert');
+    const bad = (message) => markField(form, null, 'token', message).focus();
+    const submit = h('button.btn.primary', { type: 'submit' }, t('login.submit'));
     // No `name` on the input and no GET: the token can never be serialised into a URL.
-    const form = h('form', { class: 'card login', method: 'post', novalidate: true },
+    const form = h('form.card.login', { method: 'post', novalidate: true },
       h('h1', { tabIndex: -1 }, t('login.title')),
-      h('p', null, t('login.intro')),
-      h('div', { class: 'field' },
-        h('label', { htmlFor: 'login-token' }, t('login.token')), input,
-        h('p', { class: 'help', id: 'login-token-help' }, t('login.help')), err),
-      h('div', { class: 'actions' }, submit));
+      h('p', t('login.intro')),
+      tok,
+      h('div.actions', submit));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
       const value = input.value.trim();
-      err.hidden = true;
-      input.removeAttribute('aria-invalid');
-      if (!value) {
-        err.textContent = t('login.empty'); err.hidden = false;
-        input.setAttribute('aria-invalid', 'true'); input.focus();
-        return;
-      }
+      unmark(form);
+      if (!value) { bad(t('login.empty')); return; }
       submit.disabled = true;
       try {
         await api('GET', '/system', undefined, { token: value });
@@ -38,10 +33,7 @@
           render();
         }
       } catch (ex) {
-        err.textContent = ex.status === 401 ? t('login.refused') : ex.message;
-        err.hidden = false;
-        input.setAttribute('aria-invalid', 'true');
-        input.focus();
+        bad(ex.status === 401 ? t('login.refused') : ex.message);
       } finally {
         submit.disabled = false;
       }

@@ -26,8 +26,7 @@
     }
   }
 
-  // After a finish: its exit code, and how many processes the command left running that
-  // the launcher ended (`leftover_processes`, absent when none; docs/tasks.md).
+  // `leftover_processes`: what the launcher ended after the exit (docs/tasks.md).
   function finishFacts(d) {
     return (d.exit_code != null ? ' · ' + t('runs.exit', { code: d.exit_code }) : '') +
       (d.leftover_processes ? ' · ' + leftoverText(d.leftover_processes) : '');
@@ -48,22 +47,23 @@
     return text === key ? t('reason.unknown') : text;
   }
 
-  // The summary card: status, exit code, reason, times and durations.
+  const runLink = (id, text) => h('a', { href: '#/runs/' + id }, text);
+
   function summaryView(r, taskName, now, events) {
     const reason = reasonText(r.reason_code);
     const fin = events.find((ev) => ev.type === 'run.finished');
     const leftover = fin && fin.data && fin.data.leftover_processes;
     return [
-      h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')),
-      h('div', { class: 'status-line' }, h('span', { id: 'run-status' }, badge(r.status)),
+      h('h2.sr-only', { id: 'run-sum-h' }, t('run.summary')),
+      h('div.status-line', h('span', { id: 'run-status' }, badge(r.status)),
         r.exit_code != null
-          ? h('span', { class: 'exit big', id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
+          ? h('span.exit.big', { id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
           : null,
-        r.reason_code ? h('span', { class: 'muted' }, h('code', null, r.reason_code)) : null),
-      reason ? h('p', { class: 'reason', id: 'run-reason' }, reason) : null,
+        r.reason_code ? h('span.muted', h('code', r.reason_code)) : null),
+      reason ? h('p.reason', { id: 'run-reason' }, reason) : null,
       dl([
         [t('run.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
-        [t('run.id'), h('code', { class: 'wrap' }, r.id)],
+        [t('run.id'), h('code.wrap', r.id)],
         [t('run.trigger'), t('trigger.' + r.trigger)],
         [t('run.created'), fmtTime(r.created_at_ms)],
         [t('run.started'), fmtTime(r.started_at_ms)],
@@ -76,17 +76,20 @@
         r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
         leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
           : null,
+        // The `task` form (docs/tasks.md): a random delay's wait; a conc run's parent/children.
+        r.not_before_ms && !r.started_at_ms ? [t('run.notBefore'), fmtTime(r.not_before_ms)] : null,
+        r.parent_run_id ? [t('run.parent'), runLink(r.parent_run_id, shortId(r.parent_run_id))]
+          : null,
+        r.children && r.children.length ? [t('run.children'), h('span', { id: 'run-children' },
+          ...r.children.map((c) => h('span', runLink(c.id, '#' + c.conc_index), ' ',
+            badge(c.status), ' ')))] : null,
       ]),
     ];
   }
 
-  /* When did it happen? The run's record is the truth: `started_at_ms` is when the control
-   * plane committed that the process runs, `finished_at_ms` the exit time from the
-   * launcher's receipt (never before the start). An event's `at_ms` is when it was
-   * recorded; a finish is recorded after its receipt is read — a few ms later, or much
-   * later if the worker was down then — so start and finish events are placed at the
-   * record's times (the durations shown are differences of those), and say when they
-   * were recorded if that was a second or more later. */
+  /* The run's record is the truth: a finish event is recorded after its receipt is read
+   * (much later if the worker was down), so start and finish events sit at the record's
+   * times and say when they were recorded if that was a second or more later. */
   const LATE_RECORD_MS = 1000;
   function factTime(r, ev) {
     const attempt = ev.attempt_id ? r.attempts.find((a) => a.id === ev.attempt_id) : null;
@@ -99,35 +102,34 @@
     return fact == null ? ev.at_ms : fact;
   }
 
-  // One timeline entry per event, in the order the control plane recorded them.
   function timelineItems(r, events) {
     return events.map((ev) => {
       const at = factTime(r, ev);
       const late = ev.at_ms - at;
       return h('li', { 'data-type': ev.type, class: 'ev ev-' + ev.type.replace(/\W/g, '-') },
         h('time', { datetime: new Date(at).toISOString() }, fmtTime(at)),
-        h('span', { class: 'muted small ev-offset' }, ' +' + fmtDur(at - r.created_at_ms)),
+        h('span.muted.small.ev-offset', ' +' + fmtDur(at - r.created_at_ms)),
         late >= LATE_RECORD_MS
-          ? h('span', { class: 'muted small ev-recorded' }, ' · ' + t('run.recordedLater',
+          ? h('span.muted.small.ev-recorded', ' · ' + t('run.recordedLater',
             { d: fmtDur(late) }))
           : null,
-        h('div', { class: 'ev-text' }, eventText(ev)),
+        h('div.ev-text', eventText(ev)),
         ev.type === 'run.finished' && ev.data && ev.data.reason_code
-          ? h('div', { class: 'muted small' }, h('code', null, ev.data.reason_code), ' — ',
+          ? h('div.muted.small', h('code', ev.data.reason_code), ' — ',
             reasonText(ev.data.reason_code))
           : null);
     });
   }
 
   function attemptsView(r, now) {
-    if (!r.attempts.length) return h('p', { class: 'muted' }, t('run.noAttempts'));
+    if (!r.attempts.length) return h('p.muted', t('run.noAttempts'));
     const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
       t('att.started'), t('att.duration')];
     return grid(null, cols, r.attempts.map((a) => row(null, cols,
       '#' + a.attempt_no,
       badge(a.status === 'preparing' ? 'queued' : a.status),
       a.exit_code == null ? '—' : String(a.exit_code),
-      a.reason_code ? h('code', null, a.reason_code) : '—',
+      a.reason_code ? h('code', a.reason_code) : '—',
       a.pid == null ? '—' : String(a.pid),
       fmtTime(a.started_at_ms),
       a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')));
@@ -149,16 +151,16 @@
     const title = heading(main, t('run.title', { id: shortId(runId) }));
     const cancelBtn = cancelButton(runId, () => refresh());
     title.parentNode.querySelector('.actions').append(cancelBtn);
-    const conn = h('div', { class: 'alert warn', role: 'status', hidden: true });
-    const summary = h('section', { class: 'card summary', 'aria-labelledby': 'run-sum-h' },
-      h('h2', { id: 'run-sum-h', class: 'sr-only' }, t('run.summary')));
+    const conn = h('div.alert.warn', { role: 'status', hidden: true });
+    const summary = h('section.card.summary', { 'aria-labelledby': 'run-sum-h' },
+      h('h2.sr-only', { id: 'run-sum-h' }, t('run.summary')));
     const log = logSection(runId);
-    const timeline = h('ol', { class: 'timeline', id: 'timeline' });
-    const attempts = h('div', null);
+    const timeline = h('ol.timeline', { id: 'timeline' });
+    const attempts = h('div');
     main.append(conn, summary, log.el,
-      h('section', { class: 'card', 'aria-labelledby': 'tl-h' },
+      h('section.card', { 'aria-labelledby': 'tl-h' },
         h('h2', { id: 'tl-h' }, t('run.timeline')), timeline),
-      h('section', { class: 'card', 'aria-labelledby': 'att-h' },
+      h('section.card', { 'aria-labelledby': 'att-h' },
         h('h2', { id: 'att-h' }, t('run.attempts')), attempts));
 
     let run = null;
@@ -204,7 +206,7 @@
       } catch (e) {
         if (!alive()) return;
         if (e.status === 404) {
-          fill(summary, h('div', { class: 'alert error', role: 'alert' }, t('run.missing')));
+          fill(summary, h('div.alert.error', { role: 'alert' }, t('run.missing')));
           stopPolling();
           return;
         }

@@ -14,13 +14,13 @@
     const statusSel = h('select', { id: 'runs-status' },
       h('option', { value: '' }, t('runs.allStatuses')),
       STATUSES.map((s) => h('option', { value: s, selected: s === state.status }, statusLabel(s))));
-    const filters = h('form', { class: 'filters card', role: 'search' },
-      h('div', { class: 'field' }, h('label', { htmlFor: 'runs-task' }, t('runs.task')), taskSel),
-      h('div', { class: 'field' }, h('label', { htmlFor: 'runs-status' }, t('runs.status')),
+    const filters = h('form.filters.card', { role: 'search' },
+      h('div.field', h('label', { htmlFor: 'runs-task' }, t('runs.task')), taskSel),
+      h('div.field', h('label', { htmlFor: 'runs-status' }, t('runs.status')),
         statusSel),
-      h('div', { class: 'field' }, h('button', { type: 'submit', class: 'btn' }, t('runs.apply'))));
-    const results = h('div', { class: 'card' });
-    const pager = h('div', { class: 'pager' });
+      h('div.field', h('button.btn', { type: 'submit' }, t('runs.apply'))));
+    const results = h('div.card');
+    const pager = h('div.pager');
     main.append(filters, results, pager);
     let names = {};
 
@@ -63,9 +63,9 @@
       clear(pager);
       const cols = [t('runs.col.run'), t('runs.col.task'), t('runs.col.status'),
         t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
-      fill(results, !page.items.length ? h('p', { class: 'empty' }, t('runs.empty'))
+      fill(results, !page.items.length ? h('p.empty', t('runs.empty'))
         : grid(t('runs.title'), cols, page.items.map((r) => row({ 'data-run-id': r.id }, cols,
-          h('a', { href: '#/runs/' + r.id, class: 'mono' }, '…' + shortId(r.id)),
+          h('a.mono', { href: '#/runs/' + r.id }, '…' + shortId(r.id)),
           names[r.task_id] || shortId(r.task_id),
           badge(r.status),
           r.exit_code == null ? '—' : String(r.exit_code),
@@ -76,7 +76,7 @@
         pager.append(btn(t('runs.first'), () => { state.cursors = []; load(); }, 'ghost',
           { 'data-action': 'first' }));
       }
-      pager.append(h('span', { class: 'muted' }, t('runs.page', { n: state.cursors.length + 1 })));
+      pager.append(h('span.muted', t('runs.page', { n: state.cursors.length + 1 })));
       if (page.next_cursor) {
         pager.append(btn(t('runs.next'), () => { state.cursors.push(page.next_cursor); load(); },
           '', { 'data-action': 'next' }));

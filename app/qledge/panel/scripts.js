@@ -1,11 +1,9 @@
-/* qledge panel: the scripts folder (#/scripts, #/scripts/<path>): tree, editor with line
- * numbers, upload, new file/folder, rename, delete, history with restore, and "Create
- * task from this script". Paths are relative to the scripts folder; the API refuses
- * anything else with a reason, shown here as it comes. */
+/* qledge panel: the scripts folder (#/scripts, #/scripts/<path>; docs/panel.md). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, loading, guarded, saveFile,
-    notify, modal, confirmDialog, api, q, onLeave, heading, failBox, render } = window.QLEDGE;
+  const { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, field, markField, unmark,
+    loading, guarded, saveFile, notify, modal, confirmDialog, api, q, onLeave, heading, failBox,
+    render } = window.QLEDGE;
   const opened = new Set(); // folders the user unfolded, kept across pages
   let unsaved = null; // the path whose edits are not saved yet
   const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
@@ -16,29 +14,23 @@
   /* A modal asking for one path; `submit(value)` does the work and may throw: its error
    * is shown in the dialog, which stays open until it succeeds or is cancelled. */
   function askPath(title, value, okLabel, submit) {
-    const input = h('input', { id: nextId('ask'), type: 'text', class: 'mono', value,
-      autocomplete: 'off', spellcheck: 'false', 'data-field': 'path' });
-    const err = h('p', { class: 'field-error', role: 'alert', hidden: true, id: input.id + '-err' });
+    const input = h('input.mono', { id: nextId('ask'), type: 'text', value,
+      autocomplete: 'off', spellcheck: 'false' });
+    const wrap = field(input.id, t('scripts.pathLabel'), input, t('scripts.pathHelp'), 'path');
+    wrap.lastChild.setAttribute('role', 'alert');
     const { dialog, close, open } = modal(title);
     const form = h('form', { method: 'dialog', novalidate: true },
-      h('div', { class: 'field' }, h('label', { htmlFor: input.id }, t('scripts.pathLabel')), input,
-        h('p', { class: 'help' }, t('scripts.pathHelp')), err),
-      h('div', { class: 'actions' },
-        btn(t('common.cancel'), close, 'ghost', { 'data-action': 'cancel' }),
-        h('button', { type: 'submit', class: 'btn primary', 'data-action': 'confirm' }, okLabel)));
+      wrap,
+      h('div.actions', btn(t('common.cancel'), close, 'ghost', { 'data-action': 'cancel' }),
+        h('button.btn.primary', { type: 'submit', 'data-action': 'confirm' }, okLabel)));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      err.hidden = true;
-      input.removeAttribute('aria-invalid');
+      unmark(form);
       try {
         await submit(input.value.trim());
         close();
       } catch (ex) {
-        err.textContent = ex.message;
-        err.hidden = false;
-        input.setAttribute('aria-invalid', 'true');
-        input.setAttribute('aria-describedby', err.id);
-        input.focus();
+        markField(form, null, 'path', ex.message).focus();
       }
     });
     dialog.addEventListener('cancel', (e) => { e.preventDefault(); close(); });
@@ -46,27 +38,27 @@
     input.focus();
   }
 
-  // ---- the tree ------------------------------------------------------------------------
+  // ---- the tree
   function treeList(nodes, selected) {
-    return h('ul', { class: 'tree' }, nodes.map((n) => {
+    return h('ul.tree', nodes.map((n) => {
       const current = n.path === selected ? 'page' : null;
       if (n.type === 'directory') {
         const open = opened.has(n.path) || selected.startsWith(n.path + '/') || n.path === selected;
         const det = h('details', { open, 'data-path': n.path },
-          h('summary', null, h('a', { href: href(n.path), 'aria-current': current }, n.name + '/')),
+          h('summary', h('a', { href: href(n.path), 'aria-current': current }, n.name + '/')),
           n.children ? treeList(n.children, selected)
-            : h('p', { class: 'muted small' }, t('scripts.notListed')),
-          n.truncated ? h('p', { class: 'muted small' }, t('scripts.truncated')) : null);
+            : h('p.muted.small', t('scripts.notListed')),
+          n.truncated ? h('p.muted.small', t('scripts.truncated')) : null);
         det.addEventListener('toggle', () => {
           if (det.open) opened.add(n.path); else opened.delete(n.path);
         });
-        return h('li', null, det);
+        return h('li', det);
       }
       if (n.type !== 'file') {
-        return h('li', { class: 'muted' }, n.name + ' ',
-          h('span', { class: 'small' }, t('scripts.notEditable', { kind: n.type })));
+        return h('li.muted', n.name + ' ',
+          h('span.small', t('scripts.notEditable', { kind: n.type })));
       }
-      return h('li', null, h('a', { href: href(n.path), 'aria-current': current,
+      return h('li', h('a', { href: href(n.path), 'aria-current': current,
         'data-path': n.path }, n.name));
     }));
   }
@@ -79,11 +71,11 @@
     return null;
   }
 
-  // ---- the editor: a textarea with a line-number gutter --------------------------------
+  // ---- the editor: a textarea with a line-number gutter
   function codeEditor(label, text) {
     const id = nextId('code');
-    const gutter = h('pre', { class: 'gutter', 'aria-hidden': 'true' });
-    const area = h('textarea', { id, class: 'code', wrap: 'off', spellcheck: 'false',
+    const gutter = h('pre.gutter', { 'aria-hidden': 'true' });
+    const area = h('textarea.code', { id, wrap: 'off', spellcheck: 'false',
       autocomplete: 'off', autocapitalize: 'off', 'data-role': 'script-content' });
     area.value = text;
     let lines = 0;
@@ -99,8 +91,7 @@
     area.addEventListener('input', paint);
     area.addEventListener('scroll', () => { gutter.scrollTop = area.scrollTop; });
     paint();
-    return { area, el: h('div', { class: 'code-wrap' },
-      h('label', { htmlFor: id, class: 'sr-only' }, label), gutter, area) };
+    return { area, el: h('div.code-wrap', h('label.sr-only', { htmlFor: id }, label), gutter, area) };
   }
 
   async function download(path, button) {
@@ -137,18 +128,17 @@
     ];
   }
 
-  // The history of a file: versions a save replaced, each shown or restored on demand.
   function historyCard(path, reload) {
-    const preview = h('pre', { class: 'log preview-version', hidden: true, tabIndex: 0 });
-    const list = h('div', null, loading());
-    const card = h('section', { class: 'card', 'aria-label': t('scripts.historyTitle', { path }),
+    const preview = h('pre.log.preview-version', { hidden: true, tabIndex: 0 });
+    const list = h('div', loading());
+    const card = h('section.card', { 'aria-label': t('scripts.historyTitle', { path }),
       'data-role': 'history' },
-    h('h2', null, t('scripts.historyTitle', { path })), list, preview);
+    h('h2', t('scripts.historyTitle', { path })), list, preview);
     api('GET', '/scripts/history' + q({ path })).then((res) => {
-      fill(list, h('p', { class: 'help' }, t('scripts.historyHelp', { n: res.keep })));
-      if (!res.items.length) { list.append(h('p', { class: 'empty' }, t('scripts.historyEmpty'))); return; }
-      list.append(h('ol', { class: 'versions' }, res.items.map((v) => h('li', { 'data-version': v.id },
-        h('span', null, fmtTime(v.saved_at_ms)), h('span', { class: 'muted small' }, fmtBytes(v.size)),
+      fill(list, h('p.help', t('scripts.historyHelp', { n: res.keep })));
+      if (!res.items.length) { list.append(h('p.empty', t('scripts.historyEmpty'))); return; }
+      list.append(h('ol.versions', res.items.map((v) => h('li', { 'data-version': v.id },
+        h('span', fmtTime(v.saved_at_ms)), h('span.muted.small', fmtBytes(v.size)),
         rowBtn(t('scripts.show'), fmtTime(v.saved_at_ms), guarded(async () => {
           const got = await api('GET', '/scripts/history/version' + q({ path, id: v.id }));
           preview.textContent = got.content;
@@ -172,11 +162,11 @@
       if (!alive()) return;
       let sha = file.sha256;
       unsaved = null;
-      const status = h('p', { class: 'muted small', 'aria-live': 'polite' },
+      const status = h('p.muted.small', { 'aria-live': 'polite' },
         t('scripts.info', { size: fmtBytes(file.size), when: fmtTime(file.mtime_ms) }));
       const ed = codeEditor(t('scripts.content', { path }), file.content);
-      const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
-      const histBox = h('div', null);
+      const err = h('div.alert.error', { role: 'alert', hidden: true });
+      const histBox = h('div');
       const save = async () => {
         err.hidden = true;
         try {
@@ -205,11 +195,10 @@
       }, 'small', { 'data-action': 'history', 'aria-expanded': 'false' });
       const dl = btn(t('scripts.download'), () => download(path, dl), 'small ghost');
       fill(box,
-        h('section', { class: 'card', 'data-role': 'editor' },
-          h('div', { class: 'section-head' }, h('h2', null, h('code', null, path))),
+        h('section.card', { 'data-role': 'editor' },
+          h('div.section-head', h('h2', h('code', path))),
           status, err,
-          h('div', { class: 'actions toolbar' },
-            btn(t('common.save'), save, 'primary', { 'data-action': 'save' }),
+          h('div.actions.toolbar', btn(t('common.save'), save, 'primary', { 'data-action': 'save' }),
             btn(t('scripts.createTask'), () => createTask(path), 'small', { 'data-action': 'create-task' }),
             histBtn, dl, renameOrDelete(path, false)),
           ed.el),
@@ -228,10 +217,10 @@
     fill(box, loading());
     api('GET', '/scripts' + q({ path, depth: 1 })).then((res) => {
       if (!alive()) return;
-      fill(box, h('section', { class: 'card', 'data-role': 'folder' },
-        h('div', { class: 'section-head' }, h('h2', null, h('code', null, path + '/'))),
-        h('div', { class: 'actions toolbar' }, renameOrDelete(path, true)),
-        res.items.length ? treeList(res.items, '') : h('p', { class: 'empty' }, t('scripts.folderEmpty'))));
+      fill(box, h('section.card', { 'data-role': 'folder' },
+        h('div.section-head', h('h2', h('code', path + '/'))),
+        h('div.actions.toolbar', renameOrDelete(path, true)),
+        res.items.length ? treeList(res.items, '') : h('p.empty', t('scripts.folderEmpty'))));
     }, (e) => { if (alive()) failBox(box, e); });
   }
 
@@ -286,24 +275,24 @@
           go(p);
         }), '', { 'data-action': 'new-folder' }),
       btn(t('scripts.upload'), () => uploadInto(folder, limits), '', { 'data-action': 'upload' }));
-    main.append(h('p', { class: 'muted' }, t('scripts.intro')));
-    const nav = h('nav', { class: 'card tree-card', 'aria-label': t('scripts.treeLabel') },
+    main.append(h('p.muted', t('scripts.intro')));
+    const nav = h('nav.card.tree-card', { 'aria-label': t('scripts.treeLabel') },
       loading());
-    const box = h('div', { class: 'script-main' });
-    main.append(h('div', { class: 'scripts-grid' }, nav, box));
+    const box = h('div.script-main');
+    main.append(h('div.scripts-grid', nav, box));
 
     api('GET', '/scripts').then((res) => {
       if (!alive()) return;
       limits = res.limits;
       const node = path ? find(res.items, path) : null;
       folder = node && node.type === 'directory' ? path : parentOf(path);
-      fill(nav, h('a', { href: href(''), class: 'plain strong',
+      fill(nav, h('a.plain.strong', { href: href(''),
         'aria-current': path ? null : 'page' }, t('scripts.root')),
-      res.items.length ? treeList(res.items, path) : h('p', { class: 'empty' }, t('scripts.empty')),
-      res.truncated ? h('p', { class: 'muted small' }, t('scripts.truncated')) : null);
+      res.items.length ? treeList(res.items, path) : h('p.empty', t('scripts.empty')),
+      res.truncated ? h('p.muted.small', t('scripts.truncated')) : null);
     }, (e) => { if (alive()) failBox(nav, e); });
 
-    if (!path) fill(box, h('div', { class: 'card' }, h('p', { class: 'muted' }, t('scripts.pick'))));
+    if (!path) fill(box, h('div.card', h('p.muted', t('scripts.pick'))));
     else fileView(box, path, alive);
     // Leaving through the tree asks first while the editor holds unsaved changes; so
     // does closing the tab.

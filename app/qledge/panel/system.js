@@ -5,33 +5,32 @@
     heading, failBox } = window.QLEDGE;
 
   function countsTable(report) {
-    if (!report) return h('p', { class: 'muted' }, t('system.noRound'));
+    if (!report) return h('p.muted', t('system.noRound'));
     const counts = Object.entries(report.counts || {});
     const cols = [t('system.outcome'), t('system.count')];
-    return h('div', null,
-      dl([[t('system.kind'), report.kind],
+    return h('div', dl([[t('system.kind'), report.kind],
         [t('system.when'), fmtTime(report.finished_at_ms || report.started_at_ms)],
         [t('system.took'), report.finished_at_ms
           ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
         [t('system.examined'), String(report.examined)]]),
-      counts.length ? grid(null, cols, counts.map(([k, v]) => row(null, cols, h('code', null, k),
-        String(v))), { class: 'grid compact' })
-        : h('p', { class: 'muted small' }, t('system.nothing')));
+      counts.length ? grid(null, cols, counts.map(([k, v]) => row(null, cols, h('code', k),
+        String(v))), { class: 'compact' })
+        : h('p.muted.small', t('system.nothing')));
   }
 
   // A volume whose filesystem reports no size (no statfs) has unknown free space, not
   // zero: no bar, the words, and what the guard does about it (docs/retention.md).
   function unknownVolume(v, guard) {
     const key = 'system.guard.' + guard;
-    return [h('div', { class: 'small', 'data-role': 'free-unknown' }, t('system.freeUnknown')),
-      h('div', { class: 'small muted', 'data-role': 'guard' },
+    return [h('div.small', { 'data-role': 'free-unknown' }, t('system.freeUnknown')),
+      h('div.small.muted', { 'data-role': 'guard' },
         t(key) === key ? t('system.guard', { mode: guard || '—' }) : t(key))];
   }
 
   function volumesView(volumes, pressure) {
     const list = Array.isArray(volumes) ? volumes
       : Object.entries(volumes).map(([name, v]) => ({ name, ...(typeof v === 'object' && v ? v : {}) }));
-    return h('div', { class: 'volumes' }, list.map((v) => {
+    return h('div.volumes', list.map((v) => {
       const known = v.free_space_known !== false;
       const total = v.total_bytes;
       const free = v.free_bytes;
@@ -39,14 +38,14 @@
       const pct = total ? Math.round((100 * used) / total) : null;
       return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
         'data-free': known ? 'known' : 'unknown' },
-        h('div', { class: 'vol-head' }, h('strong', null, v.name || '?'),
+        h('div.vol-head', h('strong', v.name || '?'),
           v.pressure || v.critical ? h('span', { class: 'badge badge-timed_out' },
             t(v.critical ? 'system.critical' : known ? 'system.lowSpace' : 'system.heldUnknown'))
             : null),
         known ? [
           pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
             'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
-          h('div', { class: 'small' }, [
+          h('div.small', [
             used != null ? t('system.used', { n: fmtBytes(used) }) : null,
             free != null ? t('system.free', { n: fmtBytes(free) }) : null,
             total != null ? t('system.total', { n: fmtBytes(total) }) : null,
@@ -55,7 +54,7 @@
               : null,
             v.critical_bytes ? t('system.criticalMark', { n: fmtBytes(v.critical_bytes) }) : null,
           ].filter(Boolean).join(' · '))] : unknownVolume(v, pressure && pressure.guard_unknown),
-        v.error ? h('div', { class: 'field-error small' }, String(v.error)) : null);
+        v.error ? h('div.field-error.small', String(v.error)) : null);
     }));
   }
 
@@ -64,7 +63,7 @@
     const text = p.reason === 'DISK_FREE_UNKNOWN'
       ? t('system.pressureUnknown', { volumes: (p.volumes || []).join(', ') })
       : t('system.pressure', { reason: p.reason || '' });
-    return h('div', { class: 'alert warn', role: 'status', id: 'sys-pressure' }, text);
+    return h('div.alert.warn', { role: 'status', id: 'sys-pressure' }, text);
   }
 
   // The bounded pool that reads log files (launch/fileio.py): a stuck filesystem shows
@@ -74,40 +73,38 @@
       t('system.fileReadsVal', f)) : '—';
   }
 
-  // What keeps tasks away from the database and the admin token (docs/security.md); a
-  // warning whenever it is not in effect.
+  // Task isolation (docs/security.md).
   function isolationView(iso) {
-    return h('section', { class: 'card', 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
+    return h('section.card', { 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
       'data-effective': String(!!iso.effective) },
     h('h2', { id: 'sys-h6' }, t('system.isolation')),
     iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
       role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
-    dl([[t('system.isoMode'), h('code', null, iso.mode)],
+    dl([[t('system.isoMode'), h('code', iso.mode)],
       [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
       [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
       iso.reason ? [t('system.isoReason'), iso.reason] : null,
-      [t('system.isoProtected'), h('ul', { class: 'plain', id: 'sys-iso-protected' },
-        (iso.protected || []).map((d) => h('li', null, h('code', { class: 'wrap' }, d))))]]),
-    iso.effective ? h('p', { class: 'muted small' }, t('system.isoHelp')) : null);
+      [t('system.isoProtected'), h('ul.plain', { id: 'sys-iso-protected' },
+        (iso.protected || []).map((d) => h('li', h('code.wrap', d))))]]),
+    iso.effective ? h('p.muted.small', t('system.isoHelp')) : null);
   }
 
-  // What retention deleted, by kind and reason: the last round and since the worker started.
   function deletionsView(r) {
     const total = r.deleted_since_start;
     if (!total) return null;
     const last = (r.last_round && r.last_round.deleted) || {};
     const cols = [t('system.delWhat'), t('system.delWhy'), t('system.delLast'),
       t('system.delTotal')];
-    return [h('h3', null, t('system.deleted')), grid(null, cols,
+    return [h('h3', t('system.deleted')), grid(null, cols,
       Object.entries(total).flatMap(([kind, reasons]) => Object.entries(reasons).map(([why, n]) =>
         row({ 'data-reason': why }, cols, words('system.del.', kind), words('evict.', why),
           String((last[kind] || {})[why] ?? '—'), String(n)))),
-      { class: 'grid compact', id: 'sys-deleted' })];
+      { class: 'compact', id: 'sys-deleted' })];
   }
 
   function viewSystem(main, alive) {
     heading(main, t('system.title'), refreshBtn(load));
-    const box = h('div', { class: 'system' }, loading());
+    const box = h('div.system', loading());
     main.append(box);
     async function load() {
       let s;
@@ -118,11 +115,11 @@
       if (!alive()) return;
       const j = s.journal || {};
       fill(box,
-        h('section', { class: 'card', 'aria-labelledby': 'sys-h1' },
+        h('section.card', { 'aria-labelledby': 'sys-h1' },
           h('h2', { id: 'sys-h1' }, t('system.appliance')),
           dl([[t('system.version'), s.version],
             [t('system.profile'), s.profile],
-            [t('system.node'), h('code', { class: 'wrap' }, s.node_id)],
+            [t('system.node'), h('code.wrap', s.node_id)],
             [t('system.uptime'), fmtDur((s.uptime_s || 0) * 1000)],
             [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],
             [t('system.watched'), String(s.watched_attempts ?? '—')],
@@ -130,37 +127,36 @@
             [t('system.fileReads'), fileReads(s.file_reads)],
             [t('system.rounds'), String(s.rounds ?? '—')]])),
         s.task_isolation ? isolationView(s.task_isolation) : null,
-        h('section', { class: 'card', 'aria-labelledby': 'sys-h2' },
+        h('section.card', { 'aria-labelledby': 'sys-h2' },
           h('h2', { id: 'sys-h2' }, t('system.journal')),
-          h('div', { class: 'stats' },
-            stat(t('system.backlog'), s.journal_backlog, 'backlog'),
+          h('div.stats', stat(t('system.backlog'), s.journal_backlog, 'backlog'),
             stat(t('system.active'), j.active ?? 0, 'active'),
             stat(t('system.terminal'), j.terminal ?? 0, 'terminal'),
             j.settled != null ? stat(t('system.settled'), j.settled, 'settled') : null,
             stat(t('system.quarantined'), j.quarantined ?? 0, 'quarantined',
               (j.quarantined || 0) > 0)),
-          h('p', { class: 'muted small' }, t('system.journalHelp'))),
-        s.volumes ? h('section', { class: 'card', 'aria-labelledby': 'sys-h5' },
+          h('p.muted.small', t('system.journalHelp'))),
+        s.volumes ? h('section.card', { 'aria-labelledby': 'sys-h5' },
           h('h2', { id: 'sys-h5' }, t('system.volumes')),
           pressureAlert(s.pressure),
           volumesView(s.volumes, s.pressure),
           s.retention && s.retention.logs_total_bytes != null
-            ? h('p', { class: 'small muted' }, t('system.logsUse', {
+            ? h('p.small.muted', t('system.logsUse', {
               n: fmtBytes(s.retention.logs_total_bytes),
               cap: s.retention.logs_cap_bytes ? fmtBytes(s.retention.logs_cap_bytes) : '—',
               runs: s.retention.runs_kept ?? '—' })) : null,
-          s.retention && s.retention.policy ? h('p', { class: 'small muted', id: 'sys-policy' },
+          s.retention && s.retention.policy ? h('p.small.muted', { id: 'sys-policy' },
             t('system.policy', s.retention.policy)) : null,
           s.retention ? deletionsView(s.retention) : null) : null,
-        h('section', { class: 'card', 'aria-labelledby': 'sys-h3' },
+        h('section.card', { 'aria-labelledby': 'sys-h3' },
           h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
-        h('section', { class: 'card', 'aria-labelledby': 'sys-h4' },
+        h('section.card', { 'aria-labelledby': 'sys-h4' },
           h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)));
     }
     function stat(label, value, key, warn) {
       return h('div', { class: 'stat' + (warn ? ' warn' : ''), 'data-stat': key },
-        h('div', { class: 'stat-value' }, String(value ?? '—')),
-        h('div', { class: 'stat-label' }, label));
+        h('div.stat-value', String(value ?? '—')),
+        h('div.stat-label', label));
     }
     load();
   }

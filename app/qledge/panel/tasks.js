@@ -20,18 +20,17 @@
     }
   }
 
-  // One row of the task list; `reload` repaints the list after a change.
   function taskRow(task, last, cols, reload) {
     const sched = task.schedule
-      ? [h('code', null, task.schedule), h('div', { class: 'muted small' },
-        task.next_fire_at_ms ? t('tasks.next', { when: fmtTime(task.next_fire_at_ms),
+      ? [h('code', task.schedule), h('div.muted.small', task.next_fire_at_ms
+        ? t('tasks.next', { when: fmtTime(task.next_fire_at_ms),
           rel: fmtRelative(task.next_fire_at_ms) }) : t('tasks.paused'))]
-      : h('span', { class: 'muted' }, t('tasks.manual'));
+      : h('span.muted', t('tasks.manual'));
     const lastCell = last
-      ? h('a', { href: '#/runs/' + last.id, class: 'plain' }, badge(last.status),
-        last.exit_code != null ? h('span', { class: 'exit' }, t('runs.exit', { code: last.exit_code })) : null,
-        h('div', { class: 'muted small' }, fmtTime(last.created_at_ms)))
-      : h('span', { class: 'muted' }, t('tasks.never'));
+      ? h('a.plain', { href: '#/runs/' + last.id }, badge(last.status),
+        last.exit_code != null ? h('span.exit', t('runs.exit', { code: last.exit_code })) : null,
+        h('div.muted.small', fmtTime(last.created_at_ms)))
+      : h('span.muted', t('tasks.never'));
     const toggle = rowBtn(task.enabled ? t('tasks.disable') : t('tasks.enable'), task.name,
       guarded(async () => {
         await api('PUT', apiPath('tasks', task.id), { enabled: !task.enabled });
@@ -45,12 +44,11 @@
       notify(t('tasks.deleted', { name: task.name }), 'ok');
       await reload();
     }), 'small danger-ghost', { 'data-action': 'delete' });
-    const link = (label, href, extra) => h('a', { class: 'btn small', href, ...extra,
+    const link = (label, href, extra) => h('a.btn.small', { href, ...extra,
       'aria-label': `${label} — ${task.name}` }, label);
     return row({ 'data-task-id': task.id, 'data-task-name': task.name }, cols,
-      [h('a', { href: '#/tasks/' + task.id, class: 'strong' }, task.name),
-        task.labels.length ? h('div', { class: 'labels' },
-          task.labels.map((l) => h('span', { class: 'label' }, l))) : null],
+      [h('a.strong', { href: '#/tasks/' + task.id }, task.name),
+        task.labels.length ? h('div.labels', task.labels.map((l) => h('span.label', l))) : null],
       sched,
       lastCell,
       h('span', { class: task.enabled ? 'on' : 'off' }, task.enabled ? t('common.yes') : t('common.no')),
@@ -64,8 +62,8 @@
 
   function viewTasks(main, alive) {
     heading(main, t('tasks.title'),
-      h('a', { class: 'btn primary', href: '#/tasks/new' }, t('tasks.new')), refreshBtn(load));
-    const body = h('div', { class: 'card', 'aria-busy': 'true' }, loading());
+      h('a.btn.primary', { href: '#/tasks/new' }, t('tasks.new')), refreshBtn(load));
+    const body = h('div.card', { 'aria-busy': 'true' }, loading());
     main.append(body);
 
     let loadSeq = 0; // only the latest load may paint
@@ -87,7 +85,7 @@
       if (!current()) return;
       body.removeAttribute('aria-busy');
       if (!tasks.length) {
-        fill(body, h('p', { class: 'empty' }, t('tasks.empty'), ' ',
+        fill(body, h('p.empty', t('tasks.empty'), ' ',
           h('a', { href: '#/tasks/new' }, t('tasks.emptyLink'))));
         return;
       }

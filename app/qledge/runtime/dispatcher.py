@@ -137,6 +137,7 @@ class Dispatcher:
             queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
             self._wake_at(await runs.next_not_before(tx, now_ms()))
         started = 0
+        fanned = self.executor.fanned_out
         for run in queued:
             if self._stopping:
                 break
@@ -150,6 +151,6 @@ class Dispatcher:
             if result is not None:
                 self.on_spawned(result)
                 started += 1
-        if len(queued) == self.limit * 2:
-            self.wake()  # more may be waiting behind this page
+        if len(queued) == self.limit * 2 or self.executor.fanned_out != fanned:
+            self.wake()  # more may be waiting behind this page, or new child runs
         return started
