@@ -221,7 +221,7 @@ async def test_conc_runs_one_child_per_value_concurrently(rt: Runtime) -> None:
         evs = await events.list_events(tx, parent_id)
     assert [e.type for e in evs] == ["run.created", "run.started", "run.finished"]
     assert evs[1].data == {"children": 3}
-    assert events[2].data["children_succeeded"] == 3
+    assert evs[2].data["children_succeeded"] == 3
 
 
 async def test_conc_parent_fails_unless_every_child_succeeds(rt: Runtime) -> None:
