@@ -70,10 +70,10 @@ def make_runtime(state: Path, **overrides: str) -> Runtime:
 async def add_task(rt: Runtime, command: str) -> str:
     """A task (concurrency: allow) straight into the runtime's database; its id."""
     from qledge import ids
-    from qledge.db import store
+    from qledge.db import tasks
 
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": command, "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
     return task.id

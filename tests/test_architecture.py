@@ -93,7 +93,7 @@ ALLOWED_WRITES = {("runtime/scheduler.py", "create_run")}
 
 
 def _db_modules(tree: ast.Module) -> set[str]:
-    """Local names of the db/ modules a module imports (`from ..db import store as s`)."""
+    """Local names of the db/ modules a module imports (`from ..db import runs as r`)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level and (node.module or "") == "db":
@@ -120,3 +120,94 @@ def test_operations_have_one_home() -> None:
             if writes or follow_up:
                 outside.append(f"{rel}:{node.lineno} {owner_name}.{name}")
     assert outside == []
+
+
+def _module_name(rel: str) -> str:
+    parts = rel.removesuffix(".py").split("/")
+    return ".".join(["qledge", *[p for p in parts if p != "__init__"]])
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").is_file() or (PACKAGE / rel).is_dir()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_crossings(rel: str, tree: ast.Module) -> list[str]:
+    """Where this module reaches into another module's private names.
+
+    The rule: a name `_x` is private to the module that defines it — importing it
+    (`from .m import _x`) or reading it off an imported module (`m._x`) is the
+    defect. A private *module* `pkg/_m.py` is a helper of its package: the modules
+    beside it may import it (`from . import _m`, `from ._m import name`), nobody
+    else may, and even they only take its public names.
+    """
+    here = _module_name(rel)
+    package = here if rel.endswith("__init__.py") else here.rpartition(".")[0]
+    found, modules = [], set()
+
+    def check_module(target: str, line: int) -> None:
+        """A private module is importable only from its own package."""
+        parts = target.split(".")
+        for i, part in enumerate(parts[1:], start=1):
+            if _private(part) and ".".join(parts[:i]) != package:
+                found.append(f"{rel}:{line} imports private module {target}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "qledge":
+                    check_module(alias.name, node.lineno)
+                    modules.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "qledge":
+                continue
+            check_module(source, node.lineno)
+            for alias in node.names:
+                target = f"{source}.{alias.name}"
+                if _is_module(target):
+                    check_module(target, node.lineno)
+                    modules.add(alias.asname or alias.name)
+                elif _private(alias.name):
+                    found.append(f"{rel}:{node.lineno} imports {alias.name} from {source}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and \
+                isinstance(node.value, ast.Name) and node.value.id in modules:
+            found.append(f"{rel}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    crossings = [c for rel, tree in _modules() for c in private_crossings(rel, tree)]
+    assert crossings == []
+
+
+def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
+    """The rule above on made-up sources (so a rule that never fires cannot pass)."""
+    def check(rel: str, source: str) -> list[str]:
+        return private_crossings(rel, ast.parse(source))
+
+    assert check("db/leases.py", "from .rows import _attempt\n") == [
+        "db/leases.py:1 imports _attempt from qledge.db.rows"]
+    assert check("http/x.py", "from ..db import rows\nrows._attempt(1)\n") == [
+        "http/x.py:2 reads rows._attempt"]
+    assert check("http/x.py", "from .. import _script_tree\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "from .._script_tree import walk\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "import qledge._script_tree\n") == [
+        "http/x.py:1 imports private module qledge._script_tree"]
+    # the pattern: a package's modules use its private helper module's public names
+    assert check("scripts.py", "from . import _script_tree as fs\nfs.walk(1)\n") == []
+    assert check("http/scripts.py", "from ._files import offload\n") == []
+    assert check("scripts.py", "from . import _script_tree as fs\nfs._temp_name()\n") == [
+        "scripts.py:2 reads fs._temp_name"]
+    assert check("x.py", "from . import __version__\nobj._private = 1\n") == []

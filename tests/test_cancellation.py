@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from qledge import ids, transitions
-from qledge.db import leases, store
+from qledge.db import attempts, events, leases, runs, tasks
 from qledge.db.connection import Database
 from qledge.model import Trigger
 
@@ -170,11 +170,11 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
 
     node = ids.uuid7()
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {"name": "f", "command": "x",
+        task = await tasks.create_task(tx, ids.uuid7(), {"name": "f", "command": "x",
                                                          "env": {}, "labels": []}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
         aid = ids.uuid7()
-        att = await store.prepare_attempt(
+        att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner=node, executor_type="local_process",
             token_hash=b"x", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
             log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
@@ -188,11 +188,11 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
         ident = identity.capture(victim.pid, identity.Identity.__name__)
         assert ident is not None
         async with db.write() as tx:
-            run = await store.get_run(tx, att.run_id)
+            run = await runs.get_run(tx, att.run_id)
             tr = transitions.attempt_started(run, att, pid=victim.pid, start_time=ident.start_time,
                                              boot_id="boot", now_ms=2)
-            await store.apply(tx, run, tr, 2)
-            att = await store.get_attempt(tx, aid)
+            await runs.apply(tx, run, tr, 2)
+            att = await attempts.get_attempt(tx, aid)
         comp = CompletionService(db, node)
         old = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
                            kill_grace_s=1, completion=comp)
@@ -214,8 +214,8 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
         finally:
             os.close(pidfd)
         async with db.read() as tx:
-            events = await store.list_events(tx, att.run_id)
-        sent = [e for e in events if e.type == "attempt.signal_sent"]
+            evs = await events.list_events(tx, att.run_id)
+        sent = [e for e in evs if e.type == "attempt.signal_sent"]
         assert [(e.data["signal"], e.data["epoch"]) for e in sent] == [("SIGTERM", 2)]
     finally:
         victim.kill()

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from qledge import failpoints, ids, transitions
-from qledge.db import store
+from qledge.db import attempts, events, journal, runs, tasks
 from qledge.db.connection import Database
 from qledge.model import Attempt, CancelReason, Trigger
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash
@@ -33,20 +33,20 @@ class World:
                       deadline: int | None = None) -> tuple[Attempt, str]:
         token = new_token()
         async with self.db.write() as tx:
-            task = await store.create_task(tx, ids.uuid7(), {
+            task = await tasks.create_task(tx, ids.uuid7(), {
                 "name": "t", "command": "true", "env": {}, "labels": []}, 1)
-            run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+            run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
             attempt_id = ids.uuid7()
-            att = await store.prepare_attempt(
+            att = await attempts.prepare_attempt(
                 tx, run, attempt_id=attempt_id, owner=owner, executor_type=executor,
                 token_hash=token_hash(token), deadline_at_ms=deadline,
                 log_artifact_id=ids.uuid7(), log_path=f"{attempt_id[-2:]}/{attempt_id}.log",
                 receipt_path=self.receipts.relative_path(attempt_id), now_ms=3)
-            run = await store.get_run(tx, run.id)
+            run = await runs.get_run(tx, run.id)
             tr = transitions.attempt_started(run, att, pid=1, start_time=1, boot_id="b",
                                              now_ms=4)
-            await store.apply(tx, run, tr, 4)
-            att = await store.get_attempt(tx, attempt_id)
+            await runs.apply(tx, run, tr, 4)
+            att = await attempts.get_attempt(tx, attempt_id)
         return att, token
 
     def receipt(self, att: Attempt, token: str, /, **changes: object) -> Receipt:
@@ -60,15 +60,15 @@ class World:
 
     async def state(self, att: Attempt) -> tuple[str, str, int | None, list[str]]:
         async with self.db.read() as tx:
-            run = await store.get_run(tx, att.run_id)
-            a = await store.get_attempt(tx, att.id)
-            events = [e.type for e in await store.list_events(tx, att.run_id)]
-        terminal = [e for e in events if e in ("attempt.finished", "run.finished")]
+            run = await runs.get_run(tx, att.run_id)
+            a = await attempts.get_attempt(tx, att.id)
+            evs = [e.type for e in await events.list_events(tx, att.run_id)]
+        terminal = [e for e in evs if e in ("attempt.finished", "run.finished")]
         return run.status.value, a.status.value, a.exit_code, terminal
 
     async def journal_state(self, att: Attempt) -> str | None:
         async with self.db.read() as tx:
-            rows = await store.journal_page(tx, "", 1000)
+            rows = await journal.journal_page(tx, "", 1000)
         return next((r.state for r in rows if r.attempt_id == att.id), None)
 
 
@@ -178,10 +178,10 @@ async def test_batch_consumes_each_in_its_own_savepoint(world: World) -> None:
 
 async def _cancel(world: World, att: Attempt, reason: CancelReason, at_ms: int) -> None:
     async with world.db.write() as tx:
-        run = await store.get_run(tx, att.run_id)
+        run = await runs.get_run(tx, att.run_id)
         tr = transitions.request_cancel(run, reason, at_ms)
         assert tr is not None
-        await store.apply(tx, run, tr, at_ms)
+        await runs.apply(tx, run, tr, at_ms)
 
 
 async def test_committed_user_intent_wins_over_a_later_receipt(world: World) -> None:

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from qledge import ids
-from qledge.db import store
+from qledge.db import events, runs, tasks
 from qledge.db.connection import Database
 from qledge.model import Trigger
 from qledge.runtime.diskwatch import (
@@ -259,25 +259,25 @@ async def test_held_runs_get_one_event_each_and_resume_by_themselves(
     dispatcher = Dispatcher(db, NoSpawn(), "n1", 4, lambda r: None,  # type: ignore[arg-type]
                             may_spawn=keeper.may_spawn)
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": "true", "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
-        runs = [await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, 2)
+        queued = [await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, 2)
                 for _ in range(3)]
     assert await dispatcher.dispatch_once() == 0
     retention: Retention = keeper.retention
     for _ in range(3):  # several rounds, still one event per run
         await retention.round()
     async with db.write() as tx:
-        late = await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, 3)
+        late = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, 3)
     await retention.round()
     async with db.read() as tx:
-        for run in [*runs, late]:
-            events = await store.list_events(tx, run.id)
-            held = [e for e in events if e.type == "run.held"]
+        for run in [*queued, late]:
+            evs = await events.list_events(tx, run.id)
+            held = [e for e in evs if e.type == "run.held"]
             assert len(held) == 1
             assert held[0].data == {"reason": "DISK_PRESSURE", "volumes": "data,receipts,logs"}
-            assert (await store.get_run(tx, run.id)).status.value == "queued"
+            assert (await runs.get_run(tx, run.id)).status.value == "queued"
     report = await keeper.report()
     assert report["pressure"]["state"] == "pressure"  # type: ignore[index]
     assert woken == []

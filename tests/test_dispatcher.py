@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qledge import ids
-from qledge.db import store
+from qledge.db import attempts, events, runs, tasks
 from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
@@ -30,9 +30,9 @@ async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 async def _run(rt: Runtime, run_id: str) -> tuple[Run, list[str]]:
     async with rt.db.read() as tx:
-        run = await store.get_run(tx, run_id)
-        attempts = [a.id for a in await store.attempts_of_run(tx, run_id)]
-    return run, attempts
+        run = await runs.get_run(tx, run_id)
+        tried = [a.id for a in await attempts.attempts_of_run(tx, run_id)]
+    return run, tried
 
 
 async def _terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
@@ -54,7 +54,7 @@ async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) 
     assert len(attempts) == 1
     assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
     async with rt.db.read() as tx:
-        types = [e.type for e in await store.list_events(tx, run.id)]
+        types = [e.type for e in await events.list_events(tx, run.id)]
     assert types[:2] == ["run.created", "attempt.created"]
     # Its receipt is deleted once the (deferred) result commit is covered by an
     # fsync: here no other durable commit comes, so the reaper pays for one.
@@ -71,8 +71,8 @@ async def test_trigger_with_a_free_slot_prepares_in_its_own_commit(rt: Runtime) 
 async def test_a_run_prepared_by_its_trigger_is_not_prepared_twice(rt: Runtime) -> None:
     task_id = await add_task(rt, "true")
     async with rt.db.write() as tx:
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
-        prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+        prepared = await rt.dispatcher.admit_new(tx, run, await tasks.get_task(tx, task_id))
     assert prepared is not None
     # The loop's door sees the run still `queued` (identity not persisted yet).
     assert await rt.dispatcher.dispatch_once() == 0
@@ -109,7 +109,7 @@ async def test_concurrent_triggers_never_exceed_the_limit(rt: Runtime) -> None:
         assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
     async with rt.db.read() as tx:
         spans = [(a.created_at_ms, a.finished_at_ms or 0)
-                 for run in runs for a in await store.attempts_of_run(tx, run.id)]
+                 for run in runs for a in await attempts.attempts_of_run(tx, run.id)]
     assert len(spans) == 8
     # A slot is held from spawn step 1 (created) to the result; at no instant may
     # more than max_concurrent_attempts (2) of these intervals overlap.
@@ -136,7 +136,7 @@ async def test_a_trigger_finding_no_free_slot_only_queues(rt: Runtime) -> None:
     assert (await _terminal(rt, third.id)).status is RunStatus.SUCCEEDED
     ends = [(await _run(rt, r.id))[0].finished_at_ms or 0 for r in first]
     async with rt.db.read() as tx:
-        (attempt,) = await store.attempts_of_run(tx, third.id)
+        (attempt,) = await attempts.attempts_of_run(tx, third.id)
     assert attempt.created_at_ms >= min(ends)  # it started once a slot was free
 
 
@@ -150,22 +150,22 @@ async def test_a_cron_tick_with_a_free_slot_prepares_in_the_tick_commit(rt: Runt
 
     rt.dispatcher.launch_soon = spy  # type: ignore[method-assign]
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "every second", "command": "true", "env": {}, "labels": [],
             "schedule": "* * * * * *", "concurrency": "allow"}, 1)
     rt.scheduler.wake()
     for _ in range(300):
         async with rt.db.read() as tx:
-            runs = await store.list_runs(tx, task_id=task.id, status=None, before=None,
+            found = await runs.list_runs(tx, task_id=task.id, status=None, before=None,
                                          limit=10)
-        if runs:
+        if found:
             break
         await asyncio.sleep(0.01)
-    run = runs[-1]
+    run = found[-1]
     assert (await _terminal(rt, run.id)).status is RunStatus.SUCCEEDED
     assert run.id in launched  # the tick's own commit did spawn step 1
     async with rt.db.read() as tx:
-        types = [e.type for e in await store.list_events(tx, run.id)]
+        types = [e.type for e in await events.list_events(tx, run.id)]
     assert types[:3] == ["run.created", "run.scheduled", "attempt.created"]
 
 
@@ -173,27 +173,27 @@ async def test_a_rolled_back_step_one_leaves_nothing_in_flight(rt: Runtime) -> N
     task_id = await add_task(rt, "true")
     with pytest.raises(RuntimeError):
         async with rt.db.write() as tx:
-            run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
-            prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
+            run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+            prepared = await rt.dispatcher.admit_new(tx, run, await tasks.get_task(tx, task_id))
             assert prepared is not None and prepared.attempt.id in rt.executor.in_flight
             raise RuntimeError("the commit does not happen")
     assert prepared.attempt.id not in rt.executor.in_flight
     async with rt.db.write() as tx:  # the same inside a savepoint that rolls back
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 1)
         with pytest.raises(RuntimeError):
             async with tx.savepoint():
-                prepared = await rt.dispatcher.admit_new(tx, run, await store.get_task(tx, task_id))
+                prepared = await rt.dispatcher.admit_new(tx, run, await tasks.get_task(tx, task_id))
                 assert prepared is not None
                 raise RuntimeError("this unit only")
         assert prepared.attempt.id not in rt.executor.in_flight
-        assert await store.attempts_of_run(tx, run.id) == []
+        assert await attempts.attempts_of_run(tx, run.id) == []
 
 
 async def _queue_not_before(rt: Runtime, task_id: str, delay_ms: int) -> Run:
     from qledge.clock import now_ms
 
     async with rt.db.write() as tx:
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.SCHEDULE,
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.SCHEDULE,
                                      now_ms(), not_before_ms=now_ms() + delay_ms)
     rt.kick()
     return run
@@ -215,7 +215,7 @@ async def test_a_run_waits_for_its_not_before_time_and_then_starts_by_itself(
     assert done.status is RunStatus.SUCCEEDED
     assert done.started_at_ms is not None and done.started_at_ms >= waiting.not_before_ms
     async with rt.db.read() as tx:
-        created = (await store.list_events(tx, waiting.id))[0]
+        created = (await events.list_events(tx, waiting.id))[0]
     assert created.data == {"trigger": "schedule", "not_before_ms": waiting.not_before_ms}
 
 

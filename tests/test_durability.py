@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from qledge import ids
-from qledge.db import store
+from qledge.db import attempts, tasks
 from qledge.db.connection import Database
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
@@ -86,7 +86,7 @@ def test_durable_commits_fsync_deferred_ones_do_not(tmp_path: Path) -> None:
 async def _put(db: Database, *, durable: bool) -> None:
     """A commit that changes a row (it writes WAL frames)."""
     async with db.write(durable=durable) as tx:
-        await store.create_task(tx, ids.uuid7(), {
+        await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": "true", "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
 
@@ -97,11 +97,11 @@ async def test_a_durable_transaction_that_changed_nothing_makes_nothing_durable(
     (a dispatcher pass that found no free slot): the deferred commits before it
     are still only in the page cache and must not be reported durable."""
     async with db.write(durable=True) as tx:
-        await store.ensure_node_id(tx, ids.uuid7(), 1)  # the node row, once
+        await attempts.ensure_node_id(tx, ids.uuid7(), 1)  # the node row, once
     await _put(db, durable=False)
     deferred = db.commit_seq
     async with db.write(durable=True) as tx:
-        await store.ensure_node_id(tx, ids.uuid7(), 1)  # INSERT OR IGNORE: no change
+        await attempts.ensure_node_id(tx, ids.uuid7(), 1)  # INSERT OR IGNORE: no change
     assert db.durable_seq < deferred
     await _put(db, durable=True)  # one that does write: its fsync covers them all
     assert db.durable_seq == db.commit_seq

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from qledge import ids
-from qledge.db import qinglong_store as qstore
+from qledge.db import envs
 from qledge.db.connection import Database
 
 SECRET = "s3cr3t-v4lue-0f-an-env"
@@ -105,13 +105,13 @@ def test_enabled_envs_reach_the_task_and_the_task_env_wins(client: TestClient) -
 
 async def test_global_env_joins_same_names_in_panel_order(db: Database) -> None:
     async with db.write() as tx:
-        a = await qstore.create_env(tx, ids.uuid7(), {"name": "X", "value": "1"}, 1)
-        await qstore.create_env(tx, ids.uuid7(), {"name": "Y", "value": "y"}, 2)
-        await qstore.create_env(tx, ids.uuid7(), {"name": "X", "value": "2"}, 3)
-        c = await qstore.create_env(tx, ids.uuid7(), {"name": "X", "value": "3"}, 4)
-        await qstore.set_envs_enabled(tx, [c.id], False, 5)
+        a = await envs.create_env(tx, ids.uuid7(), {"name": "X", "value": "1"}, 1)
+        await envs.create_env(tx, ids.uuid7(), {"name": "Y", "value": "y"}, 2)
+        await envs.create_env(tx, ids.uuid7(), {"name": "X", "value": "2"}, 3)
+        c = await envs.create_env(tx, ids.uuid7(), {"name": "X", "value": "3"}, 4)
+        await envs.set_envs_enabled(tx, [c.id], False, 5)
     async with db.read() as tx:
-        assert await qstore.global_env(tx) == {"X": "1&2", "Y": "y"}
+        assert await envs.global_env(tx) == {"X": "1&2", "Y": "y"}
     async with db.write() as tx:
-        await qstore.update_env(tx, a.id, {"enabled": False}, 6)
-        assert await qstore.global_env(tx) == {"X": "2", "Y": "y"}
+        await envs.update_env(tx, a.id, {"enabled": False}, 6)
+        assert await envs.global_env(tx) == {"X": "2", "Y": "y"}

@@ -12,7 +12,7 @@ import pytest
 
 from qledge import ids
 from qledge.clock import now_ms
-from qledge.db import store
+from qledge.db import attempts, runs, tasks
 from qledge.db.connection import Tx
 from qledge.launch import identity, logs
 from qledge.launch.executor import STOP_WAIT_S
@@ -38,11 +38,11 @@ async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loo
     # The group ignores TERM: stopping it takes the whole TERM wait, then KILL.
     task_id = await add_task(rt, "trap '' TERM; echo ready; sleep 60")
     async with rt.db.write() as tx:
-        task = await store.get_task(tx, task_id)
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now_ms())
+        task = await tasks.get_task(tx, task_id)
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now_ms())
         prepared = await rt.executor.prepare_in(tx, run, task)
     assert prepared is not None
-    apply = store.apply
+    apply = runs.apply
 
     async def identity_commit_fails(tx: Tx, old: Run, tr: Transition, at: int) -> Run:
         """Step 4 fails — once the command ignores TERM (a TERM before its trap would
@@ -55,7 +55,7 @@ async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loo
             await asyncio.sleep(0.01)
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(store, "apply", identity_commit_fails)
+    monkeypatch.setattr(runs, "apply", identity_commit_fails)
     loop = asyncio.get_running_loop()
     ticks: list[float] = []
     launch = asyncio.create_task(rt.executor.launch(prepared))
@@ -73,7 +73,7 @@ async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loo
     gaps = [b - a for a, b in zip([started, *ticks], ticks, strict=False)]
     assert max(gaps) < STOP_WAIT_S * 0.9, f"the loop stalled for {max(gaps):.2f}s"
     async with rt.db.read() as tx:
-        attempt = await store.get_attempt(tx, prepared.attempt.id)
+        attempt = await attempts.get_attempt(tx, prepared.attempt.id)
     assert (attempt.status, attempt.reason_code) == (
         AttemptStatus.LOST, Reason.SPAWN_HANDLE_PERSIST_FAILED.value)
     # Nothing of the group is left: no launcher names this attempt any more.

@@ -538,7 +538,16 @@ _FULL_SCAN = re.compile(
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
-    from qledge.db import conc_runs, leases, qinglong_store, retention_queries, store
+    from qledge.db import (
+        attempts,
+        conc_runs,
+        events,
+        journal,
+        leases,
+        retention_queries,
+        rows,
+        runs,
+    )
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -546,20 +555,20 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     tx: Any = rec
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
-        store.get_run(tx, r), store.active_run_of_task(tx, t), store.queued_runs(tx, 8, 1),
-        store.next_not_before(tx, 1), conc_runs.children(tx, r),
+        runs.get_run(tx, r), runs.active_run_of_task(tx, t), runs.queued_runs(tx, 8, 1),
+        runs.next_not_before(tx, 1), conc_runs.children(tx, r),
         conc_runs.has_active_child(tx, r),
-        store.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
-        store.list_runs(tx, task_id=None, status="running", before=r, limit=50),
-        store.list_runs(tx, task_id=t, status="failed", before=r, limit=50),
-        store.count_active_attempts(tx, owner), store.run_has_active_attempt(tx, r),
-        store.task_has_running_attempt(tx, t), store.get_attempt(tx, a),
-        store.attempts_of_run(tx, r), store.active_attempts_page(tx, owner, "", 64),
-        store.expired_attempts(tx, owner, 1, 64), store.journal_page(tx, "", 64),
-        store.journal_mark_terminal(tx, a, 1), store.journal_delete(tx, a),
-        store.journal_settle(tx, [a], 1), store.journal_unsettle(tx, [a]),
-        store.journal_age_out(tx, 1, 4000), store.journal_ended_page(tx, "", 64),
-        store.attempts_without_journal(tx, owner, 64), store.list_events(tx, r),
+        runs.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
+        runs.list_runs(tx, task_id=None, status="running", before=r, limit=50),
+        runs.list_runs(tx, task_id=t, status="failed", before=r, limit=50),
+        attempts.count_active_attempts(tx, owner), attempts.run_has_active_attempt(tx, r),
+        attempts.get_attempt(tx, a),
+        attempts.attempts_of_run(tx, r), attempts.active_attempts_page(tx, owner, "", 64),
+        attempts.expired_attempts(tx, owner, 1, 64), journal.journal_page(tx, "", 64),
+        journal.journal_mark_terminal(tx, a, 1), journal.journal_delete(tx, a),
+        journal.journal_settle(tx, [a], 1), journal.journal_unsettle(tx, [a]),
+        journal.journal_age_out(tx, 1, 4000), journal.journal_ended_page(tx, "", 64),
+        attempts.attempts_without_journal(tx, owner, 64), events.list_events(tx, r),
         leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
         leases.acquire(tx, a, "h", 1, 10),
         retention_queries.run_candidates(tx, t, 10, 1, 64),
@@ -568,11 +577,11 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         retention_queries.log_eviction(tx, logs.relative_path(a)),
         retention_queries.eviction_candidates(tx, "", 64),
         retention_queries.evict_logs(tx, [a], "SIZE_CAP", 1),
-        qinglong_store.queued_run_of_task(tx, t), qinglong_store.run_summaries(tx, [t]),
-        qinglong_store.active_runs_of_task(tx, t),
+        runs.queued_run_of_task(tx, t), runs.run_summaries(tx, [t]),
+        runs.active_runs_of_task(tx, t),
     ]
     for call in calls:
-        with contextlib.suppress(store.NotFound):
+        with contextlib.suppress(rows.NotFound):
             await call
     conn = sqlite3.connect(db)
     scans = {}

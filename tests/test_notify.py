@@ -165,14 +165,14 @@ async def test_metrics_count_a_result_once_committed_never_a_rolled_back_one(
     import msgspec
 
     from qledge import ids, transitions
-    from qledge.db import store
+    from qledge.db import runs, tasks
     from qledge.runtime.metrics import Metrics
 
     metrics = Metrics(db)
     async with db.write() as tx:
-        task = await store.create_task(
+        task = await tasks.create_task(
             tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     tr = transitions.cancel_queued(run, 3)
     tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
         tr.run, status=RunStatus.FAILED, reason_code="SOMETHING_NEW", exit_code=1))
@@ -180,11 +180,11 @@ async def test_metrics_count_a_result_once_committed_never_a_rolled_back_one(
     async with db.write() as tx:  # the consumer's way: one savepoint per receipt
         with pytest.raises(RuntimeError):
             async with tx.savepoint():
-                await store.apply(tx, run, tr, 3)
+                await runs.apply(tx, run, tr, 3)
                 raise RuntimeError("this receipt's completion is undone")
     assert counted._value.get() == 0
     async with db.write() as tx:
-        await store.apply(tx, run, tr, 3)
+        await runs.apply(tx, run, tr, 3)
     assert counted._value.get() == 1  # an unknown reason code is "other", not a new label
 
 
@@ -268,24 +268,24 @@ async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
 
     from qledge import ids, transitions
     from qledge.db import notifications as q
-    from qledge.db import store
+    from qledge.db import runs, tasks
     from qledge.runtime.notifier import Notifier
 
     Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
              max_tries=3, max_age_s=60, started_at_ms=0)
     async with db.write() as tx:
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
-        task = await store.create_task(
+        task = await tasks.create_task(
             tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
 
     async def fail_one(boom: bool = False) -> str:
         async with db.write() as tx:
-            run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+            run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
         tr = transitions.cancel_queued(run, 3)
         tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
             tr.run, status=RunStatus.FAILED, reason_code="EXITED", exit_code=1))
         async with db.write() as tx:
-            await store.apply(tx, run, tr, 3)
+            await runs.apply(tx, run, tr, 3)
             if boom:
                 raise RuntimeError("the completion fails after the listener ran")
         return run.id
@@ -305,7 +305,7 @@ async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
         await tx.execute("INSERT INTO notify_rules VALUES ('', '{\"nope\": 1}', 1)")
     run_id = await fail_one()
     async with db.read() as tx:
-        assert (await store.get_run(tx, run_id)).status is RunStatus.FAILED
+        assert (await runs.get_run(tx, run_id)).status is RunStatus.FAILED
     assert await rows(run_id) == []
 
 
@@ -316,7 +316,7 @@ async def test_a_message_due_in_quiet_hours_waits_for_their_end(
     from qledge import ids, transitions
     from qledge.clock import now_ms
     from qledge.db import notifications as q
-    from qledge.db import store
+    from qledge.db import runs, tasks
     from qledge.runtime.notifier import Notifier
 
     Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60, retry_base_s=1,
@@ -330,14 +330,14 @@ async def test_a_message_due_in_quiet_hours_waits_for_their_end(
     async with db.write() as tx:
         await q.set_rules(tx, q.GLOBAL, rules, 1)
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
-        task = await store.create_task(
+        task = await tasks.create_task(
             tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     tr = transitions.cancel_queued(run, now)
     tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
         tr.run, status=RunStatus.LOST, reason_code="RECOVERY_BOOT_CHANGED"))
     async with db.write() as tx:
-        await store.apply(tx, run, tr, now)
+        await runs.apply(tx, run, tr, now)
     async with db.read() as tx:
         (msg,) = await q.recent(tx, 5, run_id=run.id)
         assert await q.due(tx, now + 3600_000, 10) == []  # held past the next hour

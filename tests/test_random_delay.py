@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from qledge import ids
 from qledge.clock import now_ms
-from qledge.db import store
+from qledge.db import events, runs, tasks
 from qledge.db.connection import Database
 from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
@@ -40,13 +40,13 @@ async def make_task(db: Database, command: str) -> str:
     body = {"name": "t", "command": command, "schedule": "* * * * *", "env": {},
             "labels": []}
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), body, at(2024, 1, 1, 10, 0, 30))
+        task = await tasks.create_task(tx, ids.uuid7(), body, at(2024, 1, 1, 10, 0, 30))
     return task.id
 
 
 async def runs_of(db: Database, task_id: str) -> list[Run]:
     async with db.read() as tx:
-        return await store.list_runs(tx, task_id=task_id, status=None, before=None, limit=10)
+        return await runs.list_runs(tx, task_id=task_id, status=None, before=None, limit=10)
 
 
 @pytest.fixture(autouse=True)
@@ -86,9 +86,9 @@ async def test_a_scheduled_run_gets_a_persisted_not_before_time(db: Database) ->
     assert run.not_before_ms is not None
     assert clock.ms < run.not_before_ms <= clock.ms + 30_000
     async with db.read() as tx:
-        events = await store.list_events(tx, run.id)
-    assert events[0].type == "run.created"
-    assert events[0].data["not_before_ms"] == run.not_before_ms
+        evs = await events.list_events(tx, run.id)
+    assert evs[0].type == "run.created"
+    assert evs[0].data["not_before_ms"] == run.not_before_ms
     other = await make_task(db, "task sign.js now")
     await Scheduler(db, clock=clock, random_delay_s=30).round()
     assert (await runs_of(db, other))[0].not_before_ms is None
@@ -96,18 +96,18 @@ async def test_a_scheduled_run_gets_a_persisted_not_before_time(db: Database) ->
 
 async def _queue_delayed(rt: Runtime, command: str, delay_ms: int) -> tuple[str, int]:
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": command, "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
         at_ms = now_ms() + delay_ms
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now_ms(),
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now_ms(),
                                      not_before_ms=at_ms)
     return run.id, at_ms
 
 
 async def _get(rt: Runtime, run_id: str) -> Run:
     async with rt.db.read() as tx:
-        return await store.get_run(tx, run_id)
+        return await runs.get_run(tx, run_id)
 
 
 async def _until_terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
@@ -142,10 +142,10 @@ async def test_the_dispatcher_starts_a_delayed_run_at_its_time_not_before(
 
 async def store_task(rt: Runtime, command: str) -> str:
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "n", "command": command, "env": {}, "labels": [],
             "concurrency": "allow"}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, now_ms())
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, now_ms())
     return run.id
 
 

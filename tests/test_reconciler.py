@@ -11,7 +11,7 @@ import os
 import signal
 from pathlib import Path
 
-from qledge.db import migrate, store
+from qledge.db import attempts, migrate, runs
 from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime, read_boot_id
 from qledge.runtime.operations import trigger
@@ -21,7 +21,7 @@ from conftest import add_task, make_settings
 
 async def _run(rt: Runtime, run_id: str) -> Run:
     async with rt.db.read() as tx:
-        return await store.get_run(tx, run_id)
+        return await runs.get_run(tx, run_id)
 
 
 async def _until(rt: Runtime, run_id: str, check: object, timeout: float = 20.0) -> Run:
@@ -49,7 +49,7 @@ async def _running_task(rt: Runtime) -> tuple[Run, int]:
     run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
     async with rt.db.read() as tx:
-        (attempt,) = await store.attempts_of_run(tx, run.id)
+        (attempt,) = await attempts.attempts_of_run(tx, run.id)
     assert attempt.pid is not None and attempt.boot_id == "boot-before"
     return run, attempt.pid
 
@@ -117,7 +117,7 @@ async def test_startup_reaps_a_left_over_receipt_of_a_durable_result(tmp_path: P
         run = await trigger(before, await add_task(before, "exit 4"), Trigger.API)
         done = await _until(before, run.id, lambda r: r.status is RunStatus.FAILED)
         async with before.db.read() as tx:
-            (attempt,) = await store.attempts_of_run(tx, run.id)
+            (attempt,) = await attempts.attempts_of_run(tx, run.id)
         receipt = before.receipts.root / before.receipts.relative_path(attempt.id)
         kept = receipt.read_bytes()
     finally:

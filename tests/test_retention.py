@@ -9,17 +9,18 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from qledge import failpoints, ids, transitions
-from qledge.db import migrate, store, upkeep
+from qledge.db import attempts, journal, migrate, runs, tasks, upkeep
 from qledge.db import retention_queries as q
 from qledge.db.connection import Database
 from qledge.launch import logs
-from qledge.model import RunStatus, Trigger
+from qledge.model import TERMINAL_RUN, RunStatus, Trigger
 from qledge.runtime.diskwatch import DiskWatch
 from qledge.runtime.retention import (
     CAP_TARGET,
@@ -27,11 +28,9 @@ from qledge.runtime.retention import (
     LogFacts,
     Policy,
     Retention,
-    RunFacts,
     cap_excess,
     evict_oldest,
     policy_for,
-    select_runs,
     verdict,
 )
 from qledge.settings import Profile, Settings
@@ -43,6 +42,32 @@ T = RunStatus
 
 
 # -- policy maths (pure) ---------------------------------------------------------
+
+class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as the policy sees it (the round reads the same facts by SQL)."""
+
+    id: str
+    status: RunStatus
+    finished_at_ms: int
+
+
+def select_runs(runs_newest_first: Sequence[RunFacts], policy: Policy,
+                now: int) -> list[tuple[str, str]]:
+    """(run id, why) for every run of one task the policy deletes; active runs never.
+
+    The reference the tests hold the SQL round to: the same `verdict`, ranked over
+    the terminal runs in Python (production ranks them in SQL, retention_queries)."""
+    out: list[tuple[str, str]] = []
+    rank = 0
+    for run in runs_newest_first:
+        if run.status not in TERMINAL_RUN:
+            continue
+        rank += 1
+        why = verdict(rank, run.finished_at_ms, policy, now)
+        if why is not None:
+            out.append((run.id, why))
+    return out
+
 
 def _runs(*specs: tuple[RunStatus, float]) -> list[RunFacts]:
     """Newest first: (status, age in days)."""
@@ -121,7 +146,7 @@ def _retention(db: Database, conf: Settings, profile: Profile,
 
 async def _task(db: Database, **fields: object) -> str:
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": "true", "env": {}, "labels": [], **fields}, 1)
     return task.id
 
@@ -133,26 +158,26 @@ async def _run(db: Database, conf: Settings, task_id: str, *, status: str = "suc
     With `finished_at_ms` it all happened then (a run never finishes before it began)."""
     now = int(time.time() * 1000) if finished_at_ms is None else finished_at_ms
     async with db.write() as tx:
-        run = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
+        run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
         if status == "queued":
             return run.id, ""
         aid = ids.uuid7()
-        att = await store.prepare_attempt(
+        att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner="n1", executor_type="local_process",
             token_hash=b"h", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
             log_path=logs.relative_path(aid), receipt_path=f"{aid[-2:]}/{aid}.json",
             now_ms=now)
-        run = await store.get_run(tx, run.id)
+        run = await runs.get_run(tx, run.id)
         tr = transitions.attempt_started(run, att, pid=1, start_time=1, boot_id="b", now_ms=now)
-        await store.apply(tx, run, tr, now)
+        await runs.apply(tx, run, tr, now)
         if status != "running":
-            run = await store.get_run(tx, run.id)
-            att = await store.get_attempt(tx, aid)
+            run = await runs.get_run(tx, run.id)
+            att = await attempts.get_attempt(tx, aid)
             tr = transitions.complete(run, att, exit_code=0 if status == "succeeded" else 1,
                                       finished_at_ms=finished_at_ms or now)
-            await store.apply(tx, run, tr, now)
+            await runs.apply(tx, run, tr, now)
             if not keep_journal:  # what the supervisor does after the journal retention
-                await store.journal_delete(tx, aid)
+                await journal.journal_delete(tx, aid)
     fd, _ = logs.create(conf.logs_path, aid)
     os.write(fd, b"x" * log_bytes)
     os.close(fd)
@@ -229,7 +254,7 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
 
     # the journal row ages out (supervisor) -> the next round takes that run too
     async with db.write() as tx:
-        await store.journal_delete(tx, with_journal[1])
+        await journal.journal_delete(tx, with_journal[1])
     report = await retention.round()
     assert report.counts.get("runs_deleted") == 1
     assert not _log_file(conf, with_journal[1]).exists()
@@ -245,27 +270,27 @@ async def test_children_of_an_active_conc_parent_are_kept(
     task_id = await _task(db)
     now = int(time.time() * 1000)
     async with db.write() as tx:
-        parent = await store.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
-        parent = await store.apply(tx, parent, transitions.fan_out(parent, 5, now), now)
+        parent = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now)
+        parent = await runs.apply(tx, parent, transitions.fan_out(parent, 5, now), now)
         kids = [await conc_runs.create_child(tx, ids.uuid7(), parent, i, now)
                 for i in range(1, 6)]
         for kid in kids[:4]:  # four end, the fifth is still queued
             tr = transitions.request_cancel(kid, CancelReason.USER, now)
             assert tr is not None
-            kid = await store.apply(tx, kid, tr, now)
-            await store.apply(tx, kid, transitions.cancel_queued(kid, now), now)
+            kid = await runs.apply(tx, kid, tr, now)
+            await runs.apply(tx, kid, transitions.cancel_queued(kid, now), now)
     retention = _retention(db, conf, _profile(keep_runs_per_task=1, keep_days=0))
     await retention.round()
     assert len(_rows(conf, "SELECT id FROM runs")) == 6
     async with db.write() as tx:  # the last child and the parent end
-        kid = await store.get_run(tx, kids[4].id)
+        kid = await runs.get_run(tx, kids[4].id)
         tr = transitions.request_cancel(kid, CancelReason.USER, now)
         assert tr is not None
-        kid = await store.apply(tx, kid, tr, now)
-        await store.apply(tx, kid, transitions.cancel_queued(kid, now), now)
+        kid = await runs.apply(tx, kid, tr, now)
+        await runs.apply(tx, kid, transitions.cancel_queued(kid, now), now)
         children = await conc_runs.children(tx, parent.id)
-        parent = await store.get_run(tx, parent.id)
-        await store.apply(tx, parent, transitions.children_done(parent, children, now), now)
+        parent = await runs.get_run(tx, parent.id)
+        await runs.apply(tx, parent, transitions.children_done(parent, children, now), now)
     await retention.round()
     assert len(_rows(conf, "SELECT id FROM runs")) == 1  # now ordinary old runs
     _no_dangling_rows(conf)
@@ -395,7 +420,7 @@ async def test_task_deletion_queues_its_files(db: Database, conf: Settings) -> N
     task = await _task(db)
     _, aid = await _run(db, conf, task)
     async with db.write() as tx:
-        paths = await store.delete_task(tx, task, 5)
+        paths = await tasks.delete_task(tx, task, 5)
     # crash here (before the caller's unlink): the queue still knows the file
     assert paths == [logs.relative_path(aid)]
     assert _rows(conf, "SELECT relative_path FROM file_deletions") == [(paths[0],)]
@@ -469,7 +494,7 @@ async def test_round_checkpoints_a_large_wal_and_vacuums_free_pages(
                 "INSERT INTO run_events (run_id, seq, type, at_ms, data_json)"
                 " SELECT id, ?, 'filler', 0, ? FROM runs LIMIT 1", (i + 10, "y" * 400))
             if i == 0:
-                await store.create_run(tx, ids.uuid7(), task, Trigger.API, 1)
+                await runs.create_run(tx, ids.uuid7(), task, Trigger.API, 1)
     async with db.write() as tx:
         await tx.execute("DELETE FROM run_events WHERE type = 'filler'")
     wal = Path(f"{conf.db_path}-wal")

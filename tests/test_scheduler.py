@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from qledge import failpoints, ids, transitions
-from qledge.db import qinglong_store as qstore
-from qledge.db import store
+from qledge.db import events, runs, schedule, tasks
 from qledge.db.connection import Database
 from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
@@ -51,29 +50,29 @@ async def make_task(db: Database, created_ms: int = T0, **fields: Any) -> str:
     body = {"name": "t", "command": "true", "schedule": "* * * * *", "env": {}, "labels": [],
             **fields}
     async with db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), body, created_ms)
+        task = await tasks.create_task(tx, ids.uuid7(), body, created_ms)
     return task.id
 
 
 async def runs_of(db: Database, task_id: str) -> list[Run]:
     async with db.read() as tx:
-        return list(reversed(await store.list_runs(tx, task_id=task_id, status=None,
+        return list(reversed(await runs.list_runs(tx, task_id=task_id, status=None,
                                                    before=None, limit=1000)))
 
 
 async def events_of(db: Database, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     async with db.read() as tx:
-        return [(e.type, dict(e.data)) for e in await store.list_events(tx, run_id)]
+        return [(e.type, dict(e.data)) for e in await events.list_events(tx, run_id)]
 
 
 async def finish(db: Database, run_id: str, now: int) -> None:
     """End a queued run (cancelled before start) so the task is idle again."""
     async with db.write() as tx:
-        run = await store.get_run(tx, run_id)
+        run = await runs.get_run(tx, run_id)
         tr = transitions.request_cancel(run, CancelReason.USER, now)
         assert tr is not None
-        run = await store.apply(tx, run, tr, now)
-        await store.apply(tx, run, transitions.cancel_queued(run, now), now)
+        run = await runs.apply(tx, run, tr, now)
+        await runs.apply(tx, run, transitions.cancel_queued(run, now), now)
 
 
 async def test_a_due_tick_creates_exactly_one_schedule_run(db: Database) -> None:
@@ -98,7 +97,7 @@ async def test_a_due_tick_creates_exactly_one_schedule_run(db: Database) -> None
     await sched.round()
     assert len(await runs_of(db, task_id)) == 1
     async with db.read() as tx:
-        assert await qstore.last_due(tx, task_id) == at(2024, 1, 1, 10, 1)
+        assert await schedule.last_due(tx, task_id) == at(2024, 1, 1, 10, 1)
 
 
 async def test_forbid_skips_while_a_run_is_active_and_records_it(db: Database) -> None:
@@ -184,7 +183,7 @@ async def test_disabled_tasks_never_fire_and_do_not_replay_when_enabled(db: Data
 
     enabled_at = at(2024, 1, 1, 10, 29, 30)
     async with db.write() as tx:
-        await store.update_task(tx, task_id, {"enabled": True}, enabled_at)
+        await tasks.update_task(tx, task_id, {"enabled": True}, enabled_at)
     clock.ms = enabled_at + 1
     assert await sched.round() == at(2024, 1, 1, 10, 30)  # no replay of the disabled time
     assert await runs_of(db, task_id) == []
@@ -222,7 +221,7 @@ async def test_the_tick_and_its_run_commit_together(db: Database) -> None:
     finally:
         failpoints.configure("")
     async with db.read() as tx:
-        assert await qstore.last_due(tx, task_id) is None  # rolled back with the run
+        assert await schedule.last_due(tx, task_id) is None  # rolled back with the run
     assert await runs_of(db, task_id) == []
     await sched.round()
     assert len(await runs_of(db, task_id)) == 1
@@ -243,9 +242,9 @@ async def test_deleting_a_task_drops_its_schedule_state(db: Database) -> None:
     [run] = await runs_of(db, task_id)
     await finish(db, run.id, at(2024, 1, 1, 10, 1) + 5)
     async with db.write() as tx:
-        await store.delete_task(tx, task_id)
+        await tasks.delete_task(tx, task_id)
     async with db.read() as tx:
-        assert await qstore.last_due(tx, task_id) is None
+        assert await schedule.last_due(tx, task_id) is None
 
 
 async def test_the_loop_fires_on_time_with_the_real_clock(db: Database) -> None:
@@ -297,4 +296,4 @@ async def test_skip_events_per_active_run_are_bounded(db: Database) -> None:
     assert types.count("schedule.skipped") == 100
     assert sched.skipped == 130
     async with db.read() as tx:  # every tick was consumed all the same
-        assert await qstore.last_due(tx, task_id) == clock.ms
+        assert await schedule.last_due(tx, task_id) == clock.ms

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import _confined, scripts, shipped_scripts
+from qledge import confined, scripts, shipped_scripts
 from qledge.scripts import Limits, Scripts
 
 from conftest import ADMIN, ROOT, unavailable
@@ -50,7 +50,7 @@ def snapshot(root: Path) -> dict[str, tuple[str, bytes | str]]:
             elif stat.S_ISREG(st.st_mode):
                 out[str(p.relative_to(root))] = ("file", p.read_bytes())
             else:
-                out[str(p.relative_to(root))] = (_confined.kind(st.st_mode), "")
+                out[str(p.relative_to(root))] = (confined.kind(st.st_mode), "")
     return out
 
 
@@ -235,7 +235,7 @@ def test_a_fifo_swapped_in_after_the_check_cannot_block(
     (sc.root / "plain.js").write_text("x")
     regular = (sc.root / "plain.js").lstat()
     os.mkfifo(sc.root / "race.js")
-    monkeypatch.setattr(_confined, "lstat_at", lambda fd, name: regular)
+    monkeypatch.setattr(confined, "lstat_at", lambda fd, name: regular)
     with pytest.raises(scripts.ScriptNotRegular) as err:
         _within(5, lambda: sc.read("race.js"))
     assert err.value.reason == "fifo"
@@ -285,7 +285,7 @@ def _writer(work: Path, env: dict[str, str] | None = None) -> subprocess.Popen[b
 
 
 def _temps(folder: Path) -> list[Path]:
-    return [p for p in folder.iterdir() if p.name.startswith(_confined.TEMP_PREFIX)]
+    return [p for p in folder.iterdir() if p.name.startswith(confined.TEMP_PREFIX)]
 
 
 def test_a_writer_killed_mid_write_leaves_the_old_content(world: tuple[Scripts, Path]) -> None:
@@ -360,8 +360,8 @@ def test_a_writer_dying_at_a_failpoint_leaves_the_old_content(
 def test_a_write_never_follows_a_symlink_planted_at_the_temp_name(
         world: tuple[Scripts, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     sc, outside = world
-    os.symlink(outside / "secret", sc.root / (_confined.TEMP_PREFIX + "fixed"))
-    monkeypatch.setattr(_confined, "_temp_name", lambda: _confined.TEMP_PREFIX + "fixed")
+    os.symlink(outside / "secret", sc.root / (confined.TEMP_PREFIX + "fixed"))
+    monkeypatch.setattr(confined, "_temp_name", lambda: confined.TEMP_PREFIX + "fixed")
     with pytest.raises(FileExistsError):
         sc.write("a.js", b"payload")
     assert (outside / "secret").read_text() == "top secret\n"
@@ -490,7 +490,7 @@ def test_the_tree_is_bounded_and_hides_noise(tmp_path: Path) -> None:
         (root / name).mkdir()
         (root / name / "x.js").write_text("x")
     for name in ("pnpm-lock.yaml", "yarn.lock", "package-lock.json",
-                 _confined.TEMP_PREFIX + "0123"):
+                 confined.TEMP_PREFIX + "0123"):
         (root / name).write_text("x")
     (root / "many").mkdir()
     for i in range(30):

@@ -6,36 +6,36 @@ import msgspec
 import pytest
 
 from qledge import ids, transitions
-from qledge.db import store
+from qledge.db import attempts, events, rows, runs, tasks
 from qledge.db.connection import Database, Tx
-from qledge.model import CancelReason, Run, RunStatus, Trigger
+from qledge.model import CancelReason, NewEvent, Run, RunStatus, Trigger
 
 
 async def _task_and_run(db: Database) -> tuple[str, str]:
     async with db.write() as tx:
-        task = await store.create_task(
+        task = await tasks.create_task(
             tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     return task.id, run.id
 
 
 async def test_cas_rejects_a_stale_version(db: Database) -> None:
     _, run_id = await _task_and_run(db)
     async with db.read() as tx:
-        stale = await store.get_run(tx, run_id)
+        stale = await runs.get_run(tx, run_id)
     first = transitions.request_cancel(stale, CancelReason.USER, 10)
     assert first is not None
     async with db.write() as tx:
-        await store.apply(tx, stale, first, 10)
+        await runs.apply(tx, stale, first, 10)
     second = transitions.cancel_queued(stale, 11)  # computed from the old version
-    with pytest.raises(store.Conflict):
+    with pytest.raises(rows.Conflict):
         async with db.write() as tx:
-            await store.apply(tx, stale, second, 11)
+            await runs.apply(tx, stale, second, 11)
     async with db.read() as tx:
-        run = await store.get_run(tx, run_id)
-        events = await store.list_events(tx, run_id)
+        run = await runs.get_run(tx, run_id)
+        evs = await events.list_events(tx, run_id)
     assert run.status is RunStatus.QUEUED and run.cancel_reason is CancelReason.USER
-    assert [e.type for e in events] == ["run.created", "run.cancel_requested"]
+    assert [e.type for e in evs] == ["run.created", "run.cancel_requested"]
 
 
 async def test_events_stay_ordered_under_concurrent_writers(db: Database) -> None:
@@ -44,18 +44,18 @@ async def test_events_stay_ordered_under_concurrent_writers(db: Database) -> Non
     async def writer(n: int) -> None:
         for i in range(25):
             async with db.write() as tx:
-                run = await store.get_run(tx, run_id)
-                await store.append_events(
-                    tx, run, [store.NewEvent(type=f"w{n}.{i}.a"), store.NewEvent(
+                run = await runs.get_run(tx, run_id)
+                await events.append_events(
+                    tx, run, [NewEvent(type=f"w{n}.{i}.a"), NewEvent(
                         type=f"w{n}.{i}.b")], 100 + i)
 
     await asyncio.gather(*(writer(n) for n in range(4)))
     async with db.read() as tx:
-        events = await store.list_events(tx, run_id, limit=1000)
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert len(events) == 1 + 4 * 25 * 2
+        evs = await events.list_events(tx, run_id, limit=1000)
+    assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+    assert len(evs) == 1 + 4 * 25 * 2
     # each transaction's pair is adjacent: nothing interleaved inside a transaction
-    body = events[1:]
+    body = evs[1:]
     for a, b in zip(body[::2], body[1::2], strict=True):
         assert a.type.endswith(".a") and b.type == a.type[:-2] + ".b"
 
@@ -66,20 +66,39 @@ async def test_a_raising_transaction_leaves_nothing(db: Database) -> None:
 
     with pytest.raises(Boom):
         async with db.write() as tx:
-            await store.create_task(
+            await tasks.create_task(
                 tx, ids.uuid7(), {"name": "x", "command": "true", "env": {}, "labels": []}, 1)
             raise Boom
     async with db.read() as tx:
-        assert await store.list_tasks(tx) == []
+        assert await tasks.list_tasks(tx) == []
     # the writer is usable afterwards
     await _task_and_run(db)
 
 
+async def test_active_runs_of_a_task_one_query_for_all_or_the_oldest(db: Database) -> None:
+    """QingLong's stop cancels every active run; a `forbid` task waits on the oldest:
+    both read the same query (all of them by default, the first with limit=1)."""
+    task_id, first = await _task_and_run(db)
+    async with db.write() as tx:
+        later = [(await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 3)).id
+                 for _ in range(2)]
+        done = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, 4)
+        await runs.apply(tx, done, transitions.cancel_queued(done, 5), 5)
+    async with db.read() as tx:
+        # ids are UUIDv7: time-ordered, but two made in one millisecond in any order
+        active = sorted([first, *later])
+        assert [r.id for r in await runs.active_runs_of_task(tx, task_id)] == active
+        oldest = await runs.active_run_of_task(tx, task_id)
+        assert oldest is not None and oldest.id == active[0]
+        assert await runs.active_runs_of_task(tx, ids.uuid7()) == []
+        assert await runs.active_run_of_task(tx, ids.uuid7()) is None
+
+
 async def test_node_id_is_stable(db: Database) -> None:
     async with db.write() as tx:
-        first = await store.ensure_node_id(tx, ids.uuid7(), 1)
+        first = await attempts.ensure_node_id(tx, ids.uuid7(), 1)
     async with db.write() as tx:
-        second = await store.ensure_node_id(tx, ids.uuid7(), 2)
+        second = await attempts.ensure_node_id(tx, ids.uuid7(), 2)
     assert first == second and ids.is_uuid7(first)
 
 
@@ -106,7 +125,7 @@ async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Datab
 
     async def writer() -> None:
         async with db.write() as tx:
-            await store.create_task(
+            await tasks.create_task(
                 tx, ids.uuid7(), {"name": "x", "command": "true", "env": {}, "labels": []}, 1)
             tx.on_rollback(lambda: undone.append("writer"))
             inside.append(tx)
@@ -116,21 +135,21 @@ async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Datab
     # rest are cancelled while waiting for a connection.
     for body, fit in ((reader, 2), (writer, 1)):
         inside.clear()
-        tasks = [asyncio.create_task(body()) for _ in range(4)]
+        pending = [asyncio.create_task(body()) for _ in range(4)]
         async with asyncio.timeout(10):
             while len(inside) < fit:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)  # nobody else gets in meanwhile
         assert len(inside) == fit
         assert all(tx._conn.in_transaction for tx in inside)
-        for t in tasks:
+        for t in pending:
             t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*pending, return_exceptions=True)
         assert all(isinstance(r, asyncio.CancelledError) for r in results), results
         assert not any(conn.in_transaction for conn in db._all), body.__name__
     assert undone == ["writer"]
     async with db.read() as tx:
-        assert await store.list_tasks(tx) == []  # the cancelled write left nothing
+        assert await tasks.list_tasks(tx) == []  # the cancelled write left nothing
 
     # A cancel that lands while COMMIT/ROLLBACK itself is queued can leave a BEGIN
     # open on the connection: the next user rolls it back instead of failing.
@@ -160,28 +179,28 @@ async def test_terminal_listeners_run_once_inside_the_transaction(db: Database) 
     db.on_terminal(listener)
     _, run_id = await _task_and_run(db)
     async with db.read() as tx:
-        run = await store.get_run(tx, run_id)
+        run = await runs.get_run(tx, run_id)
     cancel = transitions.request_cancel(run, CancelReason.USER, 10)
     assert cancel is not None
     async with db.write() as tx:
-        run = await store.apply(tx, run, cancel, 10)  # not terminal yet: no call
+        run = await runs.apply(tx, run, cancel, 10)  # not terminal yet: no call
     assert seen == []
     async with db.write() as tx:
-        run = await store.apply(tx, run, transitions.cancel_queued(run, 11), 11)
+        run = await runs.apply(tx, run, transitions.cancel_queued(run, 11), 11)
     assert seen == [(RunStatus.QUEUED, RunStatus.CANCELLED)]
     async with db.read() as tx:
         assert await tx.one(_MARK, (f"t-{run_id}",))
 
     _, other = await _task_and_run(db)
     async with db.read() as tx:
-        run = await store.get_run(tx, other)
+        run = await runs.get_run(tx, other)
     tr = transitions.cancel_queued(run, 12)
     tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(tr.run, reason_code="BOOM"))
     with pytest.raises(RuntimeError):
         async with db.write() as tx:
-            await store.apply(tx, run, tr, 12)
+            await runs.apply(tx, run, tr, 12)
     async with db.read() as tx:
-        assert (await store.get_run(tx, other)).status is RunStatus.QUEUED
+        assert (await runs.get_run(tx, other)).status is RunStatus.QUEUED
         assert await tx.one(_MARK, (f"t-{other}",)) is None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from qledge.db import store
+from qledge.db import tasks
 from qledge.model import RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
@@ -47,7 +47,7 @@ async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(
     try:
         task = await add_task(rt, "true")
         async with rt.db.write() as tx:
-            await store.update_task(tx, task, {"keep_runs": 3}, 1)
+            await tasks.update_task(tx, task, {"keep_runs": 3}, 1)
         runs = [(await trigger(rt, task, Trigger.API)).id for _ in range(120)]
 
         async def all_terminal() -> bool:

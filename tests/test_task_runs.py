@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from qledge import ids
-from qledge.db import store
+from qledge.db import attempts, events, runs, tasks
 from qledge.launch import logs
 from qledge.model import Attempt, CancelReason, Event, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
@@ -41,23 +41,23 @@ def script(rt: Runtime, rel: str, text: str, mode: int = 0o644) -> Path:
 async def run_task(rt: Runtime, command: str, env: dict[str, str] | None = None,
                    timeout: float = 20.0) -> tuple[Run, Attempt, str, list[Event]]:
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "t", "command": command, "env": env or {}, "labels": [],
             "concurrency": "allow"}, 1)
     run = await trigger(rt, task.id, Trigger.API)
     for _ in range(int(timeout / 0.02)):
         async with rt.db.read() as tx:
-            run = await store.get_run(tx, run.id)
+            run = await runs.get_run(tx, run.id)
         if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
             break
         await asyncio.sleep(0.02)
     else:
         raise AssertionError(f"run of {command!r} not terminal")
     async with rt.db.read() as tx:
-        (attempt,) = await store.attempts_of_run(tx, run.id)
-        events = await store.list_events(tx, run.id)
+        (attempt,) = await attempts.attempts_of_run(tx, run.id)
+        evs = await events.list_events(tx, run.id)
     text = logs.read(rt.settings.logs_path, attempt.log_path, 0, 1 << 16)[0].decode()
-    return run, attempt, text, events
+    return run, attempt, text, evs
 
 
 async def test_a_python_script_runs_from_its_folder_with_its_arguments_and_exit_code(
@@ -173,8 +173,8 @@ async def _children(rt: Runtime, parent_id: str) -> list[tuple[Run, Attempt | No
     async with rt.db.read() as tx:
         kids = await conc_runs.children(tx, parent_id)
         for kid in kids:
-            attempts = await store.attempts_of_run(tx, kid.id)
-            attempt = attempts[0] if attempts else None
+            tried = await attempts.attempts_of_run(tx, kid.id)
+            attempt = tried[0] if tried else None
             text = "" if attempt is None else logs.read(
                 rt.settings.logs_path, attempt.log_path, 0, 4096)[0].decode()
             out.append((kid, attempt, text))
@@ -183,7 +183,7 @@ async def _children(rt: Runtime, parent_id: str) -> list[tuple[Run, Attempt | No
 
 async def _start(rt: Runtime, command: str, env: dict[str, str]) -> str:
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), {
             "name": "c", "command": command, "env": env, "labels": [],
             "concurrency": "forbid"}, 1)
     return (await trigger(rt, task.id, Trigger.API)).id
@@ -192,7 +192,7 @@ async def _start(rt: Runtime, command: str, env: dict[str, str]) -> str:
 async def _wait(rt: Runtime, run_id: str, timeout: float = 30.0) -> Run:
     for _ in range(int(timeout / 0.02)):
         async with rt.db.read() as tx:
-            run = await store.get_run(tx, run_id)
+            run = await runs.get_run(tx, run_id)
         if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
             return run
         await asyncio.sleep(0.02)
@@ -211,17 +211,17 @@ async def test_conc_runs_one_child_per_value_concurrently(rt: Runtime) -> None:
         (1, RunStatus.SUCCEEDED, "got a\n"), (3, RunStatus.SUCCEEDED, "got c\n"),
         (4, RunStatus.SUCCEEDED, "got d\n")]
     # Each child its own launcher and log, all at once (they overlap in time).
-    attempts = [a for _, a, _ in kids if a is not None]
-    assert len({a.id for a in attempts}) == len({a.pid for a in attempts}) == 3
+    started = [a for _, a, _ in kids if a is not None]
+    assert len({a.id for a in started}) == len({a.pid for a in started}) == 3
     starts = [k.started_at_ms or 0 for k, _, _ in kids]
     ends = [k.finished_at_ms or 0 for k, _, _ in kids]
     assert max(starts) < min(ends)
     async with rt.db.read() as tx:
-        assert await store.attempts_of_run(tx, parent_id) == []
-        events = await store.list_events(tx, parent_id)
-    assert [e.type for e in events] == ["run.created", "run.started", "run.finished"]
-    assert events[1].data == {"children": 3}
-    assert events[2].data["children_succeeded"] == 3
+        assert await attempts.attempts_of_run(tx, parent_id) == []
+        evs = await events.list_events(tx, parent_id)
+    assert [e.type for e in evs] == ["run.created", "run.started", "run.finished"]
+    assert evs[1].data == {"children": 3}
+    assert evs[2].data["children_succeeded"] == 3
 
 
 async def test_conc_parent_fails_unless_every_child_succeeds(rt: Runtime) -> None:
@@ -259,7 +259,7 @@ async def test_a_conc_parent_that_waited_for_a_slot_fans_out_from_the_dispatch_l
         blocker = await _start(rt, "task block.sh now", {})
         parent_id = await _start(rt, "task c.sh conc V", {"V": "1&2"})
         async with rt.db.read() as tx:  # it waits: the only slot is taken
-            assert (await store.get_run(tx, parent_id)).status is RunStatus.QUEUED
+            assert (await runs.get_run(tx, parent_id)).status is RunStatus.QUEUED
         assert (await _wait(rt, blocker)).status is RunStatus.SUCCEEDED
         # Its children start at once (the round that fanned it out wakes the
         # dispatcher again), not at some later, unrelated wake-up.

@@ -58,19 +58,6 @@ def prepare_roots(settings: Settings) -> None:
     ensure_private_dir(settings.script_history_path)
 
 
-def confined(root: Path, relative: str) -> Path:
-    """Resolve `relative` under `root`, proving no `..` or symlink leads outside it."""
-    if not relative or relative.startswith("/") or "\x00" in relative:
-        raise RootError("bad relative path")
-    if any(part in ("..", ".", "") for part in relative.split("/")):
-        raise RootError("relative path must not contain '..', '.' or empty parts")
-    base = root.resolve()
-    full = (base / relative).resolve()
-    if full != base and base not in full.parents:
-        raise RootError("path escapes its root")
-    return full
-
-
 def acquire_runtime_lock(settings: Settings) -> int:
     """An exclusive flock held for the life of the process: one runtime per data dir."""
     path = settings.data_path / "runtime.lock"

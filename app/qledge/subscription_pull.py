@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
-from . import _confined, dirfd, process
+from . import confined, dirfd, process
 from .subscription_spec import ENV_NAME, PullError, PullSpec, Rules, decode
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -122,8 +122,8 @@ def _fetch_into(spec: PullSpec, stage: Path) -> dict[str, str]:
         if rules is not None and rules.classify(path) is None:
             continue
         try:
-            parts = _confined.parse(path)
-        except _confined.ScriptError:
+            parts = confined.parse(path)
+        except confined.ScriptError:
             skipped += 1
             continue
         if len(kept) >= spec.caps.files:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "app"))
 
 from qledge import ids, settings, transitions  # noqa: E402
-from qledge.db import migrate, store  # noqa: E402
+from qledge.db import attempts, migrate, runs, tasks  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash  # noqa: E402
@@ -86,11 +86,11 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
         start_ms.append((started[run.id] - t0) * 1000)
         while True:
             async with rt.db.read() as tx:
-                attempts = await store.attempts_of_run(tx, run.id)
-            if attempts and attempts[0].id in done:
+                tried = await attempts.attempts_of_run(tx, run.id)
+            if tried and tried[0].id in done:
                 break
             await asyncio.sleep(0.0005)
-        aid = attempts[0].id
+        aid = tried[0].id
         complete_ms.append((done[aid] - exited[aid]) * 1000)
     await rt.stop()
     return {"start_p50": _pct(start_ms, 50), "start_p99": _pct(start_ms, 99),
@@ -128,31 +128,31 @@ async def backlog(state: Path, n: int, batch: int) -> float:
     await rt.supervision.stop()
     await rt.dispatcher.stop()
     await rt.disk.stop()
-    attempts: list[str] = []
+    aids: list[str] = []
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",
+        task = await tasks.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",
                                                          "env": {}, "labels": []}, 1)
         for _ in range(n):
-            run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.API, 1)
+            run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, 1)
             aid = ids.uuid7()
             token = new_token()
-            att = await store.prepare_attempt(
+            att = await attempts.prepare_attempt(
                 tx, run, attempt_id=aid, owner=rt.node_id, executor_type="local_process",
                 token_hash=token_hash(token), deadline_at_ms=None, log_artifact_id=ids.uuid7(),
                 log_path=f"{aid[-2:]}/{aid}.log", receipt_path=rt.receipts.relative_path(aid),
                 now_ms=2)
-            run = await store.get_run(tx, run.id)
+            run = await runs.get_run(tx, run.id)
             tr = transitions.attempt_started(run, att, pid=1, start_time=1, boot_id="b",
                                              now_ms=3)
-            await store.apply(tx, run, tr, 3)
+            await runs.apply(tx, run, tr, 3)
             shard = rt.receipts.ensure_shard(aid)
             (shard / f"{aid}.json").write_bytes(encode(Receipt(
                 schema_version=1, run_id=run.id, attempt_id=aid, callback_sequence=1,
                 token=token, started_at_ms=5, finished_at_ms=6, exit_code=0)))
-            attempts.append(aid)
+            aids.append(aid)
     t0 = time.perf_counter()
     for i in range(0, n, batch):
-        results = await rt.consumer.consume_many(attempts[i:i + batch])
+        results = await rt.consumer.consume_many(aids[i:i + batch])
         assert all(r.value == "applied" for r in results.values())
     elapsed = time.perf_counter() - t0
     await rt.stop()

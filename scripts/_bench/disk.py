@@ -101,7 +101,8 @@ def _fsync_log_variant() -> str:
 async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
                  variant: str = "") -> dict[str, object]:
     from qledge import ids, settings
-    from qledge.db import migrate, store
+    from qledge.db import migrate
+    from qledge.db import runs as run_rows
     from qledge.model import Trigger
     from qledge.paths import prepare_roots
     from qledge.receipts.codec import Receipt, encode, new_token
@@ -134,7 +135,7 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
         run = await trigger(rt, task.id, Trigger.API)
         while True:
             async with rt.db.read() as tx:
-                cur = await store.get_run(tx, run.id)
+                cur = await run_rows.get_run(tx, run.id)
             if cur.status.value not in ("queued", "running") and not rt._finishing:
                 break
             await asyncio.sleep(0.002)

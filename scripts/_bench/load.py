@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "app"))
 
 from qledge import ids, settings  # noqa: E402
-from qledge.db import migrate, store  # noqa: E402
+from qledge.db import journal, migrate  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
@@ -85,7 +85,7 @@ async def main_async(args: argparse.Namespace, state: Path) -> None:
                           "labels": [], "concurrency": "allow"}
                 if i == 0:
                     fields["keep_runs"] = 3
-                tasks.append((await store.create_task(tx, ids.uuid7(), fields, 1)).id)
+                tasks.append((await tasks.create_task(tx, ids.uuid7(), fields, 1)).id)
         keep3 = tasks[0]
         real_round = rt.disk.retention.round
 
@@ -145,7 +145,7 @@ async def _sample(rt: Runtime, keep3: str, after_retention: list[int], deleted: 
 
 async def _journal(rt: Runtime) -> dict[str, int]:
     async with rt.db.read() as tx:
-        counts = await store.journal_counts(tx)
+        counts = await journal.journal_counts(tx)
     return {k: counts.get(k, 0) for k in ("active", "settled", "terminal", "quarantined")}
 
 

@@ -59,7 +59,7 @@ def receipt_roundtrip() -> list[int]:
 
 def store_roundtrip() -> list[int]:
     from qledge import ids
-    from qledge.db import migrate, store
+    from qledge.db import events, migrate, runs, tasks
     from qledge.db.connection import Database
     from qledge.model import Trigger
 
@@ -70,12 +70,12 @@ def store_roundtrip() -> list[int]:
         try:
             async with db.write() as tx:
                 fields = {"name": "y2100", "command": "true"}
-                task = await store.create_task(tx, ids.uuid7(), fields, Y2100_MS)
-                run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, Y2100_MS)
+                task = await tasks.create_task(tx, ids.uuid7(), fields, Y2100_MS)
+                run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, Y2100_MS)
             async with db.read() as tx:
-                run = await store.get_run(tx, run.id)
-                events = await store.list_events(tx, run.id)
-            return [run.created_at_ms, *(e.at_ms for e in events)]
+                run = await runs.get_run(tx, run.id)
+                evs = await events.list_events(tx, run.id)
+            return [run.created_at_ms, *(e.at_ms for e in evs)]
         finally:
             await db.close()
 

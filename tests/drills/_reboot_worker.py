@@ -32,7 +32,7 @@ def _reaper_early() -> None:
 def _deferred_step1() -> None:
     from qledge import ids
     from qledge.clock import now_ms
-    from qledge.db import store
+    from qledge.db import runs, tasks
     from qledge.model import Concurrency, Run, Trigger
     from qledge.runtime import operations
     from qledge.runtime.dispatcher import Dispatcher
@@ -40,10 +40,10 @@ def _deferred_step1() -> None:
 
     async def trigger(rt: Runtime, task_id: str, how: Trigger) -> Run:
         async with rt.db.write(durable=False) as tx:  # the defect
-            task = await store.get_task(tx, task_id)
+            task = await tasks.get_task(tx, task_id)
             if task.concurrency is Concurrency.FORBID:
                 raise AssertionError("drills use concurrency: allow")
-            run = await store.create_run(tx, ids.uuid7(), task.id, how, now_ms())
+            run = await runs.create_run(tx, ids.uuid7(), task.id, how, now_ms())
             prepared = await rt.dispatcher.admit_new(tx, run, task)
         if prepared is not None:
             rt.dispatcher.launch_soon(prepared)
@@ -55,7 +55,7 @@ def _deferred_step1() -> None:
         if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await store.queued_runs(tx, self.limit * 2, now_ms())
+            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
         started = 0
         for run in queued:
             async with self.db.write(durable=False) as tx:  # the defect

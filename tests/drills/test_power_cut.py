@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from qledge.db import store
+from qledge.db import attempts, events, runs
 from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
@@ -88,7 +88,7 @@ async def _reboot(disk: Path) -> Runtime:
 
 async def _run(rt: Runtime, run_id: str) -> Run:
     async with rt.db.read() as tx:
-        return await store.get_run(tx, run_id)
+        return await runs.get_run(tx, run_id)
 
 
 async def _until(rt: Runtime, run_id: str, check: object, timeout: float = 20.0) -> Run:
@@ -102,7 +102,7 @@ async def _until(rt: Runtime, run_id: str, check: object, timeout: float = 20.0)
 
 async def _terminal_events(rt: Runtime, run_id: str) -> list[str]:
     async with rt.db.read() as tx:
-        return [e.type for e in await store.list_events(tx, run_id)
+        return [e.type for e in await events.list_events(tx, run_id)
                 if e.type in ("attempt.finished", "run.finished")]
 
 
@@ -142,7 +142,7 @@ async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
     run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
     await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
     async with rt.db.read() as tx:
-        (attempt,) = await store.attempts_of_run(tx, run.id)
+        (attempt,) = await attempts.attempts_of_run(tx, run.id)
     assert attempt.pid is not None
     disk = tmp_path / "after"
     machine.cut_power(disk)
@@ -158,7 +158,7 @@ async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
         assert decided.reason_code == Reason.RECOVERY_SPAWN_UNCONFIRMED.value
         assert await _terminal_events(after, run.id) == ["attempt.finished", "run.finished"]
         async with after.db.read() as tx:
-            assert [a.id for a in await store.attempts_of_run(tx, run.id)] == [attempt.id]
+            assert [a.id for a in await attempts.attempts_of_run(tx, run.id)] == [attempt.id]
     finally:
         await after.stop()
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ..model import NewEvent, Run, RunStatus
 from . import statuses as st
-from . import store
 from .connection import Tx
+from .events import append_events
+from .rows import run_from_row
+from .runs import get_run
 
 _ACTIVE = st.active_run()
 
@@ -17,18 +19,18 @@ async def create_child(tx: Tx, run_id: str, parent: Run, conc_index: int,
         " conc_index) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (run_id, parent.task_id, parent.trigger.value, RunStatus.QUEUED.value, now_ms,
          parent.id, conc_index))
-    run = await store.get_run(tx, run_id)
-    await store.append_events(tx, run, [NewEvent(type="run.created", data={
+    run = await get_run(tx, run_id)
+    await append_events(tx, run, [NewEvent(type="run.created", data={
         "trigger": parent.trigger.value, "parent_run_id": parent.id,
         "conc_index": conc_index})], now_ms)
-    return await store.get_run(tx, run_id)
+    return await get_run(tx, run_id)
 
 
 async def children(tx: Tx, parent_id: str) -> list[Run]:
     """By value position (bounded: a parent has at most taskform.MAX_CONC)."""
     rows = await tx.all(
         "SELECT * FROM runs WHERE parent_run_id = ? ORDER BY conc_index", (parent_id,))
-    return [store.run_from_row(r) for r in rows]
+    return [run_from_row(r) for r in rows]
 
 
 async def has_active_child(tx: Tx, parent_id: str) -> bool:

@@ -181,7 +181,7 @@ class Database:
 
     def on_terminal(self, listener: TerminalListener) -> None:
         """Register `listener` for every write transaction that makes a run terminal
-        (db/store.apply calls it); an exception from it rolls the transaction back."""
+        (db/runs.apply calls it); an exception from it rolls the transaction back."""
         self._terminal = (*self._terminal, listener)
 
     async def open(self) -> None:

@@ -7,7 +7,7 @@ import msgspec
 from ..model import Attempt, AttemptStatus
 from . import statuses as st
 from .connection import Tx
-from .store import _ATTEMPT_SELECT, _attempt
+from .rows import ATTEMPT_SELECT, attempt_from_row
 
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
 
@@ -55,14 +55,14 @@ async def record_signal(tx: Tx, attempt_id: str, column: str, now_ms: int) -> No
 async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     """Running attempts of this node whose run has a committed cancel intent."""
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
+        f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
         f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
         (owner, limit))
-    return [_attempt(r) for r in rows]
+    return [attempt_from_row(r) for r in rows]
 
 
 async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
+        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
         " ORDER BY a.id LIMIT ?", (owner, limit))
-    return [_attempt(r) for r in rows]
+    return [attempt_from_row(r) for r in rows]

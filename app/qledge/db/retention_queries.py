@@ -13,8 +13,9 @@ import msgspec
 
 from ..model import NewEvent, RunStatus
 from . import statuses as st
-from . import store
 from .connection import Database, Tx
+from .events import append_events
+from .runs import get_run
 
 _R_TERMINAL = st.terminal_run("r.status")
 _A_TERMINAL = st.terminal_attempt("a.status")
@@ -283,14 +284,14 @@ async def unheld_queued_runs(tx: Tx, limit: int) -> list[str]:
 
 async def mark_held(tx: Tx, run_id: str, data: dict[str, str | int | None],
                     now_ms: int) -> bool:
-    run = await store.get_run(tx, run_id)
+    run = await get_run(tx, run_id)
     if run.status is not RunStatus.QUEUED:
         return False
     last = await tx.one("SELECT type FROM run_events WHERE run_id = ? AND seq = ?",
                         (run.id, run.event_seq))
     if last is not None and last["type"] == "run.held":
         return False
-    await store.append_events(tx, run, [NewEvent(type="run.held", data=data)], now_ms)
+    await append_events(tx, run, [NewEvent(type="run.held", data=data)], now_ms)
     return True
 
 

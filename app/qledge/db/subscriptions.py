@@ -13,7 +13,7 @@ import msgspec
 
 from ..subscription_spec import Caps
 from .connection import Tx
-from .store import NotFound
+from .rows import NotFound
 
 _json = msgspec.json.Encoder()
 

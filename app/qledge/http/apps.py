@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from .. import ids
 from ..clock import now_ms
-from ..db import qinglong_store as qstore
+from ..db import apps
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
@@ -48,7 +48,7 @@ def digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
 
 
-def app_view(app: qstore.App) -> dict[str, Any]:
+def app_view(app: apps.App) -> dict[str, Any]:
     return {"id": app.id, "name": app.name, "client_id": app.client_id, "scopes": app.scopes,
             "created_at_ms": app.created_at_ms, "live_tokens": app.live_tokens}
 
@@ -81,9 +81,9 @@ async def create(request: Request) -> Response:
     name, scopes = _validated(decode_body(await request.body(), AppIn))
     secret = new_secret()
     async with _rt(request).db.write() as tx:
-        if await qstore.app_name_taken(tx, name):
+        if await apps.app_name_taken(tx, name):
             raise StateConflict(f"an app named {name!r} exists", field="name")
-        app = await qstore.create_app(tx, app_id=ids.uuid7(), name=name,
+        app = await apps.create_app(tx, app_id=ids.uuid7(), name=name,
                                       client_id=new_client_id(), secret_hash=digest(secret),
                                       scopes=scopes, now_ms=now_ms())
     # The only time the secret leaves the appliance.
@@ -93,8 +93,8 @@ async def create(request: Request) -> Response:
 
 async def list_(request: Request) -> Response:
     async with _rt(request).db.read() as tx:
-        apps = await qstore.list_apps(tx, now_ms())
-    return json_response({"items": [app_view(a) for a in apps]})
+        found = await apps.list_apps(tx, now_ms())
+    return json_response({"items": [app_view(a) for a in found]})
 
 
 def _app_id(request: Request) -> str:
@@ -107,14 +107,14 @@ def _app_id(request: Request) -> str:
 async def get(request: Request) -> Response:
     app_id = _app_id(request)
     async with _rt(request).db.read() as tx:
-        app = await qstore.get_app(tx, app_id, now_ms())
+        app = await apps.get_app(tx, app_id, now_ms())
     return json_response(app_view(app))
 
 
 async def delete(request: Request) -> Response:
     app_id = _app_id(request)
     async with _rt(request).db.write() as tx:
-        await qstore.delete_app(tx, app_id)
+        await apps.delete_app(tx, app_id)
     return Response(status_code=204)
 
 

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
-from ..db import qinglong_store as qstore
+from ..db import envs
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -65,7 +65,7 @@ def env_name(raw: str, field: str = "name", error: type[ApiError] = Invalid) -> 
     return name
 
 
-def env_view(env: qstore.EnvVar) -> dict[str, Any]:
+def env_view(env: envs.EnvVar) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(env)
     return body
 
@@ -85,8 +85,8 @@ def _env_id(request: Request) -> str:
 async def list_(request: Request) -> Response:
     search = inputs.query_text(request, "search")
     async with _rt(request).db.read() as tx:
-        envs = await qstore.list_envs(tx, search)
-    return json_response({"items": [env_view(e) for e in envs]})
+        found = await envs.list_envs(tx, search)
+    return json_response({"items": [env_view(e) for e in found]})
 
 
 async def create(request: Request) -> Response:
@@ -99,7 +99,7 @@ async def create(request: Request) -> Response:
 async def get(request: Request) -> Response:
     env_id = _env_id(request)
     async with _rt(request).db.read() as tx:
-        env = await qstore.get_env(tx, env_id)
+        env = await envs.get_env(tx, env_id)
     return json_response(env_view(env))
 
 

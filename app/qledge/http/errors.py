@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import scripts
-from ..db.store import Conflict, NotFound
+from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile

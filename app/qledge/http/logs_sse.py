@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from .. import ids
-from ..db import retention_queries, store
+from ..db import attempts, retention_queries, runs
 from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
 from ..model import TERMINAL_RUN, Attempt
@@ -51,10 +51,10 @@ async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
     if not ids.is_uuid7(run_id):
         raise Missing("run not found")
     async with rt.db.read() as tx:
-        run = await store.get_run(tx, run_id)
-        attempts = await store.attempts_of_run(tx, run_id)
+        run = await runs.get_run(tx, run_id)
+        tried = await attempts.attempts_of_run(tx, run_id)
     terminal = run.status in TERMINAL_RUN
-    return (attempts[-1] if attempts else None), terminal, run.status.value
+    return (tried[-1] if tried else None), terminal, run.status.value
 
 
 class LogState(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,7 +169,7 @@ async def _end(rt: Runtime, run_id: str, offset: int, attempt: Attempt | None = 
     """The last event of every stream: the run's state, whether its log is whole
     (`attempt` given: a normal end), and why it ended early if so (`error`)."""
     async with rt.db.read() as tx:
-        run = await store.get_run(tx, run_id)
+        run = await runs.get_run(tx, run_id)
     state = None if attempt is None else await log_state(rt, attempt)
     body: dict[str, object] = {
         "status": run.status.value, "exit_code": run.exit_code, "reason_code": run.reason_code,

@@ -22,8 +22,7 @@ from starlette.routing import Route
 
 from ..clock import now_ms
 from ..cron import from_ms, local_zone
-from ..db import qinglong_store as qstore
-from ..db import store
+from ..db import apps, attempts, envs, rows, runs, tasks
 from ..launch import logs
 from ..model import ACTIVE_RUN, Concurrency, Task, Trigger
 from ..runtime import operations
@@ -64,7 +63,7 @@ def ok(data: Any = msgspec.UNSET) -> Response:
     return json_response({"code": 200, "data": data})
 
 
-def _decode(data: bytes, kind: type[T]) -> T:
+def decode(data: bytes, kind: type[T]) -> T:
     """QingLong answers bad input with 400; the message names the field."""
     try:
         return decode_body(data, kind)
@@ -85,7 +84,7 @@ async def authorize(request: Request, scopes: tuple[str, ...]) -> None:
     if hmac.compare_digest(token.encode(), admin.encode()):
         return
     async with _rt(request).db.read() as tx:
-        grant = await qstore.token_grant(tx, digest(token))
+        grant = await apps.token_grant(tx, digest(token))
     if grant is None:
         raise Unauthorized("invalid token")
     if grant.expires_at_ms <= now_ms():
@@ -115,11 +114,11 @@ async def auth_token(request: Request) -> Response:
     expiration = now // 1000 + TOKEN_TTL_S
     token = new_secret()
     async with _rt(request).db.write() as tx:
-        found = await qstore.app_secret(tx, client_id)
+        found = await apps.app_secret(tx, client_id)
         expected = found[1] if found else _DUMMY_HASH
         if not hmac.compare_digest(digest(secret), expected) or found is None:
             raise BadRequest("client_id or client_secret is wrong")
-        await qstore.issue_token(tx, found[0], digest(token), expiration * 1000, now,
+        await apps.issue_token(tx, found[0], digest(token), expiration * 1000, now,
                                  MAX_LIVE_TOKENS)
     return json_response(
         {"code": 200, "data": {"token": token, "token_type": "Bearer",
@@ -150,7 +149,7 @@ def _path_id(request: Request) -> int:
 
 
 async def _ids_body(request: Request) -> list[int]:
-    raw = _decode(await request.body(), list[Any])
+    raw = decode(await request.body(), list[Any])
     return _id_list(raw)
 
 
@@ -197,8 +196,8 @@ class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     work_dir: str | None = None
 
 
-def cron_view(task: Task, summary: qstore.RunSummary | None) -> dict[str, Any]:
-    s = summary or qstore.RunSummary()
+def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
+    s = summary or runs.RunSummary()
     if s.running:
         status = STATUS_RUNNING
     elif s.queued:
@@ -260,10 +259,10 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
     return native_tasks.validated(fields, BadRequest)
 
 
-async def _views(rt: Runtime, tasks: list[Task]) -> list[dict[str, Any]]:
+async def _views(rt: Runtime, found: list[Task]) -> list[dict[str, Any]]:
     async with rt.db.read() as tx:
-        summaries = await qstore.run_summaries(tx, [t.id for t in tasks])
-    return [cron_view(t, summaries.get(t.id)) for t in tasks]
+        summaries = await runs.run_summaries(tx, [t.id for t in found])
+    return [cron_view(t, summaries.get(t.id)) for t in found]
 
 
 @scoped("crons")
@@ -277,21 +276,21 @@ async def crons_list(request: Request) -> Response:
         offset = (page - 1) * size
     search = inputs.query_text(request, "searchValue", BadRequest).strip()
     async with rt.db.read() as tx:
-        tasks, total = await qstore.search_tasks(tx, search, offset, limit)
-    return ok({"data": await _views(rt, tasks), "total": total})
+        found, total = await tasks.search_tasks(tx, search, offset, limit)
+    return ok({"data": await _views(rt, found), "total": total})
 
 
 @scoped("crons")
 async def crons_get(request: Request) -> Response:
     rt = _rt(request)
     async with rt.db.read() as tx:
-        task = await store.get_task_by_num(tx, _path_id(request))
+        task = await tasks.get_task_by_num(tx, _path_id(request))
     return ok((await _views(rt, [task]))[0])
 
 
 @scoped("crons")
 async def crons_create(request: Request) -> Response:
-    body = _decode(await request.body(), CronIn)
+    body = decode(await request.body(), CronIn)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
     fields.setdefault("name", _default_name(body.command))
@@ -302,7 +301,7 @@ async def crons_create(request: Request) -> Response:
 @scoped("crons")
 async def crons_update(request: Request) -> Response:
     rt = _rt(request)
-    body = _decode(await request.body(), CronPatch)
+    body = decode(await request.body(), CronPatch)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
     (task,) = await _tasks_by_nums(rt, _id_list([body.id], "id"))
@@ -319,8 +318,8 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int], *, missing_ok: bool = Fal
     async with rt.db.read() as tx:
         for num in nums:
             try:
-                found.append(await store.get_task_by_num(tx, num))
-            except store.NotFound:
+                found.append(await tasks.get_task_by_num(tx, num))
+            except rows.NotFound:
                 missing.append(num)
     if missing and not missing_ok:
         raise Missing(f"cron {', '.join(map(str, missing))} not found")
@@ -331,9 +330,9 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int], *, missing_ok: bool = Fal
 async def crons_delete(request: Request) -> Response:
     rt = _rt(request)
     # Deleting is idempotent: unknown ids are already gone.
-    tasks = await _tasks_by_nums(rt, await _ids_body(request), missing_ok=True)
+    chosen = await _tasks_by_nums(rt, await _ids_body(request), missing_ok=True)
     try:
-        await operations.delete_tasks(rt, [t.id for t in tasks])
+        await operations.delete_tasks(rt, [t.id for t in chosen])
     except operations.ActiveRun as exc:
         raise StateConflict(f"cron {exc.task.num} has an active run; stop it first") from exc
     return ok()
@@ -359,8 +358,8 @@ async def crons_stop(request: Request) -> Response:
 
 async def _set_enabled(request: Request, enabled: bool) -> Response:
     rt = _rt(request)
-    tasks = await _tasks_by_nums(rt, await _ids_body(request))
-    await operations.set_tasks_enabled(rt, [t.id for t in tasks], enabled)
+    chosen = await _tasks_by_nums(rt, await _ids_body(request))
+    await operations.set_tasks_enabled(rt, [t.id for t in chosen], enabled)
     return ok()
 
 
@@ -387,16 +386,16 @@ async def crons_log(request: Request) -> Response:
     """The latest run's log: its last `log_read_limit` bytes (1 MiB by default)."""
     rt = _rt(request)
     async with rt.db.read() as tx:
-        task = await store.get_task_by_num(tx, _path_id(request))
-        latest = (await store.latest_runs_by_task(tx, [task.id])).get(task.id)
-        attempts = await store.attempts_of_run(tx, latest.id) if latest else []
+        task = await tasks.get_task_by_num(tx, _path_id(request))
+        latest = (await runs.latest_runs_by_task(tx, [task.id])).get(task.id)
+        tried = await attempts.attempts_of_run(tx, latest.id) if latest else []
     if latest is None:
         return json_response({"code": 200, "data": "", "logStatus": "notFound"})
     active = latest.status in ACTIVE_RUN
     status = "running" if active else "completed"
-    if not attempts:
+    if not tried:
         return json_response({"code": 200, "data": "", "logStatus": status})
-    data, offset = await rt.files.run(logs.tail, rt.settings.logs_path, attempts[-1].log_path,
+    data, offset = await rt.files.run(logs.tail, rt.settings.logs_path, tried[-1].log_path,
                                       rt.settings.log_read_limit)
     data = _utf8_start(data) if offset else data
     return json_response({"code": 200, "data": data.decode("utf-8", "replace"),
@@ -420,7 +419,7 @@ class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     labels: list[str] | None = None
 
 
-def env_view(env: qstore.EnvVar) -> dict[str, Any]:
+def env_view(env: envs.EnvVar) -> dict[str, Any]:
     return {
         "id": env.num,
         "name": env.name,
@@ -445,14 +444,14 @@ def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 async def envs_list(request: Request) -> Response:
     search = inputs.query_text(request, "searchValue", BadRequest).strip()
     async with _rt(request).db.read() as tx:
-        envs = await qstore.list_envs(tx, search)
-    return ok([env_view(e) for e in envs])
+        found = await envs.list_envs(tx, search)
+    return ok([env_view(e) for e in found])
 
 
 @scoped("envs")
 async def envs_get(request: Request) -> Response:
     async with _rt(request).db.read() as tx:
-        found = await qstore.envs_by_nums(tx, [_path_id(request)])
+        found = await envs.envs_by_nums(tx, [_path_id(request)])
     if not found:
         raise Missing("env not found")
     return ok(env_view(found[0]))
@@ -460,7 +459,7 @@ async def envs_get(request: Request) -> Response:
 
 @scoped("envs")
 async def envs_create(request: Request) -> Response:
-    items = _decode(await request.body(), list[EnvIn])
+    items = decode(await request.body(), list[EnvIn])
     if not items:
         raise BadRequest("body must be a non-empty array of {name, value, remarks}")
     if len(items) > inputs.MAX_IDS:
@@ -476,7 +475,7 @@ async def envs_create(request: Request) -> Response:
 
 @scoped("envs")
 async def envs_update(request: Request) -> Response:
-    body = _decode(await request.body(), EnvPatch)
+    body = decode(await request.body(), EnvPatch)
     _unsupported(body, ("labels",))
     num = _id_list([body.id], "id")[0]
     fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
@@ -504,7 +503,7 @@ async def _envs_enabled(request: Request, enabled: bool) -> Response:
 async def _env_ids(rt: Runtime, nums: list[int], *, missing_ok: bool = False) -> list[str]:
     """The envs of these QingLong ids; 404 naming the unknown ones unless `missing_ok`."""
     async with rt.db.read() as tx:
-        found = {e.num: e.id for e in await qstore.envs_by_nums(tx, nums)}
+        found = {e.num: e.id for e in await envs.envs_by_nums(tx, nums)}
     missing = [n for n in nums if n not in found]
     if missing and not missing_ok:
         raise Missing(f"env {', '.join(map(str, missing))} not found")
@@ -519,7 +518,7 @@ class EnvRename(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
 @scoped("envs")
 async def envs_rename(request: Request) -> Response:
     """QingLong's PUT /envs/name: give every listed env one name (back/api/env.ts)."""
-    body = _decode(await request.body(), EnvRename)
+    body = decode(await request.body(), EnvRename)
     nums = _id_list(body.ids)
     name = env_name(body.name, "name", BadRequest)
     rt = _rt(request)

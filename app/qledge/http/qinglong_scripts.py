@@ -19,7 +19,7 @@ from starlette.routing import Route
 from ..scripts import Node, ScriptExists, ScriptNotFound, Scripts
 from ._files import offload, read_body, read_form
 from .errors import BadRequest, json_response
-from .qinglong import _decode, ok, scoped
+from .qinglong import decode, ok, scoped
 from .scripts import body_limit, scripts_of, stream_file
 
 
@@ -122,7 +122,7 @@ async def create(request: Request) -> Response:
         form = await read_form(request, sc, sc.limits.max_text)
         try:
             fields = {k: form.fields[k] for k in FileIn.__struct_fields__ if k in form.fields}
-            body = _decode(msgspec.json.encode(fields), FileIn)
+            body = decode(msgspec.json.encode(fields), FileIn)
         except BaseException:
             if form.upload is not None:
                 await offload(form.upload.abort)
@@ -133,7 +133,7 @@ async def create(request: Request) -> Response:
             await offload(lambda: sc.place(up, rel, overwrite=True))
             return ok()
     else:
-        body = _decode(await read_body(request, body_limit(sc.limits)), FileIn)
+        body = decode(await read_body(request, body_limit(sc.limits)), FileIn)
     if body.directory:
         await _mkdir(sc, rel_of(body.path, body.directory))
         return ok()
@@ -150,7 +150,7 @@ async def create(request: Request) -> Response:
 @scoped("scripts")
 async def update(request: Request) -> Response:
     sc = scripts_of(request)
-    body = _decode(await read_body(request, body_limit(sc.limits)), PutIn)
+    body = decode(await read_body(request, body_limit(sc.limits)), PutIn)
     rel = rel_of(body.path, body.filename)
     await offload(lambda: sc.write(rel, body.content.encode("utf-8")))
     return ok()
@@ -161,7 +161,7 @@ async def delete(request: Request) -> Response:
     """Like QingLong's rmPath: a file, or a folder with its contents; a missing one is
     not an error."""
     sc = scripts_of(request)
-    body = _decode(await read_body(request, 64 * 1024), DeleteIn)
+    body = decode(await read_body(request, 64 * 1024), DeleteIn)
     with contextlib.suppress(ScriptNotFound):
         await offload(sc.delete, rel_of(body.path, body.filename))
     return ok()
@@ -170,14 +170,14 @@ async def delete(request: Request) -> Response:
 @scoped("scripts")
 async def download(request: Request) -> Response:
     sc = scripts_of(request)
-    body = _decode(await read_body(request, 64 * 1024), NameIn)
+    body = decode(await read_body(request, 64 * 1024), NameIn)
     return await stream_file(sc, rel_of(body.path, body.filename))
 
 
 @scoped("scripts")
 async def rename(request: Request) -> Response:
     sc = scripts_of(request)
-    body = _decode(await read_body(request, 64 * 1024), RenameIn)
+    body = decode(await read_body(request, 64 * 1024), RenameIn)
     src, dst = rel_of(body.path, body.filename), rel_of(body.path, body.newFilename)
     await offload(sc.move, src, dst)
     return ok()

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
-from ..db import conc_runs, store
+from ..db import attempts, conc_runs, events, runs
 from ..model import (
     ACTIVE_ATTEMPT,
     TERMINAL_RUN,
@@ -66,10 +66,10 @@ async def list_(request: Request) -> Response:
     if task_id is not None and not ids.is_uuid7(task_id):
         raise Invalid("task_id must be a task id (UUIDv7)", field="task_id")
     async with _rt(request).db.read() as tx:
-        runs = await store.list_runs(tx, task_id=task_id, status=status,
+        page = await runs.list_runs(tx, task_id=task_id, status=status,
                                      before=cursor, limit=limit)
-    nxt = runs[-1].id if len(runs) == limit else None
-    return json_response({"items": [run_view(r) for r in runs], "next_cursor": nxt})
+    nxt = page[-1].id if len(page) == limit else None
+    return json_response({"items": [run_view(r) for r in page], "next_cursor": nxt})
 
 
 async def _run_id(request: Request) -> str:
@@ -83,11 +83,11 @@ async def get(request: Request) -> Response:
     rt = _rt(request)
     run_id = await _run_id(request)
     async with rt.db.read() as tx:
-        run = await store.get_run(tx, run_id)
-        attempts = await store.attempts_of_run(tx, run_id)
+        run = await runs.get_run(tx, run_id)
+        tried = await attempts.attempts_of_run(tx, run_id)
         children = await conc_runs.children(tx, run_id)
     views = []
-    for a in attempts:
+    for a in tried:
         view = attempt_view(a)
         state = await log_state(rt, a)
         view.update(log_size=state.size, log_bytes_at_exit=a.log_bytes_at_exit,
@@ -99,12 +99,12 @@ async def get(request: Request) -> Response:
     return json_response({**run_view(run), "attempts": views, "children": kids})
 
 
-async def events(request: Request) -> Response:
+async def run_events(request: Request) -> Response:
     run_id = await _run_id(request)
     after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
     async with _rt(request).db.read() as tx:
-        await store.get_run(tx, run_id)
-        evs = await store.list_events(tx, run_id, after_seq=after)
+        await runs.get_run(tx, run_id)
+        evs = await events.list_events(tx, run_id, after_seq=after)
     return json_response({"items": msgspec.to_builtins(evs)})
 
 
@@ -119,6 +119,6 @@ routes = [
     Route("/tasks/{task_id}/runs", create, methods=["POST"]),
     Route("/runs", list_, methods=["GET"]),
     Route("/runs/{run_id}", get, methods=["GET"]),
-    Route("/runs/{run_id}/events", events, methods=["GET"]),
+    Route("/runs/{run_id}/events", run_events, methods=["GET"]),
     Route("/runs/{run_id}/cancel", cancel, methods=["POST"]),
 ]

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import cron, ids
-from ..db import store
+from ..db import rows
 from ..db import subscriptions as subs
 from ..runtime import subscriptions as ops
 from ..runtime.lifecycle import Runtime
@@ -185,7 +185,7 @@ async def get(request: Request) -> Response:
     try:
         async with _rt(request).db.read() as tx:
             sub = await subs.get(tx, sub_id)
-    except store.NotFound:
+    except rows.NotFound:
         raise Missing("subscription not found") from None
     return json_response(view(sub))
 
@@ -196,7 +196,7 @@ async def update(request: Request) -> Response:
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
     try:
         sub = await ops.update(_rt(request), sub_id, validate(fields))
-    except store.NotFound:
+    except rows.NotFound:
         raise Missing("subscription not found") from None
     return json_response(view(sub))
 
@@ -204,7 +204,7 @@ async def update(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     try:
         await ops.delete(_rt(request), _sub_id(request))
-    except store.NotFound:
+    except rows.NotFound:
         raise Missing("subscription not found") from None
     return Response(status_code=204)
 
@@ -212,7 +212,7 @@ async def delete(request: Request) -> Response:
 async def pull(request: Request) -> Response:
     try:
         run = await ops.pull_now(_rt(request), _sub_id(request))
-    except store.NotFound:
+    except rows.NotFound:
         raise Missing("subscription not found") from None
     except ops.PullBusy as exc:
         raise StateConflict(str(exc)) from None

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from .. import cron
 from ..clock import now_ms
-from ..db import store
+from ..db import tasks
 from ..model import Task
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
@@ -119,15 +119,15 @@ async def list_(request: Request) -> Response:
     after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
     limit = inputs.query_int(request, "limit", 100, 1, 500)
     async with _rt(request).db.read() as tx:
-        tasks = await store.list_tasks(tx, after_num=after, limit=limit)
-    items = [task_view(t) for t in tasks]
-    nxt = tasks[-1].num if len(tasks) == limit else None
+        page = await tasks.list_tasks(tx, after_num=after, limit=limit)
+    items = [task_view(t) for t in page]
+    nxt = page[-1].num if len(page) == limit else None
     return json_response({"items": items, "next_after": nxt})
 
 
 async def get(request: Request) -> Response:
     async with _rt(request).db.read() as tx:
-        task = await store.get_task(tx, request.path_params["task_id"])
+        task = await tasks.get_task(tx, request.path_params["task_id"])
     return json_response(task_view(task))
 
 

@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from .. import ids
 from ..clock import now_ms
-from ..db import store
+from ..db import runs
 from ..runtime.lifecycle import Runtime
 from .errors import Missing, Unauthorized, json_response
 
@@ -121,7 +121,7 @@ async def issue(request: Request) -> Response:
         raise Missing("run not found")
     rt: Runtime = request.app.state.runtime
     async with rt.db.read() as tx:
-        await store.get_run(tx, run_id)  # 404 for an unknown run
+        await runs.get_run(tx, run_id)  # 404 for an unknown run
     ticket, expires_at_ms = tickets_of(request).issue(run_id)
     return json_response({"ticket": ticket, "expires_at_ms": expires_at_ms, "run_id": run_id},
                          headers={"Cache-Control": "no-store"})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..db import qinglong_store
+from ..db import envs, tasks
 from ..db.connection import Tx
 from ..model import Task
 from .executor import base_env
@@ -74,10 +74,10 @@ def check(env: dict[str, str], whose: str) -> None:
 async def verify(tx: Tx, work_dir: Path, task: Task | None = None) -> None:
     """Inside the saving transaction, after the change: the environment `task` would
     get, or (envs changed) the one every task would get. Raises EnvironmentTooLarge."""
-    base = {**base_env(work_dir), **await qinglong_store.global_env(tx)}
+    base = {**base_env(work_dir), **await envs.global_env(tx)}
     if task is not None:
         check({**base, **task.env}, f"task {task.num} ({task.name})")
         return
     check(base, "with the enabled envs")
-    for num, name, env in await qinglong_store.task_envs(tx):
+    for num, name, env in await tasks.task_envs(tx):
         check({**base, **env}, f"with the enabled envs, task {num} ({name})")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
-from ..db import conc_runs, store
+from ..db import attempts, conc_runs, journal, runs, tasks
 from ..db.connection import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..receipts.codec import new_token, token_hash
@@ -137,12 +137,12 @@ class LocalExecutor:
         if the transaction rolls back; the caller launch()es it after the commit.
         """
         if task is None:
-            run = await store.get_run(tx, run.id)
+            run = await runs.get_run(tx, run.id)
             if run.status is not RunStatus.QUEUED or run.cancel_reason is not None:
                 return None
-            if await store.run_has_active_attempt(tx, run.id):
+            if await attempts.run_has_active_attempt(tx, run.id):
                 return None
-            task = await store.get_task(tx, run.task_id)
+            task = await tasks.get_task(tx, run.task_id)
         env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env,
                **await self.task_env(tx, task)}
         token = new_token()
@@ -158,7 +158,7 @@ class LocalExecutor:
                 refusal = exc  # fails like any refused form: an attempt, no process
             else:
                 # No process of its own: its children are queued runs (runtime/conc.py).
-                run = await store.apply(tx, run, transitions.fan_out(run, len(picks), now), now)
+                run = await runs.apply(tx, run, transitions.fan_out(run, len(picks), now), now)
                 for index in picks:
                     await conc_runs.create_child(tx, ids.uuid7(), run, index, now)
                 self.fanned_out += 1
@@ -166,7 +166,7 @@ class LocalExecutor:
         deadline = deadline_ms(task, form, now)
         self.in_flight.add(attempt_id)
         tx.on_rollback(lambda: self.in_flight.discard(attempt_id))
-        attempt = await store.prepare_attempt(
+        attempt = await attempts.prepare_attempt(
             tx, run, attempt_id=attempt_id, owner=self.node_id,
             executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
             deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
@@ -228,12 +228,12 @@ class LocalExecutor:
             # recovery finds the attempt `preparing` and decides from the receipt,
             # or `lost`. Step 1 stays durable: it must be on disk before the spawn.
             async with self.db.write(durable=False) as tx:
-                run = await store.get_run(tx, run.id)
-                attempt = await store.get_attempt(tx, attempt_id)
+                run = await runs.get_run(tx, run.id)
+                attempt = await attempts.get_attempt(tx, attempt_id)
                 tr = transitions.attempt_started(
                     run, attempt, pid=pid, start_time=ident.start_time, boot_id=self.boot_id,
                     now_ms=now_ms())
-                await store.apply(tx, run, tr, now_ms())
+                await runs.apply(tx, run, tr, now_ms())
                 assert tr.attempt is not None
                 return SpawnResult(tr.attempt, pidfd)
         except Exception as exc:
@@ -301,10 +301,10 @@ class LocalExecutor:
         """`settled`: no launcher ever ran, so no receipt can come (journal: ageing only).
         A launcher stopped for lack of an identity may still publish: not settled."""
         async with self.db.write() as tx:
-            attempt = await store.get_attempt(tx, attempt_id)
-            run = await store.get_run(tx, attempt.run_id)
+            attempt = await attempts.get_attempt(tx, attempt_id)
+            run = await runs.get_run(tx, attempt.run_id)
             tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status,
                                              message=message)
-            await store.apply(tx, run, tr, now_ms())
+            await runs.apply(tx, run, tr, now_ms())
             if settled:
-                await store.journal_settle(tx, [attempt_id], now_ms())
+                await journal.journal_settle(tx, [attempt_id], now_ms())

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from .. import transitions
 from ..clock import now_ms
-from ..db import leases, store
+from ..db import attempts, events, leases, rows, runs
 from ..db.connection import Database
 from ..launch import identity
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
@@ -66,19 +66,19 @@ class Cancellation:
     async def request(self, run_id: str, reason: CancelReason) -> RunStatus:
         """Commit the intent (idempotent); a queued run ends at once, a running one is signalled."""
         async with self.db.write() as tx:
-            run = await store.get_run(tx, run_id)
+            run = await runs.get_run(tx, run_id)
             if run.status in TERMINAL_RUN:
                 raise RunTerminal(run.status.value)
             tr = transitions.request_cancel(run, reason, now_ms())
             if tr is not None:
-                run = await store.apply(tx, run, tr, now_ms())
+                run = await runs.apply(tx, run, tr, now_ms())
                 # A `task … conc` parent: the intent reaches its children too (the
                 # last one to end finishes the parent, in its own commit).
                 await conc.cancel_children(tx, run, reason, now_ms())
-                run = await store.get_run(tx, run.id)
+                run = await runs.get_run(tx, run.id)
             if run.status is RunStatus.QUEUED:
                 tr = transitions.cancel_queued(run, now_ms())
-                run = await store.apply(tx, run, tr, now_ms())
+                run = await runs.apply(tx, run, tr, now_ms())
                 return run.status
         await self.sweep(64)
         return run.status
@@ -114,16 +114,16 @@ class Cancellation:
     async def expire_deadlines(self, limit: int) -> int:
         """Commit timeout intents for expired deadlines, then drive their signals."""
         async with self.db.read() as tx:
-            expired = await store.expired_attempts(tx, self.node_id, now_ms(), limit)
+            expired = await attempts.expired_attempts(tx, self.node_id, now_ms(), limit)
         committed = 0
         for attempt in expired:
             async with self.db.write() as tx:
-                run = await store.get_run(tx, attempt.run_id)
+                run = await runs.get_run(tx, attempt.run_id)
                 if run.status in TERMINAL_RUN:
                     continue
                 tr = transitions.request_cancel(run, CancelReason.TIMEOUT, now_ms())
                 if tr is not None:
-                    await store.apply(tx, run, tr, now_ms())
+                    await runs.apply(tx, run, tr, now_ms())
                     committed += 1
         await self.sweep(limit)
         return committed
@@ -131,8 +131,8 @@ class Cancellation:
     async def sweep(self, limit: int) -> None:
         """Make sure every running attempt with a committed intent has a driver."""
         async with self.db.read() as tx:
-            attempts = await leases.cancelling_attempts(tx, self.node_id, limit)
-        for attempt in attempts:
+            cancelling = await leases.cancelling_attempts(tx, self.node_id, limit)
+        for attempt in cancelling:
             if attempt.id not in self._drivers:
                 task = asyncio.create_task(self._drive(attempt), name=f"cancel:{attempt.id}")
                 self._drivers[attempt.id] = task
@@ -147,7 +147,7 @@ class Cancellation:
         async with self.db.read() as tx:
             running = await leases.running_attempts(tx, self.node_id, 1_000_000)
         for attempt in running:
-            with contextlib.suppress(RunTerminal, store.Conflict):
+            with contextlib.suppress(RunTerminal, rows.Conflict):
                 await self.request(attempt.run_id, CancelReason.SHUTDOWN)
         if self._drivers:
             await asyncio.wait(list(self._drivers.values()), timeout=drain_s)
@@ -205,8 +205,8 @@ class Cancellation:
                 return False
             column = "term_sent_at_ms" if sig is signal.SIGTERM else "kill_sent_at_ms"
             await leases.record_signal(tx, attempt.id, column, now_ms())
-            run = await store.get_run(tx, attempt.run_id)
-            await store.append_events(tx, run, [NewEvent(
+            run = await runs.get_run(tx, attempt.run_id)
+            await events.append_events(tx, run, [NewEvent(
                 type="attempt.signal_sent", attempt_id=attempt.id,
                 data={"signal": sig.name, "epoch": lease.epoch})], now_ms())
         return True

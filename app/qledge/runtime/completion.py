@@ -16,7 +16,7 @@ import msgspec
 
 from .. import failpoints, transitions
 from ..clock import now_ms
-from ..db import store
+from ..db import attempts, journal, rows, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason
@@ -60,12 +60,12 @@ class CompletionService:
                 result = await self.complete_in(tx, receipt)
                 failpoints.hit("completion.before_commit")
             return result
-        except (store.Conflict, sqlite3.OperationalError) as exc:
+        except (rows.Conflict, sqlite3.OperationalError) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
 
     async def complete_in(self, tx: Tx, receipt: Receipt) -> Result:
         """The checks and the transition inside the caller's transaction (batched consumers)."""
-        attempt = await store.find_attempt(tx, receipt.attempt_id)
+        attempt = await attempts.find_attempt(tx, receipt.attempt_id)
         if attempt is None:
             return _rejected(Rejection.UNKNOWN_ATTEMPT)
         if attempt.run_id != receipt.run_id:
@@ -84,7 +84,7 @@ class CompletionService:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
         if receipt.callback_sequence != attempt.callback_sequence:
             return _rejected(Rejection.BAD_SEQUENCE)
-        run = await store.get_run(tx, attempt.run_id)
+        run = await runs.get_run(tx, attempt.run_id)
         if run.status in TERMINAL_RUN:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
         log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
@@ -92,7 +92,7 @@ class CompletionService:
         tr = transitions.complete(
             run, attempt, exit_code=receipt.exit_code, finished_at_ms=receipt.finished_at_ms,
             log_bytes=log_bytes, leftover_processes=leftovers)
-        await store.apply(tx, run, tr, now_ms())
+        await runs.apply(tx, run, tr, now_ms())
         return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
 
     async def without_receipt(
@@ -106,20 +106,20 @@ class CompletionService:
         file checks, only ageing (docs/storage.md)."""
         try:
             async with self.db.write() as tx:
-                attempt = await store.get_attempt(tx, attempt_id)
+                attempt = await attempts.get_attempt(tx, attempt_id)
                 if attempt.status not in ACTIVE_ATTEMPT:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
                 if seen is not None and attempt.status is not seen:
                     # It moved since the caller looked (e.g. preparing -> running):
                     # the caller's evidence is stale, so decide nothing.
                     return Result(outcome=Outcome.RETRY, reason="ATTEMPT_CHANGED")
-                run = await store.get_run(tx, attempt.run_id)
+                run = await runs.get_run(tx, attempt.run_id)
                 if run.status in TERMINAL_RUN:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
                 tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
-                await store.apply(tx, run, tr, now_ms())
+                await runs.apply(tx, run, tr, now_ms())
                 if settled:
-                    await store.journal_settle(tx, [attempt_id], now_ms())
+                    await journal.journal_settle(tx, [attempt_id], now_ms())
                 return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
-        except (store.Conflict, sqlite3.OperationalError) as exc:
+        except (rows.Conflict, sqlite3.OperationalError) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)

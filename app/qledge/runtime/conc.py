@@ -14,7 +14,7 @@ whose result was invented or a child nobody tracks.
 from __future__ import annotations
 
 from .. import transitions
-from ..db import conc_runs, store
+from ..db import conc_runs, runs
 from ..db.connection import Tx
 from ..model import TERMINAL_RUN, CancelReason, Run, RunStatus
 
@@ -25,11 +25,11 @@ async def on_terminal(tx: Tx, old: Run, new: Run, now_ms: int) -> None:
         return
     if await conc_runs.has_active_child(tx, new.parent_run_id):
         return
-    parent = await store.get_run(tx, new.parent_run_id)
+    parent = await runs.get_run(tx, new.parent_run_id)
     if parent.status in TERMINAL_RUN:
         return
     children = await conc_runs.children(tx, parent.id)
-    await store.apply(tx, parent, transitions.children_done(parent, children, now_ms), now_ms)
+    await runs.apply(tx, parent, transitions.children_done(parent, children, now_ms), now_ms)
 
 
 async def cancel_children(tx: Tx, parent: Run, reason: CancelReason, now_ms: int) -> None:
@@ -40,6 +40,6 @@ async def cancel_children(tx: Tx, parent: Run, reason: CancelReason, now_ms: int
             continue
         tr = transitions.request_cancel(child, reason, now_ms)
         if tr is not None:
-            child = await store.apply(tx, child, tr, now_ms)
+            child = await runs.apply(tx, child, tr, now_ms)
         if child.status is RunStatus.QUEUED:
-            await store.apply(tx, child, transitions.cancel_queued(child, now_ms), now_ms)
+            await runs.apply(tx, child, transitions.cancel_queued(child, now_ms), now_ms)

@@ -21,7 +21,7 @@ import msgspec
 
 from .. import failpoints
 from ..clock import now_ms
-from ..db import store
+from ..db import attempts, journal, rows
 from ..db.connection import Database
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
@@ -93,13 +93,13 @@ class Consumer:
                         async with tx.savepoint():
                             results[receipt.attempt_id] = await self.completion.complete_in(
                                 tx, receipt)
-                    except store.Conflict:
+                    except rows.Conflict:
                         results[receipt.attempt_id] = Result(outcome=Outcome.RETRY)
                 # Consumed: the file is the reaper's to delete, the row needs no more
                 # file work (docs/storage.md) — bookkeeping in the same commit.
-                await store.journal_settle(tx, _consumed(results), now_ms())
+                await journal.journal_settle(tx, _consumed(results), now_ms())
                 failpoints.hit("consumer.before_commit")
-        except (sqlite3.OperationalError, store.Conflict) as exc:
+        except (sqlite3.OperationalError, rows.Conflict) as exc:
             log.warning("completion batch of %d kept for retry: %s", len(valid),
                         type(exc).__name__)
             return {**out, **{r.attempt_id: Consumed.RETRY for r in valid}}
@@ -133,9 +133,9 @@ class Consumer:
         """Record the deterministic rejection first, then move the file (never read it again)."""
         try:
             async with self.db.write() as tx:
-                known = await store.find_attempt(tx, attempt_id) is not None
+                known = await attempts.find_attempt(tx, attempt_id) is not None
                 if known:
-                    await store.journal_quarantine(tx, attempt_id, reason, now_ms())
+                    await journal.journal_quarantine(tx, attempt_id, reason, now_ms())
         except sqlite3.OperationalError:
             return Consumed.RETRY
         if not known:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
-from ..db import store
+from ..db import attempts, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Run, Task
@@ -105,14 +105,14 @@ class Dispatcher:
             return None
         if not await self._slot_free(tx):
             return None
-        oldest = await store.queued_runs(tx, 1, now_ms())
+        oldest = await runs.queued_runs(tx, 1, now_ms())
         if not oldest or oldest[0].id != run.id:
             return None
         return await self.executor.prepare_in(tx, run, task)
 
     async def _slot_free(self, tx: Tx) -> bool:
         """The admission rule of both doors, read inside the preparing transaction."""
-        return await store.count_active_attempts(tx, self.node_id) < self.limit
+        return await attempts.count_active_attempts(tx, self.node_id) < self.limit
 
     def launch_soon(self, prepared: Prepared) -> None:
         """After the commit of admit_new's transaction: steps 2-4 in the background."""
@@ -134,8 +134,8 @@ class Dispatcher:
         if await self.may_spawn() is not None:
             return 0
         async with self.db.read() as tx:
-            queued = await store.queued_runs(tx, self.limit * 2, now_ms())
-            self._wake_at(await store.next_not_before(tx, now_ms()))
+            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
+            self._wake_at(await runs.next_not_before(tx, now_ms()))
         started = 0
         fanned = self.executor.fanned_out
         for run in queued:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import ids, notify, shipped_scripts
 from ..clock import now_ms
-from ..db import qinglong_store, store
+from ..db import attempts, envs, journal
 from ..db.connection import Database, Tx
 from ..launch import isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
@@ -45,10 +45,6 @@ def read_boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-async def no_global_env(tx: Tx) -> dict[str, str]:
-    return {}
-
-
 class Runtime:
     def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
         """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
@@ -65,7 +61,7 @@ class Runtime:
         self.ready = False
         self.startup_report: RoundReport | None = None
         # Enabled QingLong envs (same name joined with '&'); a task's own env wins.
-        self.global_env = qinglong_store.global_env
+        self.global_env = envs.global_env
         self._finishing: set[asyncio.Task[None]] = set()
         self.log_streams = 0
         # User-reachable file work (log reads and tails): its own bounded threads,
@@ -94,7 +90,7 @@ class Runtime:
         await asyncio.to_thread(shipped_scripts.ship, s.scripts_path, work_dir)
         await self.db.open()
         async with self.db.write() as tx:
-            self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
+            self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
         self.subscriptions = Syncer(self)
         self.receipts = ReceiptStore(s.receipts_path)
@@ -247,7 +243,7 @@ class Runtime:
 
     async def report(self) -> dict[str, object]:
         async with self.db.read() as tx:
-            journal = await store.journal_counts(tx)
+            backlog = await journal.journal_counts(tx)
         last = self.supervisor.last or self.startup_report
         return {
             "profile": self.profile.name,
@@ -256,8 +252,8 @@ class Runtime:
             "uptime_s": (now_ms() - self.started_at_ms) // 1000,
             "ready": self.ready,
             "watched_attempts": len(self.watcher),
-            "journal": journal,
-            "journal_backlog": journal.get("active", 0),
+            "journal": backlog,
+            "journal_backlog": backlog.get("active", 0),
             "startup_recovery": _report(self.startup_report),
             "last_round": _report(last),
             "rounds": self.supervision.rounds,

@@ -24,8 +24,8 @@ import msgspec
 
 from .. import failpoints, notify, qinglong_notify
 from ..clock import now_ms
+from ..db import envs, rows, tasks
 from ..db import notifications as q
-from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..model import Run, RunStatus
@@ -94,10 +94,10 @@ def _parses(url: str) -> bool:
 
 async def env_of(tx: Tx, task_id: str | None) -> dict[str, str]:
     """The environment a task's run gets from envs: the enabled envs, then its own."""
-    env = await qinglong_store.global_env(tx)
+    env = await envs.global_env(tx)
     if task_id is not None:
-        with contextlib.suppress(store.NotFound):
-            env = {**env, **(await store.get_task(tx, task_id)).env}
+        with contextlib.suppress(rows.NotFound):
+            env = {**env, **(await tasks.get_task(tx, task_id)).env}
     return env
 
 
@@ -182,11 +182,11 @@ class Notifier:
             if kind == "script":
                 env = await env_of(tx, task_id)
                 channel_ids += [ENV_CHANNEL + name for name in qinglong_notify.urls(env)]
-        rows = await q.enqueue(tx, channel_ids=channel_ids, kind=kind, run_id=run_id,
-                               task_id=task_id, title=title, body=body, log_lines=0,
-                               due_at_ms=now, now_ms=now)
+        written = await q.enqueue(tx, channel_ids=channel_ids, kind=kind, run_id=run_id,
+                                  task_id=task_id, title=title, body=body, log_lines=0,
+                                  due_at_ms=now, now_ms=now)
         tx.on_commit(self.loop.poke)
-        return len(rows)
+        return len(written)
 
     def pressure_changed(self, pressure: bool, report: dict[str, object]) -> None:
         """DiskKeeper's hook (synchronous): queue the hold entered/left message."""

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from .. import notify
 from ..clock import now_ms
+from ..db import attempts, runs
 from ..db import notifications as q
-from ..db import store
 from ..model import ACTIVE_ATTEMPT
 
 if TYPE_CHECKING:
@@ -71,11 +71,11 @@ async def script_message(rt: Runtime, attempt_id: str, title: str, content: str,
     """Queue a running attempt's message; returns how many deliveries were queued.
     Raises RunFinished once the attempt is over, TooMany past the per-attempt cap."""
     async with rt.db.write() as tx:
-        attempt = await store.find_attempt(tx, attempt_id)
+        attempt = await attempts.find_attempt(tx, attempt_id)
         if attempt is None or attempt.status not in ACTIVE_ATTEMPT:
             raise RunFinished(attempt_id)
         if sent_so_far >= MAX_SCRIPT_SENDS:
             raise TooMany(attempt_id)
-        run = await store.get_run(tx, attempt.run_id)
+        run = await runs.get_run(tx, attempt.run_id)
         return await rt.notifier.enqueue(tx, kind="script", title=title, body=content,
                                          run_id=run.id, task_id=run.task_id)

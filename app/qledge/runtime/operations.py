@@ -16,8 +16,7 @@ from typing import Any
 
 from .. import ids
 from ..clock import now_ms
-from ..db import qinglong_store as qstore
-from ..db import store
+from ..db import envs, rows, runs, tasks
 from ..launch import environment
 from ..model import CancelReason, Concurrency, Run, RunStatus, Task, Trigger
 from .cancellation import RunTerminal
@@ -38,7 +37,7 @@ class ActiveRun(Exception):
 async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     """A new task (fields validated by the caller); its environment must fit execve."""
     async with rt.db.write() as tx:
-        task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+        task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
     rt.scheduler.wake()
     return task
@@ -46,7 +45,7 @@ async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
 
 async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task:
     async with rt.db.write() as tx:
-        task = await store.update_task(tx, task_id, fields, now_ms())
+        task = await tasks.update_task(tx, task_id, fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
     rt.scheduler.wake()
     return task
@@ -56,9 +55,9 @@ async def set_tasks_enabled(rt: Runtime, task_ids: list[str], enabled: bool) -> 
     """Enable or disable these tasks in one transaction; unchanged ones keep their version."""
     async with rt.db.write() as tx:
         for task_id in task_ids:
-            current = await store.get_task(tx, task_id)
+            current = await tasks.get_task(tx, task_id)
             if current.enabled != enabled:
-                await store.update_task(tx, task_id, {"enabled": enabled}, now_ms())
+                await tasks.update_task(tx, task_id, {"enabled": enabled}, now_ms())
     rt.scheduler.wake()
 
 
@@ -70,12 +69,12 @@ async def delete_tasks(rt: Runtime, task_ids: list[str]) -> None:
     paths: list[str] = []
     async with rt.db.write() as tx:
         for task_id in task_ids:
-            active = await store.active_run_of_task(tx, task_id)
+            active = await runs.active_run_of_task(tx, task_id)
             if active is not None:
-                task = await store.get_task(tx, task_id)
+                task = await tasks.get_task(tx, task_id)
                 raise ActiveRun("task has an active run; cancel it first", task=task,
                                 run_id=active.id)
-            paths += await store.delete_task(tx, task_id, now)
+            paths += await tasks.delete_task(tx, task_id, now)
     await rt.remove_logs(paths)
     rt.scheduler.wake()
 
@@ -89,13 +88,13 @@ async def trigger(rt: Runtime, task_id: str, how: Trigger) -> Run:
     dispatcher.admit_new): the answer still says `queued`, the launch follows.
     """
     async with rt.db.write() as tx:
-        task = await store.get_task(tx, task_id)
+        task = await tasks.get_task(tx, task_id)
         if task.concurrency is Concurrency.FORBID:
-            active = await store.active_run_of_task(tx, task.id)
+            active = await runs.active_run_of_task(tx, task.id)
             if active is not None:
                 raise ActiveRun("task already has an active run (concurrency: forbid)",
                                 task=task, run_id=active.id)
-        run = await store.create_run(tx, ids.uuid7(), task.id, how, now_ms())
+        run = await runs.create_run(tx, ids.uuid7(), task.id, how, now_ms())
         prepared = await rt.dispatcher.admit_new(tx, run, task)
     if prepared is not None:
         rt.dispatcher.launch_soon(prepared)
@@ -113,26 +112,26 @@ async def cancel_run(rt: Runtime, run_id: str, reason: CancelReason = CancelReas
 async def stop_task(rt: Runtime, task_id: str) -> None:
     """Cancel every active run of the task; one that ends meanwhile is fine."""
     async with rt.db.read() as tx:
-        active = await qstore.active_runs_of_task(tx, task_id)
+        active = await runs.active_runs_of_task(tx, task_id)
     for run in active:
-        with contextlib.suppress(RunTerminal, store.Conflict):
+        with contextlib.suppress(RunTerminal, rows.Conflict):
             await cancel_run(rt, run.id)
 
 
 # -- envs ------------------------------------------------------------------------------
 
-async def create_envs(rt: Runtime, items: list[dict[str, Any]]) -> list[qstore.EnvVar]:
+async def create_envs(rt: Runtime, items: list[dict[str, Any]]) -> list[envs.EnvVar]:
     """New envs in one transaction; every task's environment must still fit execve."""
     async with rt.db.write() as tx:
-        created = [await qstore.create_env(tx, ids.uuid7(), fields, now_ms())
+        created = [await envs.create_env(tx, ids.uuid7(), fields, now_ms())
                    for fields in items]
         await environment.verify(tx, rt.settings.work_path)
     return created
 
 
-async def update_env(rt: Runtime, env_id: str, fields: dict[str, Any]) -> qstore.EnvVar:
+async def update_env(rt: Runtime, env_id: str, fields: dict[str, Any]) -> envs.EnvVar:
     async with rt.db.write() as tx:
-        env = await qstore.update_env(tx, env_id, fields, now_ms())
+        env = await envs.update_env(tx, env_id, fields, now_ms())
         await environment.verify(tx, rt.settings.work_path)
     return env
 
@@ -140,8 +139,8 @@ async def update_env(rt: Runtime, env_id: str, fields: dict[str, Any]) -> qstore
 async def set_envs_enabled(rt: Runtime, env_ids: list[str], enabled: bool) -> None:
     """All or nothing: NotFound when one of them is gone."""
     async with rt.db.write() as tx:
-        await qstore.require_envs(tx, env_ids)
-        await qstore.set_envs_enabled(tx, env_ids, enabled, now_ms())
+        await envs.require_envs(tx, env_ids)
+        await envs.set_envs_enabled(tx, env_ids, enabled, now_ms())
         if enabled:
             await environment.verify(tx, rt.settings.work_path)
 
@@ -149,8 +148,8 @@ async def set_envs_enabled(rt: Runtime, env_ids: list[str], enabled: bool) -> No
 async def rename_envs(rt: Runtime, env_ids: list[str], name: str) -> None:
     """Give every listed env one name (QingLong's PUT /envs/name)."""
     async with rt.db.write() as tx:
-        await qstore.require_envs(tx, env_ids)
-        await qstore.rename_envs(tx, env_ids, name, now_ms())
+        await envs.require_envs(tx, env_ids)
+        await envs.rename_envs(tx, env_ids, name, now_ms())
         await environment.verify(tx, rt.settings.work_path)
 
 
@@ -158,5 +157,5 @@ async def delete_envs(rt: Runtime, env_ids: list[str], *, missing_ok: bool = Fal
     """Delete these envs; NotFound for an unknown one unless `missing_ok`."""
     async with rt.db.write() as tx:
         if not missing_ok:
-            await qstore.require_envs(tx, env_ids)
-        await qstore.delete_envs(tx, env_ids)
+            await envs.require_envs(tx, env_ids)
+        await envs.delete_envs(tx, env_ids)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 
-from ..db import store
+from ..db import journal
 from ..db.connection import Database
 from ..receipts.store import ReceiptStore
 
@@ -99,7 +99,7 @@ class Reaper:
             # Left behind: the journal-driven scan replays it into already_terminal,
             # once its row is back with the rows that need file checks.
             async with self.db.write(durable=False) as tx:
-                await store.journal_unsettle(tx, failed)
+                await journal.journal_unsettle(tx, failed)
 
     def _remove_all(self, attempt_ids: list[str]) -> list[str]:
         """Delete these receipts; the ids whose file could not be deleted."""

@@ -19,7 +19,7 @@ import msgspec
 
 from .. import transitions
 from ..clock import now_ms
-from ..db import store
+from ..db import attempts, journal, rows, runs
 from ..db.connection import Database
 from ..launch import identity
 from ..model import Attempt, AttemptStatus, Reason
@@ -65,14 +65,14 @@ class Reconciler:
         report = RoundReport(kind="startup", started_at_ms=now_ms())
         async with self.db.write() as tx:
             # Attempts from before the journal existed get their row, idempotently.
-            for attempt in await store.attempts_without_journal(tx, self.node_id, 1_000_000):
+            for attempt in await attempts.attempts_without_journal(tx, self.node_id, 1_000_000):
                 shard_rel = self.consumer.receipts.relative_path(attempt.id)
-                if await store.journal_register(tx, attempt.id, shard_rel, now_ms()):
+                if await journal.journal_register(tx, attempt.id, shard_rel, now_ms()):
                     report.add("journal_registered")
         cursor = ""
         for _ in range(max_pages):
             async with self.db.read() as tx:
-                page = await store.active_attempts_page(tx, self.node_id, cursor, page_size)
+                page = await attempts.active_attempts_page(tx, self.node_id, cursor, page_size)
             if not page:
                 break
             cursor = page[-1].id
@@ -92,7 +92,7 @@ class Reconciler:
         cursor = ""
         for _ in range(max_pages):
             async with self.db.read() as tx:
-                ids = await store.journal_ended_page(tx, cursor, page_size)
+                ids = await journal.journal_ended_page(tx, cursor, page_size)
             if not ids:
                 break
             cursor = ids[-1]
@@ -118,13 +118,13 @@ class Reconciler:
             return False
         try:
             async with self.db.write() as tx:
-                run = await store.get_run(tx, attempt.run_id)
-                current = await store.get_attempt(tx, attempt.id)
+                run = await runs.get_run(tx, attempt.run_id)
+                current = await attempts.get_attempt(tx, attempt.id)
                 tr = transitions.attempt_started(
                     run, current, pid=ident.pid, start_time=ident.start_time,
                     boot_id=ident.boot_id, now_ms=now_ms())
-                await store.apply(tx, run, tr, now_ms())
-        except (transitions.InvalidTransition, store.Conflict):
+                await runs.apply(tx, run, tr, now_ms())
+        except (transitions.InvalidTransition, rows.Conflict):
             os.close(pidfd)
             return False
         self.reattach(attempt.id, pidfd)
@@ -132,17 +132,17 @@ class Reconciler:
                     ident.pid)
         return True
 
-    async def check(self, attempts: list[Attempt], report: RoundReport, *,
+    async def check(self, page: list[Attempt], report: RoundReport, *,
                     startup: bool) -> None:
-        """Decide a page of active attempts; the publish grace is waited once per page."""
+        """Decide a page of active page; the publish grace is waited once per page."""
         if not startup:
-            attempts = [a for a in attempts if not self.in_flight(a.id)]
-        if not attempts:
+            page = [a for a in page if not self.in_flight(a.id)]
+        if not page:
             return
-        report.examined += len(attempts)
-        results = await self.consumer.consume_many([a.id for a in attempts])
+        report.examined += len(page)
+        results = await self.consumer.consume_many([a.id for a in page])
         exited: list[tuple[Attempt, Reason, AttemptStatus]] = []
-        for attempt in attempts:
+        for attempt in page:
             got = results[attempt.id]
             if got in (Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY):
                 report.add(f"receipt_{got.value}")

@@ -43,7 +43,6 @@ from ..clock import now_ms
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
 from ..launch import logs
-from ..model import TERMINAL_RUN, RunStatus
 from ..settings import Profile, Settings
 from .diskwatch import MIB, REASON, DiskWatch
 from .loop import PeriodicLoop
@@ -91,27 +90,6 @@ def verdict(rank: int, finished_at_ms: int, policy: Policy, now: int) -> str | N
     if policy.keep_days > 0 and finished_at_ms < now - policy.keep_days * DAY_MS:
         return "KEEP_DAYS"
     return None
-
-
-class RunFacts(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    status: RunStatus
-    finished_at_ms: int
-
-
-def select_runs(runs_newest_first: Sequence[RunFacts], policy: Policy,
-                now: int) -> list[tuple[str, str]]:
-    """(run id, why) for every run of one task the policy deletes; active runs never."""
-    out: list[tuple[str, str]] = []
-    rank = 0
-    for run in runs_newest_first:
-        if run.status not in TERMINAL_RUN:
-            continue
-        rank += 1
-        why = verdict(rank, run.finished_at_ms, policy, now)
-        if why is not None:
-            out.append((run.id, why))
-    return out
 
 
 class LogFacts(msgspec.Struct, frozen=True, kw_only=True):

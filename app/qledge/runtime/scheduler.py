@@ -35,8 +35,7 @@ from collections.abc import Callable
 from .. import ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after, last_due_at_or_before
-from ..db import qinglong_store as qstore
-from ..db import store
+from ..db import events, rows, runs, schedule, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
 from ..model import Concurrency, NewEvent, Task, Trigger
@@ -132,12 +131,12 @@ class Scheduler:
         """Fire every due tick; returns the earliest next due time (ms) or None."""
         now = self.clock()
         async with self.db.read() as tx:
-            rows = await qstore.scheduled_tasks(tx)
+            scheduled = await schedule.scheduled_tasks(tx)
         due: list[str] = []
         lag = 0
         next_ms: int | None = None
         cache: dict[str, tuple[str, int, int | None]] = {}
-        for task, last in rows:
+        for task, last in scheduled:
             assert task.schedule is not None
             since = _since(task, last)
             hit = self._first_due.get(task.id)
@@ -165,7 +164,7 @@ class Scheduler:
                     try:
                         async with tx.savepoint():
                             results.append(await self.fire(tx, task_id, now, mine))
-                    except (store.Conflict, store.NotFound, ValueError):
+                    except (rows.Conflict, rows.NotFound, ValueError):
                         log.exception("schedule: task %s not fired this round", task_id)
                         continue
                     prepared.extend(mine)
@@ -198,12 +197,12 @@ class Scheduler:
         prepared for the new run is appended to `prepared` (launch after commit).
         """
         try:
-            task = await store.get_task(tx, task_id)
-        except store.NotFound:
+            task = await tasks.get_task(tx, task_id)
+        except rows.NotFound:
             return Outcome.NOT_DUE, None
         if not task.enabled or not task.schedule:
             return Outcome.NOT_DUE, None
-        last = await qstore.last_due(tx, task.id)  # re-read under the write lock
+        last = await schedule.last_due(tx, task.id)  # re-read under the write lock
         first = first_due_after(task.schedule, _since(task, last))
         if first is None or first > now:
             return Outcome.NOT_DUE, first
@@ -211,18 +210,18 @@ class Scheduler:
         if due is None or due < first:
             due = first
         nxt = first_due_after(task.schedule, due)
-        await qstore.record_due(tx, task.id, due, now)
+        await schedule.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
-        blocking = (await store.active_run_of_task(tx, task.id)
+        blocking = (await runs.active_run_of_task(tx, task.id)
                     if task.concurrency is Concurrency.FORBID
-                    else await qstore.queued_run_of_task(tx, task.id))
+                    else await runs.queued_run_of_task(tx, task.id))
         if blocking is not None:
             reason = ("active_run" if task.concurrency is Concurrency.FORBID
                       else "queued_run")
             # Bounded: an every-second schedule beside a day-long run must not grow its
             # event list without limit (the tick is consumed either way).
-            if await qstore.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
-                await store.append_events(tx, blocking, [NewEvent(
+            if await events.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
+                await events.append_events(tx, blocking, [NewEvent(
                     type="schedule.skipped",
                     data={"scheduled_for_ms": due, "reason": reason, "catch_up": catch_up})],
                     now)
@@ -230,9 +229,9 @@ class Scheduler:
                       blocking.id)
             return Outcome.SKIPPED, nxt
         delay_ms = random_delay_ms(task, self.random_delay_s)
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
                                      not_before_ms=now + delay_ms if delay_ms else None)
-        await store.append_events(tx, run, [NewEvent(
+        await events.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
         if self.dispatcher is not None and prepared is not None and not delay_ms:

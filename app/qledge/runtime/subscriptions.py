@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import _confined, ids, script_meta
+from .. import confined, ids, script_meta
 from ..clock import now_ms
-from ..db import store
+from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.connection import Tx
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
@@ -73,7 +73,7 @@ async def create(rt: Runtime, fields: dict[str, Any]) -> subs.Subscription:
             raise AliasTaken(f"scripts/{fields['alias']}/ exists already and is not a "
                              "subscription's: a pull would replace it")
         sub = await subs.create(tx, sub_id, fields, now_ms())
-        task = await store.create_task(tx, ids.uuid7(), pull_task_fields(sub), now_ms())
+        task = await tasks.create_task(tx, ids.uuid7(), pull_task_fields(sub), now_ms())
         sub = await subs.update(tx, sub_id, {"pull_task_id": task.id}, now_ms())
     rt.scheduler.wake()
     return sub
@@ -97,12 +97,12 @@ async def delete(rt: Runtime, sub_id: str) -> None:
     async with rt.db.write() as tx:
         sub = await subs.get(tx, sub_id)
         if sub.pull_task_id is not None and await _task_or_none(tx, sub.pull_task_id):
-            active = await store.active_run_of_task(tx, sub.pull_task_id)
+            active = await runs.active_run_of_task(tx, sub.pull_task_id)
             if active is not None:
-                task = await store.get_task(tx, sub.pull_task_id)
+                task = await tasks.get_task(tx, sub.pull_task_id)
                 raise ActiveRun("the subscription's pull is active; cancel it first",
                                 task=task, run_id=active.id)
-            paths = await store.delete_task(tx, sub.pull_task_id, now)
+            paths = await tasks.delete_task(tx, sub.pull_task_id, now)
         await subs.delete(tx, sub_id)
     await rt.remove_logs(paths)
     rt.scheduler.wake()
@@ -123,8 +123,8 @@ async def pull_now(rt: Runtime, sub_id: str) -> Run:
 
 async def _task_or_none(tx: Tx, task_id: str) -> Task | None:
     try:
-        return await store.get_task(tx, task_id)
-    except store.NotFound:
+        return await tasks.get_task(tx, task_id)
+    except rows.NotFound:
         return None
 
 
@@ -136,9 +136,9 @@ async def _ensure_pull_task(tx: Tx, sub: subs.Subscription) -> subs.Subscription
         if task is not None:
             changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
             if changed:
-                await store.update_task(tx, task.id, changed, now_ms())
+                await tasks.update_task(tx, task.id, changed, now_ms())
             return sub
-    task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+    task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
     return await subs.update(tx, sub.id, {"pull_task_id": task.id}, now_ms())
 
 
@@ -198,7 +198,7 @@ class Syncer:
 
     async def sync(self, sub: subs.Subscription, run_id: str) -> dict[str, Any]:
         async with self.rt.db.read() as tx:
-            run = await store.get_run(tx, run_id)
+            run = await runs.get_run(tx, run_id)
         result: dict[str, Any] = {"run_id": run_id, "status": str(run.status),
                                   "exit_code": run.exit_code, "at_ms": now_ms()}
         if run.status is RunStatus.SUCCEEDED:
@@ -236,7 +236,7 @@ class Syncer:
                     adopt = existing.get(commands[path])
                     if adopt is not None:
                         # A task the user made by hand: linked, its values left alone.
-                        task = await store.get_task(tx, adopt)
+                        task = await tasks.get_task(tx, adopt)
                         await subs.put_link(tx, sub.id, subs.Link(
                             path=path, task_id=adopt, applied_schedule=task.schedule,
                             applied_name=task.name, disabled_by_pull=False))
@@ -247,7 +247,7 @@ class Syncer:
                     if schedule is None:
                         skipped.append(path)
                         continue
-                    task = await store.create_task(tx, ids.uuid7(), {
+                    task = await tasks.create_task(tx, ids.uuid7(), {
                         "name": meta.name, "command": commands[path], "schedule": schedule,
                         "labels": [f"sub:{sub.alias}"[:100]]}, now)
                     await subs.put_link(tx, sub.id, subs.Link(
@@ -276,7 +276,7 @@ class Syncer:
                 if link.disabled_by_pull and not current.enabled:
                     update["enabled"] = True  # the script is back
                 if update:
-                    current = await store.update_task(tx, current.id, update, now)
+                    current = await tasks.update_task(tx, current.id, update, now)
                     changed.append(path)
                 if update or link.disabled_by_pull:
                     await subs.put_link(tx, sub.id, subs.Link(
@@ -292,13 +292,13 @@ class Syncer:
                     if gone is None:
                         await subs.drop_link(tx, sub.id, path)
                     continue
-                active = await store.active_run_of_task(tx, gone.id)
+                active = await runs.active_run_of_task(tx, gone.id)
                 if sub.vanished == "delete" and active is None:
-                    logs += await store.delete_task(tx, gone.id, now)
+                    logs += await tasks.delete_task(tx, gone.id, now)
                     await subs.drop_link(tx, sub.id, path)
                     removed.append(path)
                 elif gone.enabled:
-                    await store.update_task(tx, gone.id, {"enabled": False}, now)
+                    await tasks.update_task(tx, gone.id, {"enabled": False}, now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=gone.id, applied_schedule=link.applied_schedule,
                         applied_name=link.applied_name, disabled_by_pull=True))
@@ -316,12 +316,12 @@ def scan(folder: Path, sub: subs.Subscription) -> dict[str, script_meta.ScriptMe
                   dependences=sub.dependences, extensions=tuple(sub.extensions))
     out: dict[str, script_meta.ScriptMeta] = {}
     try:
-        root = _confined.open_root(folder)
-    except _confined.ScriptError:
+        root = confined.open_root(folder)
+    except confined.ScriptError:
         return None
     try:
         _scan(root, "", rules, sub, out, depth=0)
-    except (OSError, _confined.ScriptError):
+    except (OSError, confined.ScriptError):
         return None
     finally:
         os.close(root)
@@ -334,16 +334,16 @@ def _scan(dfd: int, rel: str, rules: Rules, sub: subs.Subscription,
         return
     for entry in sorted(os.listdir(dfd)):
         path = f"{rel}{entry}"
-        st = _confined.lstat_at(dfd, entry)
+        st = confined.lstat_at(dfd, entry)
         if st is None:
             continue
-        kind = _confined.kind(st.st_mode)
+        kind = confined.kind(st.st_mode)
         if kind == "directory":
-            with _confined.folder(dfd, (entry,)) as child:
+            with confined.folder(dfd, (entry,)) as child:
                 _scan(child, f"{path}/", rules, sub, out, depth + 1)
         elif kind == "file" and len(out) < sub.caps.files and (
                 sub.type == "file" or rules.classify(path) == "script"):
-            fd, _ = _confined.open_file(dfd, entry, path)
+            fd, _ = confined.open_file(dfd, entry, path)
             try:
                 head = os.read(fd, script_meta.MAX_SCAN)
             finally:

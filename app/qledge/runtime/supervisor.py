@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
-from ..db import store
+from ..db import attempts, journal
 from ..db.connection import Database
 from ..model import ACTIVE_ATTEMPT
 from ..receipts.store import QUARANTINE_DIR, ReceiptStore, quarantine_names
@@ -55,7 +55,7 @@ class Supervisor:
         size, pages = self.profile.page_size, self.profile.pages
         for _ in range(pages):
             async with self.db.read() as tx:
-                page = await store.active_attempts_page(tx, self.node_id, self.active_cursor,
+                page = await attempts.active_attempts_page(tx, self.node_id, self.active_cursor,
                                                         size)
             self.active_cursor = page[-1].id if len(page) == size else ""
             await self.reconciler.check(page, report, startup=False)
@@ -64,7 +64,7 @@ class Supervisor:
         await self._age_out(report)
         for _ in range(pages):
             async with self.db.read() as tx:
-                rows = await store.journal_page(tx, self.journal_cursor, size)
+                rows = await journal.journal_page(tx, self.journal_cursor, size)
             self.journal_cursor = rows[-1].attempt_id if len(rows) == size else ""
             await self._journal(rows, report)
             if len(rows) < size:
@@ -87,11 +87,11 @@ class Supervisor:
             cutoff = min(cutoff, held - 1)
         # Deferred, like the other journal bookkeeping: a lost drop is redone later.
         async with self.db.write(durable=False) as tx:
-            dropped = await store.journal_age_out(tx, cutoff, AGE_OUT_PER_ROUND)
+            dropped = await journal.journal_age_out(tx, cutoff, AGE_OUT_PER_ROUND)
         if dropped:
             report.add("journal_aged_out", dropped)
 
-    async def _journal(self, rows: list[store.JournalRow], report: RoundReport) -> None:
+    async def _journal(self, rows: list[journal.JournalRow], report: RoundReport) -> None:
         now = now_ms()
         keep_ms = int(self.profile.journal_retention_s * 1000)
         purge_ms = int(self.profile.quarantine_retention_s * 1000)
@@ -115,9 +115,9 @@ class Supervisor:
             # its own): a power cut that loses it only makes a later round redo it.
             async with self.db.write(durable=False) as tx:
                 for attempt_id in to_mark:
-                    await store.journal_mark_terminal(tx, attempt_id, now)
+                    await journal.journal_mark_terminal(tx, attempt_id, now)
                 for attempt_id in to_drop:
-                    await store.journal_delete(tx, attempt_id)
+                    await journal.journal_delete(tx, attempt_id)
             if to_drop:
                 report.add("journal_dropped", len(to_drop))
         for row in rows:
@@ -135,9 +135,9 @@ class Supervisor:
                 purged = await asyncio.to_thread(self._purge, row.attempt_id)
                 async with self.db.write() as tx:
                     if active:  # keep indexing a running attempt's future receipt
-                        await store.journal_reset_pending(tx, row.attempt_id, now)
+                        await journal.journal_reset_pending(tx, row.attempt_id, now)
                     else:
-                        await store.journal_delete(tx, row.attempt_id)
+                        await journal.journal_delete(tx, row.attempt_id)
                 report.add("quarantine_purged", purged)
 
     def _still_in_place(self, attempt_id: str) -> bool:

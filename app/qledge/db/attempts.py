@@ -1,0 +1,111 @@
+"""SQL of attempts: the node that owns them, spawn step 1, reads, and the pages that
+recovery, the reaper and admission walk.
+
+Active attempts are spelled like the WHERE of the partial index attempts_active
+(db/statuses.py): SQLite uses a partial index only when the query implies it.
+"""
+
+from __future__ import annotations
+
+from ..model import Attempt, AttemptStatus, NewEvent, Run
+from . import statuses as st
+from .connection import Tx
+from .events import append_events
+from .journal import journal_register
+from .rows import ATTEMPT_SELECT, NotFound, attempt_from_row
+
+_ACTIVE_ATTEMPT = st.active_attempt()
+_A_ACTIVE = st.active_attempt("a.status")
+_A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
+
+
+async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
+    """The node id generated once and kept forever (the runtime owner of attempts)."""
+    await tx.execute(
+        "INSERT OR IGNORE INTO node (singleton, node_id, created_at_ms) VALUES (1, ?, ?)",
+        (candidate, now_ms),
+    )
+    row = await tx.one("SELECT node_id FROM node WHERE singleton = 1")
+    assert row is not None
+    return str(row["node_id"])
+
+
+async def prepare_attempt(
+    tx: Tx, run: Run, *, attempt_id: str, owner: str, executor_type: str, token_hash: bytes,
+    deadline_at_ms: int | None, log_artifact_id: str, log_path: str, receipt_path: str,
+    now_ms: int,
+) -> Attempt:
+    """Spawn step 1 (docs/contract.md §3): attempt, log artifact, token hash, deadline and
+    journal row together."""
+    row = await tx.one(
+        "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
+    attempt_no = int(row["n"]) + 1 if row else 1
+    await tx.execute(
+        "INSERT INTO log_artifacts (id, relative_path, created_at_ms) VALUES (?, ?, ?)",
+        (log_artifact_id, log_path, now_ms))
+    await tx.execute(
+        "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
+        " callback_token_hash, callback_sequence, log_artifact_id, created_at_ms,"
+        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (attempt_id, run.id, attempt_no, executor_type, owner, AttemptStatus.PREPARING.value,
+         token_hash, 1,
+         log_artifact_id, now_ms, deadline_at_ms))
+    await journal_register(tx, attempt_id, receipt_path, now_ms)
+    await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
+                        now_ms)
+    return await get_attempt(tx, attempt_id)
+
+
+async def get_attempt(tx: Tx, attempt_id: str) -> Attempt:
+    row = await tx.one(f"{ATTEMPT_SELECT} WHERE a.id = ?", (attempt_id,))
+    if row is None:
+        raise NotFound("attempt")
+    return attempt_from_row(row)
+
+
+async def find_attempt(tx: Tx, attempt_id: str) -> Attempt | None:
+    row = await tx.one(f"{ATTEMPT_SELECT} WHERE a.id = ?", (attempt_id,))
+    return attempt_from_row(row) if row else None
+
+
+async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
+    rows = await tx.all(f"{ATTEMPT_SELECT} WHERE a.run_id = ? ORDER BY a.attempt_no", (run_id,))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def count_active_attempts(tx: Tx, owner: str) -> int:
+    row = await tx.one(
+        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"  # noqa: S608
+        f" AND {_ACTIVE_ATTEMPT}", (owner,))
+    return int(row["n"]) if row else 0
+
+
+async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
+    row = await tx.one(
+        f"SELECT 1 FROM run_attempts WHERE run_id = ? AND {_ACTIVE_ATTEMPT}"  # noqa: S608
+        " LIMIT 1", (run_id,))
+    return row is not None
+
+
+async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
+    """A stable cursor over this node's active attempts (recovery never lists directories)."""
+    rows = await tx.all(
+        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
+        " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
+    rows = await tx.all(
+        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
+        " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
+        " LIMIT ?", (owner, now_ms, limit))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    rows = await tx.all(
+        f"{ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
+        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
+        " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
+    return [attempt_from_row(r) for r in rows]

@@ -1,0 +1,74 @@
+"""Rows to Structs: the one mapping of the run model's tables, and a lookup's errors.
+
+Every noun module of `db/` builds its Task/Run/Attempt through these, so a
+column added by a migration is read in one place.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+
+from ..model import Attempt, AttemptStatus, CancelReason, Concurrency, Run, RunStatus, Task, Trigger
+
+
+class Conflict(Exception):
+    """Compare-and-set lost: the row changed since it was read."""
+
+
+class NotFound(Exception):
+    pass
+
+
+# An attempt row carries its log's path (the artifact row it owns).
+ATTEMPT_SELECT = (
+    "SELECT a.*, l.relative_path AS log_path FROM run_attempts a"
+    " JOIN log_artifacts l ON l.id = a.log_artifact_id"
+)
+
+
+def task_from_row(row: sqlite3.Row) -> Task:
+    return Task(
+        id=row["id"], num=row["num"], name=row["name"], command=row["command"],
+        schedule=row["schedule"], timeout_s=row["timeout_s"],
+        env=msgspec.json.decode(row["env_json"], type=dict[str, str]),
+        enabled=bool(row["enabled"]), concurrency=Concurrency(row["concurrency"]),
+        labels=msgspec.json.decode(row["labels_json"], type=list[str]),
+        created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
+        version=row["version"], keep_runs=row["keep_runs"], keep_days=row["keep_days"],
+        keep_background=bool(row["keep_background"]),
+    )
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    return Run(
+        id=row["id"], task_id=row["task_id"], trigger=Trigger(row["trigger"]),
+        status=RunStatus(row["status"]), version=row["version"], event_seq=row["event_seq"],
+        cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
+        cancel_requested_at_ms=row["cancel_requested_at_ms"],
+        created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
+        finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
+        reason_code=row["reason_code"], not_before_ms=row["not_before_ms"],
+        parent_run_id=row["parent_run_id"], conc_index=row["conc_index"],
+    )
+
+
+def attempt_from_row(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        id=row["id"], run_id=row["run_id"], attempt_no=row["attempt_no"],
+        executor_type=row["executor_type"], runtime_owner=row["runtime_owner"],
+        status=AttemptStatus(row["status"]), callback_token_hash=row["callback_token_hash"],
+        callback_sequence=row["callback_sequence"], log_artifact_id=row["log_artifact_id"],
+        log_path=row["log_path"], pid=row["pid"], proc_start_time=row["proc_start_time"],
+        boot_id=row["boot_id"], exit_code=row["exit_code"], reason_code=row["reason_code"],
+        created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
+        finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],
+        log_bytes_at_exit=row["log_bytes_at_exit"],
+    )
+
+
+def like_pattern(text: str) -> str:
+    """`%text%` for `LIKE … ESCAPE '\\'`, the user's `%`, `_` and `\\` matched literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

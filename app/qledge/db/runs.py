@@ -1,0 +1,208 @@
+"""SQL of runs: create, read, list, the queue, the state writes of `apply`, and
+QingLong's per-task run summaries.
+
+State changes go through `apply()`, which writes a pure `Transition` with
+compare-and-set on the run's version.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
+from ..transitions import Transition
+from . import statuses as st
+from .connection import Tx
+from .events import append_events, insert_events
+from .journal import journal_mark_terminal
+from .rows import Conflict, NotFound, run_from_row
+
+_json = msgspec.json.Encoder()
+_ACTIVE_RUN = st.active_run()
+_QUEUED = st.is_("status", RunStatus.QUEUED)
+
+
+async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int,
+                     not_before_ms: int | None = None) -> Run:
+    """A queued run; with `not_before_ms` the dispatcher leaves it until that time
+    (and a `run.created` event that says so)."""
+    await tx.execute(
+        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, not_before_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms, not_before_ms))
+    run = await get_run(tx, run_id)
+    data: dict[str, str | int | None] = {"trigger": trigger.value}
+    if not_before_ms is not None:
+        data["not_before_ms"] = not_before_ms
+    await append_events(tx, run, [NewEvent(type="run.created", data=data)], now_ms)
+    return await get_run(tx, run_id)
+
+
+async def get_run(tx: Tx, run_id: str) -> Run:
+    row = await tx.one("SELECT * FROM runs WHERE id = ?", (run_id,))
+    if row is None:
+        raise NotFound("run")
+    return run_from_row(row)
+
+
+async def active_runs_of_task(tx: Tx, task_id: str, limit: int = -1) -> list[Run]:
+    """Oldest first; no limit by default (SQLite reads a negative LIMIT as none)."""
+    rows = await tx.all(
+        f"SELECT * FROM runs WHERE task_id = ? AND {_ACTIVE_RUN}"  # noqa: S608
+        " ORDER BY id LIMIT ?", (task_id, limit))
+    return [run_from_row(r) for r in rows]
+
+
+async def active_run_of_task(tx: Tx, task_id: str) -> Run | None:
+    """The oldest active run of the task, if any (what a `forbid` task waits on)."""
+    found = await active_runs_of_task(tx, task_id, limit=1)
+    return found[0] if found else None
+
+
+async def queued_run_of_task(tx: Tx, task_id: str) -> Run | None:
+    row = await tx.one(
+        f"SELECT * FROM runs WHERE task_id = ? AND {_QUEUED}"  # noqa: S608
+        " ORDER BY id LIMIT 1", (task_id,))
+    return run_from_row(row) if row else None
+
+
+async def list_runs(
+    tx: Tx, *, task_id: str | None, status: str | None, before: str | None, limit: int
+) -> list[Run]:
+    """Newest first; `before` is the last id of the previous page (ids sort by time)."""
+    clauses, params = [], []
+    if task_id:
+        clauses.append("task_id = ?")
+        params.append(task_id)
+    if status:
+        clauses.append("status = ?")
+        params.append(status)
+    if before:
+        clauses.append("id < ?")
+        params.append(before)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = await tx.all(
+        f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*params, limit])  # noqa: S608
+    return [run_from_row(r) for r in rows]
+
+
+async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
+    out: dict[str, Run] = {}
+    for tid in task_ids:
+        row = await tx.one(
+            "SELECT * FROM runs WHERE task_id = ? ORDER BY id DESC LIMIT 1", (tid,))
+        if row:
+            out[tid] = run_from_row(row)
+    return out
+
+
+async def queued_runs(tx: Tx, limit: int, now_ms: int) -> list[Run]:
+    """Queued runs that may start now (no not-before time, or one that has passed)."""
+    rows = await tx.all(
+        f"SELECT * FROM runs WHERE {_QUEUED}"  # noqa: S608
+        " AND (not_before_ms IS NULL OR not_before_ms <= ?) ORDER BY id LIMIT ?",
+        (now_ms, limit))
+    return [run_from_row(r) for r in rows]
+
+
+async def next_not_before(tx: Tx, now_ms: int) -> int | None:
+    """The earliest not-before time of a queued run still waiting for it."""
+    row = await tx.one(
+        f"SELECT MIN(not_before_ms) AS at FROM runs WHERE {_QUEUED}"  # noqa: S608
+        " AND not_before_ms > ?", (now_ms,))
+    return None if row is None or row["at"] is None else int(row["at"])
+
+
+async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
+    """Write a transition with CAS on the run version; raises Conflict if it moved."""
+    new = transition.run
+    # The event numbers are taken by the same statement (RETURNING): a completion
+    # is a handful of statements, each a hand-off to the database thread.
+    row = await tx.one(
+        "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"
+        " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
+        " not_before_ms = ?, event_seq = event_seq + ? WHERE id = ? AND version = ?"
+        " RETURNING event_seq",
+        (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
+         new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
+         new.reason_code, new.not_before_ms, len(transition.events), old.id, old.version))
+    if row is None:
+        raise Conflict(f"run {old.id} version {old.version}")
+    att = transition.attempt
+    if att is not None:
+        await tx.execute(
+            "UPDATE run_attempts SET status = ?, pid = ?, proc_start_time = ?, boot_id = ?,"
+            " exit_code = ?, reason_code = ?, started_at_ms = ?, finished_at_ms = ?,"
+            " callback_sequence = ?, log_bytes_at_exit = ? WHERE id = ?",
+            (att.status.value, att.pid, att.proc_start_time, att.boot_id, att.exit_code,
+             att.reason_code, att.started_at_ms, att.finished_at_ms, att.callback_sequence,
+             att.log_bytes_at_exit, att.id))
+        if att.status not in ACTIVE_ATTEMPT:
+            await journal_mark_terminal(tx, att.id, now_ms)
+    if transition.events:
+        await insert_events(tx, old.id, int(row["event_seq"]), transition.events, now_ms)
+    if new.status in TERMINAL_RUN and old.status not in TERMINAL_RUN:
+        for listener in tx.terminal_listeners:
+            await listener(tx, old, new, now_ms)
+    return new
+
+
+# -- QingLong's cron views ------------------------------------------------------------
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What QingLong shows about a cron's runs: its state, last start/duration, log, pid."""
+
+    running: bool = False
+    queued: bool = False
+    last_started_at_ms: int | None = None
+    last_duration_ms: int | None = None
+    log_path: str | None = None
+    pid: int | None = None
+    latest_run_id: str | None = None
+    latest_status: str | None = None
+
+
+async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
+    if not task_ids:
+        return {}
+    ids_json = _json.encode(task_ids).decode()
+    # Spelled like the WHERE of the partial index runs_active (db/statuses.py).
+    active = await tx.all(
+        "SELECT task_id, status, COUNT(*) AS n FROM runs"  # noqa: S608
+        f" WHERE {st.active_run()}"
+        " AND task_id IN (SELECT value FROM json_each(?)) GROUP BY task_id, status",
+        (ids_json,))
+    flags: dict[str, set[str]] = {}
+    for r in active:
+        flags.setdefault(r["task_id"], set()).add(r["status"])
+    latest = await tx.all(
+        "SELECT r.task_id, r.id, r.status, r.started_at_ms, r.created_at_ms,"
+        " l.relative_path"
+        " FROM json_each(?) j"
+        " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"
+        "   ORDER BY id DESC LIMIT 1)"
+        " LEFT JOIN run_attempts a ON a.id = (SELECT id FROM run_attempts WHERE run_id = r.id"
+        "   ORDER BY attempt_no DESC LIMIT 1)"
+        " LEFT JOIN log_artifacts l ON l.id = a.log_artifact_id", (ids_json,))
+    finished = await tx.all(
+        "SELECT r.task_id, r.started_at_ms, r.finished_at_ms FROM json_each(?) j"
+        " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"
+        "   AND started_at_ms IS NOT NULL AND finished_at_ms IS NOT NULL"
+        "   ORDER BY id DESC LIMIT 1)", (ids_json,))
+    durations = {r["task_id"]: max(0, r["finished_at_ms"] - r["started_at_ms"])
+                 for r in finished}
+    pids = {r["task_id"]: r["pid"] for r in await tx.all(
+        "SELECT r.task_id, a.pid FROM runs r JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+        f" WHERE {st.is_('r.status', RunStatus.RUNNING)} AND {st.in_('a.status', ACTIVE_ATTEMPT)}"
+        " AND a.pid IS NOT NULL AND r.task_id IN (SELECT value FROM json_each(?))"
+        " ORDER BY a.id", (ids_json,))}
+    out: dict[str, RunSummary] = {}
+    for r in latest:
+        tid = r["task_id"]
+        out[tid] = RunSummary(
+            running=RunStatus.RUNNING in flags.get(tid, set()),
+            queued=RunStatus.QUEUED in flags.get(tid, set()),
+            last_started_at_ms=r["started_at_ms"] or r["created_at_ms"],
+            last_duration_ms=durations.get(tid), log_path=r["relative_path"],
+            pid=pids.get(tid), latest_run_id=r["id"], latest_status=r["status"])
+    return out

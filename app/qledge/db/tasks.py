@@ -1,0 +1,127 @@
+"""SQL of tasks: create, read, list, search (QingLong's cron list), update, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..model import Task
+from .connection import Tx
+from .rows import NotFound, like_pattern, task_from_row
+
+_json = msgspec.json.Encoder()
+
+
+def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
+    out = dict(fields)
+    if "env" in out:
+        out["env_json"] = _json.encode(out.pop("env")).decode()
+    if "labels" in out:
+        out["labels_json"] = _json.encode(out.pop("labels")).decode()
+    if "concurrency" in out:
+        out["concurrency"] = str(out["concurrency"])
+    if "enabled" in out:
+        out["enabled"] = int(bool(out["enabled"]))
+    if "keep_background" in out:
+        out["keep_background"] = int(bool(out["keep_background"]))
+    return out
+
+
+async def create_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+    values = _task_values(fields)
+    values.update(id=task_id, created_at_ms=now_ms, updated_at_ms=now_ms)
+    cols = ", ".join(values)
+    marks = ", ".join(f":{c}" for c in values)
+    await tx.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", values)  # noqa: S608
+    return await get_task(tx, task_id)
+
+
+async def get_task(tx: Tx, task_id: str) -> Task:
+    row = await tx.one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    if row is None:
+        raise NotFound("task")
+    return task_from_row(row)
+
+
+async def get_task_by_num(tx: Tx, num: int) -> Task:
+    row = await tx.one("SELECT * FROM tasks WHERE num = ?", (num,))
+    if row is None:
+        raise NotFound("task")
+    return task_from_row(row)
+
+
+async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100) -> list[Task]:
+    rows = await tx.all(
+        "SELECT * FROM tasks WHERE num > ? ORDER BY num LIMIT ?", (after_num, limit))
+    return [task_from_row(r) for r in rows]
+
+
+_SEARCH_COLUMNS = {"name": "name", "command": "command", "schedule": "schedule",
+                   "label": "labels_json"}
+
+
+async def search_tasks(tx: Tx, search: str, offset: int, limit: int) -> tuple[list[Task], int]:
+    """QingLong's list: `searchValue` matches name/command/schedule/labels, or one of them
+    with a `name:`/`command:`/`schedule:`/`label:` prefix. Enabled first, newest first."""
+    where, params = "", {}
+    if search:
+        column, sep, rest = search.partition(":")
+        if sep and column in _SEARCH_COLUMNS:
+            where = f"WHERE {_SEARCH_COLUMNS[column]} LIKE :q ESCAPE '\\'"
+            params["q"] = like_pattern(rest)
+        else:
+            where = ("WHERE name LIKE :q ESCAPE '\\' OR command LIKE :q ESCAPE '\\'"
+                     " OR schedule LIKE :q ESCAPE '\\' OR labels_json LIKE :q ESCAPE '\\'")
+            params["q"] = like_pattern(search)
+    total_row = await tx.one(f"SELECT COUNT(*) AS n FROM tasks {where}", params)  # noqa: S608
+    rows = await tx.all(
+        f"SELECT * FROM tasks {where} ORDER BY enabled DESC, num DESC"  # noqa: S608
+        " LIMIT :limit OFFSET :offset", {**params, "limit": limit, "offset": offset})
+    return [task_from_row(r) for r in rows], int(total_row["n"]) if total_row else 0
+
+
+async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:
+    """(num, name, env) of every task with an env of its own (the size check of a
+    changed global env, http/envs.py)."""
+    rows = await tx.all("SELECT num, name, env_json FROM tasks WHERE env_json != '{}'")
+    return [(r["num"], r["name"], msgspec.json.decode(r["env_json"], type=dict[str, str]))
+            for r in rows]
+
+
+async def update_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+    values = _task_values(fields)
+    if values:
+        sets = ", ".join(f"{c} = :{c}" for c in values)
+        values.update(id=task_id, now=now_ms)
+        changed = await tx.execute(
+            f"UPDATE tasks SET {sets}, updated_at_ms = :now, version = version + 1"  # noqa: S608
+            " WHERE id = :id", values)
+        if not changed:
+            raise NotFound("task")
+    return await get_task(tx, task_id)
+
+
+async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
+    """Delete a task and its (terminal) runs; returns their log paths for removal after commit.
+
+    The paths are also queued in `file_deletions` in this transaction, so a crash
+    before the unlink leaves no orphan: the next retention round removes them.
+    """
+    await get_task(tx, task_id)
+    logs = await tx.all(
+        "SELECT l.relative_path FROM log_artifacts l JOIN run_attempts a"
+        " ON a.log_artifact_id = l.id JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?",
+        (task_id,))
+    ids = [r["log_artifact_id"] for r in await tx.all(
+        "SELECT a.log_artifact_id FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+        " WHERE r.task_id = ?", (task_id,))]
+    await tx.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+    for art in ids:
+        await tx.execute("DELETE FROM log_artifacts WHERE id = ?", (art,))
+    paths = [str(r["relative_path"]) for r in logs]
+    for rel in paths:
+        await tx.execute(
+            "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
+            " VALUES ('logs', ?, ?)", (rel, now_ms))
+    return paths
