@@ -285,6 +285,11 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     conn.close()
 
 
+# Columns of 0011 (retries, overlap) with their defaults, for a task stored before.
+TASK_POLICY_DEFAULTS = {"retries": 0, "retry_delay_s": 10, "retry_on_json": '["failed","lost"]',
+                        "overlap": "skip"}
+
+
 # -- 0009: keep_background, settled journal rows, DISK_CRITICAL ------------------------
 
 
@@ -294,7 +299,8 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     before = _snapshot(db)
     assert migrate.apply(db) == [v for v in AFTER_7 if v >= 9]
     after = _snapshot(db)
-    assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
+    assert after["tasks"] == [{**t, "keep_background": 0, **TASK_POLICY_DEFAULTS}
+                              for t in before["tasks"]]
     assert after["receipt_journal"] == sorted(
         ({**j, "settled_at_ms": None} for j in before["receipt_journal"]), key=repr)
     for table in set(RUN_TABLES) - {"tasks", "receipt_journal"}:
@@ -571,3 +577,23 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     assert not any("TEMP B-TREE" in step for step in age_out), age_out
     assert len(rec.calls) >= len(calls)
     assert scans == {}
+
+
+# -- 0011: retries and overlap -----------------------------------------------------------
+
+
+def test_overlap_is_filled_from_the_old_concurrency(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=10)
+    conn = sqlite3.connect(db)
+    for num, conc in ((1, "forbid"), (2, "allow")):
+        conn.execute("INSERT INTO tasks (id, name, command, concurrency, created_at_ms,"
+                     " updated_at_ms) VALUES (?, 'x', 'true', ?, 1, 1)", (f"t{num}", conc))
+    conn.commit()
+    conn.close()
+    assert 11 in migrate.apply(db)
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT id, concurrency, overlap, retries, retry_on_json FROM tasks"
+                        " ORDER BY id").fetchall()
+    conn.close()
+    assert rows == [("t1", "forbid", "skip", 0, '["failed","lost"]'),
+                    ("t2", "allow", "allow", 0, '["failed","lost"]')]

@@ -78,8 +78,25 @@ class Reason(enum.StrEnum):
 
 
 class Concurrency(enum.StrEnum):
+    """The pre-issue-20 spelling of the overlap policy, kept for API clients:
+    forbid <=> any overlap but allow."""
+
     FORBID = "forbid"
     ALLOW = "allow"
+
+
+class Overlap(enum.StrEnum):
+    """What a new run of a task does while one of it is still active (docs/tasks.md)."""
+
+    SKIP = "skip"  # no new run; the skip is an event on the active one
+    QUEUE = "queue"  # wait behind it; at most one waiting run
+    REPLACE = "replace"  # cancel the active one (fenced cancel), then start
+    ALLOW = "allow"  # run side by side, bounded by the global limit
+
+
+# Outcomes a task may retry on; `cancelled` (and `blocked`) never retry.
+RETRYABLE = frozenset({"failed", "timed_out", "lost"})
+DEFAULT_RETRY_ON = ("failed", "lost")
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +119,12 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     # Leave what the command started in the background running when it exits
     # (daemons); by default the launcher ends it (docs/tasks.md).
     keep_background: bool = False
+    overlap: Overlap = Overlap.SKIP
+    # Retries (docs/tasks.md): attempts after the first, the first backoff, and
+    # which outcomes retry.
+    retries: int = 0
+    retry_delay_s: int = 10
+    retry_on: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_ON))
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

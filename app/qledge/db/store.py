@@ -21,12 +21,14 @@ from ..model import (
     Concurrency,
     Event,
     NewEvent,
+    Overlap,
     Run,
     RunStatus,
     Task,
     Trigger,
 )
 from ..transitions import Transition
+from . import policies
 from . import statuses as st
 from .connection import Tx
 
@@ -55,7 +57,9 @@ def _task(row: sqlite3.Row) -> Task:
         labels=msgspec.json.decode(row["labels_json"], type=list[str]),
         created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
         version=row["version"], keep_runs=row["keep_runs"], keep_days=row["keep_days"],
-        keep_background=bool(row["keep_background"]),
+        keep_background=bool(row["keep_background"]), overlap=Overlap(row["overlap"]),
+        retries=row["retries"], retry_delay_s=row["retry_delay_s"],
+        retry_on=msgspec.json.decode(row["retry_on_json"], type=list[str]),
     )
 
 
@@ -101,7 +105,8 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 # -- tasks -----------------------------------------------------------------------
 
 _TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
-                 "labels", "keep_runs", "keep_days", "keep_background")
+                 "labels", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
+                 "retry_delay_s", "retry_on")
 
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -110,8 +115,16 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
         out["env_json"] = _json.encode(out.pop("env")).decode()
     if "labels" in out:
         out["labels_json"] = _json.encode(out.pop("labels")).decode()
-    if "concurrency" in out:
+    # `overlap` supersedes `concurrency`; the two columns stay in step (forbid <=> not
+    # allow) whichever one the caller set.
+    if "overlap" in out:
+        out["overlap"] = str(out["overlap"])
+        out["concurrency"] = "allow" if out["overlap"] == "allow" else "forbid"
+    elif "concurrency" in out:
         out["concurrency"] = str(out["concurrency"])
+        out["overlap"] = "allow" if out["concurrency"] == "allow" else "skip"
+    if "retry_on" in out:
+        out["retry_on_json"] = _json.encode(sorted(set(out.pop("retry_on")))).decode()
     if "enabled" in out:
         out["enabled"] = int(bool(out["enabled"]))
     if "keep_background" in out:
@@ -421,7 +434,13 @@ async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[
 
 
 async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
-    """Write a transition with CAS on the run version; raises Conflict if it moved."""
+    """Write a transition with CAS on the run version; raises Conflict if it moved.
+
+    An attempt's end that would end the run becomes a retry when the task's policy
+    says so (db/policies.py): the returned run is what was written."""
+    if (transition.attempt is not None and transition.run.status in TERMINAL_RUN
+            and old.status not in TERMINAL_RUN):
+        transition = await policies.retry_or_end(tx, transition, now_ms)
     new = transition.run
     # The event numbers are taken by the same statement (RETURNING): a completion
     # is a handful of statements, each a hand-off to the database thread.
