@@ -130,7 +130,7 @@ async def handle_conflict(request: Request, exc: Exception) -> Response:
 async def handle_active_run(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ActiveRun)
     return await handle_api_error(request, StateConflict(
-        str(exc), extra={"active_run_id": exc.run_id}))
+        str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason}))
 
 
 async def handle_run_terminal(request: Request, exc: Exception) -> Response:

@@ -22,6 +22,10 @@
       case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
         : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
       case 'run.held': return t('ev.held', { why: heldText(d) });
+      case 'run.retry_scheduled': return t('ev.retry', { n: d.attempt_no,
+        status: statusLabel(d.status), at: fmtTime(d.not_before_ms) });
+      case 'run.replaces': return t('ev.replaces', { id: d.run_id });
+      case 'run.replaced_by': return t('ev.replacedBy', { id: d.run_id });
       default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
     }
   }

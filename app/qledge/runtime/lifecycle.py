@@ -116,7 +116,8 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
-        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher)
+        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
+                                   on_replaced=self._sweep_cancels)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
@@ -184,6 +185,13 @@ class Runtime:
     async def _supervise(self) -> None:
         await self.supervisor.round()
         self.dispatcher.wake()
+
+    def _sweep_cancels(self) -> None:
+        """Cancel intents committed by a tick (overlap `replace`): drive them now, not at
+        the next supervision round (which would find them too)."""
+        task = asyncio.create_task(self.cancellation.sweep(64), name="sweep-cancels")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     def kick(self) -> None:
         """A run was queued: let the dispatcher look."""

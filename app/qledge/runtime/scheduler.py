@@ -18,8 +18,10 @@ Rules (docs/qinglong-compat.md explains them to operators):
 * No replay storm: however many ticks passed while no worker ran, a task fires
   at most once when the scheduler looks again — for the latest due tick —
   and its `run.scheduled` event carries `catch_up: 1`.
-* `concurrency: forbid` and a run still active → no run; the tick is consumed
-  and a `schedule.skipped` event (due time, reason) goes on the active run.
+* The task's overlap policy (runtime/overlap.py) decides a tick that meets an
+  active run: `skip` (and `queue` with a run already waiting) → no run; the
+  tick is consumed and a `schedule.skipped` event (due time, reason) goes on
+  the blocking run. `replace` cancels the active runs in the tick's commit.
   `allow` tasks never pile up more than one queued run per task the same way.
 * No busy polling: the loop sleeps until the earliest next due time across
   enabled tasks, at most MAX_SLEEP_S, and `wake()` re-reads at once after a
@@ -38,7 +40,8 @@ from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
-from ..model import Concurrency, NewEvent, Task, Trigger
+from ..model import NewEvent, Overlap, Task, Trigger
+from . import overlap
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop
 
@@ -66,9 +69,13 @@ def _since(task: Task, last_due_ms: int | None) -> int:
 class Scheduler:
     def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
                  clock: Callable[[], int] = now_ms, max_sleep_s: float = MAX_SLEEP_S,
-                 stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None) -> None:
+                 stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None,
+                 on_replaced: Callable[[], None] = lambda: None) -> None:
         self.db = db
         self.on_queued = on_queued
+        # Overlap `replace` committed cancel intents: have their drivers signal now.
+        self.on_replaced = on_replaced
+        self.replaced = 0
         # With a dispatcher, a tick whose run can start now also does spawn step 1
         # in the tick's own commit (dispatcher.admit_new).
         self.dispatcher = dispatcher
@@ -166,6 +173,9 @@ class Scheduler:
         self.next_due_ms = next_ms
         if queued:
             self.on_queued()
+        if self.replaced:
+            self.replaced = 0
+            self.on_replaced()
         return next_ms
 
     async def fire(self, tx: Tx, task_id: str, now: int,
@@ -191,12 +201,13 @@ class Scheduler:
         nxt = first_due_after(task.schedule, due)
         await qstore.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
-        blocking = (await store.active_run_of_task(tx, task.id)
-                    if task.concurrency is Concurrency.FORBID
-                    else await qstore.queued_run_of_task(tx, task.id))
+        if task.overlap is Overlap.ALLOW:
+            decision = overlap.Decision(skip_reason="queued_run",
+                                        blocking=await qstore.queued_run_of_task(tx, task.id))
+        else:
+            decision = await overlap.decide(tx, task, now)
+        blocking, reason = decision.blocking, decision.skip_reason
         if blocking is not None:
-            reason = ("active_run" if task.concurrency is Concurrency.FORBID
-                      else "queued_run")
             # Bounded: an every-second schedule beside a day-long run must not grow its
             # event list without limit (the tick is consumed either way).
             if await qstore.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
@@ -208,6 +219,9 @@ class Scheduler:
                       blocking.id)
             return Outcome.SKIPPED, nxt
         run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
+        await overlap.record_replaced(tx, run, decision, now)
+        if decision.replaced:
+            self.replaced += len(decision.replaced)
         await store.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
