@@ -55,6 +55,7 @@ class Trigger(enum.StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     API = "api"
+    CHAIN = "chain"  # another task's run ended (on_success / on_failure / on_finish)
 
 
 class Reason(enum.StrEnum):
@@ -97,6 +98,7 @@ class Overlap(enum.StrEnum):
 # Outcomes a task may retry on; `cancelled` (and `blocked`) never retry.
 RETRYABLE = frozenset({"failed", "timed_out", "lost"})
 DEFAULT_RETRY_ON = ("failed", "lost")
+CHAIN_FIELDS = ("on_success", "on_failure", "on_finish")
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,6 +127,10 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     retry_delay_s: int = 10
     retry_on: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_ON))
+    # Chains: task ids to trigger when a run of this task ends that way (docs/tasks.md).
+    on_success: list[str] = []
+    on_failure: list[str] = []
+    on_finish: list[str] = []
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,3 +31,15 @@ async def retry_or_end(tx: Tx, transition: Transition, now_ms: int) -> Transitio
     if not policy.retries:
         return transition
     return _retry_or_end(transition, policy, now_ms, random.random())
+
+
+async def chain_edges(tx: Tx) -> dict[str, set[str]]:
+    """Every task's downstream task ids (all three lists together), for the cycle check."""
+    rows = await tx.all(
+        "SELECT id, on_success_json, on_failure_json, on_finish_json FROM tasks"
+        " WHERE on_success_json != '[]' OR on_failure_json != '[]' OR on_finish_json != '[]'")
+    edges: dict[str, set[str]] = {}
+    for r in rows:
+        edges[r["id"]] = {t for col in ("on_success_json", "on_failure_json", "on_finish_json")
+                          for t in msgspec.json.decode(r[col], type=list[str])}
+    return edges

@@ -14,6 +14,7 @@ import msgspec
 
 from ..model import (
     ACTIVE_ATTEMPT,
+    CHAIN_FIELDS,
     TERMINAL_RUN,
     Attempt,
     AttemptStatus,
@@ -60,6 +61,7 @@ def _task(row: sqlite3.Row) -> Task:
         keep_background=bool(row["keep_background"]), overlap=Overlap(row["overlap"]),
         retries=row["retries"], retry_delay_s=row["retry_delay_s"],
         retry_on=msgspec.json.decode(row["retry_on_json"], type=list[str]),
+        **{f: msgspec.json.decode(row[f"{f}_json"], type=list[str]) for f in CHAIN_FIELDS},
     )
 
 
@@ -106,7 +108,7 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 
 _TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
                  "labels", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
-                 "retry_delay_s", "retry_on")
+                 "retry_delay_s", "retry_on", *CHAIN_FIELDS)
 
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +125,9 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
     elif "concurrency" in out:
         out["concurrency"] = str(out["concurrency"])
         out["overlap"] = "allow" if out["concurrency"] == "allow" else "skip"
+    for field in CHAIN_FIELDS:
+        if field in out:
+            out[f"{field}_json"] = _json.encode(list(dict.fromkeys(out.pop(field)))).decode()
     if "retry_on" in out:
         out["retry_on_json"] = _json.encode(sorted(set(out.pop("retry_on")))).decode()
     if "enabled" in out:

@@ -42,6 +42,9 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     retries: int = 0
     retry_delay_s: int = 10
     retry_on: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_ON))
+    on_success: list[str] = []  # task ids to run after this one (docs/tasks.md)
+    on_failure: list[str] = []
+    on_finish: list[str] = []
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -60,6 +63,9 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     retries: int | msgspec.UnsetType = UNSET
     retry_delay_s: int | msgspec.UnsetType = UNSET
     retry_on: list[str] | msgspec.UnsetType = UNSET
+    on_success: list[str] | msgspec.UnsetType = UNSET
+    on_failure: list[str] | msgspec.UnsetType = UNSET
+    on_finish: list[str] | msgspec.UnsetType = UNSET
 
 
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:

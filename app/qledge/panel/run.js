@@ -26,6 +26,10 @@
         status: statusLabel(d.status), at: fmtTime(d.not_before_ms) });
       case 'run.replaces': return t('ev.replaces', { id: d.run_id });
       case 'run.replaced_by': return t('ev.replacedBy', { id: d.run_id });
+      case 'chain.triggered': return t('ev.chained', { id: d.run_id });
+      case 'chain.triggered_by': return t('ev.chainedBy', { id: d.run_id,
+        status: statusLabel(d.status) });
+      case 'chain.skipped': return t('ev.chainSkipped', { id: d.task_id, reason: d.reason });
       default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
     }
   }

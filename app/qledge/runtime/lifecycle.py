@@ -22,6 +22,7 @@ from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
+from . import chains
 from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
@@ -52,6 +53,8 @@ class Runtime:
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
+        # Chains: downstream runs commit with their upstream run's end (runtime/chains.py).
+        self.db.on_terminal(chains.listener(self.kick, self._sweep_cancels))
         self.node_id = ""
         self.incarnation = ids.uuid7()
         self.boot_id = boot_id if boot_id is not None else read_boot_id()

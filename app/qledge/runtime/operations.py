@@ -22,7 +22,7 @@ from ..db import qinglong_store as qstore
 from ..db import store
 from ..launch import environment
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
-from . import overlap
+from . import chains, overlap
 from .cancellation import RunTerminal
 from .lifecycle import Runtime
 
@@ -46,6 +46,7 @@ async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     async with rt.db.write() as tx:
         task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
+        await chains.check(tx, task)
     rt.scheduler.wake()
     return task
 
@@ -54,6 +55,7 @@ async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task
     async with rt.db.write() as tx:
         task = await store.update_task(tx, task_id, fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
+        await chains.check(tx, task)
     rt.scheduler.wake()
     return task
 
