@@ -49,6 +49,11 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
         ({**TASK, "retry_delay_s": 86401}, "retry_delay_s"),
         ({**TASK, "retry_on": ["cancelled"]}, "retry_on"),
         ({**TASK, "retry_on": "failed"}, "retry_on"),
+        ({**TASK, "extra_schedules": ["61 * * * *"]}, "extra_schedules"),
+        ({**TASK, "extra_schedules": "* * * * *"}, "extra_schedules"),
+        ({**TASK, "tz": "Mars/Olympus"}, "tz"),
+        ({**TASK, "schedule": "@sometimes"}, "schedule"),
+        ({**TASK, "on_success": ["nope"]}, "on_success"),
         ({k: v for k, v in TASK.items() if k != "command"}, "command"),
     ]
     # Well-formed JSON that fails validation: 422 INVALID naming the field.

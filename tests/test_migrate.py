@@ -285,9 +285,11 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     conn.close()
 
 
-# Columns of 0011 (retries, overlap) with their defaults, for a task stored before.
+# Columns of 0011-0013 (retries, overlap, chains, schedules) with their defaults, for a
+# task stored before.
 TASK_POLICY_DEFAULTS = {"retries": 0, "retry_delay_s": 10, "retry_on_json": '["failed","lost"]',
-                        "overlap": "skip"}
+                        "overlap": "skip", "on_success_json": "[]", "on_failure_json": "[]",
+                        "on_finish_json": "[]", "extra_schedules_json": "[]", "tz": None}
 
 
 # -- 0009: keep_background, settled journal rows, DISK_CRITICAL ------------------------

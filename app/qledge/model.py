@@ -131,6 +131,14 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     on_success: list[str] = []
     on_failure: list[str] = []
     on_finish: list[str] = []
+    # More schedule forms: further cron expressions, and the zone they tick in
+    # (None: the container's TZ).
+    extra_schedules: list[str] = []
+    tz: str | None = None
+
+    @property
+    def schedules(self) -> list[str]:
+        return ([self.schedule] if self.schedule else []) + self.extra_schedules
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

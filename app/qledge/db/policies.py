@@ -43,3 +43,20 @@ async def chain_edges(tx: Tx) -> dict[str, set[str]]:
         edges[r["id"]] = {t for col in ("on_success_json", "on_failure_json", "on_finish_json")
                           for t in msgspec.json.decode(r[col], type=list[str])}
     return edges
+
+
+async def claim_boot(tx: Tx, start_id: str) -> bool:
+    """True once per appliance start: the caller creates the @boot runs in this same
+    transaction, so a worker killed before its commit leaves the claim to the next one."""
+    return await tx.execute(
+        "UPDATE node SET boot_fired_for = ? WHERE singleton = 1"
+        " AND boot_fired_for IS NOT ?", (start_id, start_id)) == 1
+
+
+async def boot_task_ids(tx: Tx) -> list[str]:
+    """Enabled tasks with @boot as their schedule or among their extra schedules."""
+    rows = await tx.all(
+        "SELECT id FROM tasks WHERE enabled = 1 AND (schedule = '@boot'"
+        " OR EXISTS (SELECT 1 FROM json_each(extra_schedules_json) WHERE value = '@boot'))"
+        " ORDER BY num")
+    return [str(r["id"]) for r in rows]

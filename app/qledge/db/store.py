@@ -62,6 +62,8 @@ def _task(row: sqlite3.Row) -> Task:
         retries=row["retries"], retry_delay_s=row["retry_delay_s"],
         retry_on=msgspec.json.decode(row["retry_on_json"], type=list[str]),
         **{f: msgspec.json.decode(row[f"{f}_json"], type=list[str]) for f in CHAIN_FIELDS},
+        extra_schedules=msgspec.json.decode(row["extra_schedules_json"], type=list[str]),
+        tz=row["tz"],
     )
 
 
@@ -108,7 +110,7 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 
 _TASK_COLUMNS = ("name", "command", "schedule", "timeout_s", "env", "enabled", "concurrency",
                  "labels", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
-                 "retry_delay_s", "retry_on", *CHAIN_FIELDS)
+                 "retry_delay_s", "retry_on", *CHAIN_FIELDS, "extra_schedules", "tz")
 
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +127,8 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
     elif "concurrency" in out:
         out["concurrency"] = str(out["concurrency"])
         out["overlap"] = "allow" if out["concurrency"] == "allow" else "skip"
+    if "extra_schedules" in out:
+        out["extra_schedules_json"] = _json.encode(out.pop("extra_schedules")).decode()
     for field in CHAIN_FIELDS:
         if field in out:
             out[f"{field}_json"] = _json.encode(list(dict.fromkeys(out.pop(field)))).decode()

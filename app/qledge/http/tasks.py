@@ -24,6 +24,7 @@ UNSET = msgspec.UNSET
 _Overlap = Literal["skip", "queue", "replace", "allow"]
 MAX_RETRIES = 10
 MAX_RETRY_DELAY_S = 86400
+MAX_EXTRA_SCHEDULES = 20
 
 
 class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -45,6 +46,8 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     on_success: list[str] = []  # task ids to run after this one (docs/tasks.md)
     on_failure: list[str] = []
     on_finish: list[str] = []
+    extra_schedules: list[str] = []  # more cron expressions (QingLong extra_schedules)
+    tz: str | None = None  # IANA zone the schedules tick in; None = the container's TZ
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -66,6 +69,8 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     on_success: list[str] | msgspec.UnsetType = UNSET
     on_failure: list[str] | msgspec.UnsetType = UNSET
     on_finish: list[str] | msgspec.UnsetType = UNSET
+    extra_schedules: list[str] | msgspec.UnsetType = UNSET
+    tz: str | msgspec.UnsetType | None = UNSET
 
 
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
@@ -87,6 +92,14 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
             out["schedule"] = cron.validate(schedule)
         except cron.CronError as exc:
             raise error(f"invalid cron schedule: {exc}", field="schedule") from exc
+    if "extra_schedules" in out:
+        out["extra_schedules"] = _extra_schedules(out["extra_schedules"], error)
+    if out.get("tz") is not None:
+        tz = inputs.text(out["tz"], "tz", 64, error=error)
+        try:
+            cron.zone(tz)
+        except cron.CronError as exc:
+            raise error(str(exc), field="tz") from exc
     if out.get("timeout_s") is not None:
         inputs.bounded(out["timeout_s"], "timeout_s", 1, 366 * 86400, error)
     env = out.get("env") or {}
@@ -114,6 +127,22 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
     return out
 
 
+def _extra_schedules(items: list[str], error: type[ApiError]) -> list[str]:
+    if len(items) > MAX_EXTRA_SCHEDULES:
+        raise error(f"{len(items)} extra schedules; at most {MAX_EXTRA_SCHEDULES}",
+                    field="extra_schedules")
+    out = []
+    for item in items:
+        text = inputs.text(item, "extra_schedules", inputs.MAX_SCHEDULE, lines=True,
+                           error=error)
+        try:
+            out.append(cron.validate(text))
+        except cron.CronError as exc:
+            raise error(f"extra_schedules: invalid cron schedule {text[:64]!r}: {exc}",
+                        field="extra_schedules") from exc
+    return list(dict.fromkeys(out))
+
+
 def _policies(out: dict[str, Any], error: type[ApiError]) -> None:
     """Overlap (with its old spelling `concurrency`) and retries (docs/tasks.md)."""
     conc, overlap = out.pop("concurrency", None), out.pop("overlap", None)
@@ -138,8 +167,8 @@ def _policies(out: dict[str, Any], error: type[ApiError]) -> None:
 def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
-    if task.schedule and task.enabled:
-        body["next_fire_at_ms"] = cron.first_due_after(task.schedule, now_ms())
+    if task.schedules and task.enabled:
+        body["next_fire_at_ms"] = cron.first_due_after_any(task.schedules, now_ms(), task.tz)
     return body
 
 

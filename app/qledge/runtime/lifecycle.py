@@ -17,7 +17,7 @@ from .. import ids
 from ..clock import now_ms
 from ..db import qinglong_store, store
 from ..db.connection import Database, Tx
-from ..launch import isolation, logs
+from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
@@ -38,6 +38,14 @@ from .watcher import ExitWatcher
 log = logging.getLogger("qledge.runtime")
 
 
+def appliance_start_id(boot_id: str) -> str:
+    """This start of the appliance: the supervisor (our parent) on this boot, with its
+    start time. supervisord respawning a killed worker keeps it, so `@boot` tasks do
+    not run again; restarting the container (or the machine) changes it."""
+    ppid = os.getppid()
+    return f"{boot_id}:{ppid}:{identity.start_time(ppid) or 0}"
+
+
 def read_boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
@@ -47,9 +55,11 @@ async def no_global_env(tx: Tx) -> dict[str, str]:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
-        """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
-        product never passes it and always reads the kernel's."""
+    def __init__(self, settings: Settings, *, boot_id: str | None = None,
+                 start_id: str | None = None) -> None:
+        """`boot_id` is for tests that simulate a reboot (the power-cut drills), `start_id`
+        for tests that simulate an appliance restart (@boot): the product never passes
+        them and always reads the kernel's / its supervisor's."""
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
@@ -58,6 +68,7 @@ class Runtime:
         self.node_id = ""
         self.incarnation = ids.uuid7()
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
+        self.start_id = start_id if start_id is not None else appliance_start_id(self.boot_id)
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
@@ -121,6 +132,8 @@ class Runtime:
         self.dispatcher.start()
         self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
                                    on_replaced=self._sweep_cancels)
+        # @boot runs: recovery has finished; once per appliance start, not per worker.
+        await self.scheduler.fire_boot(self.start_id)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()

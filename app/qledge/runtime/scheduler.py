@@ -35,9 +35,9 @@ from collections.abc import Callable
 
 from .. import ids
 from ..clock import now_ms
-from ..cron import first_due_after, last_due_at_or_before
+from ..cron import first_due_after_any, last_due_any
+from ..db import policies, store
 from ..db import qinglong_store as qstore
-from ..db import store
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
 from ..model import NewEvent, Overlap, Task, Trigger
@@ -59,6 +59,10 @@ class Outcome:
     FIRED = "fired"
     SKIPPED = "skipped"
     NOT_DUE = "not_due"
+
+
+def _key(task: Task) -> str:
+    return "\n".join([task.tz or "", *task.schedules])
 
 
 def _since(task: Task, last_due_ms: int | None) -> int:
@@ -84,7 +88,8 @@ class Scheduler:
         self.skipped = 0
         self.rounds = 0
         self.next_due_ms: int | None = None
-        # task id -> (schedule, since, first due after since): cron arithmetic only on change
+        # task id -> (schedules+zone, since, first due after since): cron arithmetic only
+        # on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
         # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
         self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
@@ -125,14 +130,14 @@ class Scheduler:
         next_ms: int | None = None
         cache: dict[str, tuple[str, int, int | None]] = {}
         for task, last in rows:
-            assert task.schedule is not None
             since = _since(task, last)
+            key = _key(task)
             hit = self._first_due.get(task.id)
-            if hit is not None and hit[0] == task.schedule and hit[1] == since:
+            if hit is not None and hit[0] == key and hit[1] == since:
                 first = hit[2]
             else:
-                first = first_due_after(task.schedule, since)
-            cache[task.id] = (task.schedule, since, first)
+                first = first_due_after_any(task.schedules, since, task.tz)
+            cache[task.id] = (key, since, first)
             if first is None:
                 continue
             if first <= now:
@@ -178,6 +183,40 @@ class Scheduler:
             self.on_replaced()
         return next_ms
 
+    async def fire_boot(self, start_id: str) -> int:
+        """`@boot`: once per appliance start, after recovery (Runtime.start). `start_id`
+        names the start (lifecycle.appliance_start_id); the runs and the claim commit
+        together, so a kill before the commit leaves them to the respawned worker and
+        one after it never repeats them. The overlap policy applies as for a tick."""
+        now = self.clock()
+        created = 0
+        async with self.db.write() as tx:
+            if not await policies.claim_boot(tx, start_id):
+                return 0
+            for task_id in await policies.boot_task_ids(tx):
+                task = await store.get_task(tx, task_id)
+                decision = await overlap.decide(tx, task, now)
+                if decision.blocking is not None:
+                    await store.append_events(tx, decision.blocking, [NewEvent(
+                        type="schedule.skipped", data={"scheduled_for_ms": now,
+                                                       "reason": decision.skip_reason,
+                                                       "catch_up": 0})], now)
+                    continue
+                run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
+                await store.append_events(tx, run, [NewEvent(
+                    type="run.scheduled", data={"scheduled_for_ms": now, "late_ms": 0,
+                                                "catch_up": 0, "at_boot": 1})], now)
+                await overlap.record_replaced(tx, run, decision, now)
+                self.replaced += len(decision.replaced)
+                created += 1
+        if created:
+            log.info("schedule: %d @boot run(s) for this start", created)
+            self.on_queued()
+        if self.replaced:
+            self.replaced = 0
+            self.on_replaced()
+        return created
+
     async def fire(self, tx: Tx, task_id: str, now: int,
                    prepared: list[Prepared] | None = None) -> tuple[str, int | None]:
         """Decide and commit one task's due tick inside the caller's write transaction.
@@ -189,16 +228,17 @@ class Scheduler:
             task = await store.get_task(tx, task_id)
         except store.NotFound:
             return Outcome.NOT_DUE, None
-        if not task.enabled or not task.schedule:
+        schedules = task.schedules
+        if not task.enabled or not schedules:
             return Outcome.NOT_DUE, None
         last = await qstore.last_due(tx, task.id)  # re-read under the write lock
-        first = first_due_after(task.schedule, _since(task, last))
+        first = first_due_after_any(schedules, _since(task, last), task.tz)
         if first is None or first > now:
             return Outcome.NOT_DUE, first
-        due = last_due_at_or_before(task.schedule, now)
+        due = last_due_any(schedules, now, task.tz)
         if due is None or due < first:
             due = first
-        nxt = first_due_after(task.schedule, due)
+        nxt = first_due_after_any(schedules, due, task.tz)
         await qstore.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
         if task.overlap is Overlap.ALLOW:
