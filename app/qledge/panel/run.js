@@ -82,6 +82,9 @@
           ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
           : '—'],
         r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
+        // a retry's (or a start delay's) persisted wait, counted down on each refresh
+        r.status === 'queued' && r.not_before_ms > now ? [t('run.nextAttempt'),
+          h('span', { id: 'run-retry-in' }, fmtDur(r.not_before_ms - now))] : null,
         leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
           : null,
       ]),
