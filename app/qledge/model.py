@@ -37,6 +37,10 @@ TERMINAL_RUN = frozenset(
     {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
      RunStatus.LOST, RunStatus.BLOCKED}
 )
+# Ends that trigger a task's `on_failure` chain (runtime/chains.py): the command did
+# not succeed and nobody cancelled it.
+FAILED_RUN = frozenset(
+    {RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST, RunStatus.BLOCKED})
 ACTIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING})
 TERMINAL_ATTEMPT = frozenset(
     {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED,

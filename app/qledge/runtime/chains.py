@@ -24,10 +24,9 @@ from collections.abc import Callable
 from .. import failpoints, ids
 from ..db import policies, store
 from ..db.connection import TerminalListener, Tx
-from ..model import CHAIN_FIELDS, NewEvent, Run, RunStatus, Task, Trigger
+from ..model import CHAIN_FIELDS, FAILED_RUN, NewEvent, Run, RunStatus, Task, Trigger
 from . import overlap
 
-FAILURE = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST, RunStatus.BLOCKED})
 MAX_TARGETS = 20  # per list
 
 
@@ -44,7 +43,7 @@ def targets(task: Task, status: RunStatus) -> list[str]:
     picked = list(task.on_finish)
     if status is RunStatus.SUCCEEDED:
         picked = task.on_success + picked
-    elif status in FAILURE:
+    elif status in FAILED_RUN:
         picked = task.on_failure + picked
     return list(dict.fromkeys(picked))
 
