@@ -44,8 +44,9 @@ def test_one_wall_clock() -> None:
     assert own_clocks == ["clock.py:now_ms"]
 
 
-# Functions that run on threads of their own, where a blocking sleep stalls nobody.
-THREAD_BODIES = {("launch/_exitpoll.py", "_run")}
+# Functions that run on threads of their own, where a blocking sleep stalls nobody
+# (task_cli: the operator's `task` program, a process without an event loop).
+THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
 
 
 def test_nothing_sleeps_on_the_event_loop() -> None:
@@ -82,11 +83,13 @@ def test_no_background_task_is_dropped() -> None:
 
 
 # Writes that are operations: only runtime/operations.py calls them (the scheduler's
-# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md; a
-# chain's run commits with its upstream run's end, in a terminal listener).
+# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md;
+# runtime/subscriptions.py is the home of the subscription operations, which create
+# and keep in step the tasks a pull owns, docs/subscriptions.md; a chain's run commits
+# with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"runtime/operations.py"}
+OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py"}
 ALLOWED_WRITES = {("runtime/scheduler.py", "create_run"), ("runtime/chains.py", "create_run")}
 
 

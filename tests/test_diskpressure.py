@@ -158,6 +158,10 @@ async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None
             assert await watch.check() is None  # unknown free space holds nothing
             assert ticks - before >= 10  # the loop ran while the probe hung (0.5 s)
             assert watch.volumes["logs"].error == "TimeoutError"
+            assert watch.volumes["logs"].free_space_known is False
+            watch.guard_unknown = "hold"  # the operator's choice applies to a hung one too
+            assert await watch.check() == REASON_UNKNOWN
+            watch.guard_unknown = "off"
             assert watch.volumes["data"].error is None  # the other volume is measured
             for _ in range(3):
                 assert await watch.check() is None

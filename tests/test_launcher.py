@@ -218,6 +218,8 @@ BAD_ARGS: dict[str, tuple[Callable[[list[str], Attempt], list[str]], bytes | Non
     "deny-root": (lambda a, _: ["--deny", "/", *a], None),
     "deny-nine": (lambda a, at: [*(x for _ in range(9) for x in ("--deny", str(at.root))), *a],
                   None),
+    "cwd-relative": (lambda a, _: ["--cwd", "scripts", *a], None),
+    "cwd-twice": (lambda a, at: ["--cwd", str(at.root), "--cwd", str(at.root), *a], None),
     "isolation-without-deny": (lambda a, _: ["--isolation", "auto", *a], None),
     "isolation-bogus": (lambda a, at: ["--deny", str(at.root / "logs"), "--isolation", "on",
                                        *a], None),
@@ -354,6 +356,28 @@ def test_exec_failures_are_127_or_126(
     assert receipt_of(attempt)["exitCode"] == expected
     if needle:
         assert_one_diagnostic(attempt, needle)
+
+
+def test_cwd_is_the_commands_working_directory(launcher: Launcher, attempt: Attempt) -> None:
+    # The `task` form runs a script from its folder without a shell to `cd` first.
+    where = attempt.root / "scripts"
+    where.mkdir()
+    out = attempt.root / "cwd.txt"
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--cwd", str(where), "--",
+            *sh(f"pwd > {out}")]
+    assert run(launcher, attempt, [], argv=argv) == 0
+    assert out.read_text().strip() == str(where)
+    assert receipt_of(attempt)["exitCode"] == 0
+
+
+def test_a_missing_cwd_is_the_commands_failure_127(launcher: Launcher, attempt: Attempt) -> None:
+    marker = attempt.root / "spawned"
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--cwd", str(attempt.root / "gone"), "--",
+            *sh(f"touch {marker}")]
+    assert run(launcher, attempt, [], argv=argv) == 127
+    assert not marker.exists()
+    assert receipt_of(attempt)["exitCode"] == 127
+    assert_one_diagnostic(attempt, "chdir --cwd")
 
 
 def test_only_the_direct_child_counts(launcher: Launcher, attempt: Attempt) -> None:

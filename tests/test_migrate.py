@@ -179,7 +179,8 @@ def _seed(db: Path, runs: int = 3) -> None:
 
 # Migrations after the slim schema (0007) apply too when these tests upgrade.
 AFTER_7 = [m.version for m in migrate.bundled() if m.version > 7]
-LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",), "runs": ("not_before_ms",)}
+LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",),
+                 "runs": ("not_before_ms", "parent_run_id", "conc_index")}
 
 
 def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:
@@ -285,7 +286,7 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     conn.close()
 
 
-# Columns of 0011-0013 (retries, overlap, chains, schedules) with their defaults, for a
+# Columns of 0013-0015 (retries, overlap, chains, schedules) with their defaults, for a
 # task stored before.
 TASK_POLICY_DEFAULTS = {"retries": 0, "retry_delay_s": 10, "retry_on_json": '["failed","lost"]',
                         "overlap": "skip", "on_success_json": "[]", "on_failure_json": "[]",
@@ -320,6 +321,24 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         conn.execute("DELETE FROM log_artifacts WHERE id = 'l00000'")  # still named
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_conc_runs_migration_keeps_every_row(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=10)
+    _seed(db, runs=40)
+    before = _snapshot(db)  # the new columns are NULL for every old row (_snapshot)
+    assert migrate.apply(db) == [v for v in AFTER_7 if v >= 11]
+    after = _snapshot(db)
+    assert after.pop("tasks") == [{**t, **TASK_POLICY_DEFAULTS} for t in before.pop("tasks")]
+    assert after == before
+    conn = sqlite3.connect(db)
+    assert "WITHOUT ROWID" in _schema(conn)["runs"]
+    assert "runs_parent" in {r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE runs SET conc_index = 0")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 
@@ -529,7 +548,7 @@ _FULL_SCAN = re.compile(
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
-    from qledge.db import leases, qinglong_store, retention_queries, store
+    from qledge.db import conc_runs, leases, qinglong_store, retention_queries, store
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -538,7 +557,8 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
         store.get_run(tx, r), store.active_run_of_task(tx, t), store.queued_runs(tx, 8, 1),
-        store.next_not_before(tx, 1),
+        store.next_not_before(tx, 1), conc_runs.children(tx, r),
+        conc_runs.has_active_child(tx, r),
         store.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
         store.list_runs(tx, task_id=None, status="running", before=r, limit=50),
         store.list_runs(tx, task_id=t, status="failed", before=r, limit=50),
@@ -581,7 +601,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     assert scans == {}
 
 
-# -- 0011: retries and overlap -----------------------------------------------------------
+# -- 0013: retries and overlap -----------------------------------------------------------
 
 
 def test_overlap_is_filled_from_the_old_concurrency(tmp_path: Path) -> None:
@@ -592,7 +612,7 @@ def test_overlap_is_filled_from_the_old_concurrency(tmp_path: Path) -> None:
                      " updated_at_ms) VALUES (?, 'x', 'true', ?, 1, 1)", (f"t{num}", conc))
     conn.commit()
     conn.close()
-    assert 11 in migrate.apply(db)
+    assert 13 in migrate.apply(db)
     conn = sqlite3.connect(db)
     rows = conn.execute("SELECT id, concurrency, overlap, retries, retry_on_json FROM tasks"
                         " ORDER BY id").fetchall()

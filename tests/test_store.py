@@ -183,3 +183,34 @@ async def test_terminal_listeners_run_once_inside_the_transaction(db: Database) 
     async with db.read() as tx:
         assert (await store.get_run(tx, other)).status is RunStatus.QUEUED
         assert await tx.one(_MARK, (f"t-{other}",)) is None
+
+
+async def test_commit_hooks_run_after_the_commit_and_never_after_a_rollback(
+        db: Database) -> None:
+    """Tx.on_commit: a listener's wake-up reads what its transaction wrote."""
+    seen: list[str | None] = []
+
+    async def peek() -> None:
+        async with db.read() as tx:
+            row = await tx.one(_MARK, ("hook",))
+        seen.append(row["value"] if row else None)
+
+    tasks: list[asyncio.Task[None]] = []
+    commits: list[int] = []
+    before = db.commit_seq
+
+    def hook() -> None:
+        commits.append(db.commit_seq)
+        tasks.append(asyncio.ensure_future(peek()))
+
+    async with db.write() as tx:
+        await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('hook', 'x')")
+        tx.on_commit(hook)
+        assert tasks == []
+    await asyncio.gather(*tasks)
+    assert seen == ["x"] and commits == [before + 1]  # called once the commit counted
+    with pytest.raises(RuntimeError):
+        async with db.write() as tx:
+            tx.on_commit(lambda: seen.append("rolled back"))
+            raise RuntimeError("no commit")
+    assert seen == ["x"]

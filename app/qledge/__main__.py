@@ -1,4 +1,4 @@
-"""CLI: serve | migrate | audit receipts | version."""
+"""CLI: serve | migrate | audit receipts | task ... | version."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # aiosqlite's DEBUG lines print every statement with its parameters: env values,
+    # subscription credentials. They never reach the log, whatever QLEDGE_LOG_LEVEL says.
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -140,12 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     receipts = audit_sub.add_parser("receipts", help="bounded audit of orphan receipt files",
                                     prefix_chars="+", add_help=False)
     receipts.add_argument("rest", nargs=argparse.REMAINDER)
+    # QingLong's command for operators (task_cli.py): every word passes through.
+    task = sub.add_parser("task", help="run a script as a tracked run: task <path> [now] ...",
+                          prefix_chars="+", add_help=False)
+    task.add_argument("rest", nargs=argparse.REMAINDER)
+    subscription = sub.add_parser("subscription", help="subscriptions (docs/subscriptions.md)")
+    subscription_sub = subscription.add_subparsers(dest="what", required=True)
+    pull = subscription_sub.add_parser("pull", help="one pull; run by the subscription's task")
+    pull.add_argument("id")
     args = parser.parse_args(argv)
+    if args.cmd == "subscription":
+        from . import subscription_pull
+
+        return subscription_pull.main(args.id)
     _setup_logging()
     if args.cmd == "serve":
         return serve()
     if args.cmd == "migrate":
         return migrate_cmd()
+    if args.cmd == "task":
+        from . import task_cli
+
+        return task_cli.main(args.rest)
     if args.cmd == "version":
         print(f"qledge {__version__}")
         return 0

@@ -29,6 +29,7 @@ NO_HARDLINK = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EML
 # A file moved under a taken name gets `<stem>.<n><suffix>`, n = 1 … MAX_SUFFIX.
 MAX_SUFFIX = 16
 _RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
 
 
 class UnsafeDirectory(Exception):
@@ -93,6 +94,17 @@ def rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> No
     if fn is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available in this C library")
     if fn(src_dir_fd, os.fsencode(src), dst_dir_fd, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), src, None, dst)
+
+
+def rename_exchange(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
+    """renameat2(RENAME_EXCHANGE): swap two existing names in one step (a subscription's
+    new tree and its scripts folder: never a moment without either)."""
+    fn = _libc_renameat2()
+    if fn is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available in this C library")
+    if fn(src_dir_fd, os.fsencode(src), dst_dir_fd, os.fsencode(dst), _RENAME_EXCHANGE) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), src, None, dst)
 

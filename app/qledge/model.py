@@ -80,6 +80,17 @@ class Reason(enum.StrEnum):
     RECOVERY_IDENTITY_UNSUPPORTED = "RECOVERY_IDENTITY_UNSUPPORTED"
     RECOVERY_FOREIGN_OWNER = "RECOVERY_FOREIGN_OWNER"
     TASK_ISOLATION_UNAVAILABLE = "TASK_ISOLATION_UNAVAILABLE"
+    # The `task` command form refused before any process (taskform.py, docs/tasks.md).
+    TASK_BAD_SYNTAX = "TASK_BAD_SYNTAX"
+    TASK_BAD_OPTION = "TASK_BAD_OPTION"
+    TASK_BAD_SELECTION = "TASK_BAD_SELECTION"
+    TASK_PATH_OUTSIDE = "TASK_PATH_OUTSIDE"
+    TASK_SCRIPT_NOT_FOUND = "TASK_SCRIPT_NOT_FOUND"
+    TASK_SCRIPT_NOT_EXECUTABLE = "TASK_SCRIPT_NOT_EXECUTABLE"
+    TASK_INTERPRETER_MISSING = "TASK_INTERPRETER_MISSING"
+    TASK_ENV_EMPTY = "TASK_ENV_EMPTY"
+    # A `task … conc` parent: its result is its children's (docs/tasks.md).
+    CONC_CHILDREN = "CONC_CHILDREN"
 
 
 class Concurrency(enum.StrEnum):
@@ -160,6 +171,10 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     reason_code: str | None
     not_before_ms: int | None = None  # queued, but not to start before this time
+    # A child run of `task … conc` (docs/tasks.md): its parent, and the 1-based
+    # position of its value in the parent's variable.
+    parent_run_id: str | None = None
+    conc_index: int | None = None
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):

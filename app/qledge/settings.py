@@ -147,6 +147,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # (default; the writes tell), "hold" = hold new attempts (DISK_FREE_UNKNOWN).
     disk_guard_unknown: Literal["off", "hold"] = "off"
     critical_water_mb: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    # QingLong's RandomDelay: a scheduled `task <path>` (no `now`, desi or conc) waits
+    # up to this many seconds before it starts (docs/tasks.md); 0 = off.
+    random_delay_s: Annotated[int, msgspec.Meta(ge=0, le=86400)] = 0
 
     @property
     def profile_limits(self) -> Profile:

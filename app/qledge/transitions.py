@@ -170,20 +170,70 @@ def complete(
 
 def without_receipt(
     run: Run, attempt: Attempt, reason: Reason, now_ms: int,
-    *, status: AttemptStatus = AttemptStatus.LOST,
+    *, status: AttemptStatus = AttemptStatus.LOST, message: str | None = None,
 ) -> Transition:
     """No receipt will ever come: `lost`/`blocked` — or the committed intent's result.
 
     A process killed for a cancel/timeout has no receipt by design; the intent,
     not the missing evidence, decides (and the exit code stays unknown).
+    `message`: a fixed text explaining the reason (never a user's words).
     """
     if run.cancel_reason is not None and attempt.status is AttemptStatus.RUNNING:
         code = (Reason.TIMEOUT if run.cancel_reason is CancelReason.TIMEOUT
                 else Reason.CANCEL_REQUESTED)
         return _finish(run, attempt, _cancelled_status(run), exit_code=None,
                        reason=code.value, finished_at_ms=now_ms)
-    return _finish(run, attempt, status, exit_code=None, reason=reason.value,
-                   finished_at_ms=now_ms)
+    tr = _finish(run, attempt, status, exit_code=None, reason=reason.value,
+                 finished_at_ms=now_ms)
+    if message is None:
+        return tr
+    events = [replace(e, data={**e.data, "message": message}) for e in tr.events]
+    return replace(tr, events=events)
+
+
+def fan_out(run: Run, children: int, now_ms: int) -> Transition:
+    """A `task … conc` run starts its child runs (created in the same transaction)
+    instead of a process of its own: it is `running` until they are all terminal."""
+    _require_active(run)
+    if run.status is not RunStatus.QUEUED:
+        raise InvalidTransition("RUN_NOT_QUEUED")
+    new_run = _bump(run, status=RunStatus.RUNNING, started_at_ms=now_ms)
+    return Transition(run=new_run, attempt=None,
+                      events=[NewEvent(type="run.started", data={"children": children})])
+
+
+def children_done(run: Run, children: list[Run], now_ms: int) -> Transition:
+    """The parent's result once every child is terminal: succeeded only if all did.
+
+    All succeeded decides even against a committed cancel (the children's
+    receipts prove the work was done); otherwise a cancel intent makes the parent
+    cancelled/timed_out, else it failed with the first unsuccessful child's exit
+    code (None when that child has none).
+    """
+    _require_active(run)
+    if run.status is not RunStatus.RUNNING:
+        raise InvalidTransition("RUN_NOT_RUNNING")
+    if any(c.status not in TERMINAL_RUN for c in children):
+        raise InvalidTransition("CHILDREN_ACTIVE")
+    failed = [c for c in children if c.status is not RunStatus.SUCCEEDED]
+    exit_code: int | None = 0
+    if not failed:
+        status = RunStatus.SUCCEEDED
+    elif run.cancel_reason is not None:
+        status = (RunStatus.TIMED_OUT if run.cancel_reason is CancelReason.TIMEOUT
+                  else RunStatus.CANCELLED)
+        exit_code = None
+    else:
+        status = RunStatus.FAILED
+        exit_code = failed[0].exit_code
+    reason = Reason.CONC_CHILDREN.value
+    new_run = _bump(run, status=status, exit_code=exit_code, reason_code=reason,
+                    finished_at_ms=max(now_ms, run.started_at_ms or 0))
+    data: dict[str, str | int | None] = {
+        "status": status.value, "exit_code": exit_code, "reason_code": reason,
+        "children": len(children), "children_succeeded": len(children) - len(failed)}
+    return Transition(run=new_run, attempt=None,
+                      events=[NewEvent(type="run.finished", data=data)])
 
 
 # -- retries (docs/tasks.md) -----------------------------------------------------------

@@ -65,6 +65,7 @@ struct options {
     const char *sequence_text;
     const char *token_fd_text;
     const char *isolation;    /* "required" (default with --deny) or "auto" */
+    const char *cwd;          /* the command's working directory (absolute) */
     const char *deny[MAX_DENY];
     int ndeny;
     int keep_background;
@@ -85,7 +86,7 @@ static char receipt[RECEIPT_MAX];
 static const char usage_text[] =
     "usage: ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID\n"
     "                 --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]\n"
-    "                 [--keep-background] -- command [args...]\n"
+    "                 [--keep-background] [--cwd DIR] -- command [args...]\n"
     "       ql-launch --version\n";
 
 /* One diagnostic line: "ql-launch: <what>: <strerror(err)>". */
@@ -144,6 +145,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "--sequence", offsetof(struct options, sequence_text) },
         { "--token-fd", offsetof(struct options, token_fd_text) },
         { "--isolation", offsetof(struct options, isolation) },
+        { "--cwd", offsetof(struct options, cwd) },
     };
     uint64_t fd;
     int i = 1, d;
@@ -201,6 +203,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     for (d = 0; d < o->ndeny; d++)
         if (o->deny[d][0] != '/')
             return bad_usage("--deny needs an absolute directory");
+    if (o->cwd != NULL && o->cwd[0] != '/')
+        return bad_usage("--cwd needs an absolute directory");
     if (o->isolation != NULL && o->ndeny == 0)
         return bad_usage("--isolation needs --deny");
     if (o->isolation != NULL && strcmp(o->isolation, "required") != 0 &&
@@ -561,7 +565,8 @@ static void close_inherited_fds(void)
 
 /* ruleset >= 0: confine first; if that fails and isolation is required, the
  * errno goes to the launcher through err_fd and nothing runs. */
-static _Noreturn void exec_command(char **command, int ruleset, int required, int err_fd)
+static _Noreturn void exec_command(char **command, const char *cwd, int ruleset,
+                                   int required, int err_fd)
 {
     sigset_t empty;
     struct sigaction dfl;
@@ -575,6 +580,13 @@ static _Noreturn void exec_command(char **command, int ruleset, int required, in
     if (sigprocmask(SIG_SETMASK, &empty, NULL) < 0) {
         report("child sigprocmask", errno);
         _exit(EXIT_NOEXEC);
+    }
+    /* Before the confinement: the directory is the task's own (scripts), and a
+     * missing one is the command's failure (a receipt says 127), not ours. */
+    if (cwd != NULL && chdir(cwd) < 0) {
+        err = errno;
+        report("chdir --cwd", err);
+        _exit(EXIT_NOTFOUND);
     }
     if (ruleset >= 0 && confine_self(ruleset) < 0) {
         err = errno;
@@ -1092,7 +1104,7 @@ static pid_t start_command(const struct options *o, int ruleset, int err_pipe[2]
         return -1;
     }
     if (child == 0)
-        exec_command(o->command, ruleset, isolation_required(o), err_pipe[1]);
+        exec_command(o->command, o->cwd, ruleset, isolation_required(o), err_pipe[1]);
     if (ruleset < 0)
         return child;
     close(ruleset);

@@ -330,6 +330,36 @@ def drill_node(box: Box, tally: Tally, lines: int) -> None:
     tally.drills.append("node_tasks")
 
 
+COUNT_PY = """\
+import sys
+n, code = (int(a) for a in sys.argv[1:3])
+for i in range(1, n + 1):
+    print(f"py line {i}", flush=True)
+sys.exit(code)
+"""
+
+
+def drill_task_form(box: Box, tally: Tally, script: str, word: str) -> None:
+    """QingLong's `task` form as a tracked run (the interpreter by the script's
+    extension, arguments after `--`), then the operator's `docker exec <box> task <path>
+    now`: the run's log on stdout, its exit code as the command's, a missing script
+    refused with its reason code."""
+    want = "".join(f"{word} line {i}\n" for i in (1, 2, 3))
+    form = box.trigger(box.task(f"task {script} -- 3 5"))
+    box.wait(form, timeout=120)
+    tally.check(box, form, status="failed", exit_code=5)
+    assert box.api("GET", f"/runs/{form}/log").text == want
+    for code in (0, 9):
+        res = subprocess.run([DOCKER, "exec", box.name, "task", script, "now", "--", "3",
+                              str(code)], capture_output=True, text=True,
+                             timeout=180 * box.slow)
+        assert (res.returncode, res.stdout) == (code, want), (res.returncode, res.stdout,
+                                                               res.stderr)
+    missing = subprocess.run([DOCKER, "exec", box.name, "task", "drill/missing.py", "now"],
+                             capture_output=True, text=True, timeout=180 * box.slow)
+    assert missing.returncode != 0 and "TASK_SCRIPT_NOT_FOUND" in missing.stderr, missing
+    tally.drills.append("task_form")
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--platform", default="linux/amd64")
@@ -348,8 +378,13 @@ def main() -> int:
         loop = box.loop()
         if args.variant == "node":
             drill_node(box, tally, lines=100)
+            drill_task_form(box, tally, "drill/count.js", "js")
         else:
             drill_worker_kill(box, tally, lines=20 if args.smoke else 60)
+            r = box.api("PUT", "/scripts/file", json={"path": "drill/count.py",
+                                                       "content": COUNT_PY})
+            assert r.status_code in (200, 201), r.text
+            drill_task_form(box, tally, "drill/count.py", "py")
         drill_secrets(box, tally)
         if not args.smoke and args.variant == "default":
             drill_docker_restart(box, tally)

@@ -58,7 +58,7 @@ def test_container_drill(platform: str, mode: str) -> None:
     assert summary["duplicates"] == 0 and summary["false_successes"] == 0
     assert summary["terminal_events"] == summary["runs"] > 0
     assert summary["loop"] == LOOP[platform], summary
-    expected = ["worker_kill_mid_run", "secrets_out_of_reach"] if mode == "smoke" else [
-        "worker_kill_mid_run", "secrets_out_of_reach", "docker_restart",
-        "docker_kill_then_start"]
+    expected = ["worker_kill_mid_run", "task_form", "secrets_out_of_reach"] if mode == "smoke" \
+        else ["worker_kill_mid_run", "task_form", "secrets_out_of_reach", "docker_restart",
+              "docker_kill_then_start"]
     assert summary["drills"] == expected

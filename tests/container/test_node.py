@@ -65,17 +65,17 @@ def _pinned_node() -> str:
 @pytest.mark.parametrize("platform", NODE_PLATFORMS)
 def test_node_drill(platform: str) -> None:
     """A node script's exact exit code and full log across a kill -9 of the worker,
-    `node -e` reading values set through qledge's envs, npm pack + install; and
-    the secrets probe every image gets."""
+    `node -e` reading values set through qledge's envs, npm pack + install, QingLong's
+    `task x.js` form and `docker exec … task`; and the secrets probe every image gets."""
     _image(platform, "node")
     res = subprocess.run([sys.executable, str(DRILL), "--platform", platform,
                           "--variant", "node"], capture_output=True, text=True, timeout=1800)
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["ok"], f"{summary}\n{res.stderr[-4000:]}"
     assert res.returncode == 0
-    assert summary["drills"] == ["node_tasks", "secrets_out_of_reach"], summary
-    # three node runs and the secrets probe
-    assert summary["runs"] == summary["terminal_events"] == 4, summary
+    assert summary["drills"] == ["node_tasks", "task_form", "secrets_out_of_reach"], summary
+    # three node runs, the task form's tracked run and the secrets probe
+    assert summary["runs"] == summary["terminal_events"] == 5, summary
     assert summary["duplicates"] == 0 and summary["false_successes"] == 0, summary
 
 
@@ -126,8 +126,9 @@ def test_node_image_is_the_default_image_plus_the_node_layer(platform: str) -> N
     assert _inspect(node, '(index .Config.Labels "qledge.variant")') == "node"
     d_layers, n_layers = _inspect(default, ".RootFS.Layers"), _inspect(node, ".RootFS.Layers")
     # Base, python3, venv, launcher: shared. Then the node layer, then the app's
-    # three (COPY app, its bytecode, COPY rootfs), rebuilt on top of it.
-    shared = len(d_layers) - 3
+    # four (COPY app, its bytecode, COPY rootfs, the version check's empty RUN),
+    # rebuilt on top of it.
+    shared = len(d_layers) - 4
     assert len(n_layers) == len(d_layers) + 1, (d_layers, n_layers)
     assert n_layers[:shared] == d_layers[:shared], (d_layers, n_layers)
     assert n_layers[shared] not in d_layers

@@ -40,19 +40,19 @@ TerminalListener = Callable[["Tx", "Run", "Run", int], Awaitable[None]]
 class Tx:
     """One open transaction (or read snapshot) on one connection."""
 
-    __slots__ = ("_after", "_conn", "_undo", "terminal_listeners")
+    __slots__ = ("_committed", "_conn", "_undo", "terminal_listeners")
 
     def __init__(self, conn: aiosqlite.Connection,
                  terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
         self._conn = conn
         self._undo: list[Callable[[], None]] = []
-        self._after: list[Callable[[], None]] = []
+        self._committed: list[Callable[[], None]] = []
         self.terminal_listeners = terminal_listeners
 
-    def after_commit(self, fn: Callable[[], None]) -> None:
-        """Run `fn` once this write transaction has committed (never if it rolls back):
-        e.g. wake the dispatcher for a run a terminal listener queued."""
-        self._after.append(fn)
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once this write transaction has committed (a hint to wake a loop
+        that reads what it wrote; it also runs if only a savepoint rolled back)."""
+        self._committed.append(fn)
 
     def on_rollback(self, fn: Callable[[], None]) -> None:
         """Run `fn` if this transaction — or the savepoint open now — rolls back:
@@ -234,14 +234,14 @@ class Database:
                 tx._rolled_back()
                 raise
             self.commit_seq += 1
+            for fn in tx._committed:
+                fn()
             # A transaction that changed nothing writes no WAL frame, so SQLite does
             # not fsync it even at synchronous=FULL: it must not claim the earlier
             # deferred commits durable (found by the power-cut drill: the reaper
             # deleted a receipt whose result was still only in the page cache).
             if durable and conn.total_changes != changes:
                 await self._advance(self.commit_seq)
-            for fn in tx._after:
-                fn()
 
     async def sync(self) -> None:
         """Make every commit so far durable: one fdatasync of the WAL.

@@ -21,6 +21,10 @@ _A_TERMINAL = st.terminal_attempt("a.status")
 # Spelled like the WHERE of the partial index attempts_active (db/statuses.py).
 _A_ACTIVE = st.active_attempt("a.status")
 _R_QUEUED = st.is_("r.status", RunStatus.QUEUED)
+# A `task … conc` child stays while its parent is active: the parent's result is
+# computed from all its children when the last one ends (docs/tasks.md).
+_NO_ACTIVE_PARENT = ("({parent} IS NULL OR NOT EXISTS (SELECT 1 FROM runs p"  # noqa: S608
+                     f" WHERE p.id = {{parent}} AND {st.active_run('p.status')}))")
 LOGS = "logs"
 
 
@@ -60,7 +64,7 @@ async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
     row (the supervisor still owns that evidence) are left for a later round.
     """
     rows = await tx.all(
-        "SELECT c.id, c.rank, c.fin FROM (SELECT r.id,"  # noqa: S608
+        "SELECT c.id, c.rank, c.fin FROM (SELECT r.id, r.parent_run_id,"  # noqa: S608
         " COALESCE(r.finished_at_ms, r.created_at_ms) AS fin,"
         " ROW_NUMBER() OVER (ORDER BY r.id DESC) AS rank"
         f" FROM runs r WHERE r.task_id = ? AND {_R_TERMINAL}) AS c"
@@ -68,6 +72,7 @@ async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
         " AND NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = c.id"
         f"   AND ({_A_ACTIVE}"
         "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))"
+        f" AND {_NO_ACTIVE_PARENT.format(parent='c.parent_run_id')}"
         " ORDER BY c.id LIMIT ?", (task_id, keep_n, cutoff_ms, limit))
     return [RunCandidate(id=r["id"], rank=r["rank"], finished_at_ms=r["fin"]) for r in rows]
 
@@ -89,6 +94,7 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
         return Deleted()
     rows = await tx.all(
         f"SELECT r.id FROM runs r WHERE r.id IN ({_marks(run_ids)})"  # noqa: S608
+        f" AND {_NO_ACTIVE_PARENT.format(parent='r.parent_run_id')}"
         f" AND {_R_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
         f"   WHERE a.run_id = r.id AND ({_A_ACTIVE}"
         "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))",

@@ -76,7 +76,11 @@ def _run(row: sqlite3.Row) -> Run:
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
         reason_code=row["reason_code"], not_before_ms=row["not_before_ms"],
+        parent_run_id=row["parent_run_id"], conc_index=row["conc_index"],
     )
+
+
+run_from_row = _run  # for the noun modules beside this one (db/conc_runs.py)
 
 
 def _attempt(row: sqlite3.Row) -> Attempt:

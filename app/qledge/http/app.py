@@ -21,6 +21,7 @@ from . import (
     runs,
     schedule,
     scripts,
+    subscriptions,
     system,
     tasks,
     tickets,
@@ -44,7 +45,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
             await runtime.stop()
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes]
+           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
+           *subscriptions.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.

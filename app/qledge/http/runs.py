@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
-from ..db import store
+from ..db import conc_runs, store
 from ..model import (
     ACTIVE_ATTEMPT,
     TERMINAL_RUN,
@@ -86,6 +86,7 @@ async def get(request: Request) -> Response:
     async with rt.db.read() as tx:
         run = await store.get_run(tx, run_id)
         attempts = await store.attempts_of_run(tx, run_id)
+        children = await conc_runs.children(tx, run_id)
     views = []
     for a in attempts:
         view = attempt_view(a)
@@ -93,7 +94,10 @@ async def get(request: Request) -> Response:
         view.update(log_size=state.size, log_bytes_at_exit=a.log_bytes_at_exit,
                     log_truncated=state.truncated, log_note=state.note)
         views.append(view)
-    return json_response({**run_view(run), "attempts": views})
+    # A `task … conc` parent's child runs (docs/tasks.md): ids and results.
+    kids = [{"id": c.id, "conc_index": c.conc_index, "status": c.status.value,
+             "exit_code": c.exit_code, "reason_code": c.reason_code} for c in children]
+    return json_response({**run_view(run), "attempts": views, "children": kids})
 
 
 async def events(request: Request) -> Response:

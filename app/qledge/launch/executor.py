@@ -18,9 +18,9 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from .. import failpoints, ids, transitions
+from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
-from ..db import store
+from ..db import conc_runs, store
 from ..db.connection import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..receipts.codec import new_token, token_hash
@@ -35,6 +35,13 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
+# Variables for one launch of one task, never stored with it (a subscription's pull
+# gets its spec and credential this way, docs/subscriptions.md).
+TaskEnvProvider = Callable[[Tx, Task], Awaitable[dict[str, str]]]
+
+
+async def no_task_env(tx: Tx, task: Task) -> dict[str, str]:
+    return {}
 
 
 def base_env(work_dir: Path) -> dict[str, str]:
@@ -54,24 +61,49 @@ class SpawnResult:
 
 
 class Prepared:
-    """Step 1 done inside some write transaction; launch() once it has committed."""
+    """Step 1 done inside some write transaction; launch() once it has committed.
 
-    __slots__ = ("attempt", "env", "run", "task", "token")
+    `form`: the parsed `task` command form (expanded against the scripts folder
+    in launch()); `refusal`: why the form cannot run — the attempt ends `failed`
+    with that reason and nothing is spawned.
+    """
+
+    __slots__ = ("attempt", "env", "form", "refusal", "run", "task", "token")
 
     def __init__(self, run: Run, task: Task, attempt: Attempt, token: str,
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], form: taskform.TaskForm | None = None,
+                 refusal: taskform.TaskFormError | None = None) -> None:
         self.run = run
         self.task = task
         self.attempt = attempt
         self.token = token
         self.env = env
+        self.form = form
+        self.refusal = refusal
+
+
+def _command(task: Task, scripts_dir: Path) -> tuple[
+        taskform.TaskForm | None, taskform.TaskFormError | None]:
+    if not taskform.is_task_form(task.command):
+        return None, None
+    try:
+        return taskform.parse(task.command, scripts_dir), None
+    except taskform.TaskFormError as exc:
+        return None, exc
+
+
+def deadline_ms(task: Task, form: taskform.TaskForm | None, now: int) -> int | None:
+    """The attempt's deadline: the task's timeout and a `task -m`, the shorter wins."""
+    limits = [s for s in (task.timeout_s, form.timeout_s if form else None) if s]
+    return now + int(min(limits) * 1000) if limits else None
 
 
 class LocalExecutor:
     def __init__(
         self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
         launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
-        isolation: Isolation,
+        isolation: Isolation, scripts_dir: Path | None = None,
+        task_env: TaskEnvProvider = no_task_env,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -82,9 +114,13 @@ class LocalExecutor:
         self.boot_id = boot_id
         self.global_env = global_env
         self.isolation = isolation
+        self.scripts_dir = scripts_dir or work_dir / "scripts"
+        self.task_env = task_env
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
+        # `task … conc` runs turned into child runs (the dispatcher wakes for them).
+        self.fanned_out = 0
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
@@ -103,11 +139,25 @@ class LocalExecutor:
             if await store.run_has_active_attempt(tx, run.id):
                 return None
             task = await store.get_task(tx, run.task_id)
-        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env,
+               **await self.task_env(tx, task)}
         token = new_token()
         attempt_id = ids.uuid7()
         now = now_ms()
-        deadline = now + task.timeout_s * 1000 if task.timeout_s else None
+        form, refusal = _command(task, self.scripts_dir)
+        if form is not None and form.mode == "conc" and run.parent_run_id is None:
+            try:
+                picks = taskform.conc_indexes(env.get(form.env_name or ""), form.selection)
+            except taskform.TaskFormError as exc:
+                refusal = exc  # fails like any refused form: an attempt, no process
+            else:
+                # No process of its own: its children are queued runs (runtime/conc.py).
+                run = await store.apply(tx, run, transitions.fan_out(run, len(picks), now), now)
+                for index in picks:
+                    await conc_runs.create_child(tx, ids.uuid7(), run, index, now)
+                self.fanned_out += 1
+                return None
+        deadline = deadline_ms(task, form, now)
         self.in_flight.add(attempt_id)
         tx.on_rollback(lambda: self.in_flight.discard(attempt_id))
         attempt = await store.prepare_attempt(
@@ -116,7 +166,7 @@ class LocalExecutor:
             deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
             log_path=logs.relative_path(attempt_id),
             receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
-        return Prepared(run, task, attempt, token, env)
+        return Prepared(run, task, attempt, token, env, form, refusal)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:
         """Steps 2-4 after step 1 committed. The attempt leaves `in_flight` when this
@@ -134,10 +184,27 @@ class LocalExecutor:
             await self._finish_without_process(attempt_id, Reason.TASK_ISOLATION_UNAVAILABLE,
                                                AttemptStatus.BLOCKED, settled=True)
             return None
+        command = ["/bin/sh", "-c", p.task.command]
+        cwd: str | None = None
+        env = p.env
+        try:
+            if p.refusal is not None:
+                raise p.refusal
+            if p.form is not None:
+                # Expanded now, against the scripts folder as it is at spawn time.
+                spawn = await asyncio.to_thread(taskform.expand, p.form, self.scripts_dir, env,
+                                                p.run.conc_index)
+                command, cwd, env = spawn.argv, spawn.cwd, spawn.env
+        except taskform.TaskFormError as refused:
+            await self._finish_without_process(
+                attempt_id, refused.reason, AttemptStatus.FAILED, settled=True,
+                message=refused.message)
+            return None
         # Steps 2 and 3, in a thread: a new shard costs a directory fsync, which must
         # not stall the event loop on an SD card.
         try:
-            pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, p.env)
+            pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, env,
+                                          command, cwd)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
@@ -172,7 +239,7 @@ class LocalExecutor:
             return None
 
     def _launch(self, attempt: Attempt, run: Run, task: Task, token: str,
-                env: dict[str, str]) -> int:
+                env: dict[str, str], command: list[str], cwd: str | None) -> int:
         log_fd, _ = logs.create(self.logs_root, attempt.id)
         shard = self.receipts.ensure_shard(attempt.id)
         read_end, write_end = os.pipe()
@@ -186,7 +253,7 @@ class LocalExecutor:
                 "--attempt-id", attempt.id, "--sequence", str(attempt.callback_sequence),
                 "--token-fd", str(TOKEN_FD), *self.isolation.launcher_args(),
                 *(["--keep-background"] if task.keep_background else []),
-                "--", "/bin/sh", "-c", task.command,
+                *(["--cwd", cwd] if cwd else []), "--", *command,
             ]
             if read_end == TOKEN_FD:
                 # dup2 onto itself would keep O_CLOEXEC on older libcs.
@@ -223,13 +290,15 @@ class LocalExecutor:
 
     async def _finish_without_process(self, attempt_id: str, reason: Reason,
                                       status: AttemptStatus = AttemptStatus.LOST, *,
-                                      settled: bool = False) -> None:
+                                      settled: bool = False,
+                                      message: str | None = None) -> None:
         """`settled`: no launcher ever ran, so no receipt can come (journal: ageing only).
         A launcher stopped for lack of an identity may still publish: not settled."""
         async with self.db.write() as tx:
             attempt = await store.get_attempt(tx, attempt_id)
             run = await store.get_run(tx, attempt.run_id)
-            tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
+            tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status,
+                                             message=message)
             await store.apply(tx, run, tr, now_ms())
             if settled:
                 await store.journal_settle(tx, [attempt_id], now_ms())

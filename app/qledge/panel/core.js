@@ -296,7 +296,7 @@ window.QLEDGE = (() => {
     const app = clear(document.getElementById('app'));
     const other = lang === 'zh' ? 'en' : 'zh';
     const links = [['tasks', 'nav.tasks'], ['scripts', 'nav.scripts'], ['runs', 'nav.runs'],
-      ['envs', 'nav.envs'], ['system', 'nav.system']];
+      ['envs', 'nav.envs'], ['subs', 'nav.subs'], ['system', 'nav.system']];
     const main = h('main', { id: 'main', tabIndex: -1 });
     append(app, [
       h('a', { class: 'skip', href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
@@ -342,6 +342,7 @@ window.QLEDGE = (() => {
       else if (section === 'runs' && id) pages.run(main, id, alive);
       else if (section === 'runs') pages.runs(main, query, alive);
       else if (section === 'envs') pages.envs(main, alive);
+      else if (section === 'subs') pages.subs(main, alive);
       else if (section === 'system') pages.system(main, alive);
       else pages.tasks(main, alive);
     }

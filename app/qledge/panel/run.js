@@ -56,6 +56,8 @@
     return text === key ? t('reason.unknown') : text;
   }
 
+  const runLink = (id, text) => h('a', { href: '#/runs/' + id }, text);
+
   // The summary card: status, exit code, reason, times and durations.
   function summaryView(r, taskName, now, events) {
     const reason = reasonText(r.reason_code);
@@ -87,6 +89,13 @@
           h('span', { id: 'run-retry-in' }, fmtDur(r.not_before_ms - now))] : null,
         leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
           : null,
+        // The `task` form (docs/tasks.md): a random delay's wait; a conc run's parent/children.
+        r.not_before_ms && !r.started_at_ms ? [t('run.notBefore'), fmtTime(r.not_before_ms)] : null,
+        r.parent_run_id ? [t('run.parent'), runLink(r.parent_run_id, shortId(r.parent_run_id))]
+          : null,
+        r.children && r.children.length ? [t('run.children'), h('span', { id: 'run-children' },
+          ...r.children.map((c) => h('span', null, runLink(c.id, '#' + c.conc_index), ' ',
+            badge(c.status), ' ')))] : null,
       ]),
     ];
   }

@@ -26,6 +26,7 @@ from ..db import leases, store
 from ..db.connection import Database
 from ..launch import identity
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
+from . import conc
 from .completion import CompletionService
 from .loop import settle
 
@@ -71,6 +72,10 @@ class Cancellation:
             tr = transitions.request_cancel(run, reason, now_ms())
             if tr is not None:
                 run = await store.apply(tx, run, tr, now_ms())
+                # A `task … conc` parent: the intent reaches its children too (the
+                # last one to end finishes the parent, in its own commit).
+                await conc.cancel_children(tx, run, reason, now_ms())
+                run = await store.get_run(tx, run.id)
             if run.status is RunStatus.QUEUED:
                 tr = transitions.cancel_queued(run, now_ms())
                 run = await store.apply(tx, run, tr, now_ms())

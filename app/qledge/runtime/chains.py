@@ -87,6 +87,8 @@ def listener(wake: Callable[[], None], sweep: Callable[[], None]) -> TerminalLis
         wake()
 
     async def on_terminal(tx: Tx, old: Run, new: Run, now_ms: int) -> None:
+        if new.parent_run_id is not None:
+            return  # a `task … conc` child: its parent's end chains, once
         upstream = await store.tasks_by_ids(tx, [new.task_id])
         task = upstream.get(new.task_id)
         if task is None:
@@ -116,8 +118,8 @@ def listener(wake: Callable[[], None], sweep: Callable[[], None]) -> TerminalLis
             up_events.append(NewEvent(type="chain.triggered",
                                       data={"run_id": run.id, "task_id": down.id}))
         await store.append_events(tx, new, up_events, now_ms)
-        tx.after_commit(woken)
+        tx.on_commit(woken)
         if replaced:
-            tx.after_commit(sweep)
+            tx.on_commit(sweep)
 
     return on_terminal

@@ -6,9 +6,11 @@ on a small pool of daemon threads (launch/fileio.py), never on the event loop:
 on a hung filesystem (a dead network or FUSE mount) statvfs(2) blocks in the
 kernel, and on the loop it would stop the whole worker. A probe that has not
 answered within PROBE_TIMEOUT_S leaves its volume's free space unknown
-(error "TimeoutError"); while it stays stuck the volume is not probed again
-(no pile of stuck threads), and the next check after it returns probes anew. A volume is
-under pressure when its free space (`f_bavail`: what an unprivileged writer can
+(error "TimeoutError"; the guard setting below applies); while it stays
+stuck the volume is not probed again (no pile of stuck threads), and the next
+check after it returns probes anew.
+
+A volume is under pressure when its free space (`f_bavail`: what an unprivileged writer can
 still use) drops below its low-water mark, the larger of `low_water_mb` and
 `low_water_pct` of its size; it leaves pressure only once free space is back
 above the mark × RELEASE_FACTOR, so spawning does not flap at the edge.
@@ -129,9 +131,11 @@ class DiskWatch:
                 done = self._probing[name] = threading.Event()
                 st, device = await self._pool.run(self._probe, root, done)
             except (OSError, FileTimeout) as exc:
-                # Unknown free space: do not hold work on a guess; the write will tell.
+                # Unknown free space, as on a filesystem without statfs: the guard
+                # setting decides (by default nothing is held on a guess; the write
+                # will tell). A slow but alive filesystem lands here too.
                 vol.error = "TimeoutError" if isinstance(exc, FileTimeout) else type(exc).__name__
-                vol.pressure = vol.critical = False
+                self._unknown(vol)
                 continue
             vol.error = None
             vol.device = device
@@ -163,11 +167,12 @@ class DiskWatch:
         return self.reason
 
     def _unknown(self, vol: Volume) -> None:
-        """No size, no free space: a filesystem without statfs, not a full one."""
+        """No size or no answer: unknown free space (no statfs, a failed or hung probe),
+        not a full disk."""
         if vol.free_space_known:
-            log.warning("free space of the %s volume is unknown (its filesystem reports no"
-                        " size); disk guard for it: %s (QLEDGE_DISK_GUARD_UNKNOWN)",
-                        vol.name, self.guard_unknown)
+            why = vol.error or "its filesystem reports no size"
+            log.warning("free space of the %s volume is unknown (%s); disk guard for it: %s"
+                        " (QLEDGE_DISK_GUARD_UNKNOWN)", vol.name, why, self.guard_unknown)
         vol.free_space_known = False
         vol.total_bytes = vol.free_bytes = vol.used_bytes = vol.low_water_bytes = 0
         vol.critical_bytes = 0

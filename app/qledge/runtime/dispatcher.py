@@ -104,7 +104,7 @@ class Dispatcher:
         that waits)."""
         if self._stopping or self._task is None or await self.may_spawn() is not None:
             return None
-        if not await self._slot_free(tx) or not await overlap.may_start(tx, task):
+        if not await self._slot_free(tx) or not await overlap.may_start(tx, task, run):
             return None
         oldest = await store.queued_runs(tx, 1, now_ms())
         if not oldest or oldest[0].id != run.id:
@@ -138,13 +138,14 @@ class Dispatcher:
             queued = await store.queued_runs(tx, self.limit * 2, now_ms())
             self._wake_at(await store.next_not_before(tx, now_ms()))
         started = 0
+        fanned = self.executor.fanned_out
         for run in queued:
             if self._stopping:
                 break
             async with self.db.write() as tx:
                 if not await self._slot_free(tx):
                     return started  # a finished attempt wakes us again
-                if not await overlap.may_start(tx, await store.get_task(tx, run.task_id)):
+                if not await overlap.may_start(tx, await store.get_task(tx, run.task_id), run):
                     continue  # behind a run of its task (overlap queue/replace)
                 prepared = await self.executor.prepare_in(tx, run)
             if prepared is None:
@@ -153,6 +154,6 @@ class Dispatcher:
             if result is not None:
                 self.on_spawned(result)
                 started += 1
-        if len(queued) == self.limit * 2:
-            self.wake()  # more may be waiting behind this page
+        if len(queued) == self.limit * 2 or self.executor.fanned_out != fanned:
+            self.wake()  # more may be waiting behind this page, or new child runs
         return started

@@ -22,7 +22,7 @@ from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
-from . import chains
+from . import chains, conc
 from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
@@ -32,6 +32,7 @@ from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
 from .scheduler import Scheduler
+from .subscriptions import Syncer
 from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
@@ -63,6 +64,8 @@ class Runtime:
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
+        # A `task … conc` parent finishes in the commit of its last child's result.
+        self.db.on_terminal(conc.on_terminal)
         # Chains: downstream runs commit with their upstream run's end (runtime/chains.py).
         self.db.on_terminal(chains.listener(self.kick, self._sweep_cancels))
         self.node_id = ""
@@ -91,6 +94,7 @@ class Runtime:
         async with self.db.write() as tx:
             self.node_id = await store.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
+        self.subscriptions = Syncer(self)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
@@ -99,7 +103,8 @@ class Runtime:
         self.executor = LocalExecutor(
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation)
+            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
+            scripts_dir=s.scripts_path, task_env=self.subscriptions.pull_env)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -131,12 +136,14 @@ class Runtime:
         await self.cancellation.start()
         self.dispatcher.start()
         self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
+                                   random_delay_s=s.random_delay_s,
                                    on_replaced=self._sweep_cancels)
         # @boot runs: recovery has finished; once per appliance start, not per worker.
         await self.scheduler.fire_boot(self.start_id)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
+        self.subscriptions.start()
         self.ready = True
 
     async def stop(self) -> None:
@@ -144,6 +151,7 @@ class Runtime:
         if self.settings.shutdown_policy == "cancel":
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
+        await self.subscriptions.stop()
         await self.supervision.stop()
         await self.disk.stop()
         await self.dispatcher.stop()

@@ -29,6 +29,7 @@ from ..db import qinglong_store as qstore
 from ..db import store
 from ..db.connection import Tx
 from ..model import CancelReason, NewEvent, Overlap, Run, RunStatus, Task
+from . import conc
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +43,10 @@ async def decide(tx: Tx, task: Task, now_ms: int) -> Decision:
     the cancel intents) and say whether to create it. `allow` is not decided here."""
     if task.overlap is Overlap.ALLOW:
         return Decision()
-    active = await qstore.active_runs_of_task(tx, task.id)
+    # A `task … conc` parent stands for its children (runtime/conc.py): they are not
+    # separate runs of the task here.
+    active = [r for r in await qstore.active_runs_of_task(tx, task.id)
+              if r.parent_run_id is None]
     if not active:
         return Decision()
     if task.overlap is Overlap.SKIP:
@@ -57,6 +61,8 @@ async def decide(tx: Tx, task: Task, now_ms: int) -> Decision:
         tr = transitions.request_cancel(run, CancelReason.POLICY, now_ms)
         if tr is not None:
             run = await store.apply(tx, run, tr, now_ms)
+            await conc.cancel_children(tx, run, CancelReason.POLICY, now_ms)
+            run = await store.get_run(tx, run.id)
         if run.status is RunStatus.QUEUED:
             run = await store.apply(tx, run, transitions.cancel_queued(run, now_ms), now_ms)
         replaced.append(run.id)
@@ -77,6 +83,8 @@ async def record_replaced(tx: Tx, run: Run, decision: Decision, now_ms: int) -> 
             tx, old, [NewEvent(type="run.replaced_by", data={"run_id": run.id})], now_ms)
 
 
-async def may_start(tx: Tx, task: Task) -> bool:
-    """A run of a non-`allow` task waits while another run of the task has an attempt."""
-    return task.overlap is Overlap.ALLOW or not await store.task_has_running_attempt(tx, task.id)
+async def may_start(tx: Tx, task: Task, run: Run) -> bool:
+    """A run of a non-`allow` task waits while another run of the task has an attempt
+    (a `conc` child never: its siblings run side by side, its parent decided overlap)."""
+    return (task.overlap is Overlap.ALLOW or run.parent_run_id is not None
+            or not await store.task_has_running_attempt(tx, task.id))

@@ -31,9 +31,10 @@ Rules (docs/qinglong-compat.md explains them to operators):
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 
-from .. import ids
+from .. import ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after_any, last_due_any
 from ..db import policies, store
@@ -70,12 +71,28 @@ def _since(task: Task, last_due_ms: int | None) -> int:
                task.updated_at_ms)
 
 
+def random_delay_ms(task: Task, max_s: int) -> int:
+    """QingLong's RandomDelay for a scheduled run: up to max_s seconds, for the plain
+    `task <path>` form only (not `now`, `desi`, `conc` or a plain command)."""
+    if max_s <= 0 or not taskform.is_task_form(task.command):
+        return 0
+    try:
+        form = taskform.parse(task.command)
+    except taskform.TaskFormError:
+        return 0  # refused at spawn, with its reason, without waiting first
+    if not form.delayable:
+        return 0
+    return secrets.randbelow(max_s * 1000) + 1
+
+
 class Scheduler:
     def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
                  clock: Callable[[], int] = now_ms, max_sleep_s: float = MAX_SLEEP_S,
                  stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None,
+                 random_delay_s: int = 0,
                  on_replaced: Callable[[], None] = lambda: None) -> None:
         self.db = db
+        self.random_delay_s = random_delay_s
         self.on_queued = on_queued
         # Overlap `replace` committed cancel intents: have their drivers signal now.
         self.on_replaced = on_replaced
@@ -258,14 +275,16 @@ class Scheduler:
             log.debug("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
                       blocking.id)
             return Outcome.SKIPPED, nxt
-        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
+        delay_ms = random_delay_ms(task, self.random_delay_s)
+        run = await store.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
+                                     not_before_ms=now + delay_ms if delay_ms else None)
         await overlap.record_replaced(tx, run, decision, now)
         if decision.replaced:
             self.replaced += len(decision.replaced)
         await store.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
-        if self.dispatcher is not None and prepared is not None:
+        if self.dispatcher is not None and prepared is not None and not delay_ms:
             ready = await self.dispatcher.admit_new(tx, run, task)
             if ready is not None:
                 prepared.append(ready)

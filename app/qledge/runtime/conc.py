@@ -1,0 +1,45 @@
+"""`task … conc`: a parent run, one child run per selected value (docs/tasks.md).
+
+The parent starts no process. In the transaction that would have prepared its
+attempt it turns `running` and creates its children (launch/executor.py) — queued runs of the same
+task, each dispatched, launched, receipted, recovered and timed out like any
+other run. When a child turns terminal, the terminal listener (the
+`Database.on_terminal` seam) checks its siblings in that same transaction and,
+once none is active, finishes the parent: its result commits together with the
+last child's, or not at all, so a worker killed at any point leaves either a
+running parent with children to recover or a finished one — never a parent
+whose result was invented or a child nobody tracks.
+"""
+
+from __future__ import annotations
+
+from .. import transitions
+from ..db import conc_runs, store
+from ..db.connection import Tx
+from ..model import TERMINAL_RUN, CancelReason, Run, RunStatus
+
+
+async def on_terminal(tx: Tx, old: Run, new: Run, now_ms: int) -> None:
+    """Terminal listener: the last child to end finishes its parent, in its commit."""
+    if new.parent_run_id is None:
+        return
+    if await conc_runs.has_active_child(tx, new.parent_run_id):
+        return
+    parent = await store.get_run(tx, new.parent_run_id)
+    if parent.status in TERMINAL_RUN:
+        return
+    children = await conc_runs.children(tx, parent.id)
+    await store.apply(tx, parent, transitions.children_done(parent, children, now_ms), now_ms)
+
+
+async def cancel_children(tx: Tx, parent: Run, reason: CancelReason, now_ms: int) -> None:
+    """A parent's cancel intent reaches every active child in the same transaction:
+    queued ones end at once, running ones are signalled by the cancellation sweep."""
+    for child in await conc_runs.children(tx, parent.id):
+        if child.status in TERMINAL_RUN:
+            continue
+        tr = transitions.request_cancel(child, reason, now_ms)
+        if tr is not None:
+            child = await store.apply(tx, child, tr, now_ms)
+        if child.status is RunStatus.QUEUED:
+            await store.apply(tx, child, transitions.cancel_queued(child, now_ms), now_ms)

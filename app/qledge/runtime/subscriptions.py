@@ -1,0 +1,352 @@
+"""Subscriptions: their operations, their pull task, and keeping tasks in step
+(docs/subscriptions.md).
+
+A pull is a run of the subscription's own task (`qledge subscription pull <id>`),
+so it has a log, a receipt and an exit code like any run. The worker hands it its
+spec — with the credential — in the environment of that one launch (`pull_env`);
+the task row never holds it. When a pull run ends, the transaction that records its
+result also marks the subscription due (`on_terminal`), so a worker killed right
+after still keeps the tasks in step when it comes back (`Syncer.start` runs a round).
+A sync reads the scripts folder (off the loop) and creates, updates, disables or
+deletes the subscription's tasks in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import _confined, ids, script_meta
+from ..clock import now_ms
+from ..db import store
+from ..db import subscriptions as subs
+from ..db.connection import Tx
+from ..model import Concurrency, Run, RunStatus, Task, Trigger
+from ..subscription_spec import ENV_NAME, PullSpec, Rules, encode
+from .loop import PeriodicLoop
+
+if TYPE_CHECKING:
+    from .lifecycle import Runtime
+
+log = logging.getLogger("qledge.subscriptions")
+STAGING = ".subscriptions"  # beside scripts/ in the work dir: renames stay on one fs
+SYNC_INTERVAL_S = 60.0
+PULL_GRACE_S = 30  # the pull task's timeout beyond caps.timeout_s (its own alarm first)
+MAX_LISTED = 200  # paths listed per kind in a sync result
+
+
+class PullBusy(Exception):
+    """Refused: the subscription's pull is already queued or running."""
+
+
+class AliasTaken(Exception):
+    """Refused: another subscription has this alias, or scripts/<alias> exists already
+    (a pull replaces that folder whole: it must be the subscription's own)."""
+
+
+def pull_command(sub_id: str) -> str:
+    return f"{shlex.quote(sys.executable)} -m qledge subscription pull {sub_id}"
+
+
+def pull_task_fields(sub: subs.Subscription) -> dict[str, Any]:
+    return {"name": f"subscription: {sub.name}"[:200], "command": pull_command(sub.id),
+            "schedule": sub.schedule, "enabled": sub.enabled,
+            "timeout_s": sub.caps.timeout_s + PULL_GRACE_S,
+            "concurrency": Concurrency.FORBID, "labels": ["subscription"]}
+
+
+# -- operations ------------------------------------------------------------------------
+
+async def create(rt: Runtime, fields: dict[str, Any]) -> subs.Subscription:
+    """A new subscription and its pull task, in one transaction (fields validated)."""
+    sub_id = ids.uuid7()
+    folder = rt.settings.work_path / "scripts" / fields["alias"]
+    async with rt.db.write() as tx:
+        if await subs.alias_taken(tx, fields["alias"]):
+            raise AliasTaken(f"alias {fields['alias']!r} is taken by another subscription")
+        if await asyncio.to_thread(os.path.lexists, folder):
+            raise AliasTaken(f"scripts/{fields['alias']}/ exists already and is not a "
+                             "subscription's: a pull would replace it")
+        sub = await subs.create(tx, sub_id, fields, now_ms())
+        task = await store.create_task(tx, ids.uuid7(), pull_task_fields(sub), now_ms())
+        sub = await subs.update(tx, sub_id, {"pull_task_id": task.id}, now_ms())
+    rt.scheduler.wake()
+    return sub
+
+
+async def update(rt: Runtime, sub_id: str, fields: dict[str, Any]) -> subs.Subscription:
+    async with rt.db.write() as tx:
+        sub = await subs.update(tx, sub_id, fields, now_ms())
+        sub = await _ensure_pull_task(tx, sub)
+    rt.scheduler.wake()
+    return sub
+
+
+async def delete(rt: Runtime, sub_id: str) -> None:
+    """The subscription and its pull task (refused while a pull is active); the tasks
+    it created and its scripts folder stay (they are the user's now)."""
+    from .operations import ActiveRun
+
+    now = now_ms()
+    paths: list[str] = []
+    async with rt.db.write() as tx:
+        sub = await subs.get(tx, sub_id)
+        if sub.pull_task_id is not None and await _task_or_none(tx, sub.pull_task_id):
+            active = await store.active_run_of_task(tx, sub.pull_task_id)
+            if active is not None:
+                task = await store.get_task(tx, sub.pull_task_id)
+                raise ActiveRun("the subscription's pull is active; cancel it first",
+                                task=task, run_id=active.id)
+            paths = await store.delete_task(tx, sub.pull_task_id, now)
+        await subs.delete(tx, sub_id)
+    await rt.remove_logs(paths)
+    rt.scheduler.wake()
+
+
+async def pull_now(rt: Runtime, sub_id: str) -> Run:
+    """Queue a pull (the subscription's task, recreated if its user deleted it)."""
+    from .operations import ActiveRun, trigger
+
+    async with rt.db.write() as tx:
+        sub = await _ensure_pull_task(tx, await subs.get(tx, sub_id))
+    assert sub.pull_task_id is not None
+    try:
+        return await trigger(rt, sub.pull_task_id, Trigger.MANUAL)
+    except ActiveRun as exc:
+        raise PullBusy("a pull of this subscription is already queued or running") from exc
+
+
+async def _task_or_none(tx: Tx, task_id: str) -> Task | None:
+    try:
+        return await store.get_task(tx, task_id)
+    except store.NotFound:
+        return None
+
+
+async def _ensure_pull_task(tx: Tx, sub: subs.Subscription) -> subs.Subscription:
+    """The pull task in step with the subscription (its user may have deleted it)."""
+    fields = pull_task_fields(sub)
+    if sub.pull_task_id is not None:
+        task = await _task_or_none(tx, sub.pull_task_id)
+        if task is not None:
+            changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
+            if changed:
+                await store.update_task(tx, task.id, changed, now_ms())
+            return sub
+    task = await store.create_task(tx, ids.uuid7(), fields, now_ms())
+    return await subs.update(tx, sub.id, {"pull_task_id": task.id}, now_ms())
+
+
+# -- the pull's environment, and the end of a pull ------------------------------------
+
+def spec_of(sub: subs.Subscription, secret: str | None, work_dir: Path) -> PullSpec:
+    return PullSpec(
+        id=sub.id, type=sub.type, url=sub.url, branch=sub.branch, alias=sub.alias,
+        whitelist=sub.whitelist, blacklist=sub.blacklist, dependences=sub.dependences,
+        extensions=tuple(sub.extensions), sub_before=sub.sub_before, sub_after=sub.sub_after,
+        username=sub.username, secret=secret, scripts_dir=str(work_dir / "scripts"),
+        staging_dir=str(work_dir / STAGING), caps=sub.caps)
+
+
+class Syncer:
+    """The pull task's environment, the terminal listener, and the sync loop."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.loop = PeriodicLoop("subscriptions", SYNC_INTERVAL_S, self.round)
+        rt.db.on_terminal(self.on_terminal)
+
+    def start(self) -> None:
+        self.loop.start()
+        self.loop.poke()  # syncs left due by a worker that stopped
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+
+    async def pull_env(self, tx: Tx, task: Task) -> dict[str, str]:
+        """{ENV_NAME: spec} for a subscription's pull task; {} for any other task."""
+        if "subscription" not in task.labels:
+            return {}
+        sub = await subs.by_pull_task(tx, task.id)
+        if sub is None:
+            return {}
+        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.rt.settings.work_path)
+        return {ENV_NAME: encode(spec)}
+
+    async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
+        sub = await subs.by_pull_task(tx, new.task_id)
+        if sub is None:
+            return
+        await subs.mark_pulled(tx, sub.id, new.id)
+        tx.on_commit(self.loop.poke)
+
+    async def round(self) -> float | None:
+        async with self.rt.db.read() as tx:
+            due = await subs.sync_due(tx)
+        for sub in due:
+            assert sub.sync_run_id is not None
+            try:
+                await self.sync(sub, sub.sync_run_id)
+            except Exception:
+                log.exception("keeping the tasks of subscription %s in step failed", sub.id)
+        return None
+
+    async def sync(self, sub: subs.Subscription, run_id: str) -> dict[str, Any]:
+        async with self.rt.db.read() as tx:
+            run = await store.get_run(tx, run_id)
+        result: dict[str, Any] = {"run_id": run_id, "status": str(run.status),
+                                  "exit_code": run.exit_code, "at_ms": now_ms()}
+        if run.status is RunStatus.SUCCEEDED:
+            folder = self.rt.settings.work_path / "scripts" / sub.alias
+            found = await asyncio.to_thread(scan, folder, sub)
+            if found is None:
+                result["error"] = f"scripts/{sub.alias}/ could not be read"
+            else:
+                result.update(await self._apply(sub, found))
+        paths: list[str] = result.pop("_logs", [])
+        async with self.rt.db.write() as tx:
+            await subs.synced(tx, sub.id, run_id, result)
+        await self.rt.remove_logs(paths)
+        self.rt.scheduler.wake()
+        return result
+
+    async def _apply(self, sub: subs.Subscription,
+                     found: dict[str, script_meta.ScriptMeta]) -> dict[str, Any]:
+        added: list[str] = []
+        changed: list[str] = []
+        removed: list[str] = []
+        kept: list[str] = []
+        skipped: list[str] = []
+        logs: list[str] = []
+        now = now_ms()
+        async with self.rt.db.write() as tx:
+            links = await subs.links(tx, sub.id)
+            commands = {p: script_meta.task_command(f"{sub.alias}/{p}") for p in found}
+            existing = await subs.task_ids_by_command(
+                tx, [commands[p] for p in found if p not in links])
+            for path, meta in sorted(found.items()):
+                schedule = meta.schedule or sub.default_schedule
+                link = links.get(path)
+                if link is None:
+                    adopt = existing.get(commands[path])
+                    if adopt is not None:
+                        # A task the user made by hand: linked, its values left alone.
+                        task = await store.get_task(tx, adopt)
+                        await subs.put_link(tx, sub.id, subs.Link(
+                            path=path, task_id=adopt, applied_schedule=task.schedule,
+                            applied_name=task.name, disabled_by_pull=False))
+                        kept.append(path)
+                        continue
+                    if not sub.auto_add:
+                        continue
+                    if schedule is None:
+                        skipped.append(path)
+                        continue
+                    task = await store.create_task(tx, ids.uuid7(), {
+                        "name": meta.name, "command": commands[path], "schedule": schedule,
+                        "labels": [f"sub:{sub.alias}"[:100]]}, now)
+                    await subs.put_link(tx, sub.id, subs.Link(
+                        path=path, task_id=task.id, applied_schedule=schedule,
+                        applied_name=meta.name, disabled_by_pull=False))
+                    added.append(path)
+                    continue
+                if link.task_id is None:
+                    continue  # its user deleted the task: a pull does not bring it back
+                current = await _task_or_none(tx, link.task_id)
+                if current is None:
+                    await subs.put_link(tx, sub.id, subs.Link(
+                        path=path, task_id=None, applied_schedule=link.applied_schedule,
+                        applied_name=link.applied_name, disabled_by_pull=False))
+                    continue
+                update: dict[str, Any] = {}
+                edited = (current.schedule != link.applied_schedule
+                          or current.name != link.applied_name)
+                if edited:
+                    kept.append(path)
+                else:
+                    if schedule is not None and schedule != current.schedule:
+                        update["schedule"] = schedule
+                    if meta.name != current.name:
+                        update["name"] = meta.name
+                if link.disabled_by_pull and not current.enabled:
+                    update["enabled"] = True  # the script is back
+                if update:
+                    current = await store.update_task(tx, current.id, update, now)
+                    changed.append(path)
+                if update or link.disabled_by_pull:
+                    await subs.put_link(tx, sub.id, subs.Link(
+                        path=path, task_id=current.id,
+                        applied_schedule=link.applied_schedule if edited else current.schedule,
+                        applied_name=link.applied_name if edited else current.name,
+                        disabled_by_pull=False))
+            for path, link in sorted(links.items()):
+                if path in found:
+                    continue
+                gone = await _task_or_none(tx, link.task_id) if link.task_id else None
+                if gone is None or not sub.auto_delete:
+                    if gone is None:
+                        await subs.drop_link(tx, sub.id, path)
+                    continue
+                active = await store.active_run_of_task(tx, gone.id)
+                if sub.vanished == "delete" and active is None:
+                    logs += await store.delete_task(tx, gone.id, now)
+                    await subs.drop_link(tx, sub.id, path)
+                    removed.append(path)
+                elif gone.enabled:
+                    await store.update_task(tx, gone.id, {"enabled": False}, now)
+                    await subs.put_link(tx, sub.id, subs.Link(
+                        path=path, task_id=gone.id, applied_schedule=link.applied_schedule,
+                        applied_name=link.applied_name, disabled_by_pull=True))
+                    removed.append(path)
+        return {"scripts": len(found), "added": added[:MAX_LISTED],
+                "changed": changed[:MAX_LISTED], "removed": removed[:MAX_LISTED],
+                "kept_user_edits": kept[:MAX_LISTED], "no_schedule": skipped[:MAX_LISTED],
+                "_logs": logs}
+
+
+def scan(folder: Path, sub: subs.Subscription) -> dict[str, script_meta.ScriptMeta] | None:
+    """{path below the alias: header facts} of the scripts (not dependence files) in
+    `folder` — read through directory fds, never following a link; None if unreadable."""
+    rules = Rules(whitelist=sub.whitelist, blacklist=sub.blacklist,
+                  dependences=sub.dependences, extensions=tuple(sub.extensions))
+    out: dict[str, script_meta.ScriptMeta] = {}
+    try:
+        root = _confined.open_root(folder)
+    except _confined.ScriptError:
+        return None
+    try:
+        _scan(root, "", rules, sub, out, depth=0)
+    except (OSError, _confined.ScriptError):
+        return None
+    finally:
+        os.close(root)
+    return out
+
+
+def _scan(dfd: int, rel: str, rules: Rules, sub: subs.Subscription,
+          out: dict[str, script_meta.ScriptMeta], depth: int) -> None:
+    if depth > 32:
+        return
+    for entry in sorted(os.listdir(dfd)):
+        path = f"{rel}{entry}"
+        st = _confined.lstat_at(dfd, entry)
+        if st is None:
+            continue
+        kind = _confined.kind(st.st_mode)
+        if kind == "directory":
+            with _confined.folder(dfd, (entry,)) as child:
+                _scan(child, f"{path}/", rules, sub, out, depth + 1)
+        elif kind == "file" and len(out) < sub.caps.files and (
+                sub.type == "file" or rules.classify(path) == "script"):
+            fd, _ = _confined.open_file(dfd, entry, path)
+            try:
+                head = os.read(fd, script_meta.MAX_SCAN)
+            finally:
+                os.close(fd)
+            out[path] = script_meta.parse(head.decode("utf-8", "replace"),
+                                          f"{sub.alias}/{path}")
