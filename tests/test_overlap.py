@@ -206,3 +206,41 @@ async def test_replace_with_ticks_every_second_keeps_only_the_newest(rt: Runtime
     await operations.cancel_run(rt, newest.id)
     await until(rt, newest.id, ended, "newest ends")
     never_two_attempts_at_once(await runs_of(rt, task.id))
+
+
+async def test_conc_children_of_a_skip_task_run_side_by_side_and_chain_once(
+        rt: Runtime) -> None:
+    """A `task … conc` parent stands for its children: they are not held behind each
+    other by the overlap policy, and only the parent's end triggers the chain."""
+    scripts = rt.settings.scripts_path
+    scripts.mkdir(parents=True, exist_ok=True)
+    gate = rt.settings.work_path / "g"
+    (scripts / "c.sh").write_text(f'while [ ! -e "{gate}" ]; do sleep 0.05; done\n')
+    after = await task_with(rt, "true")
+    task = await task_with(rt, "task c.sh conc V", env={"V": "a&b&c"}, overlap="skip",
+                           on_finish=[after.id])
+    parent = await start_run(rt, task.id, Trigger.API)
+
+    async def children_running() -> int:
+        async with rt.db.read() as tx:
+            runs = await store.list_runs(tx, task_id=task.id, status=None, before=None,
+                                         limit=10)
+        return sum(r.status is RunStatus.RUNNING and r.parent_run_id is not None for r in runs)
+
+    for _ in range(400):
+        if await children_running() == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert await children_running() == 3  # side by side, not one at a time
+    with pytest.raises(ActiveRun):  # the parent is the task's active run
+        await start_run(rt, task.id, Trigger.API)
+    gate.touch()
+    await until(rt, parent.run.id, ended, "parent ends")
+    await asyncio.sleep(0.3)
+    async with rt.db.read() as tx:
+        chained = await store.list_runs(tx, task_id=after.id, status=None, before=None,
+                                        limit=10)
+    assert len(chained) == 1 and chained[0].trigger is Trigger.CHAIN
+    by = [e.data["run_id"] for e in (await state(rt, chained[0].id))[2]
+          if e.type == "chain.triggered_by"]
+    assert by == [parent.run.id]
