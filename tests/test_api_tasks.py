@@ -42,6 +42,18 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
         ({**TASK, "schedule": "* *"}, "schedule"),
         ({**TASK, "env": {"1BAD": "x"}}, "env"),
         ({**TASK, "concurrency": "sometimes"}, "concurrency"),
+        ({**TASK, "overlap": "forbid"}, "overlap"),
+        ({**TASK, "overlap": "skip", "concurrency": "allow"}, "concurrency"),
+        ({**TASK, "retries": 11}, "retries"),
+        ({**TASK, "retries": -1}, "retries"),
+        ({**TASK, "retry_delay_s": 86401}, "retry_delay_s"),
+        ({**TASK, "retry_on": ["cancelled"]}, "retry_on"),
+        ({**TASK, "retry_on": "failed"}, "retry_on"),
+        ({**TASK, "extra_schedules": ["61 * * * *"]}, "extra_schedules"),
+        ({**TASK, "extra_schedules": "* * * * *"}, "extra_schedules"),
+        ({**TASK, "tz": "Mars/Olympus"}, "tz"),
+        ({**TASK, "schedule": "@sometimes"}, "schedule"),
+        ({**TASK, "on_success": ["nope"]}, "on_success"),
         ({k: v for k, v in TASK.items() if k != "command"}, "command"),
     ]
     # Well-formed JSON that fails validation: 422 INVALID naming the field.
@@ -56,6 +68,23 @@ def test_bad_input_names_the_field(client: TestClient) -> None:
         assert r.status_code == 400, (raw, r.text)
         assert r.json()["error"] == "BAD_REQUEST", (raw, r.json())
     assert client.get("/api/v1/tasks").json()["items"] == []
+
+
+def test_overlap_and_its_old_spelling_concurrency_stay_in_step(client: TestClient) -> None:
+    """Old clients send and read `concurrency`; new ones `overlap` (docs/tasks.md)."""
+    task = client.post("/api/v1/tasks", json=TASK).json()
+    assert (task["overlap"], task["concurrency"]) == ("skip", "forbid")
+    assert (task["retries"], task["retry_delay_s"], task["retry_on"]) == (0, 10, ["failed", "lost"])
+    url = f"/api/v1/tasks/{task['id']}"
+    for sent, want in (({"concurrency": "allow"}, ("allow", "allow")),
+                       ({"overlap": "replace"}, ("replace", "forbid")),
+                       ({"overlap": "allow", "concurrency": "allow"}, ("allow", "allow")),
+                       ({"concurrency": "forbid"}, ("skip", "forbid")),
+                       ({"overlap": "queue"}, ("queue", "forbid"))):
+        got = client.patch(url, json=sent).json()
+        assert (got["overlap"], got["concurrency"]) == want, sent
+    got = client.patch(url, json={"retries": 10, "retry_on": ["timed_out"]}).json()
+    assert (got["retries"], got["retry_on"], got["overlap"]) == (10, ["timed_out"], "queue")
 
 
 def test_six_field_schedule_is_accepted(client: TestClient) -> None:

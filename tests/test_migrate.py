@@ -286,6 +286,13 @@ def test_slim_schema_keeps_every_row_and_every_constraint(tmp_path: Path) -> Non
     conn.close()
 
 
+# Columns of 0014-0016 (retries, overlap, chains, schedules) with their defaults, for a
+# task stored before.
+TASK_POLICY_DEFAULTS = {"retries": 0, "retry_delay_s": 10, "retry_on_json": '["failed","lost"]',
+                        "overlap": "skip", "on_success_json": "[]", "on_failure_json": "[]",
+                        "on_finish_json": "[]", "extra_schedules_json": "[]", "tz": None}
+
+
 # -- 0009: keep_background, settled journal rows, DISK_CRITICAL ------------------------
 
 
@@ -295,7 +302,8 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     before = _snapshot(db)
     assert migrate.apply(db) == [v for v in AFTER_7 if v >= 9]
     after = _snapshot(db)
-    assert after["tasks"] == [{**t, "keep_background": 0} for t in before["tasks"]]
+    assert after["tasks"] == [{**t, "keep_background": 0, **TASK_POLICY_DEFAULTS}
+                              for t in before["tasks"]]
     assert after["receipt_journal"] == sorted(
         ({**j, "settled_at_ms": None} for j in before["receipt_journal"]), key=repr)
     for table in set(RUN_TABLES) - {"tasks", "receipt_journal"}:
@@ -322,7 +330,9 @@ def test_conc_runs_migration_keeps_every_row(tmp_path: Path) -> None:
     _seed(db, runs=40)
     before = _snapshot(db)  # the new columns are NULL for every old row (_snapshot)
     assert migrate.apply(db) == [v for v in AFTER_7 if v >= 11]
-    assert _snapshot(db) == before
+    after = _snapshot(db)
+    assert after.pop("tasks") == [{**t, **TASK_POLICY_DEFAULTS} for t in before.pop("tasks")]
+    assert after == before
     conn = sqlite3.connect(db)
     assert "WITHOUT ROWID" in _schema(conn)["runs"]
     assert "runs_parent" in {r[0] for r in conn.execute(
@@ -598,3 +608,23 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     assert not any("TEMP B-TREE" in step for step in age_out), age_out
     assert len(rec.calls) >= len(calls)
     assert scans == {}
+
+
+# -- 0014: retries and overlap -----------------------------------------------------------
+
+
+def test_overlap_is_filled_from_the_old_concurrency(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=10)
+    conn = sqlite3.connect(db)
+    for num, conc in ((1, "forbid"), (2, "allow")):
+        conn.execute("INSERT INTO tasks (id, name, command, concurrency, created_at_ms,"
+                     " updated_at_ms) VALUES (?, 'x', 'true', ?, 1, 1)", (f"t{num}", conc))
+    conn.commit()
+    conn.close()
+    assert 14 in migrate.apply(db)
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT id, concurrency, overlap, retries, retry_on_json FROM tasks"
+                        " ORDER BY id").fetchall()
+    conn.close()
+    assert rows == [("t1", "forbid", "skip", 0, '["failed","lost"]'),
+                    ("t2", "allow", "allow", 0, '["failed","lost"]')]

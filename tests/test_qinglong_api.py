@@ -200,6 +200,8 @@ def test_cron_fields_crud_and_validation(ql: tuple[TestClient, dict[str, str]]) 
         ({"command": " ", "schedule": "* * * * *"}, "command"),
         ({"command": "echo", "schedule": "* * * * *", "extra_schedules": [{"schedule": "x"}]},
          "extra_schedules"),
+        ({"command": "echo", "schedule": "* * * * *", "extra_schedules": [{"cron": "x"}]},
+         "extra_schedules"),
         ({"command": "echo", "schedule": "* * * * *", "task_before": "echo x"}, "task_before"),
         ({"command": "echo", "schedule": "* * * * *", "bogus": 1}, "bogus"),
     ]
@@ -217,6 +219,31 @@ def test_cron_fields_crud_and_validation(ql: tuple[TestClient, dict[str, str]]) 
     assert client.request("DELETE", "/open/crons", headers=h,
                           json=[cron["id"], second["id"], 999]).json() == {"code": 200}
     assert client.get("/open/crons", headers=h).json()["data"] == {"data": [], "total": 0}
+
+
+def test_extra_schedules_special_schedules_and_instances_map_to_native_fields(
+        ql: tuple[TestClient, dict[str, str]]) -> None:
+    """QingLong's extra_schedules ⇔ task extra_schedules; allow_multiple_instances 1 ⇔
+    overlap allow, 0 ⇔ replace (QingLong stops the running instance); @boot/@once."""
+    client, h = ql
+    made = client.post("/open/crons", headers=h, json={
+        "command": "echo", "schedule": "@once", "allow_multiple_instances": 0,
+        "extra_schedules": [{"schedule": "0 3 * * *"}, {"schedule": "@boot"}]}).json()["data"]
+    assert made["schedule"] == "@once" and made["allow_multiple_instances"] == 0
+    assert made["extra_schedules"] == [{"schedule": "0 3 * * *"}, {"schedule": "@boot"}]
+    native = client.get(f"/api/v1/tasks/{made['qledge_id']}").json()
+    assert (native["overlap"], native["extra_schedules"]) == ("replace", ["0 3 * * *", "@boot"])
+    assert native["next_fire_at_ms"] is not None  # from the extra cron schedule
+    client.put("/open/crons", headers=h, json={"id": made["id"], "allow_multiple_instances": 1,
+                                               "extra_schedules": []})
+    native = client.get(f"/api/v1/tasks/{made['qledge_id']}").json()
+    assert (native["overlap"], native["extra_schedules"]) == ("allow", [])
+    again = client.get(f"/open/crons/{made['id']}", headers=h).json()["data"]
+    assert again["allow_multiple_instances"] == 1 and again["extra_schedules"] is None
+    plain = client.post("/open/crons", headers=h, json={"command": "echo", "schedule": "@boot"})
+    assert plain.json()["data"]["allow_multiple_instances"] == 0
+    assert client.get(f"/api/v1/tasks/{plain.json()['data']['qledge_id']}").json()[
+        "overlap"] == "skip"  # nothing said: qledge's default
 
 
 def test_run_poll_log_stop_delete(ql: tuple[TestClient, dict[str, str]]) -> None:

@@ -35,11 +35,35 @@ def from_ms(ms: int, tz: tzinfo) -> datetime:
     return (_EPOCH + timedelta(milliseconds=ms)).astimezone(tz)
 
 
+# Schedules that never tick (docs/tasks.md): `@boot` runs once after each start of
+# the appliance, `@once` only when run by hand (QingLong's two special schedules).
+BOOT = "@boot"
+ONCE = "@once"
+SPECIAL = frozenset({BOOT, ONCE})
+# cronsim has no shorthands: the standard ones, spelled out.
+ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+           "@hourly": "0 * * * *"}
+
+
+def _cron_text(expr: str) -> str | None:
+    """The cron expression behind `expr` (an alias spelled out); None: it never ticks."""
+    if expr.startswith("@"):
+        return ALIASES.get(expr)
+    return expr
+
+
 def validate(expr: str) -> str:
     """Normalise whitespace and prove the expression parses; raises CronError naming why.
 
     Pure (no clock, no time zone): whether an expression fires does not depend on
     when one looks, cron has no year field."""
+    word = expr.strip().lower()
+    if word.startswith("@"):
+        if word in SPECIAL or word in ALIASES:
+            return word
+        raise CronError(f"unknown shorthand {word[:32]!r}; use one of"
+                        f" {', '.join(sorted(SPECIAL | ALIASES.keys()))}")
     parts = expr.split()
     if len(parts) not in (5, 6):
         raise CronError(f"expected 5 fields (or 6 with leading seconds), got {len(parts)}")
@@ -123,19 +147,33 @@ def _zone(tz: str | None) -> tzinfo:
     return datetime.now().astimezone().tzinfo or UTC
 
 
-def _dt(ms: int) -> datetime:
-    return from_ms(ms, local_zone())
+def zone(name: str | None) -> tzinfo:
+    """A task's time zone: its IANA name, or the container's when None."""
+    if name is None:
+        return local_zone()
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise CronError(f"unknown time zone {name[:64]!r}") from exc
+
+
+def _dt(ms: int, tz: str | None = None) -> datetime:
+    return from_ms(ms, zone(tz))
 
 
 def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def next_ticks(expr: str, after_ms: int, n: int) -> list[datetime]:
-    """Up to n ticks strictly after `after_ms`, as aware local datetimes (none if invalid)."""
+def next_ticks(expr: str, after_ms: int, n: int, tz: str | None = None) -> list[datetime]:
+    """Up to n ticks strictly after `after_ms`, as aware datetimes in the task's zone
+    (none if invalid or a schedule that never ticks)."""
     out: list[datetime] = []
+    text = _cron_text(expr)
+    if text is None:
+        return out
     try:
-        it = CronSim(expr, _dt(after_ms))
+        it = CronSim(text, _dt(after_ms, tz))
         for _ in range(n):
             out.append(next(it))
     except (CronSimError, StopIteration):
@@ -143,16 +181,30 @@ def next_ticks(expr: str, after_ms: int, n: int) -> list[datetime]:
     return out
 
 
-def first_due_after(expr: str, after_ms: int) -> int | None:
+def first_due_after(expr: str, after_ms: int, tz: str | None = None) -> int | None:
     """The first tick strictly after `after_ms`, or None if it never fires."""
-    ticks = next_ticks(expr, after_ms, 1)
+    ticks = next_ticks(expr, after_ms, 1, tz)
     return _ms(ticks[0]) if ticks else None
 
 
-def last_due_at_or_before(expr: str, at_ms: int) -> int | None:
+def last_due_at_or_before(expr: str, at_ms: int, tz: str | None = None) -> int | None:
     """The latest tick at or before `at_ms` (ticks fall on whole seconds)."""
-    whole = _dt(at_ms - at_ms % 1000) + timedelta(seconds=1)
+    text = _cron_text(expr)
+    if text is None:
+        return None
+    whole = _dt(at_ms - at_ms % 1000, tz) + timedelta(seconds=1)
     try:
-        return _ms(next(CronSim(expr, whole, reverse=True)))
+        return _ms(next(CronSim(text, whole, reverse=True)))
     except (CronSimError, StopIteration):
         return None
+
+
+def first_due_after_any(exprs: list[str], after_ms: int, tz: str | None = None) -> int | None:
+    """The earliest first tick of several schedules (a task's schedule and extras)."""
+    ticks = [t for e in exprs if (t := first_due_after(e, after_ms, tz)) is not None]
+    return min(ticks) if ticks else None
+
+
+def last_due_any(exprs: list[str], at_ms: int, tz: str | None = None) -> int | None:
+    ticks = [t for e in exprs if (t := last_due_at_or_before(e, at_ms, tz)) is not None]
+    return max(ticks) if ticks else None

@@ -37,6 +37,10 @@ TERMINAL_RUN = frozenset(
     {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
      RunStatus.LOST, RunStatus.BLOCKED}
 )
+# Ends that trigger a task's `on_failure` chain (runtime/chains.py): the command did
+# not succeed and nobody cancelled it.
+FAILED_RUN = frozenset(
+    {RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST, RunStatus.BLOCKED})
 ACTIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING})
 TERMINAL_ATTEMPT = frozenset(
     {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED,
@@ -55,6 +59,7 @@ class Trigger(enum.StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     API = "api"
+    CHAIN = "chain"  # another task's run ended (on_success / on_failure / on_finish)
 
 
 class Reason(enum.StrEnum):
@@ -89,8 +94,26 @@ class Reason(enum.StrEnum):
 
 
 class Concurrency(enum.StrEnum):
+    """The pre-issue-20 spelling of the overlap policy, kept for API clients:
+    forbid <=> any overlap but allow."""
+
     FORBID = "forbid"
     ALLOW = "allow"
+
+
+class Overlap(enum.StrEnum):
+    """What a new run of a task does while one of it is still active (docs/tasks.md)."""
+
+    SKIP = "skip"  # no new run; the skip is an event on the active one
+    QUEUE = "queue"  # wait behind it; at most one waiting run
+    REPLACE = "replace"  # cancel the active one (fenced cancel), then start
+    ALLOW = "allow"  # run side by side, bounded by the global limit
+
+
+# Outcomes a task may retry on; `cancelled` (and `blocked`) never retry.
+RETRYABLE = frozenset({"failed", "timed_out", "lost"})
+DEFAULT_RETRY_ON = ("failed", "lost")
+CHAIN_FIELDS = ("on_success", "on_failure", "on_finish")
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +136,24 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     # Leave what the command started in the background running when it exits
     # (daemons); by default the launcher ends it (docs/tasks.md).
     keep_background: bool = False
+    overlap: Overlap = Overlap.SKIP
+    # Retries (docs/tasks.md): attempts after the first, the first backoff, and
+    # which outcomes retry.
+    retries: int = 0
+    retry_delay_s: int = 10
+    retry_on: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_ON))
+    # Chains: task ids to trigger when a run of this task ends that way (docs/tasks.md).
+    on_success: list[str] = []
+    on_failure: list[str] = []
+    on_finish: list[str] = []
+    # More schedule forms: further cron expressions, and the zone they tick in
+    # (None: the container's TZ).
+    extra_schedules: list[str] = []
+    tz: str | None = None
+
+    @property
+    def schedules(self) -> list[str]:
+        return ([self.schedule] if self.schedule else []) + self.extra_schedules
 
 
 class Run(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ import msgspec
 
 from .model import (
     ACTIVE_ATTEMPT,
+    RETRYABLE,
     TERMINAL_RUN,
     Attempt,
     AttemptStatus,
@@ -59,7 +60,8 @@ def attempt_started(
     )
     new_run = _bump(run, status=RunStatus.RUNNING, started_at_ms=run.started_at_ms or now_ms)
     events = [NewEvent(type="attempt.started", attempt_id=attempt.id, data={"pid": pid})]
-    if run.status is RunStatus.QUEUED:
+    if run.status is RunStatus.QUEUED and run.started_at_ms is None:
+        # Once per run: a retry's attempt starts the attempt, not the run again.
         events.append(NewEvent(type="run.started", attempt_id=attempt.id))
     return Transition(run=new_run, attempt=new_attempt, events=events)
 
@@ -232,3 +234,56 @@ def children_done(run: Run, children: list[Run], now_ms: int) -> Transition:
         "children": len(children), "children_succeeded": len(children) - len(failed)}
     return Transition(run=new_run, attempt=None,
                       events=[NewEvent(type="run.finished", data=data)])
+
+
+# -- retries (docs/tasks.md) -----------------------------------------------------------
+
+MAX_RETRY_DELAY_MS = 6 * 3600 * 1000  # the doubling stops here (or at retry_delay_s)
+RETRY_JITTER = 0.2  # up to +20 % of the delay, so retries of many runs spread out
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    retries: int = 0
+    delay_s: int = 10
+    on: frozenset[str] = frozenset()
+
+
+def retry_delay_ms(policy: RetryPolicy, attempt_no: int, rand: float) -> int:
+    """The wait after attempt `attempt_no` failed: delay x 2^(n-1), capped, plus jitter
+    (`rand` in [0, 1)); never shorter than the doubled delay, so the backoff holds."""
+    first = policy.delay_s * 1000
+    base: int = min(first << min(attempt_no - 1, 30), max(first, MAX_RETRY_DELAY_MS))
+    return base + int(base * RETRY_JITTER * rand)
+
+
+def _retryable(run: Run, attempt: Attempt, policy: RetryPolicy) -> bool:
+    if attempt.attempt_no > policy.retries or run.status.value not in policy.on & RETRYABLE:
+        return False
+    # A person's (or the shutdown's, or a policy's) cancel is final; only the
+    # attempt's own deadline may be retried.
+    return run.cancel_reason is None or (
+        run.cancel_reason is CancelReason.TIMEOUT and run.status is RunStatus.TIMED_OUT)
+
+
+def retry_or_end(tr: Transition, policy: RetryPolicy, now_ms: int, rand: float) -> Transition:
+    """An attempt's end that would end its run: back to `queued` with a persisted
+    not-before time instead, when the policy has an attempt left for this outcome.
+
+    The run is then not terminal, so nothing that waits for its end (terminal
+    listeners, `run.finished`) sees this attempt's result; the attempt itself ends
+    as it did (`attempt.finished`), and `run.retry_scheduled` says why and when.
+    """
+    run, attempt = tr.run, tr.attempt
+    if attempt is None or run.status not in TERMINAL_RUN or not _retryable(run, attempt, policy):
+        return tr
+    delay = retry_delay_ms(policy, attempt.attempt_no, rand)
+    queued = replace(
+        run, status=RunStatus.QUEUED, finished_at_ms=None, exit_code=None, reason_code=None,
+        cancel_reason=None, cancel_requested_at_ms=None, not_before_ms=now_ms + delay)
+    data: dict[str, str | int | None] = {
+        "attempt_no": attempt.attempt_no, "status": run.status.value,
+        "reason_code": run.reason_code, "delay_ms": delay, "not_before_ms": now_ms + delay,
+    }
+    events = [e for e in tr.events if e.type != "run.finished"]
+    events.append(NewEvent(type="run.retry_scheduled", attempt_id=attempt.id, data=data))
+    return Transition(run=queued, attempt=attempt, events=events)

@@ -264,11 +264,12 @@ def test_task_enable_disable_edit_and_delete(page: Page, appliance: Appliance) -
     expect(page.get_by_label("Cron schedule")).to_have_value("0 3 * * *")
     expect(page.locator(".fire-times li")).to_have_count(5)
     page.get_by_label("Command").fill("echo changed")
-    page.get_by_label("Concurrency").select_option("allow")
+    page.get_by_label("When a run is still active").select_option("allow")
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
     task = next(t for t in appliance.api("GET", "/tasks").json()["items"] if t["name"] == "nightly")
-    assert (task["command"], task["concurrency"]) == ("echo changed", "allow")
+    assert (task["command"], task["concurrency"], task["overlap"]) == (
+        "echo changed", "allow", "allow")
     row.get_by_role("button", name="Delete").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("nightly")
@@ -379,6 +380,17 @@ EVENT_SAMPLES: dict[str, dict[str, object]] = {
     "run.finished": {"status": "failed", "exit_code": 2, "reason_code": "EXITED",
                      "leftover_processes": 3},
     "run.held": {"reason": "DISK_PRESSURE", "volumes": "logs"},
+    "run.retry_scheduled": {"attempt_no": 1, "status": "failed", "reason_code": "EXITED",
+                            "delay_ms": 10_000, "not_before_ms": 1_700_000_010_000},
+    "run.replaces": {"run_id": "01900000-0000-7000-8000-000000000001"},
+    "run.replaced_by": {"run_id": "01900000-0000-7000-8000-000000000002"},
+    "chain.triggered": {"run_id": "01900000-0000-7000-8000-000000000003",
+                        "task_id": "01900000-0000-7000-8000-000000000004"},
+    "chain.triggered_by": {"run_id": "01900000-0000-7000-8000-000000000005",
+                           "task_id": "01900000-0000-7000-8000-000000000006",
+                           "status": "succeeded"},
+    "chain.skipped": {"task_id": "01900000-0000-7000-8000-000000000007",
+                      "reason": "disabled"},
 }
 
 
@@ -551,3 +563,25 @@ def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: App
                 if t["name"] == "all-fixed")
     assert (task["schedule"], task["timeout_s"], task["env"], task["labels"]) == (
         "0 4 * * *", 60, {"GOOD": "x"}, ["nightly"])
+
+
+def test_retry_fields_and_the_retry_countdown(page: Page, appliance: Appliance) -> None:
+    """Issue 20: the editor sets overlap and retries; a run waiting for its retry shows
+    the countdown, its first attempt and the retry event in words."""
+    sign_in(page)
+    page.get_by_role("link", name="New task").click()
+    page.get_by_label("Name", exact=True).fill("flaky")
+    page.get_by_label("Command").fill("exit 3")
+    page.get_by_label("When a run is still active").select_option("queue")
+    page.get_by_label("Retries").fill("2")
+    page.get_by_label("First retry after (seconds, doubling)").fill("600")
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    task = next(t for t in appliance.api("GET", "/tasks").json()["items"] if t["name"] == "flaky")
+    assert (task["overlap"], task["retries"], task["retry_delay_s"]) == ("queue", 2, 600)
+    run = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]
+    page.goto(f"/#/runs/{run['id']}")
+    expect(page.locator("#run-retry-in")).to_contain_text(re.compile(r"\d+ ?(min|m)"),
+                                                          timeout=20_000)
+    expect(page.locator("#timeline")).to_contain_text("Attempt 1 failed: retry at")
+    expect(page.locator("#run-status")).to_contain_text("queued")

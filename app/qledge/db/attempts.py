@@ -109,3 +109,10 @@ async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attem
         f" WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
+
+
+async def task_has_running_attempt(tx: Tx, task_id: str) -> bool:
+    row = await tx.one(
+        "SELECT 1 FROM run_attempts a JOIN runs r ON r.id = a.run_id"  # noqa: S608
+        f" WHERE r.task_id = ? AND {_A_ACTIVE} LIMIT 1", (task_id,))
+    return row is not None

@@ -10,7 +10,18 @@ import sqlite3
 
 import msgspec
 
-from ..model import Attempt, AttemptStatus, CancelReason, Concurrency, Run, RunStatus, Task, Trigger
+from ..model import (
+    CHAIN_FIELDS,
+    Attempt,
+    AttemptStatus,
+    CancelReason,
+    Concurrency,
+    Overlap,
+    Run,
+    RunStatus,
+    Task,
+    Trigger,
+)
 
 
 class Conflict(Exception):
@@ -37,7 +48,12 @@ def task_from_row(row: sqlite3.Row) -> Task:
         labels=msgspec.json.decode(row["labels_json"], type=list[str]),
         created_at_ms=row["created_at_ms"], updated_at_ms=row["updated_at_ms"],
         version=row["version"], keep_runs=row["keep_runs"], keep_days=row["keep_days"],
-        keep_background=bool(row["keep_background"]),
+        keep_background=bool(row["keep_background"]), overlap=Overlap(row["overlap"]),
+        retries=row["retries"], retry_delay_s=row["retry_delay_s"],
+        retry_on=msgspec.json.decode(row["retry_on_json"], type=list[str]),
+        **{f: msgspec.json.decode(row[f"{f}_json"], type=list[str]) for f in CHAIN_FIELDS},
+        extra_schedules=msgspec.json.decode(row["extra_schedules_json"], type=list[str]),
+        tz=row["tz"],
     )
 
 

@@ -11,6 +11,7 @@ import msgspec
 
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
 from ..transitions import Transition
+from . import policies
 from . import statuses as st
 from .connection import Tx
 from .events import append_events, insert_events
@@ -114,7 +115,13 @@ async def next_not_before(tx: Tx, now_ms: int) -> int | None:
 
 
 async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
-    """Write a transition with CAS on the run version; raises Conflict if it moved."""
+    """Write a transition with CAS on the run version; raises Conflict if it moved.
+
+    An attempt's end that would end the run becomes a retry when the task's policy
+    says so (db/policies.py): the returned run is what was written."""
+    if (transition.attempt is not None and transition.run.status in TERMINAL_RUN
+            and old.status not in TERMINAL_RUN):
+        transition = await policies.retry_or_end(tx, transition, now_ms)
     new = transition.run
     # The event numbers are taken by the same statement (RETURNING): a completion
     # is a handful of statements, each a hand-off to the database thread.

@@ -12,7 +12,8 @@ async def scheduled_tasks(tx: Tx) -> list[tuple[Task, int | None]]:
     rows = await tx.all(
         "SELECT t.*, s.last_due_ms AS _last_due_ms FROM tasks t"
         " LEFT JOIN task_schedule_state s ON s.task_id = t.id"
-        " WHERE t.enabled = 1 AND t.schedule IS NOT NULL ORDER BY t.num")
+        " WHERE t.enabled = 1 AND (t.schedule IS NOT NULL OR t.extra_schedules_json != '[]')"
+        " ORDER BY t.num")
     return [(task_from_row(r), r["_last_due_ms"]) for r in rows]
 
 

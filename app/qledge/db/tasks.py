@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from ..model import Task
+from ..model import CHAIN_FIELDS, Task
 from .connection import Tx
 from .rows import NotFound, like_pattern, task_from_row
 
@@ -19,8 +19,21 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
         out["env_json"] = _json.encode(out.pop("env")).decode()
     if "labels" in out:
         out["labels_json"] = _json.encode(out.pop("labels")).decode()
-    if "concurrency" in out:
+    # `overlap` supersedes `concurrency`; the two columns stay in step (forbid <=> not
+    # allow) whichever one the caller set.
+    if "overlap" in out:
+        out["overlap"] = str(out["overlap"])
+        out["concurrency"] = "allow" if out["overlap"] == "allow" else "forbid"
+    elif "concurrency" in out:
         out["concurrency"] = str(out["concurrency"])
+        out["overlap"] = "allow" if out["concurrency"] == "allow" else "skip"
+    if "extra_schedules" in out:
+        out["extra_schedules_json"] = _json.encode(out.pop("extra_schedules")).decode()
+    for field in CHAIN_FIELDS:
+        if field in out:
+            out[f"{field}_json"] = _json.encode(list(dict.fromkeys(out.pop(field)))).decode()
+    if "retry_on" in out:
+        out["retry_on_json"] = _json.encode(sorted(set(out.pop("retry_on")))).decode()
     if "enabled" in out:
         out["enabled"] = int(bool(out["enabled"]))
     if "keep_background" in out:
@@ -125,3 +138,11 @@ async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
             "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
             " VALUES ('logs', ?, ?)", (rel, now_ms))
     return paths
+
+
+async def tasks_by_ids(tx: Tx, task_ids: list[str]) -> dict[str, Task]:
+    if not task_ids:
+        return {}
+    marks = ",".join("?" * len(task_ids))
+    rows = await tx.all(f"SELECT * FROM tasks WHERE id IN ({marks})", task_ids)  # noqa: S608
+    return {r["id"]: task_from_row(r) for r in rows}

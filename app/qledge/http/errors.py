@@ -21,6 +21,7 @@ from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
+from ..runtime.chains import ChainRefused
 from ..runtime.operations import ActiveRun
 
 log = logging.getLogger("qledge.http")
@@ -130,7 +131,12 @@ async def handle_conflict(request: Request, exc: Exception) -> Response:
 async def handle_active_run(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ActiveRun)
     return await handle_api_error(request, StateConflict(
-        str(exc), extra={"active_run_id": exc.run_id}))
+        str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason}))
+
+
+async def handle_chain_refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ChainRefused)
+    return await handle_api_error(request, Invalid(str(exc), field=exc.field))
 
 
 async def handle_run_terminal(request: Request, exc: Exception) -> Response:
@@ -233,6 +239,7 @@ HANDLERS = {
     Conflict: handle_conflict,
     ActiveRun: handle_active_run,
     RunTerminal: handle_run_terminal,
+    ChainRefused: handle_chain_refused,
     HTTPException: handle_http,
     UnsafeLogFile: handle_unsafe_log,
     FileTimeout: handle_file_pool,

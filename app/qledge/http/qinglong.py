@@ -24,7 +24,7 @@ from ..clock import now_ms
 from ..cron import from_ms, local_zone
 from ..db import apps, attempts, envs, rows, runs, tasks
 from ..launch import logs
-from ..model import ACTIVE_RUN, Concurrency, Task, Trigger
+from ..model import ACTIVE_RUN, Overlap, Task, Trigger
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -163,8 +163,7 @@ def _unsupported(body: msgspec.Struct, names: tuple[str, ...]) -> None:
 # -- crons -------------------------------------------------------------------------------
 
 STATUS_RUNNING, STATUS_IDLE, STATUS_DISABLED, STATUS_QUEUED = 0, 1, 2, 3
-_UNSUPPORTED_CRON = ("sub_id", "extra_schedules", "task_before", "task_after", "log_name",
-                     "work_dir")
+_UNSUPPORTED_CRON = ("sub_id", "task_before", "task_after", "log_name", "work_dir")
 
 
 class CronIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -223,11 +222,11 @@ def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
         "last_running_time": round(s.last_duration_ms / 1000) if s.last_duration_ms else 0,
         "last_execution_time": s.last_started_at_ms // 1000 if s.last_started_at_ms else 0,
         "sub_id": None,
-        "extra_schedules": None,
+        "extra_schedules": [{"schedule": e} for e in task.extra_schedules] or None,
         "task_before": None,
         "task_after": None,
         "log_name": None,
-        "allow_multiple_instances": 1 if task.concurrency is Concurrency.ALLOW else 0,
+        "allow_multiple_instances": 1 if task.overlap is Overlap.ALLOW else 0,
         "work_dir": None,
         "createdAt": _iso(task.created_at_ms),
         "updatedAt": _iso(task.updated_at_ms),
@@ -243,6 +242,18 @@ def _default_name(command: str) -> str:
     return inputs.without_controls(first).strip()[:inputs.MAX_NAME] or "cron"
 
 
+def _extra_schedules(items: list[Any]) -> list[str]:
+    """QingLong's `[{"schedule": "..."}]` (plain strings accepted too)."""
+    out = []
+    for item in items:
+        value = item.get("schedule") if isinstance(item, dict) else item
+        if not isinstance(value, str) or not value.strip():
+            raise BadRequest('extra_schedules must be a list of {"schedule": "<cron>"}',
+                             field="extra_schedules")
+        out.append(value)
+    return out
+
+
 def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key in ("command", "schedule", "name", "labels"):
@@ -253,7 +264,11 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
         if body.allow_multiple_instances not in (0, 1):
             raise BadRequest("allow_multiple_instances must be 0 or 1",
                              field="allow_multiple_instances")
-        fields["concurrency"] = "allow" if body.allow_multiple_instances else "forbid"
+        # QingLong's 0 stops the running instance and starts the new one: `replace`
+        # (through the fenced cancel); 1 runs them side by side.
+        fields["overlap"] = "allow" if body.allow_multiple_instances else "replace"
+    if body.extra_schedules is not None:
+        fields["extra_schedules"] = _extra_schedules(body.extra_schedules)
     if "schedule" in fields and not str(fields["schedule"]).strip():
         raise BadRequest("schedule must not be empty", field="schedule")
     return native_tasks.validated(fields, BadRequest)

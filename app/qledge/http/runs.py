@@ -49,8 +49,9 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
 
 
 async def create(request: Request) -> Response:
-    run = await operations.trigger(_rt(request), request.path_params["task_id"], Trigger.API)
-    return json_response({"run": run_view(run)}, 202)
+    got = await operations.start_run(_rt(request), request.path_params["task_id"], Trigger.API)
+    return json_response({"run": run_view(got.run), "outcome": got.outcome,
+                          "replaced": got.replaced}, 202)
 
 
 async def list_(request: Request) -> Response:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from .. import cron
 from ..clock import now_ms
 from ..db import tasks
-from ..model import Task
+from ..model import DEFAULT_RETRY_ON, RETRYABLE, Task
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -21,6 +21,10 @@ from .errors import ApiError, Invalid, decode_body, json_response
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSET = msgspec.UNSET
+_Overlap = Literal["skip", "queue", "replace", "allow"]
+MAX_RETRIES = 10
+MAX_RETRY_DELAY_S = 86400
+MAX_EXTRA_SCHEDULES = 20
 
 
 class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -30,11 +34,20 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     timeout_s: int | None = None
     env: dict[str, str] = {}
     enabled: bool = True
-    concurrency: Literal["forbid", "allow"] = "forbid"
+    concurrency: Literal["forbid", "allow"] | None = None  # the old spelling of overlap
+    overlap: _Overlap | None = None  # default skip
     labels: list[str] = []
     keep_runs: int | None = None  # retention override; None = settings, 0 = no limit
     keep_days: int | None = None
     keep_background: bool = False  # leave background processes running at the end
+    retries: int = 0
+    retry_delay_s: int = 10
+    retry_on: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_ON))
+    on_success: list[str] = []  # task ids to run after this one (docs/tasks.md)
+    on_failure: list[str] = []
+    on_finish: list[str] = []
+    extra_schedules: list[str] = []  # more cron expressions (QingLong extra_schedules)
+    tz: str | None = None  # IANA zone the schedules tick in; None = the container's TZ
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -45,10 +58,19 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     env: dict[str, str] | msgspec.UnsetType = UNSET
     enabled: bool | msgspec.UnsetType = UNSET
     concurrency: Literal["forbid", "allow"] | msgspec.UnsetType = UNSET
+    overlap: _Overlap | msgspec.UnsetType = UNSET
     labels: list[str] | msgspec.UnsetType = UNSET
     keep_runs: int | msgspec.UnsetType | None = UNSET
     keep_days: int | msgspec.UnsetType | None = UNSET
     keep_background: bool | msgspec.UnsetType = UNSET
+    retries: int | msgspec.UnsetType = UNSET
+    retry_delay_s: int | msgspec.UnsetType = UNSET
+    retry_on: list[str] | msgspec.UnsetType = UNSET
+    on_success: list[str] | msgspec.UnsetType = UNSET
+    on_failure: list[str] | msgspec.UnsetType = UNSET
+    on_finish: list[str] | msgspec.UnsetType = UNSET
+    extra_schedules: list[str] | msgspec.UnsetType = UNSET
+    tz: str | msgspec.UnsetType | None = UNSET
 
 
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
@@ -70,6 +92,14 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
             out["schedule"] = cron.validate(schedule)
         except cron.CronError as exc:
             raise error(f"invalid cron schedule: {exc}", field="schedule") from exc
+    if "extra_schedules" in out:
+        out["extra_schedules"] = _extra_schedules(out["extra_schedules"], error)
+    if out.get("tz") is not None:
+        tz = inputs.text(out["tz"], "tz", 64, error=error)
+        try:
+            cron.zone(tz)
+        except cron.CronError as exc:
+            raise error(str(exc), field="tz") from exc
     if out.get("timeout_s") is not None:
         inputs.bounded(out["timeout_s"], "timeout_s", 1, 366 * 86400, error)
     env = out.get("env") or {}
@@ -93,14 +123,52 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
         inputs.bounded(out["keep_runs"], "keep_runs", 0, 1_000_000, error)
     if out.get("keep_days") is not None:
         inputs.bounded(out["keep_days"], "keep_days", 0, 36_500, error)
+    _policies(out, error)
     return out
+
+
+def _extra_schedules(items: list[str], error: type[ApiError]) -> list[str]:
+    if len(items) > MAX_EXTRA_SCHEDULES:
+        raise error(f"{len(items)} extra schedules; at most {MAX_EXTRA_SCHEDULES}",
+                    field="extra_schedules")
+    out = []
+    for item in items:
+        text = inputs.text(item, "extra_schedules", inputs.MAX_SCHEDULE, lines=True,
+                           error=error)
+        try:
+            out.append(cron.validate(text))
+        except cron.CronError as exc:
+            raise error(f"extra_schedules: invalid cron schedule {text[:64]!r}: {exc}",
+                        field="extra_schedules") from exc
+    return list(dict.fromkeys(out))
+
+
+def _policies(out: dict[str, Any], error: type[ApiError]) -> None:
+    """Overlap (with its old spelling `concurrency`) and retries (docs/tasks.md)."""
+    conc, overlap = out.pop("concurrency", None), out.pop("overlap", None)
+    if overlap is not None:
+        if conc is not None and (conc == "allow") != (overlap == "allow"):
+            raise error(f"concurrency {conc!r} contradicts overlap {overlap!r}; send overlap"
+                        " only (concurrency is its old spelling)", field="concurrency")
+        out["overlap"] = overlap
+    elif conc is not None:
+        out["concurrency"] = conc
+    if "retries" in out:
+        inputs.bounded(out["retries"], "retries", 0, MAX_RETRIES, error)
+    if "retry_delay_s" in out:
+        inputs.bounded(out["retry_delay_s"], "retry_delay_s", 0, MAX_RETRY_DELAY_S, error)
+    if "retry_on" in out:
+        wrong = [o for o in out["retry_on"] if o not in RETRYABLE]
+        if wrong:
+            raise error(f"retry_on: {str(wrong[0])[:32]!r} cannot retry; choose from"
+                        f" {', '.join(sorted(RETRYABLE))}", field="retry_on")
 
 
 def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
-    if task.schedule and task.enabled:
-        body["next_fire_at_ms"] = cron.first_due_after(task.schedule, now_ms())
+    if task.schedules and task.enabled:
+        body["next_fire_at_ms"] = cron.first_due_after_any(task.schedules, now_ms(), task.tz)
     return body
 
 

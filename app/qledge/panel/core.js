@@ -129,9 +129,8 @@ window.QLEDGE = (() => {
       help ? h('p.help', { id: helpId }, help) : null,
       h('p.field-error', { id: errId, hidden: true }));
   }
-  // Shows `message` under the form's field `name` (the first message stays) and marks its
-  // control, or `ctl`, invalid and described by it; returns what to focus. A message that
-  // names no field goes in `top`.
+  // `message` under field `name` (the first stays), its control (or `ctl`) marked invalid and
+  // described by it; returns what to focus. A message naming no field goes in `top`.
   function markField(form, top, name, message, ctl) {
     const wrap = name && form.querySelector(`[data-field="${name}"]`);
     if (!wrap) { top.textContent = message; top.hidden = false; return top; }
@@ -389,8 +388,7 @@ window.QLEDGE = (() => {
     });
     render();
   }
-  // Deferred scripts run while readyState is already 'interactive', all of them before
-  // DOMContentLoaded: only then is every page registered.
+  // Every deferred script (so every page) has run by DOMContentLoaded, not by 'interactive'.
   document.addEventListener('DOMContentLoaded', start);
 
   return {

@@ -127,7 +127,10 @@
 
   function buildTaskForm(box, task, alive, prefill) {
     const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
-      enabled: true, concurrency: 'forbid', labels: [], keep_background: false, ...prefill };
+      enabled: true, overlap: 'skip', labels: [], keep_background: false, retries: 0,
+      retry_delay_s: 10, ...prefill };
+    const num = (id, min, max, val) => h('input', { id, type: 'number', min, max, step: 1,
+      inputmode: 'numeric', value: String(val) });
     const f = {
       name: h('input', { id: 'f-name', type: 'text', value: v.name, required: true,
         maxlength: 200, autocomplete: 'off' }),
@@ -137,9 +140,10 @@
         class: 'mono', autocomplete: 'off', spellcheck: 'false', placeholder: '*/5 * * * *' }),
       timeout: h('input', { id: 'f-timeout', type: 'number', min: 1, step: 1,
         inputmode: 'numeric', value: v.timeout_s == null ? '' : String(v.timeout_s) }),
-      concurrency: h('select', { id: 'f-concurrency' },
-        h('option', { value: 'forbid', selected: v.concurrency === 'forbid' }, t('editor.forbid')),
-        h('option', { value: 'allow', selected: v.concurrency === 'allow' }, t('editor.allow'))),
+      overlap: h('select', { id: 'f-overlap' }, ...['skip', 'queue', 'replace', 'allow'].map(
+        (o) => h('option', { value: o, selected: v.overlap === o }, t('editor.ov.' + o)))),
+      retries: num('f-retries', 0, 10, v.retries),
+      retryDelay: num('f-retry-delay', 0, 86400, v.retry_delay_s),
       enabled: h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled }),
       keepBackground: h('input', { id: 'f-keep-bg', type: 'checkbox',
         checked: !!v.keep_background, 'aria-describedby': 'f-keep-bg-help' }),
@@ -160,8 +164,11 @@
       preview,
       h('div.row2',
         field('f-timeout', t('editor.timeout'), f.timeout, t('editor.timeoutHelp'), 'timeout_s'),
-        field('f-concurrency', t('editor.concurrency'), f.concurrency,
-          t('editor.concurrencyHelp'), 'concurrency')),
+        field('f-overlap', t('editor.concurrency'), f.overlap,
+          t('editor.concurrencyHelp'), 'overlap')),
+      h('div', { class: 'row2' },
+        field('f-retries', t('editor.retries'), f.retries, t('editor.retriesHelp'), 'retries'),
+        field('f-retry-delay', t('editor.retryDelay'), f.retryDelay, null, 'retry_delay_s')),
       envs.el,
       field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
       h('div.field.check', { 'data-field': 'enabled' }, f.enabled,
@@ -200,7 +207,8 @@
           schedule: f.schedule.value.trim() || null,
           timeout_s: tv ? Number(tv) : null,
           env: Object.fromEntries(envs.entries().map((x) => [x.key, x.value])),
-          enabled: f.enabled.checked, concurrency: f.concurrency.value,
+          enabled: f.enabled.checked, overlap: f.overlap.value,
+          retries: Number(f.retries.value || 0), retry_delay_s: Number(f.retryDelay.value || 0),
           keep_background: f.keepBackground.checked,
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
         };

@@ -22,6 +22,14 @@
       case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
         : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
       case 'run.held': return t('ev.held', { why: heldText(d) });
+      case 'run.retry_scheduled': return t('ev.retry', { n: d.attempt_no,
+        status: statusLabel(d.status), at: fmtTime(d.not_before_ms) });
+      case 'run.replaces': return t('ev.replaces', { id: d.run_id });
+      case 'run.replaced_by': return t('ev.replacedBy', { id: d.run_id });
+      case 'chain.triggered': return t('ev.chained', { id: d.run_id });
+      case 'chain.triggered_by': return t('ev.chainedBy', { id: d.run_id,
+        status: statusLabel(d.status) });
+      case 'chain.skipped': return t('ev.chainSkipped', { id: d.task_id, reason: d.reason });
       default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
     }
   }
@@ -74,6 +82,9 @@
           ? fmtDur((r.finished_at_ms || now) - r.started_at_ms) + (r.finished_at_ms ? '' : ' …')
           : '—'],
         r.cancel_reason ? [t('run.cancelReason'), t('cancel.' + r.cancel_reason)] : null,
+        // a retry's (or a start delay's) persisted wait, counted down on each refresh
+        r.status === 'queued' && r.not_before_ms > now ? [t('run.nextAttempt'),
+          h('span', { id: 'run-retry-in' }, fmtDur(r.not_before_ms - now))] : null,
         leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
           : null,
         // The `task` form (docs/tasks.md): a random delay's wait; a conc run's parent/children.

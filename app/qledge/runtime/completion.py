@@ -92,8 +92,8 @@ class CompletionService:
         tr = transitions.complete(
             run, attempt, exit_code=receipt.exit_code, finished_at_ms=receipt.finished_at_ms,
             log_bytes=log_bytes, leftover_processes=leftovers)
-        await runs.apply(tx, run, tr, now_ms())
-        return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
+        new = await runs.apply(tx, run, tr, now_ms())  # `queued` again for a retry
+        return Result(outcome=Outcome.APPLIED, status=new.status.value)
 
     async def without_receipt(
         self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST,
@@ -117,9 +117,9 @@ class CompletionService:
                 if run.status in TERMINAL_RUN:
                     return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
                 tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
-                await runs.apply(tx, run, tr, now_ms())
+                new = await runs.apply(tx, run, tr, now_ms())
                 if settled:
                     await journal.journal_settle(tx, [attempt_id], now_ms())
-                return Result(outcome=Outcome.APPLIED, status=tr.run.status.value)
+                return Result(outcome=Outcome.APPLIED, status=new.status.value)
         except (rows.Conflict, sqlite3.OperationalError) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)

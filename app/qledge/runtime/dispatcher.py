@@ -15,10 +15,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
-from ..db import attempts, runs
+from ..db import attempts, runs, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Run, Task
+from . import overlap
 from .loop import settle
 
 log = logging.getLogger("qledge.dispatcher")
@@ -103,7 +104,7 @@ class Dispatcher:
         that waits)."""
         if self._stopping or self._task is None or await self.may_spawn() is not None:
             return None
-        if not await self._slot_free(tx):
+        if not await self._slot_free(tx) or not await overlap.may_start(tx, task, run):
             return None
         oldest = await runs.queued_runs(tx, 1, now_ms())
         if not oldest or oldest[0].id != run.id:
@@ -144,6 +145,8 @@ class Dispatcher:
             async with self.db.write() as tx:
                 if not await self._slot_free(tx):
                     return started  # a finished attempt wakes us again
+                if not await overlap.may_start(tx, await tasks.get_task(tx, run.task_id), run):
+                    continue  # behind a run of its task (overlap queue/replace)
                 prepared = await self.executor.prepare_in(tx, run)
             if prepared is None:
                 continue

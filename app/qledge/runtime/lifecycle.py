@@ -17,12 +17,12 @@ from .. import ids, notify, shipped_scripts
 from ..clock import now_ms
 from ..db import attempts, envs, journal
 from ..db.connection import Database, Tx
-from ..launch import isolation, logs
+from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
-from . import conc
+from . import chains, conc
 from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
@@ -41,22 +41,35 @@ from .watcher import ExitWatcher
 log = logging.getLogger("qledge.runtime")
 
 
+def appliance_start_id(boot_id: str) -> str:
+    """This start of the appliance: the supervisor (our parent) on this boot, with its
+    start time. supervisord respawning a killed worker keeps it, so `@boot` tasks do
+    not run again; restarting the container (or the machine) changes it."""
+    ppid = os.getppid()
+    return f"{boot_id}:{ppid}:{identity.start_time(ppid) or 0}"
+
+
 def read_boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, boot_id: str | None = None) -> None:
-        """`boot_id` is for tests that simulate a reboot (the power-cut drills): the
-        product never passes it and always reads the kernel's."""
+    def __init__(self, settings: Settings, *, boot_id: str | None = None,
+                 start_id: str | None = None) -> None:
+        """`boot_id` is for tests that simulate a reboot (the power-cut drills), `start_id`
+        for tests that simulate an appliance restart (@boot): the product never passes
+        them and always reads the kernel's / its supervisor's."""
         self.settings = settings
         self.profile = settings.profile_limits
         self.db = Database(settings.db_path)
         # A `task … conc` parent finishes in the commit of its last child's result.
         self.db.on_terminal(conc.on_terminal)
+        # Chains: downstream runs commit with their upstream run's end (runtime/chains.py).
+        self.db.on_terminal(chains.listener(self.kick, self._sweep_cancels))
         self.node_id = ""
         self.incarnation = ids.uuid7()
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
+        self.start_id = start_id if start_id is not None else appliance_start_id(self.boot_id)
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
@@ -136,7 +149,10 @@ class Runtime:
         await self.cancellation.start()
         self.dispatcher.start()
         self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
-                                   random_delay_s=s.random_delay_s)
+                                   random_delay_s=s.random_delay_s,
+                                   on_replaced=self._sweep_cancels)
+        # @boot runs: recovery has finished; once per appliance start, not per worker.
+        await self.scheduler.fire_boot(self.start_id)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
@@ -221,6 +237,13 @@ class Runtime:
     async def _supervise(self) -> None:
         await self.supervisor.round()
         self.dispatcher.wake()
+
+    def _sweep_cancels(self) -> None:
+        """Cancel intents committed by a tick (overlap `replace`): drive them now, not at
+        the next supervision round (which would find them too)."""
+        task = asyncio.create_task(self.cancellation.sweep(64), name="sweep-cancels")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     def kick(self) -> None:
         """A run was queued: let the dispatcher look."""

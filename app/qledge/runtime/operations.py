@@ -14,22 +14,28 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import msgspec
+
 from .. import ids
 from ..clock import now_ms
 from ..db import envs, rows, runs, tasks
 from ..launch import environment
-from ..model import CancelReason, Concurrency, Run, RunStatus, Task, Trigger
+from ..model import CancelReason, Run, RunStatus, Task, Trigger
+from . import chains, overlap
 from .cancellation import RunTerminal
 from .lifecycle import Runtime
 
 
 class ActiveRun(Exception):
-    """Refused: the task has an active (queued or running) run."""
+    """Refused: the task has an active (queued or running) run; `reason` says which
+    rule refused (`active_run`, or `queued_run` for overlap `queue`)."""
 
-    def __init__(self, message: str, *, task: Task, run_id: str) -> None:
+    def __init__(self, message: str, *, task: Task, run_id: str,
+                 reason: str = "active_run") -> None:
         super().__init__(message)
         self.task = task
         self.run_id = run_id
+        self.reason = reason
 
 
 # -- tasks ---------------------------------------------------------------------------
@@ -39,6 +45,7 @@ async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     async with rt.db.write() as tx:
         task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
+        await chains.check(tx, task)
     rt.scheduler.wake()
     return task
 
@@ -47,6 +54,7 @@ async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task
     async with rt.db.write() as tx:
         task = await tasks.update_task(tx, task_id, fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
+        await chains.check(tx, task)
     rt.scheduler.wake()
     return task
 
@@ -82,25 +90,45 @@ async def delete_tasks(rt: Runtime, task_ids: list[str]) -> None:
 # -- runs ------------------------------------------------------------------------------
 
 async def trigger(rt: Runtime, task_id: str, how: Trigger) -> Run:
-    """Queue a run; ActiveRun for a `forbid` task with an active run.
+    """Queue a run as the task's overlap policy allows (see start_run)."""
+    return (await start_run(rt, task_id, how)).run
+
+
+class Started(msgspec.Struct, frozen=True, kw_only=True):
+    run: Run
+    outcome: str  # "started": spawn step 1 is in its commit; "queued": it waits
+    replaced: list[str] = []  # runs cancelled for it (overlap `replace`)
+
+
+async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
+    """Create a run under the task's overlap policy (runtime/overlap.py): ActiveRun
+    when the policy skips it; `replace` commits the cancel intents of the active runs
+    in the same transaction and has their drivers signal them after it.
 
     The same durable commit also does spawn step 1 when a slot is free (see
-    dispatcher.admit_new): the answer still says `queued`, the launch follows.
+    dispatcher.admit_new): the run itself still reads `queued`, the launch follows.
     """
+    now = now_ms()
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
-        if task.concurrency is Concurrency.FORBID:
-            active = await runs.active_run_of_task(tx, task.id)
-            if active is not None:
-                raise ActiveRun("task already has an active run (concurrency: forbid)",
-                                task=task, run_id=active.id)
-        run = await runs.create_run(tx, ids.uuid7(), task.id, how, now_ms())
+        decision = await overlap.decide(tx, task, now)
+        if decision.blocking is not None:
+            waiting = decision.skip_reason == "queued_run"
+            raise ActiveRun(
+                "task already has a run waiting (overlap: queue)" if waiting
+                else f"task already has an active run (overlap: {task.overlap.value})",
+                task=task, run_id=decision.blocking.id, reason=decision.skip_reason or "")
+        run = await runs.create_run(tx, ids.uuid7(), task.id, how, now)
+        await overlap.record_replaced(tx, run, decision, now)
         prepared = await rt.dispatcher.admit_new(tx, run, task)
+    if decision.replaced:
+        await rt.cancellation.sweep(64)
     if prepared is not None:
         rt.dispatcher.launch_soon(prepared)
     else:
         rt.kick()
-    return run
+    return Started(run=run, outcome="started" if prepared is not None else "queued",
+                   replaced=decision.replaced)
 
 
 async def cancel_run(rt: Runtime, run_id: str, reason: CancelReason = CancelReason.USER

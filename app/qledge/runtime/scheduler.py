@@ -18,8 +18,10 @@ Rules (docs/qinglong-compat.md explains them to operators):
 * No replay storm: however many ticks passed while no worker ran, a task fires
   at most once when the scheduler looks again — for the latest due tick —
   and its `run.scheduled` event carries `catch_up: 1`.
-* `concurrency: forbid` and a run still active → no run; the tick is consumed
-  and a `schedule.skipped` event (due time, reason) goes on the active run.
+* The task's overlap policy (runtime/overlap.py) decides a tick that meets an
+  active run: `skip` (and `queue` with a run already waiting) → no run; the
+  tick is consumed and a `schedule.skipped` event (due time, reason) goes on
+  the blocking run. `replace` cancels the active runs in the tick's commit.
   `allow` tasks never pile up more than one queued run per task the same way.
 * No busy polling: the loop sleeps until the earliest next due time across
   enabled tasks, at most MAX_SLEEP_S, and `wake()` re-reads at once after a
@@ -34,11 +36,12 @@ from collections.abc import Callable
 
 from .. import ids, taskform
 from ..clock import now_ms
-from ..cron import first_due_after, last_due_at_or_before
-from ..db import events, rows, runs, schedule, tasks
+from ..cron import first_due_after_any, last_due_any
+from ..db import events, policies, rows, runs, schedule, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
-from ..model import Concurrency, NewEvent, Task, Trigger
+from ..model import NewEvent, Overlap, Task, Trigger
+from . import overlap
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop
 
@@ -56,6 +59,10 @@ class Outcome:
     FIRED = "fired"
     SKIPPED = "skipped"
     NOT_DUE = "not_due"
+
+
+def _key(task: Task) -> str:
+    return "\n".join([task.tz or "", *task.schedules])
 
 
 def _since(task: Task, last_due_ms: int | None) -> int:
@@ -81,10 +88,14 @@ class Scheduler:
     def __init__(self, db: Database, *, on_queued: Callable[[], None] = lambda: None,
                  clock: Callable[[], int] = now_ms, max_sleep_s: float = MAX_SLEEP_S,
                  stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None,
-                 random_delay_s: int = 0) -> None:
+                 random_delay_s: int = 0,
+                 on_replaced: Callable[[], None] = lambda: None) -> None:
         self.db = db
         self.random_delay_s = random_delay_s
         self.on_queued = on_queued
+        # Overlap `replace` committed cancel intents: have their drivers signal now.
+        self.on_replaced = on_replaced
+        self.replaced = 0
         # With a dispatcher, a tick whose run can start now also does spawn step 1
         # in the tick's own commit (dispatcher.admit_new).
         self.dispatcher = dispatcher
@@ -95,7 +106,8 @@ class Scheduler:
         # How late the most overdue tick of the last round fired (GET /metrics).
         self.lag_ms = 0
         self.next_due_ms: int | None = None
-        # task id -> (schedule, since, first due after since): cron arithmetic only on change
+        # task id -> (schedules+zone, since, first due after since): cron arithmetic only
+        # on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
         # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
         self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
@@ -137,14 +149,14 @@ class Scheduler:
         next_ms: int | None = None
         cache: dict[str, tuple[str, int, int | None]] = {}
         for task, last in scheduled:
-            assert task.schedule is not None
             since = _since(task, last)
+            key = _key(task)
             hit = self._first_due.get(task.id)
-            if hit is not None and hit[0] == task.schedule and hit[1] == since:
+            if hit is not None and hit[0] == key and hit[1] == since:
                 first = hit[2]
             else:
-                first = first_due_after(task.schedule, since)
-            cache[task.id] = (task.schedule, since, first)
+                first = first_due_after_any(task.schedules, since, task.tz)
+            cache[task.id] = (key, since, first)
             if first is None:
                 continue
             if first <= now:
@@ -187,7 +199,44 @@ class Scheduler:
         self.next_due_ms = next_ms
         if queued:
             self.on_queued()
+        if self.replaced:
+            self.replaced = 0
+            self.on_replaced()
         return next_ms
+
+    async def fire_boot(self, start_id: str) -> int:
+        """`@boot`: once per appliance start, after recovery (Runtime.start). `start_id`
+        names the start (lifecycle.appliance_start_id); the runs and the claim commit
+        together, so a kill before the commit leaves them to the respawned worker and
+        one after it never repeats them. The overlap policy applies as for a tick."""
+        now = self.clock()
+        created = 0
+        async with self.db.write() as tx:
+            if not await policies.claim_boot(tx, start_id):
+                return 0
+            for task_id in await policies.boot_task_ids(tx):
+                task = await tasks.get_task(tx, task_id)
+                decision = await overlap.decide(tx, task, now)
+                if decision.blocking is not None:
+                    await events.append_events(tx, decision.blocking, [NewEvent(
+                        type="schedule.skipped", data={"scheduled_for_ms": now,
+                                                       "reason": decision.skip_reason,
+                                                       "catch_up": 0})], now)
+                    continue
+                run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
+                await events.append_events(tx, run, [NewEvent(
+                    type="run.scheduled", data={"scheduled_for_ms": now, "late_ms": 0,
+                                                "catch_up": 0, "at_boot": 1})], now)
+                await overlap.record_replaced(tx, run, decision, now)
+                self.replaced += len(decision.replaced)
+                created += 1
+        if created:
+            log.info("schedule: %d @boot run(s) for this start", created)
+            self.on_queued()
+        if self.replaced:
+            self.replaced = 0
+            self.on_replaced()
+        return created
 
     async def fire(self, tx: Tx, task_id: str, now: int,
                    prepared: list[Prepared] | None = None) -> tuple[str, int | None]:
@@ -200,24 +249,26 @@ class Scheduler:
             task = await tasks.get_task(tx, task_id)
         except rows.NotFound:
             return Outcome.NOT_DUE, None
-        if not task.enabled or not task.schedule:
+        schedules = task.schedules
+        if not task.enabled or not schedules:
             return Outcome.NOT_DUE, None
         last = await schedule.last_due(tx, task.id)  # re-read under the write lock
-        first = first_due_after(task.schedule, _since(task, last))
+        first = first_due_after_any(schedules, _since(task, last), task.tz)
         if first is None or first > now:
             return Outcome.NOT_DUE, first
-        due = last_due_at_or_before(task.schedule, now)
+        due = last_due_any(schedules, now, task.tz)
         if due is None or due < first:
             due = first
-        nxt = first_due_after(task.schedule, due)
+        nxt = first_due_after_any(schedules, due, task.tz)
         await schedule.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
-        blocking = (await runs.active_run_of_task(tx, task.id)
-                    if task.concurrency is Concurrency.FORBID
-                    else await runs.queued_run_of_task(tx, task.id))
+        if task.overlap is Overlap.ALLOW:
+            decision = overlap.Decision(skip_reason="queued_run",
+                                        blocking=await runs.queued_run_of_task(tx, task.id))
+        else:
+            decision = await overlap.decide(tx, task, now)
+        blocking, reason = decision.blocking, decision.skip_reason
         if blocking is not None:
-            reason = ("active_run" if task.concurrency is Concurrency.FORBID
-                      else "queued_run")
             # Bounded: an every-second schedule beside a day-long run must not grow its
             # event list without limit (the tick is consumed either way).
             if await events.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
@@ -231,6 +282,9 @@ class Scheduler:
         delay_ms = random_delay_ms(task, self.random_delay_s)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
                                      not_before_ms=now + delay_ms if delay_ms else None)
+        await overlap.record_replaced(tx, run, decision, now)
+        if decision.replaced:
+            self.replaced += len(decision.replaced)
         await events.append_events(tx, run, [NewEvent(
             type="run.scheduled",
             data={"scheduled_for_ms": due, "late_ms": now - due, "catch_up": catch_up})], now)
