@@ -5,6 +5,7 @@ import contextlib
 import os
 import platform
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -225,6 +226,35 @@ async def db(conf: settings.Settings) -> AsyncIterator[Database]:
         yield database
     finally:
         await database.close()
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """A started in-process runtime on a fresh state directory (a module may define its
+    own `rt` with other settings)."""
+    runtime = make_runtime(tmp_path / "state")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+@contextlib.contextmanager
+def tmpfs(mnt: Path, why: str) -> Iterator[Path]:
+    """An 8 MiB tmpfs mounted at `mnt` (a small, really full-able volume; root only)."""
+    if os.geteuid() != 0:
+        unavailable(f"{why} needs root to mount a tmpfs")
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        unavailable(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 @pytest.fixture

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.testclient import TestClient
 
 from qledge.db import attempts as db_attempts
@@ -16,18 +13,6 @@ from qledge.db import runs as db_runs
 from qledge.model import Event, Run, RunStatus, Task, Trigger
 from qledge.runtime import chains, operations
 from qledge.runtime.lifecycle import Runtime
-
-from conftest import make_runtime
-
-
-@pytest.fixture
-async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    runtime = make_runtime(tmp_path / "state")
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
 
 
 async def new_task(rt: Runtime, command: str, **fields: Any) -> Task:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from qledge.runtime.diskwatch import (
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
 
-from conftest import Server, unavailable, wait_terminal
+from conftest import Server, tmpfs, unavailable, wait_terminal
 
 
 class FakeFs:
@@ -291,19 +290,8 @@ async def test_held_runs_get_one_event_each_and_resume_by_themselves(
 
 @pytest.fixture
 def tiny_logs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        unavailable("disk-pressure drill needs root to mount a tmpfs")
-    mnt = tmp_path / "logs"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        unavailable(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "logs", "the disk-pressure drill") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def _wait(pred: Any, timeout: float = 60.0, what: str = "") -> Any:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,17 +18,7 @@ from qledge.model import AttemptStatus, Reason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from conftest import add_task, make_runtime
-
-
-@pytest.fixture
-async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    runtime = make_runtime(tmp_path / "state")
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
+from conftest import add_task
 
 
 async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loop(

@@ -4,17 +4,15 @@ error id for every unhandled exception, 507 for a full disk."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import ADMIN, Server, unavailable
+from conftest import ADMIN, Server, tmpfs
 
 
 def _raw(server: Server, head: str, body_parts: list[bytes], timeout: float = 10
@@ -111,19 +109,8 @@ def test_an_unhandled_error_is_json_with_an_id_that_the_log_repeats(server: Serv
 
 @pytest.fixture
 def tiny_data(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        unavailable("the disk-full test needs root to mount a tmpfs")
-    mnt = tmp_path / "data"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        unavailable(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "data", "the disk-full test") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def _fill(path: Path) -> None:

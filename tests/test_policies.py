@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 
 from qledge import transitions
 from qledge.db import attempts as db_attempts
@@ -27,8 +25,6 @@ from qledge.model import (
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import create_task, trigger
 from qledge.transitions import RetryPolicy, retry_delay_ms, retry_or_end
-
-from conftest import make_runtime
 
 replace = msgspec.structs.replace
 
@@ -127,14 +123,6 @@ def test_a_retry_attempt_does_not_start_the_run_twice() -> None:
 # -- with the real launcher ---------------------------------------------------------------
 
 
-@pytest.fixture
-async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    runtime = make_runtime(tmp_path / "state")
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
 
 
 def fails_until(counter: Path, succeeds_at: int, then: str = "") -> str:

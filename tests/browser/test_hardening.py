@@ -6,9 +6,7 @@ volume filled until it is critically full, so that a task's newest log goes."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from qledge.launch import isolation
 from .conftest import FAST, api_task, shoot, sign_in
 from _appliance import ADMIN, Appliance
 from _launcher import landlock_unavailable
-from conftest import free_port, unavailable
+from conftest import free_port, tmpfs, unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -181,19 +179,8 @@ def test_task_isolation_not_in_effect_is_a_visible_warning(page: Page, tmp_path:
 
 @pytest.fixture
 def tiny_logs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        unavailable("a tmpfs logs volume needs root to mount")
-    mnt = tmp_path / "logs"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        unavailable(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "logs", "a tmpfs logs volume") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 @pytest.mark.drill
