@@ -27,7 +27,6 @@ from typing import Any
 from .taskform import TaskFormError, parse
 
 POLL_S = 0.3
-LABEL = "cli"
 
 
 class CliError(Exception):
@@ -96,22 +95,6 @@ class Api:
         return out
 
 
-def find_or_create(api: Api, command: str, path: str) -> str:
-    after = 0
-    while True:
-        page = api.json("GET", f"/tasks?after={after}&limit=500")
-        for task in page["items"]:
-            if task["command"] == command:
-                return str(task["id"])
-        if page["next_after"] is None:
-            break
-        after = page["next_after"]
-    task = api.json("POST", "/tasks", {
-        "name": f"task {path}"[:100], "command": command, "labels": [LABEL],
-        "concurrency": "allow"})
-    return str(task["id"])
-
-
 def follow(api: Api, run_id: str, out: Any) -> dict[str, Any]:
     """Copy the log to `out` until the run is terminal and the log read to its end."""
     offset = 0
@@ -143,9 +126,9 @@ def main(words: list[str], environ: dict[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     command = shlex.join(["task", *words])
     try:
-        form = parse(command, Path(env.get("QLEDGE_WORK_DIR") or
-                                   Path(env.get("QLEDGE_STATE_DIR", "/var/lib/qledge"))
-                                   / "work") / "scripts")
+        parse(command, Path(env.get("QLEDGE_WORK_DIR") or
+                            Path(env.get("QLEDGE_STATE_DIR", "/var/lib/qledge"))
+                            / "work") / "scripts")
     except TaskFormError as exc:
         print(f"task: {exc.reason.value}: {exc.message}", file=sys.stderr)
         return 2
@@ -154,8 +137,9 @@ def main(words: list[str], environ: dict[str, str] | None = None) -> int:
         host = "127.0.0.1"
     try:
         api = Api(host, int(env.get("QLEDGE_PORT", "5700")), admin_token(env))
-        task_id = find_or_create(api, command, form.path)
-        run = api.json("POST", f"/tasks/{task_id}/runs")["run"]
+        # The worker finds or creates the task (runtime/script_runs.py), one for many callers.
+        started = api.json("POST", "/scripts/run", {"command": command})
+        run, task_id = started["run"], started["task_id"]
         print(f"task: run {run['id']} of task {task_id}", file=sys.stderr)
         try:
             run = follow(api, run["id"], sys.stdout.buffer)

@@ -64,6 +64,13 @@ async def get_task_by_num(tx: Tx, num: int) -> Task:
     return task_from_row(row)
 
 
+async def task_by_command(tx: Tx, command: str) -> Task | None:
+    """The oldest task whose command is exactly `command` (runtime/script_runs.py)."""
+    row = await tx.one("SELECT * FROM tasks WHERE command = ? ORDER BY num LIMIT 1",
+                       (command,))
+    return task_from_row(row) if row is not None else None
+
+
 async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100) -> list[Task]:
     rows = await tx.all(
         "SELECT * FROM tasks WHERE num > ? ORDER BY num LIMIT ?", (after_num, limit))

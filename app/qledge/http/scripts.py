@@ -13,11 +13,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import script_meta
+from .. import script_meta, taskform
+from ..runtime import script_runs
 from ..runtime.lifecycle import Runtime
 from ..scripts import Limits, ScriptPathInvalid, Scripts, text_of
+from . import inputs
 from ._files import UPLOAD_OVERHEAD, offload, read_body, read_form
 from .errors import BadRequest, Invalid, decode_body, json_response
+from .runs import run_view
 
 CHUNK = 256 * 1024
 
@@ -31,6 +34,11 @@ class FileIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
 
 class PathIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     path: str
+
+
+class RunIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    path: str | None = None  # the panel's debug Run: `task <path> now`, label debug
+    command: str | None = None  # the `task` program: its exact `task …` words, label cli
 
 
 class MoveIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -228,6 +236,33 @@ async def meta(request: Request) -> Response:
     return json_response(body)
 
 
+def _check_file(sc: Scripts, rel: str) -> None:
+    os.close(sc.open_for_download(rel)[0])  # confined, existing, a regular file
+
+
+async def run(request: Request) -> Response:
+    """A tracked run of a script as it is on disk now (docs/scripts.md#run)."""
+    body = decode_body(await read_body(request, 64 * 1024), RunIn)
+    rt: Runtime = request.app.state.runtime
+    if (body.path is None) == (body.command is None):
+        raise Invalid("send either path or command", field="path")
+    if body.path is not None:
+        await offload(_check_file, scripts_of(request), body.path)
+        command, path, label = (script_runs.debug_command(body.path), body.path,
+                                script_runs.DEBUG_LABEL)
+    else:
+        assert body.command is not None
+        inputs.utf8_bytes(body.command, "command", inputs.MAX_COMMAND_BYTES, Invalid)
+        try:
+            form = taskform.parse(body.command, rt.settings.scripts_path)
+        except taskform.TaskFormError as exc:
+            raise Invalid(f"{exc.reason.value}: {exc.message}", field="command") from None
+        command, path, label = body.command, form.path, "cli"
+    task, got = await script_runs.run_command(rt, command, path, label)
+    return json_response({"run": run_view(got.run), "task_id": task.id,
+                          "outcome": got.outcome}, 202)
+
+
 routes = [
     Route("/scripts", tree, methods=["GET"]),
     Route("/scripts", delete, methods=["DELETE"]),
@@ -241,4 +276,5 @@ routes = [
     Route("/scripts/history/version", history_version, methods=["GET"]),
     Route("/scripts/history/restore", restore, methods=["POST"]),
     Route("/scripts/meta", meta, methods=["GET"]),
+    Route("/scripts/run", run, methods=["POST"]),
 ]

@@ -1,0 +1,87 @@
+"""POST /api/v1/scripts/run: a tracked run of a script as it is on disk now (the
+panel's Run and the `task` program share its find-or-create, runtime/script_runs.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from test_scripts_api import API, put, root_of
+
+from conftest import wait_terminal
+
+
+def _run(client: TestClient, **body: Any) -> Any:
+    return client.post(f"{API}/run", json=body)
+
+
+def _log(client: TestClient, run_id: str) -> bytes:
+    r = client.get(f"/api/v1/runs/{run_id}/log")
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def test_run_runs_the_saved_content_as_a_tracked_run_of_one_debug_task(
+        client: TestClient) -> None:
+    root_of(client)
+    assert put(client, "jd/hi.sh", "echo first\n").status_code == 201
+    r = _run(client, path="jd/hi.sh")
+    assert r.status_code == 202, r.text
+    first = r.json()
+    run = wait_terminal(client, first["run"]["id"])
+    assert (run["status"], run["exit_code"], run["trigger"]) == ("succeeded", 0, "api")
+    assert _log(client, first["run"]["id"]) == b"first\n"
+
+    # The next Run after an edit runs the new content, as a run of the same task.
+    assert put(client, "jd/hi.sh", "echo second; exit 3\n").status_code == 200
+    again = _run(client, path="jd/hi.sh").json()
+    assert again["task_id"] == first["task_id"]
+    run = wait_terminal(client, again["run"]["id"])
+    assert (run["status"], run["exit_code"]) == ("failed", 3)
+    assert _log(client, again["run"]["id"]) == b"second\n"
+    tasks = client.get("/api/v1/tasks").json()["items"]
+    assert [(t["id"], t["name"], t["command"], t["labels"], t["schedule"], t["overlap"])
+            for t in tasks] == [(first["task_id"], "task jd/hi.sh", "task jd/hi.sh now",
+                                 ["debug"], None, "allow")]
+
+
+def test_run_reuses_the_task_of_the_same_command_whoever_made_it(client: TestClient) -> None:
+    root_of(client)
+    put(client, "a b.py", "print('x')\n")
+    made = client.post("/api/v1/tasks", json={"name": "mine", "command": "task 'a b.py' now"})
+    assert made.status_code == 201, made.text
+    r = _run(client, path="a b.py")
+    assert r.status_code == 202 and r.json()["task_id"] == made.json()["id"]
+    assert len(client.get("/api/v1/tasks").json()["items"]) == 1
+    wait_terminal(client, r.json()["run"]["id"])
+
+
+def test_run_refuses_paths_like_every_scripts_path(client: TestClient) -> None:
+    root = root_of(client)
+    (root / "dir").mkdir()
+    (root.parent / "outside.sh").write_text("echo no\n")
+    for path, status, code, reason in [
+            ("../outside.sh", 400, "SCRIPT_PATH_INVALID", "dotdot"),
+            ("/etc/passwd", 400, "SCRIPT_PATH_INVALID", "absolute"),
+            ("missing.sh", 404, "SCRIPT_NOT_FOUND", "not_found"),
+            ("dir", 409, "SCRIPT_WRONG_TYPE", "is_directory")]:
+        r = _run(client, path=path)
+        assert (r.status_code, r.json()["error"], r.json().get("reason")) == (
+            status, code, reason), (path, r.text)
+    (root / "link.sh").symlink_to(root.parent / "outside.sh")
+    r = _run(client, path="link.sh")
+    assert (r.status_code, r.json()["error"], r.json().get("reason")) == (
+        403, "SCRIPT_PATH_SYMLINK", "symlink")
+    for body in ({}, {"path": "x.sh", "command": "task x.sh now"}):
+        assert _run(client, **body).status_code == 422
+    r = _run(client, command="task a.py --bogus")
+    assert r.status_code == 422 and "TASK_BAD_OPTION" in r.json()["message"]
+    # Nothing refused left a task or a run behind.
+    assert client.get("/api/v1/tasks").json()["items"] == []
+    assert client.get("/api/v1/runs").json()["items"] == []
+
+
+def test_run_needs_the_admin_token(client: TestClient) -> None:
+    r = client.post(f"{API}/run", json={"path": "x.sh"}, headers={"Authorization": ""})
+    assert r.status_code == 401
