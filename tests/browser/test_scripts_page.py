@@ -158,3 +158,35 @@ def test_upload_rename_and_delete(page: Page, appliance: Appliance, tmp_path: Pa
     expect(page).to_have_url(re.compile(r"#/scripts/bots$"))
     expect(page.locator("[data-role='folder']")).to_contain_text("This folder is empty.")
     assert not (root / "bots" / "bot.py").exists()
+
+
+def test_run_saves_the_edits_then_shows_the_live_log_and_cancels(
+        page: Page, appliance: Appliance) -> None:
+    root = scripts_dir(appliance)
+    (root / "debug.sh").write_text("echo old-content\n")
+    open_scripts(page)
+    page.get_by_role("navigation", name="Scripts folder").get_by_role(
+        "link", name="debug.sh").click()
+    editor = page.get_by_label("Content of debug.sh")
+    expect(editor).to_have_value("echo old-content\n")
+    new = "echo fresh-output\nsleep 300\n"
+    editor.fill(new)
+    expect(page.get_by_text("Unsaved changes")).to_be_visible()
+
+    # Run saves what the editor shows first, then opens the run page with the live log.
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page).to_have_url(re.compile(r"#/runs/[0-9a-f-]+$"))
+    assert (root / "debug.sh").read_text() == new
+    expect(page.locator("#log")).to_contain_text("fresh-output")
+    expect(page.locator("#log")).not_to_contain_text("old-content")
+    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("dialog").get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#run-status .badge")).to_have_attribute(
+        "data-status", "cancelled", timeout=60_000)
+    run_id = page.url.rsplit("/", 1)[1]
+    run = appliance.api("GET", f"/runs/{run_id}").json()
+    task = appliance.api("GET", f"/tasks/{run['task_id']}").json()
+    assert (run["status"], task["command"], task["labels"]) == (
+        "cancelled", "task debug.sh now", ["debug"])

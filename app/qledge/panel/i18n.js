@@ -379,6 +379,7 @@ window.QLEDGE_I18N = ((table) => {
   'scripts.leave': ['Discard', '放弃'],
   'scripts.saved': ['Saved ({size}).', '已保存（{size}）。'],
   'scripts.download': ['Download', '下载'],
+  'scripts.run': ['Run', '运行'],
   'scripts.createTask': ['Create task from this script', '用此脚本创建任务'],
   'scripts.history': ['History', '历史'],
   'scripts.historyTitle': ['History of {path}', '{path} 的历史'],

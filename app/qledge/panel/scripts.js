@@ -178,8 +178,17 @@
           status.textContent = t('scripts.saved', { size: fmtBytes(res.size) });
           notify(t('scripts.saved', { size: fmtBytes(res.size) }), 'ok');
           if (!histBox.hidden && histBox.firstChild) fill(histBox, historyCard(path, reload));
+          return true;
         } catch (e) { err.textContent = e.message; err.hidden = false; }
       };
+      // Run what the editor shows: unsaved edits are saved first, then the run page.
+      const runBtn = btn(t('scripts.run'), guarded(async () => {
+        runBtn.disabled = true;
+        try {
+          if (ed.area.dataset.dirty && !(await save())) return;
+          location.hash = '#/runs/' + (await api('POST', '/scripts/run', { path })).run.id;
+        } finally { runBtn.disabled = false; }
+      }), 'small', { 'data-action': 'run' });
       const reload = () => fileView(box, path, alive);
       ed.area.addEventListener('input', () => {
         if (!ed.area.dataset.dirty) { ed.area.dataset.dirty = '1'; status.textContent = t('scripts.unsaved'); }
@@ -198,7 +207,7 @@
         h('section.card', { 'data-role': 'editor' },
           h('div.section-head', h('h2', h('code', path))),
           status, err,
-          h('div.actions.toolbar', btn(t('common.save'), save, 'primary', { 'data-action': 'save' }),
+          h('div.actions.toolbar', btn(t('common.save'), save, 'primary', { 'data-action': 'save' }), runBtn,
             btn(t('scripts.createTask'), () => createTask(path), 'small', { 'data-action': 'create-task' }),
             histBtn, dl, renameOrDelete(path, false)),
           ed.el),
