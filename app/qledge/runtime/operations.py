@@ -50,6 +50,21 @@ async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     return task
 
 
+async def task_for_command(rt: Runtime, command: str, fields: dict[str, Any]) -> Task:
+    """The oldest task whose command is exactly `command`, else a new one made of
+    `fields` — in one transaction, so two callers at once make one task."""
+    async with rt.db.write() as tx:
+        found = await tasks.task_by_command(tx, command)
+        if found is not None:
+            return found
+        task = await tasks.create_task(tx, ids.uuid7(), {**fields, "command": command},
+                                       now_ms())
+        await environment.verify(tx, rt.settings.work_path, task)
+        await chains.check(tx, task)
+    rt.scheduler.wake()
+    return task
+
+
 async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task:
     async with rt.db.write() as tx:
         task = await tasks.update_task(tx, task_id, fields, now_ms())
