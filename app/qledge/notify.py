@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from . import ids
-from .model import Run, RunStatus
+from .model import FAILED_RUN, Run, RunStatus
 
 HHMM = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 MAX_LOG_LINES = 50
@@ -143,7 +143,7 @@ def decide(rules: Rules | None, *, run: Run, task_name: str, task_num: int, reco
 
 
 def is_failure(status: RunStatus) -> bool:
-    return status in (RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST, RunStatus.BLOCKED)
+    return status in FAILED_RUN
 
 
 def title(task_name: str, status: str, streak: int = 0) -> str:

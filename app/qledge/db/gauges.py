@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from ..model import RunStatus
+from . import statuses as st
 from .connection import Tx
+
+_QUEUED = st.is_("status", RunStatus.QUEUED)
+_RUNNING = st.is_("status", RunStatus.RUNNING)
 
 
 async def active_runs(tx: Tx) -> tuple[int, int]:
     """(queued, running), from the partial index of active runs."""
     row = await tx.one(
-        "SELECT COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'running'), 0)"
-        " FROM runs WHERE status = 'queued' OR status = 'running'")
+        f"SELECT COALESCE(SUM({_QUEUED}), 0), COALESCE(SUM({_RUNNING}), 0)"  # noqa: S608
+        f" FROM runs WHERE {st.active_run()}")
     return (int(row[0]), int(row[1])) if row else (0, 0)

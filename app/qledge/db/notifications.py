@@ -5,8 +5,12 @@ from __future__ import annotations
 import msgspec
 
 from .. import ids
+from ..model import RunStatus
 from ..notify import Rules, RulesPatch
+from . import statuses as st
 from .connection import Tx
+
+_CANCELLED = st.is_("status", RunStatus.CANCELLED)
 
 GLOBAL = ""
 
@@ -210,12 +214,13 @@ async def failures_before(tx: Tx, task_id: str, run_id: str, limit: int) -> int:
     """Leading failures among the task's earlier terminal runs (newest first),
     cancelled ones skipped, counted up to `limit`."""
     rows = await tx.all(
-        "SELECT status FROM runs WHERE task_id = ? AND id != ? AND finished_at_ms IS NOT NULL"
-        " AND status != 'cancelled' ORDER BY finished_at_ms DESC, id DESC LIMIT ?",
+        "SELECT status FROM runs WHERE task_id = ? AND id != ?"  # noqa: S608
+        f" AND finished_at_ms IS NOT NULL AND NOT {_CANCELLED}"
+        " ORDER BY finished_at_ms DESC, id DESC LIMIT ?",
         (task_id, run_id, limit))
     n = 0
     for r in rows:
-        if r[0] == "succeeded":
+        if r[0] == RunStatus.SUCCEEDED.value:
             break
         n += 1
     return n
