@@ -2,9 +2,10 @@
 'use strict';
 (() => {
   const { t, fmtTime, fmtRelative, h, clear, fill, btn, field, markField, unmark, loading,
-    apiPath, notify, api, q, onLeave, heading, failBox } = window.QLEDGE;
+    apiPath, notify, api, q, loadAllTasks, onLeave, heading, failBox } = window.QLEDGE;
   const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
   const MAX_TIMEOUT_S = 366 * 86400;
+  const CHAINS = ['on_success', 'on_failure', 'on_finish'];
 
   // #/tasks/new?name=&command=&schedule= prefills a new task (the Scripts page's
   // "Create task from this script").
@@ -17,7 +18,9 @@
       if (!taskId && query && query.get(k)) prefill[k] = query.get(k);
     }
     const get = taskId ? api('GET', apiPath('tasks', taskId)) : Promise.resolve(null);
-    get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill); } },
+    Promise.all([get, loadAllTasks()]).then(([task, all]) => {
+      if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill, all); }
+    },
       (e) => { if (alive()) failBox(box, e); });
   }
 
@@ -125,10 +128,19 @@
     return found;
   }
 
-  function buildTaskForm(box, task, alive, prefill) {
+  function buildTaskForm(box, task, alive, prefill, all) {
     const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
       enabled: true, overlap: 'skip', labels: [], keep_background: false, retries: 0,
-      retry_delay_s: 10, ...prefill };
+      retry_delay_s: 10, retry_on: ['failed', 'lost'], extra_schedules: [], tz: null,
+      on_success: [], on_failure: [], on_finish: [], ...prefill };
+    // The other tasks by name; a listed id no task has any more stays, shown as the id.
+    const names = new Map(all.map((x) => [x.id, x.name]));
+    const chain = (k) => h('select', { id: 'f-' + k, multiple: true, size: 4,
+      'aria-describedby': 'f-chain-help' },
+    [...new Set([...names.keys(), ...v[k]])].filter((id) => id !== task?.id).map((id) =>
+      h('option', { value: id, selected: v[k].includes(id) }, names.get(id) || id)));
+    const ro = ['failed', 'timed_out', 'lost'].map((s) => h('input', { id: 'f-ro-' + s,
+      type: 'checkbox', value: s, checked: v.retry_on.includes(s) }));
     const num = (id, min, max, val) => h('input', { id, type: 'number', min, max, step: 1,
       inputmode: 'numeric', value: String(val) });
     const f = {
@@ -147,10 +159,15 @@
       enabled: h('input', { id: 'f-enabled', type: 'checkbox', checked: v.enabled }),
       keepBackground: h('input', { id: 'f-keep-bg', type: 'checkbox',
         checked: !!v.keep_background, 'aria-describedby': 'f-keep-bg-help' }),
+      extra: h('textarea', { id: 'f-extra', rows: 2, class: 'mono', spellcheck: 'false' }),
+      tz: h('input', { id: 'f-tz', type: 'text', value: v.tz || '', autocomplete: 'off',
+        placeholder: 'Asia/Shanghai' }),
+      ...Object.fromEntries(CHAINS.map((k) => [k, chain(k)])),
       labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
         autocomplete: 'off' }),
     };
     f.command.value = v.command;
+    f.extra.value = v.extra_schedules.join('\n');
     const preview = h('div.preview', { id: 'f-schedule-preview', 'aria-live': 'polite' });
     const envs = envEditor(v.env);
     const formErr = h('div.alert.error', { role: 'alert', hidden: true, tabIndex: -1 });
@@ -169,6 +186,15 @@
       h('div', { class: 'row2' },
         field('f-retries', t('editor.retries'), f.retries, t('editor.retriesHelp'), 'retries'),
         field('f-retry-delay', t('editor.retryDelay'), f.retryDelay, null, 'retry_delay_s')),
+      h('fieldset.field.check', { 'data-field': 'retry_on' }, h('legend', t('editor.retryOn')),
+        ro.map((c) => [c, h('label', { htmlFor: c.id }, t('status.' + c.value))]),
+        h('p.field-error', { id: 'f-retry-on-err', hidden: true })),
+      h('div.row2',
+        field('f-extra', t('editor.extra'), f.extra, null, 'extra_schedules'),
+        field('f-tz', t('editor.tz'), f.tz, t('editor.tzHelp'), 'tz')),
+      h('fieldset.field', h('legend', t('editor.chains')),
+        h('p.help', { id: 'f-chain-help' }, t('editor.chainHelp')),
+        h('div.row3', CHAINS.map((k) => field('f-' + k, t('editor.' + k), f[k], null, k)))),
       envs.el,
       field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
       h('div.field.check', { 'data-field': 'enabled' }, f.enabled,
@@ -210,6 +236,10 @@
           enabled: f.enabled.checked, overlap: f.overlap.value,
           retries: Number(f.retries.value || 0), retry_delay_s: Number(f.retryDelay.value || 0),
           keep_background: f.keepBackground.checked,
+          retry_on: ro.filter((c) => c.checked).map((c) => c.value),
+          extra_schedules: f.extra.value.split('\n').map((s) => s.trim()).filter(Boolean),
+          tz: f.tz.value.trim() || null,
+          ...Object.fromEntries(CHAINS.map((k) => [k, [...f[k].selectedOptions].map((o) => o.value)])),
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
         };
         if (task) await api('PUT', apiPath('tasks', task.id), body);
