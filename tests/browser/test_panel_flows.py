@@ -585,3 +585,49 @@ def test_retry_fields_and_the_retry_countdown(page: Page, appliance: Appliance) 
                                                           timeout=20_000)
     expect(page.locator("#timeline")).to_contain_text("Attempt 1 failed: retry at")
     expect(page.locator("#run-status")).to_contain_text("queued")
+
+
+def test_chain_tz_and_retry_on_fields(page: Page, appliance: Appliance) -> None:
+    """Issue 20: retry_on, extra schedules, tz and the chain lists are set in the editor
+    and reach the API; the API's 422 for a bad zone and for a chain cycle shows under
+    its own field."""
+    b = api_task(appliance, name="chain-b", command="true")
+    sign_in(page)
+    page.get_by_role("link", name="New task").click()
+    page.get_by_label("Name", exact=True).fill("chain-a")
+    page.get_by_label("Command").fill("true")
+    page.get_by_label("timed out", exact=True).check()
+    page.get_by_label("lost", exact=True).uncheck()
+    page.get_by_label("More schedules (one per line)").fill("0 5 * * *\n\n30 6 * * 1\n")
+    page.get_by_label("Time zone").fill("Asia/Shanghai")
+    page.get_by_label("After success").select_option(label="chain-b")
+    page.get_by_label("After any end").select_option(label="chain-b")
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    a = next(t for t in appliance.api("GET", "/tasks").json()["items"] if t["name"] == "chain-a")
+    assert (a["retry_on"], a["extra_schedules"], a["tz"]) == (
+        ["failed", "timed_out"], ["0 5 * * *", "30 6 * * 1"], "Asia/Shanghai")
+    assert (a["on_success"], a["on_failure"], a["on_finish"]) == ([b["id"]], [], [b["id"]])
+
+    # B's editor: a wrong zone, then B → A, which closes A → B → A
+    page.goto(f"/#/tasks/{b['id']}")
+    chained = page.get_by_label("After failure")
+    expect(chained.locator("option", has_text="chain-b")).to_have_count(0)  # not itself
+    page.get_by_label("Time zone").fill("Mars/Olympus")
+    chained.select_option(label="chain-a")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#f-tz-err")).to_contain_text("Mars/Olympus")
+    expect(page.get_by_label("Time zone")).to_be_focused()
+    page.get_by_label("Time zone").fill("")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#f-on_failure-err")).to_contain_text("cycle")
+    expect(page.locator("#f-tz-err")).to_be_hidden()
+    expect(chained).to_have_attribute("aria-invalid", "true")
+    expect(chained).to_be_focused()
+    assert appliance.api("GET", f"/tasks/{b['id']}").json()["on_failure"] == []
+    # the editor shows what is saved: A's lists come back selected
+    page.goto(f"/#/tasks/{a['id']}")
+    expect(page.get_by_label("After success").locator("option:checked")).to_have_text(["chain-b"])
+    expect(page.get_by_label("timed out", exact=True)).to_be_checked()
+    expect(page.get_by_label("More schedules (one per line)")).to_have_value(
+        "0 5 * * *\n30 6 * * 1")
