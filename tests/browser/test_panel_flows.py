@@ -612,9 +612,9 @@ def test_chain_tz_and_retry_on_fields(page: Page, appliance: Appliance) -> None:
     # B's editor: a wrong zone, then B → A, which closes A → B → A
     page.goto(f"/#/tasks/{b['id']}")
     chained = page.get_by_label("After failure")
-    expect(chained.locator("option", has_text="chain-b")).to_have_count(0)  # not itself
     page.get_by_label("Time zone").fill("Mars/Olympus")
-    chained.select_option(label="chain-a")
+    chained.select_option(label="chain-a")  # waits for the task names to load
+    expect(chained.locator("option", has_text="chain-b")).to_have_count(0)  # not itself
     page.get_by_role("button", name="Save").click()
     expect(page.locator("#f-tz-err")).to_contain_text("Mars/Olympus")
     expect(page.get_by_label("Time zone")).to_be_focused()

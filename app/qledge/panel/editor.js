@@ -18,9 +18,7 @@
       if (!taskId && query && query.get(k)) prefill[k] = query.get(k);
     }
     const get = taskId ? api('GET', apiPath('tasks', taskId)) : Promise.resolve(null);
-    Promise.all([get, loadAllTasks()]).then(([task, all]) => {
-      if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill, all); }
-    },
+    get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill); } },
       (e) => { if (alive()) failBox(box, e); });
   }
 
@@ -128,17 +126,19 @@
     return found;
   }
 
-  function buildTaskForm(box, task, alive, prefill, all) {
+  function buildTaskForm(box, task, alive, prefill) {
     const v = task || { name: '', command: '', schedule: null, timeout_s: null, env: {},
       enabled: true, overlap: 'skip', labels: [], keep_background: false, retries: 0,
       retry_delay_s: 10, retry_on: ['failed', 'lost'], extra_schedules: [], tz: null,
       on_success: [], on_failure: [], on_finish: [], ...prefill };
-    // The other tasks by name; a listed id no task has any more stays, shown as the id.
-    const names = new Map(all.map((x) => [x.id, x.name]));
-    const chain = (k) => h('select', { id: 'f-' + k, multiple: true, size: 4,
-      'aria-describedby': 'f-chain-help' },
-    [...new Set([...names.keys(), ...v[k]])].filter((id) => id !== task?.id).map((id) =>
-      h('option', { value: id, selected: v[k].includes(id) }, names.get(id) || id)));
+    // The saved ids at once (the form does not wait), then the other tasks by name; an id no
+    // task has any more stays, shown as the id.
+    const picked = (sel) => [...sel.selectedOptions].map((o) => o.value);
+    const opts = (sel, names, ids) => fill(sel, [...new Set([...names.keys(), ...ids])]
+      .filter((id) => id !== task?.id).map((id) =>
+        h('option', { value: id, selected: ids.includes(id) }, names.get(id) || id)));
+    const chain = (k) => opts(h('select', { id: 'f-' + k, multiple: true, size: 4,
+      'aria-describedby': 'f-chain-help' }), new Map(), v[k]);
     const ro = ['failed', 'timed_out', 'lost'].map((s) => h('input', { id: 'f-ro-' + s,
       type: 'checkbox', value: s, checked: v.retry_on.includes(s) }));
     const num = (id, min, max, val) => h('input', { id, type: 'number', min, max, step: 1,
@@ -209,6 +209,10 @@
         h('a.btn.ghost', { href: '#/tasks' }, t('common.cancel'))));
     box.append(form);
     schedulePreview(f.schedule, preview, alive);
+    loadAllTasks().then((all) => {
+      const names = new Map(all.map((x) => [x.id, x.name]));
+      if (alive()) for (const k of CHAINS) opts(f[k], names, picked(f[k]));
+    }, (e) => { if (alive()) form.querySelector('#f-chain-help').textContent = e.message; });
 
     function markError(name, message, ctl) {
       if (name === 'schedule') preview.hidden = true; // says the same; back on input
@@ -239,7 +243,7 @@
           retry_on: ro.filter((c) => c.checked).map((c) => c.value),
           extra_schedules: f.extra.value.split('\n').map((s) => s.trim()).filter(Boolean),
           tz: f.tz.value.trim() || null,
-          ...Object.fromEntries(CHAINS.map((k) => [k, [...f[k].selectedOptions].map((o) => o.value)])),
+          ...Object.fromEntries(CHAINS.map((k) => [k, picked(f[k])])),
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
         };
         if (task) await api('PUT', apiPath('tasks', task.id), body);
