@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 
 import qledge
+from _marked import MARK, kill_marked, marked
 
 from _launcher import (
     ARCHES,
@@ -820,31 +820,6 @@ def test_abi_flags_give_a_32_bit_glibc_build_64_bit_time_and_off(tmp_path: Path)
 
 # ---- what the command leaves running ------------------------------------------
 
-# An argument only this pytest process's background sleeps carry (a valid `sleep`
-# duration, ~72 minutes). It is unique per run because _kill_marked() looks at the
-# whole machine: with one fixed mark, a concurrent run of these tests (another
-# checkout, a CI check on the same host) killed this run's sleeps while the command
-# was still running, and the launcher rightly found fewer or no leftovers.
-MARK = f"4321.{uuid.uuid4().int % 10**12:012d}"
-
-
-def _marked() -> list[int]:
-    """Live processes whose command line carries MARK (zombies have none)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if MARK.encode() in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
-                    found.append(int(entry))
-    return found
-
-
-def _kill_marked() -> None:
-    for pid in _marked():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _since_the_command_ended(attempt: Attempt) -> float:
     """Seconds from the command's end (the receipt's finishedAtMs) to now, the
     launcher having exited: step 8's share alone, so a starved CPU slowing the
@@ -857,11 +832,11 @@ def _since_the_command_ended(attempt: Attempt) -> float:
 
 @pytest.fixture
 def no_marked() -> Iterator[None]:
-    _kill_marked()
+    kill_marked()
     try:
         yield
     finally:
-        _kill_marked()
+        kill_marked()
 
 
 def test_background_processes_are_ended_and_counted(
@@ -878,7 +853,7 @@ def test_background_processes_are_ended_and_counted(
         assert proc.wait(timeout=60) == 3
         took = _since_the_command_ended(attempt)
         # Looked at before our group kill could end what the launcher did not.
-        survivors = _marked()
+        survivors = marked()
     finally:
         kill_group(proc.pid)
     if launcher.emulated:
@@ -899,7 +874,7 @@ def test_leftovers_that_take_term_end_without_the_grace(
     assert run(launcher, attempt, sh(f"sleep {MARK} & sleep {MARK} & exit 0")) == 0
     assert _since_the_command_ended(attempt) < 1.8
     assert receipt_of(attempt, leftovers=True)["leftoverProcesses"] == 2
-    assert _marked() == []
+    assert marked() == []
 
 
 def test_keep_background_leaves_them_running(
@@ -911,9 +886,9 @@ def test_keep_background_leaves_them_running(
     assert start(launcher, attempt, [], argv=argv).wait(timeout=30) == 0
     assert "leftoverProcesses" not in receipt_of(attempt)
     # Still there (once the forked shell has exec'd sleep) and still running later.
-    wait_until(lambda: len(_marked()) == 1, what="the kept background sleep")
+    wait_until(lambda: len(marked()) == 1, what="the kept background sleep")
     time.sleep(0.3)
-    assert len(_marked()) == 1
+    assert len(marked()) == 1
 
 
 NR_PIDFD_OPEN = 434  # the same number in every syscall table since Linux 5.3
@@ -944,7 +919,7 @@ def test_leftovers_get_term_where_pidfd_open_is_refused(
     doc = receipt_of(attempt, leftovers=True)
     assert isinstance(doc["leftoverProcesses"], int) and doc["leftoverProcesses"] >= 2
     assert "bye" in attempt.log_text().split()
-    assert _marked() == []
+    assert marked() == []
 
 
 def test_no_leftovers_no_field(launcher: Launcher, attempt: Attempt) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from _marked import MARK, kill_marked, marked
 
 from conftest import Server, wait_terminal
 
@@ -76,7 +75,6 @@ def test_forbid_answers_409_with_active_run(server: Server) -> None:
 
 
 def test_max_concurrent_limit_queues(tmp_path: object) -> None:
-    from pathlib import Path
 
     srv = Server(Path(str(tmp_path)) / "s", max_concurrent_attempts="2")
     try:
@@ -152,32 +150,13 @@ def test_events_carry_no_command_env_or_output(server: Server) -> None:
 
 # -- what a task leaves running (docs/tasks.md) -----------------------------------
 
-MARK = "4321.25"  # only these tests' background sleeps carry this argument
-
-
-def _marked() -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if MARK.encode() in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
-                    found.append(int(entry))
-    return found
-
-
-def _kill_marked() -> None:
-    for pid in _marked():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _finished_data(http: httpx.Client, run_id: str) -> dict[str, object]:
     items = http.get(f"/api/v1/runs/{run_id}/events").json()["items"]
     return dict(next(e["data"] for e in items if e["type"] == "run.finished"))
 
 
 def test_background_processes_are_ended_and_counted(server: Server) -> None:
-    _kill_marked()
+    kill_marked()
     http = server.http
     task = _task(http, f"i=0; while [ $i -lt 50 ]; do sleep {MARK} & i=$((i+1)); done; exit 0")
     assert http.get(f"/api/v1/tasks/{task}").json()["keep_background"] is False
@@ -186,11 +165,11 @@ def test_background_processes_are_ended_and_counted(server: Server) -> None:
     assert (run["status"], run["exit_code"]) == ("succeeded", 0)
     assert _finished_data(http, run_id) == {"status": "succeeded", "exit_code": 0,
                                             "reason_code": "EXITED", "leftover_processes": 50}
-    assert _marked() == []
+    assert marked() == []
 
 
 def test_keep_background_leaves_them_running(server: Server) -> None:
-    _kill_marked()
+    kill_marked()
     http = server.http
     task = _task(http, f"sleep {MARK} & exit 0", keep_background=True)
     try:
@@ -198,15 +177,15 @@ def test_keep_background_leaves_them_running(server: Server) -> None:
         assert wait_terminal(http, run_id)["status"] == "succeeded"
         assert "leftover_processes" not in _finished_data(http, run_id)
         deadline = time.monotonic() + 10
-        while len(_marked()) != 1 and time.monotonic() < deadline:
+        while len(marked()) != 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(_marked()) == 1
+        assert len(marked()) == 1
         # The opt-out is a task field like any other: switched off, they are ended.
         r = http.patch(f"/api/v1/tasks/{task}", json={"keep_background": False})
         assert r.status_code == 200 and r.json()["keep_background"] is False
         again = _run(http, task)
         assert wait_terminal(http, again)["status"] == "succeeded"
         assert _finished_data(http, again)["leftover_processes"] == 1
-        assert len(_marked()) == 1  # the first run's, in its own session: not this run's
+        assert len(marked()) == 1  # the first run's, in its own session: not this run's
     finally:
-        _kill_marked()
+        kill_marked()

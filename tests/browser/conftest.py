@@ -133,6 +133,25 @@ def sign_in(page: Page, token: str = ADMIN) -> None:
     expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
 
 
+def sign_in_at(page: Page, app: Appliance) -> None:
+    """sign_in on an appliance of the test's own (not the shared one the context targets)."""
+    page.goto(f"http://127.0.0.1:{app.port}/")
+    page.get_by_label("Admin token").fill(ADMIN)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+
+
+def wait_run(app: Appliance, run_id: str, want: set[str],
+             timeout: float = 60) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, object] = app.api("GET", f"/runs/{run_id}").json()
+        if run["status"] in want:
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
 def shoot(page: Page, name: str, full_page: bool = True) -> None:
     """Save `<name>-desktop.png` (1280 wide) and `<name>-phone.png` (375 wide), and check
     the phone layout never scrolls sideways."""

@@ -16,30 +16,12 @@ from playwright.sync_api import Page, expect
 
 from qledge.launch import isolation
 
-from .conftest import FAST, api_task, shoot, sign_in
-from _appliance import ADMIN, Appliance
+from .conftest import FAST, api_task, shoot, sign_in, sign_in_at, wait_run
+from _appliance import Appliance
 from _launcher import landlock_unavailable
 from conftest import free_port, tmpfs, unavailable
 
 pytestmark = pytest.mark.slow
-
-
-def _wait_run(app: Appliance, run_id: str, want: set[str],
-              timeout: float = 60) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run: dict[str, object] = app.api("GET", f"/runs/{run_id}").json()
-        if run["status"] in want:
-            return run
-        assert time.monotonic() < deadline, run
-        time.sleep(0.05)
-
-
-def _sign_in_at(page: Page, app: Appliance) -> None:
-    page.goto(f"http://127.0.0.1:{app.port}/")
-    page.get_by_label("Admin token").fill(ADMIN)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
 
 
 def test_keep_background_in_the_editor_and_leftovers_in_words(
@@ -69,7 +51,7 @@ def test_keep_background_in_the_editor_and_leftovers_in_words(
 
     # Off: the launcher ends both sleeps when the shell exits, and says how many.
     run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
-    _wait_run(appliance, run_id, {"succeeded"})
+    wait_run(appliance, run_id, {"succeeded"})
     events = appliance.api("GET", f"/runs/{run_id}/events").json()["items"]
     finished = {e["type"]: e["data"] for e in events if e["type"].endswith(".finished")}
     assert finished["run.finished"]["leftover_processes"] == 2, finished
@@ -87,7 +69,7 @@ def test_keep_background_in_the_editor_and_leftovers_in_words(
     # a run that left nothing says nothing about it
     quiet = api_task(appliance, name="leaves-none", command="echo alone")
     quiet_run = appliance.api("POST", f"/tasks/{quiet['id']}/runs").json()["run"]["id"]
-    _wait_run(appliance, quiet_run, {"succeeded"})
+    wait_run(appliance, quiet_run, {"succeeded"})
     page.goto(f"/#/runs/{quiet_run}")
     expect(page.locator("#timeline li[data-type='run.finished'] .ev-text")).to_have_text(
         "Run finished: succeeded · exit 0")
@@ -141,7 +123,7 @@ def test_task_isolation_not_in_effect_is_a_visible_warning(page: Page, tmp_path:
         app.start(timeout=60)
         iso = app.api("GET", "/system").json()["task_isolation"]
         assert (iso["mode"], iso["effective"]) == (mode, False), iso
-        _sign_in_at(page, app)
+        sign_in_at(page, app)
         page.get_by_role("navigation").get_by_role("link", name="System").click()
         card = page.locator("#sys-isolation")
         expect(card).to_have_attribute("data-effective", "false")
@@ -164,7 +146,7 @@ def test_task_isolation_not_in_effect_is_a_visible_warning(page: Page, tmp_path:
             shoot(page, "system-isolation-required")
             task = api_task(app, name="never-starts", command="echo hi")
             run_id = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
-            run = _wait_run(app, run_id, {"blocked"})
+            run = wait_run(app, run_id, {"blocked"})
             assert run["reason_code"] == "TASK_ISOLATION_UNAVAILABLE", run
             page.goto(f"http://127.0.0.1:{app.port}/#/runs/{run_id}")
             expect(page.locator("#run-reason")).to_have_text(
@@ -203,7 +185,7 @@ def test_a_critically_full_disk_takes_a_tasks_newest_log_and_says_so(
         while not app.api("GET", "/system").json()["volumes"]["logs"]["critical"]:
             assert time.monotonic() < deadline, "the logs volume never became critical"
             time.sleep(0.2)
-        _sign_in_at(page, app)
+        sign_in_at(page, app)
         page.get_by_role("navigation").get_by_role("link", name="System").click()
         logs_vol = page.locator(".volume[data-volume='logs']")
         expect(logs_vol.locator(".badge")).to_have_text("critically full")
@@ -216,7 +198,7 @@ def test_a_critically_full_disk_takes_a_tasks_newest_log_and_says_so(
              "0"])
 
         gate.touch()
-        run = _wait_run(app, run_id, {"failed"})
+        run = wait_run(app, run_id, {"failed"})
         assert run["exit_code"] == 1, run
         deadline = time.monotonic() + 60
         while app.api("GET", f"/runs/{run_id}/log").status_code != 410:

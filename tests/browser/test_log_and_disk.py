@@ -18,8 +18,8 @@ from playwright.sync_api import Page, expect
 
 from drills._forgetful import ForgetfulMount, available
 
-from .conftest import FAST, Watched, api_task, shoot, sign_in
-from _appliance import ADMIN, Appliance
+from .conftest import FAST, Watched, api_task, shoot, sign_in, sign_in_at, wait_run
+from _appliance import Appliance
 from conftest import free_port, unavailable
 
 pytestmark = pytest.mark.slow
@@ -29,24 +29,6 @@ SWAP = 'L=$(readlink /proc/$$/fd/1); rm "$L"; {make}; {then}'
 MAKERS = {"fifo": 'mkfifo "$L"', "directory": 'mkdir "$L"'}
 WORDS = {"fifo": "named pipe (FIFO)", "directory": "directory"}
 WORDS_ZH = {"fifo": "命名管道（FIFO）", "directory": "目录"}
-
-
-def _wait_run(app: Appliance, run_id: str, want: set[str],
-              timeout: float = 60) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run: dict[str, object] = app.api("GET", f"/runs/{run_id}").json()
-        if run["status"] in want:
-            return run
-        assert time.monotonic() < deadline, run
-        time.sleep(0.05)
-
-
-def _sign_in_at(page: Page, app: Appliance) -> None:
-    page.goto(f"http://127.0.0.1:{app.port}/")
-    page.get_by_label("Admin token").fill(ADMIN)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
 
 
 def _log_file(logs: Path, run: dict[str, object]) -> Path:
@@ -77,7 +59,7 @@ def test_a_log_replaced_by_a_special_file_is_explained_and_not_reopened(
                     command=SWAP.format(make=MAKERS[kind], then=then))
     run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
     try:
-        _sign_in_at(page, appliance)
+        sign_in_at(page, appliance)
         page.goto(f"http://127.0.0.1:{appliance.port}/#/runs/{run_id}")
         state = page.locator("#log-state")
         problem = page.locator("#log-problem")
@@ -127,7 +109,7 @@ def test_a_log_cut_short_by_a_power_loss_says_so_above_the_log(
     task = api_task(appliance, name="power-cut",
                     command='for i in $(seq 1 200); do echo "line $i"; done; exit 3')
     run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
-    run = _wait_run(appliance, run_id, {"failed"})
+    run = wait_run(appliance, run_id, {"failed"})
     sign_in(page)
     page.goto(f"/#/runs/{run_id}")
     note = page.locator("#log-note")
@@ -178,7 +160,7 @@ def test_a_hung_log_filesystem_times_out_in_words(page: Page, tmp_path: Path) ->
         app.start(timeout=60)
         task = api_task(app, name="hello", command="echo hello; echo world")
         run_id = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
-        log = _log_file(app.state / "logs", _wait_run(app, run_id, {"succeeded"}))
+        log = _log_file(app.state / "logs", wait_run(app, run_id, {"succeeded"}))
         backing = tmp_path / "backing"
         (backing / "root").mkdir(parents=True)
         (backing / "root" / log.name).write_bytes(log.read_bytes())
@@ -188,7 +170,7 @@ def test_a_hung_log_filesystem_times_out_in_words(page: Page, tmp_path: Path) ->
         rig.mount()
         assert log.read_text() == "hello\nworld\n"  # the same log, now on FUSE
 
-        _sign_in_at(page, app)
+        sign_in_at(page, app)
         page.goto(f"http://127.0.0.1:{app.port}/#/runs/{run_id}")
         expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
         expect(page.locator("#log")).to_have_text("hello\nworld\n")
@@ -260,7 +242,7 @@ def test_unknown_free_space_is_not_a_zero_byte_bar(page: Page, tmp_path: Path) -
         assert system["volumes"]["logs"]["free_space_known"] is False, system["volumes"]
         assert system["volumes"]["logs"]["free_bytes"] is None
         assert system["pressure"]["guard_unknown"] == "off"
-        _sign_in_at(page, app)
+        sign_in_at(page, app)
         page.get_by_role("navigation").get_by_role("link", name="System").click()
         logs_vol = page.locator(".volume[data-volume='logs']")
         expect(logs_vol).to_have_attribute("data-free", "unknown")
@@ -304,7 +286,7 @@ def test_runs_held_because_free_space_is_unknown_say_so(page: Page, tmp_path: Pa
             assert time.monotonic() < deadline, "no run.held event"
             time.sleep(0.2)
         assert held[0]["data"] == {"reason": "DISK_FREE_UNKNOWN", "volumes": "logs"}, held
-        _sign_in_at(page, app)
+        sign_in_at(page, app)
         page.goto(f"http://127.0.0.1:{app.port}/#/runs/{run_id}")
         item = page.locator("#timeline li[data-type='run.held'] .ev-text")
         expect(item).to_have_text(
