@@ -84,7 +84,9 @@ def validate(expr: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def period_ms(expr: str) -> int | None:
-    """The period of a stored schedule, or None when it is not an (valid) interval."""
+    """The period of a stored schedule, or None when it is not a (valid) interval."""
+    if not expr.lstrip().lower().startswith(PREFIX):
+        return None  # a cron expression: the scheduler asks for every tick
     try:
         return seconds_of(expr) * 1000
     except IntervalError:
