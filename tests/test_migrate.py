@@ -628,3 +628,44 @@ def test_overlap_is_filled_from_the_old_concurrency(tmp_path: Path) -> None:
     conn.close()
     assert rows == [("t1", "forbid", "skip", 0, '["failed","lost"]'),
                     ("t2", "allow", "allow", 0, '["failed","lost"]')]
+
+
+# -- 0017: QingLong ids of subscriptions -------------------------------------------------
+
+_SUB_COLUMNS = ("id, name, type, url, branch, alias, schedule, extensions_json, username,"
+                " secret, caps_json, pull_task_id, last_sync_json, created_at_ms,"
+                " updated_at_ms, version")
+
+
+def test_subscriptions_get_qinglong_ids_in_creation_order_never_reused(tmp_path: Path) -> None:
+    db = _legacy_db(tmp_path, upto=16)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys=ON")
+    for sub_id, alias, created in (("s-b", "b", 5), ("s-a", "a", 3)):
+        conn.execute(f"INSERT INTO subscriptions ({_SUB_COLUMNS}) VALUES (?, 'n', 'git',"
+                     " 'https://x/r', 'main', ?, '0 1 * * *', '[\"js\"]', 'u', 'tok', '{}',"
+                     " 'p', '{\"added\":[]}', ?, 9, 2)", (sub_id, alias, created))
+        conn.execute("INSERT INTO subscription_tasks (subscription_id, path, task_id,"
+                     " applied_name) VALUES (?, 'x.js', 't', 'x')", (sub_id,))
+    conn.commit()
+    before = conn.execute(f"SELECT {_SUB_COLUMNS} FROM subscriptions ORDER BY id").fetchall()
+    conn.close()
+    assert 17 in migrate.apply(db)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys=ON")
+    assert conn.execute(f"SELECT {_SUB_COLUMNS} FROM subscriptions ORDER BY id"
+                        ).fetchall() == before
+    assert conn.execute("SELECT num, id FROM subscriptions ORDER BY num").fetchall() == \
+        [(1, "s-a"), (2, "s-b")]
+    conn.execute("DELETE FROM subscriptions WHERE id = 's-b'")  # still cascades
+    assert conn.execute("SELECT subscription_id FROM subscription_tasks").fetchall() == \
+        [("s-a",)]
+    insert = (f"INSERT INTO subscriptions ({_SUB_COLUMNS}) VALUES (?, 'n', 'git', 'u', NULL,"
+              " ?, NULL, '[]', NULL, NULL, '{}', NULL, NULL, 1, 1, 1) RETURNING num")
+    assert conn.execute(insert, ("s-c", "c")).fetchone() == (3,)  # 2 is not handed out again
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        conn.execute(insert, ("s-a", "d"))
+    conn.commit()
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()

@@ -248,6 +248,7 @@ def test_validation_names_the_field(api: TestClient) -> None:
              ({"url": "https://u:p@example.com/r"}, "url"),
              ({"alias": "../x"}, "alias"), ({"alias": ".hidden"}, "alias"),
              ({"type": "svn"}, "type"), ({"schedule": "61 * * * *"}, "schedule"),
+             ({"schedule": "@every 30s"}, "schedule"), ({"schedule": "@every 32d"}, "schedule"),
              ({"whitelist": "("}, "whitelist"), ({"extensions": ["j s"]}, "extensions"),
              ({"vanished": "keep"}, "vanished"), ({"branch": "a..b"}, "branch"),
              ({"caps": {"files": 0}}, "caps.files"), ({"secret": "a\nb"}, "secret")]
@@ -277,8 +278,26 @@ def test_the_pull_is_a_scheduled_task_that_follows_its_subscription(api: TestCli
     api.patch(f"{API}/{sub['id']}", json={"enabled": False, "schedule": "0 1 * * *"})
     task = api.get(f"/api/v1/tasks/{sub['pull_task_id']}").json()
     assert task["schedule"] == "0 1 * * *" and task["enabled"] is False
+    # an interval: the pull task gets it as its schedule (docs/tasks.md, "Schedules")
+    r = api.patch(f"{API}/{sub['id']}", json={"enabled": True, "schedule": "@every 360m"})
+    assert r.status_code == 200 and r.json()["schedule"] == "@every 6h", r.text
+    task = api.get(f"/api/v1/tasks/{sub['pull_task_id']}").json()
+    assert task["schedule"] == "@every 6h"
+    assert task["next_fire_at_ms"] == task["updated_at_ms"] + 6 * 3_600_000
     assert api.delete(f"{API}/{sub['id']}").status_code == 204
     assert api.get(f"/api/v1/tasks/{sub['pull_task_id']}").status_code == 404
+
+
+@pytest.mark.parametrize(("url", "https"), [
+    ("git@github.com:owner/repo.git", "https://github.com/owner/repo.git"),
+    ("ssh://git@gitea.lan:2222/me/scripts.git", "https://gitea.lan/me/scripts.git"),
+])
+def test_ssh_urls_are_refused_naming_the_https_one(api: TestClient, url: str,
+                                                   https: str) -> None:
+    r = api.post(API, json={"name": "n", "type": "git", "url": url, "alias": "s"})
+    assert r.status_code == 422 and r.json()["field"] == "url", r.text
+    assert "SSH URLs are not supported" in r.json()["message"]
+    assert https in r.json()["message"]
 
 
 def _pull_pids(sub_id: str) -> list[int]:

@@ -4,6 +4,8 @@ The one wrapper of cronsim: validation with messages that name the field,
 and the tick arithmetic of the scheduler and the previews. Times are
 computed in the container's local time zone (TZ) with its DST rules, like
 QingLong; times in and out are milliseconds since the epoch (docs/tasks.md).
+`@every <duration>` (interval.py) is the one form that is not cron: its ticks lie
+on a grid from an anchor the caller passes (the scheduler: the task's last save).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 from cronsim.cronsim import FIELD_NAMES, RANGES, Field
+
+from . import interval
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -59,11 +63,17 @@ def validate(expr: str) -> str:
     Pure (no clock, no time zone): whether an expression fires does not depend on
     when one looks, cron has no year field."""
     word = expr.strip().lower()
+    if word.startswith(interval.PREFIX):
+        try:
+            return interval.validate(word)
+        except interval.IntervalError as exc:
+            raise CronError(str(exc)) from exc
     if word.startswith("@"):
         if word in SPECIAL or word in ALIASES:
             return word
         raise CronError(f"unknown shorthand {word[:32]!r}; use one of"
-                        f" {', '.join(sorted(SPECIAL | ALIASES.keys()))}")
+                        f" {', '.join(sorted(SPECIAL | ALIASES.keys()))}, or {interval.PREFIX}"
+                        " <duration> (e.g. @every 6h)")
     parts = expr.split()
     if len(parts) not in (5, 6):
         raise CronError(f"expected 5 fields (or 6 with leading seconds), got {len(parts)}")
@@ -165,10 +175,19 @@ def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def next_ticks(expr: str, after_ms: int, n: int, tz: str | None = None) -> list[datetime]:
+def next_ticks(expr: str, after_ms: int, n: int, tz: str | None = None,
+               anchor_ms: int | None = None) -> list[datetime]:
     """Up to n ticks strictly after `after_ms`, as aware datetimes in the task's zone
-    (none if invalid or a schedule that never ticks)."""
+    (none if invalid or a schedule that never ticks). An interval's grid starts at
+    `anchor_ms` (default: `after_ms`, as a schedule saved now)."""
     out: list[datetime] = []
+    period = interval.period_ms(expr)
+    if period is not None:
+        at = after_ms
+        for _ in range(n):
+            at = interval.first_after(period, after_ms if anchor_ms is None else anchor_ms, at)
+            out.append(from_ms(at, zone(tz)))
+        return out
     text = _cron_text(expr)
     if text is None:
         return out
@@ -181,14 +200,25 @@ def next_ticks(expr: str, after_ms: int, n: int, tz: str | None = None) -> list[
     return out
 
 
-def first_due_after(expr: str, after_ms: int, tz: str | None = None) -> int | None:
+def first_due_after(expr: str, after_ms: int, tz: str | None = None,
+                    anchor_ms: int | None = None) -> int | None:
     """The first tick strictly after `after_ms`, or None if it never fires."""
+    period = interval.period_ms(expr)
+    if period is not None:
+        return interval.first_after(period, after_ms if anchor_ms is None else anchor_ms,
+                                    after_ms)
     ticks = next_ticks(expr, after_ms, 1, tz)
     return _ms(ticks[0]) if ticks else None
 
 
-def last_due_at_or_before(expr: str, at_ms: int, tz: str | None = None) -> int | None:
-    """The latest tick at or before `at_ms` (ticks fall on whole seconds)."""
+def last_due_at_or_before(expr: str, at_ms: int, tz: str | None = None,
+                          anchor_ms: int | None = None) -> int | None:
+    """The latest tick at or before `at_ms` (ticks fall on whole seconds); an interval
+    without an anchor has no past ticks."""
+    period = interval.period_ms(expr)
+    if period is not None:
+        return None if anchor_ms is None else interval.last_at_or_before(period, anchor_ms,
+                                                                         at_ms)
     text = _cron_text(expr)
     if text is None:
         return None
@@ -199,12 +229,16 @@ def last_due_at_or_before(expr: str, at_ms: int, tz: str | None = None) -> int |
         return None
 
 
-def first_due_after_any(exprs: list[str], after_ms: int, tz: str | None = None) -> int | None:
+def first_due_after_any(exprs: list[str], after_ms: int, tz: str | None = None,
+                        anchor_ms: int | None = None) -> int | None:
     """The earliest first tick of several schedules (a task's schedule and extras)."""
-    ticks = [t for e in exprs if (t := first_due_after(e, after_ms, tz)) is not None]
+    ticks = [t for e in exprs
+             if (t := first_due_after(e, after_ms, tz, anchor_ms)) is not None]
     return min(ticks) if ticks else None
 
 
-def last_due_any(exprs: list[str], at_ms: int, tz: str | None = None) -> int | None:
-    ticks = [t for e in exprs if (t := last_due_at_or_before(e, at_ms, tz)) is not None]
+def last_due_any(exprs: list[str], at_ms: int, tz: str | None = None,
+                 anchor_ms: int | None = None) -> int | None:
+    ticks = [t for e in exprs
+             if (t := last_due_at_or_before(e, at_ms, tz, anchor_ms)) is not None]
     return max(ticks) if ticks else None

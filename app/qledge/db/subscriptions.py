@@ -13,13 +13,14 @@ import msgspec
 
 from ..subscription_spec import Caps
 from .connection import Tx
-from .rows import NotFound
+from .rows import NotFound, like_pattern
 
 _json = msgspec.json.Encoder()
 
 
 class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     id: str
+    num: int  # the integer id of QingLong's /open/subscriptions
     name: str
     type: str
     url: str
@@ -60,7 +61,7 @@ class Link(msgspec.Struct, frozen=True, kw_only=True):
 def _sub(row: sqlite3.Row) -> Subscription:
     last = row["last_sync_json"]
     return Subscription(
-        id=row["id"], name=row["name"], type=row["type"], url=row["url"],
+        id=row["id"], num=row["num"], name=row["name"], type=row["type"], url=row["url"],
         branch=row["branch"], alias=row["alias"], schedule=row["schedule"],
         default_schedule=row["default_schedule"], whitelist=row["whitelist"],
         blacklist=row["blacklist"], dependences=row["dependences"],
@@ -115,6 +116,27 @@ async def alias_taken(tx: Tx, alias: str, other_than: str = "") -> bool:
 async def list_all(tx: Tx, limit: int = 1000) -> list[Subscription]:
     rows = await tx.all("SELECT * FROM subscriptions ORDER BY created_at_ms, id LIMIT ?",
                         (limit,))
+    return [_sub(r) for r in rows]
+
+
+async def by_nums(tx: Tx, nums: list[int]) -> dict[int, Subscription]:
+    found: dict[int, Subscription] = {}
+    for i in range(0, len(nums), 500):
+        chunk = nums[i:i + 500]
+        marks = ", ".join("?" for _ in chunk)
+        rows = await tx.all(f"SELECT * FROM subscriptions WHERE num IN ({marks})",  # noqa: S608
+                            chunk)
+        found.update((r["num"], _sub(r)) for r in rows)
+    return found
+
+
+async def search(tx: Tx, text: str, limit: int = 1000) -> list[Subscription]:
+    """QingLong's list: name or URL containing `text` (all without it), enabled first,
+    newest first."""
+    rows = await tx.all(
+        "SELECT * FROM subscriptions WHERE name LIKE :q ESCAPE '\\' OR url LIKE :q"
+        " ESCAPE '\\' ORDER BY enabled DESC, created_at_ms DESC, num DESC LIMIT :n",
+        {"q": like_pattern(text), "n": limit})
     return [_sub(r) for r in rows]
 
 

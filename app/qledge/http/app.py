@@ -21,6 +21,7 @@ from . import (
     panel,
     qinglong,
     qinglong_scripts,
+    qinglong_subscriptions,
     runs,
     schedule,
     scripts,
@@ -58,7 +59,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         # metrics_public) check their callers themselves.
         routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
                 *panel.routes(), Mount("/api/v1", routes=api),
-                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes])],
+                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes,
+                                        *qinglong_subscriptions.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
                                wider=scripts.body_ceilings()),

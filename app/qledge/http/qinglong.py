@@ -128,7 +128,7 @@ async def auth_token(request: Request) -> Response:
 
 # -- helpers ---------------------------------------------------------------------------
 
-def _iso(ms: int) -> str:
+def iso(ms: int) -> str:
     return from_ms(ms, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
         f"{ms % 1000:03d}Z"
 
@@ -228,8 +228,8 @@ def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
         "log_name": None,
         "allow_multiple_instances": 1 if task.overlap is Overlap.ALLOW else 0,
         "work_dir": None,
-        "createdAt": _iso(task.created_at_ms),
-        "updatedAt": _iso(task.updated_at_ms),
+        "createdAt": iso(task.created_at_ms),
+        "updatedAt": iso(task.updated_at_ms),
         # qledge extras (ignored by QingLong clients)
         "qledge_id": task.id,
         "timeout_s": task.timeout_s,
@@ -398,11 +398,17 @@ def _utf8_start(data: bytes) -> bytes:
 
 @scoped("crons", "logs")
 async def crons_log(request: Request) -> Response:
-    """The latest run's log: its last `log_read_limit` bytes (1 MiB by default)."""
     rt = _rt(request)
     async with rt.db.read() as tx:
         task = await tasks.get_task_by_num(tx, _path_id(request))
-        latest = (await runs.latest_runs_by_task(tx, [task.id])).get(task.id)
+    return await latest_log(rt, task.id)
+
+
+async def latest_log(rt: Runtime, task_id: str | None) -> Response:
+    """The latest run's log: its last `log_read_limit` bytes (1 MiB by default)."""
+    async with rt.db.read() as tx:
+        latest = (await runs.latest_runs_by_task(tx, [task_id])).get(task_id) \
+            if task_id else None
         tried = await attempts.attempts_of_run(tx, latest.id) if latest else []
     if latest is None:
         return json_response({"code": 200, "data": "", "logStatus": "notFound"})
@@ -445,8 +451,8 @@ def env_view(env: envs.EnvVar) -> dict[str, Any]:
         "timestamp": _timestamp(env.updated_at_ms),
         "isPinned": 0,
         "labels": [],
-        "createdAt": _iso(env.created_at_ms),
-        "updatedAt": _iso(env.updated_at_ms),
+        "createdAt": iso(env.created_at_ms),
+        "updatedAt": iso(env.updated_at_ms),
         "qledge_id": env.id,
     }
 

@@ -133,9 +133,30 @@ def validate(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# scp-like git URLs: git@github.com:owner/repo.git
+SCP_URL = re.compile(r"^[\w.-]+@([\w.-]+):(?!//)/?(.+)$")
+
+
+def _https_for(url: str) -> str | None:
+    """The https:// URL an SSH URL most likely has (GitHub, Gitea, GitLab alike)."""
+    scp = SCP_URL.match(url)
+    if scp:
+        return f"https://{scp[1]}/{scp[2]}"
+    parts = urlsplit(url)
+    if parts.scheme in ("ssh", "git+ssh") and parts.hostname:
+        return f"https://{parts.hostname}{parts.path}"
+    return None
+
+
 def _url(raw: str) -> str:
     url = inputs.text(raw.strip(), "url", 2000)
     parts = urlsplit(url)
+    https = _https_for(url)
+    if https is not None:
+        # No SSH: the image has no ssh client, and dulwich would need paramiko and
+        # cryptography (docs/subscriptions.md, "SSH").
+        raise Invalid(f"SSH URLs are not supported: use the HTTPS URL ({https}) with a "
+                      "token in secret", field="url")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Invalid("url must be an http:// or https:// URL (SSH URLs are not "
                       "supported: use a token over HTTPS)", field="url")

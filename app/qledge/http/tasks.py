@@ -168,7 +168,8 @@ def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
     body["next_fire_at_ms"] = None
     if task.schedules and task.enabled:
-        body["next_fire_at_ms"] = cron.first_due_after_any(task.schedules, now_ms(), task.tz)
+        body["next_fire_at_ms"] = cron.first_due_after_any(task.schedules, now_ms(), task.tz,
+                                                           task.updated_at_ms)
     return body
 
 

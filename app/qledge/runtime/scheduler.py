@@ -14,7 +14,9 @@ Rules (docs/qinglong-compat.md explains them to operators):
 * A tick is due when it lies after max(cursor, the task's last change) and at
   or before now. Ticks before the task's last change (creation, edit, enable)
   never fire, so disabling and re-enabling a task does not replay the time it
-  was off, and a disabled task never fires.
+  was off, and a disabled task never fires. An interval (`@every 6h`,
+  interval.py) ticks on a grid anchored at the task's last change: the anchor is
+  in the database, so a restart neither moves the grid nor fires a tick twice.
 * No replay storm: however many ticks passed while no worker ran, a task fires
   at most once when the scheduler looks again — for the latest due tick —
   and its `run.scheduled` event carries `catch_up: 1`.
@@ -62,7 +64,7 @@ class Outcome:
 
 
 def _key(task: Task) -> str:
-    return "\n".join([task.tz or "", *task.schedules])
+    return "\n".join([task.tz or "", str(task.updated_at_ms), *task.schedules])
 
 
 def _since(task: Task, last_due_ms: int | None) -> int:
@@ -155,7 +157,8 @@ class Scheduler:
             if hit is not None and hit[0] == key and hit[1] == since:
                 first = hit[2]
             else:
-                first = first_due_after_any(task.schedules, since, task.tz)
+                first = first_due_after_any(task.schedules, since, task.tz,
+                                            task.updated_at_ms)
             cache[task.id] = (key, since, first)
             if first is None:
                 continue
@@ -253,13 +256,14 @@ class Scheduler:
         if not task.enabled or not schedules:
             return Outcome.NOT_DUE, None
         last = await schedule.last_due(tx, task.id)  # re-read under the write lock
-        first = first_due_after_any(schedules, _since(task, last), task.tz)
+        anchor = task.updated_at_ms  # an interval's grid (cron ignores it)
+        first = first_due_after_any(schedules, _since(task, last), task.tz, anchor)
         if first is None or first > now:
             return Outcome.NOT_DUE, first
-        due = last_due_any(schedules, now, task.tz)
+        due = last_due_any(schedules, now, task.tz, anchor)
         if due is None or due < first:
             due = first
-        nxt = first_due_after_any(schedules, due, task.tz)
+        nxt = first_due_after_any(schedules, due, task.tz, anchor)
         await schedule.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
         if task.overlap is Overlap.ALLOW:

@@ -87,25 +87,36 @@ async def update(rt: Runtime, sub_id: str, fields: dict[str, Any]) -> subs.Subsc
     return sub
 
 
-async def delete(rt: Runtime, sub_id: str) -> None:
-    """The subscription and its pull task (refused while a pull is active); the tasks
-    it created and its scripts folder stay (they are the user's now)."""
+async def delete(rt: Runtime, *sub_ids: str) -> None:
+    """The subscriptions and their pull tasks, all or none (refused while a pull is
+    active); the tasks they created and their scripts folders stay (the user's now)."""
     from .operations import ActiveRun
 
     now = now_ms()
     paths: list[str] = []
     async with rt.db.write() as tx:
-        sub = await subs.get(tx, sub_id)
-        if sub.pull_task_id is not None and await _task_or_none(tx, sub.pull_task_id):
-            active = await runs.active_run_of_task(tx, sub.pull_task_id)
-            if active is not None:
-                task = await tasks.get_task(tx, sub.pull_task_id)
-                raise ActiveRun("the subscription's pull is active; cancel it first",
-                                task=task, run_id=active.id)
-            paths = await tasks.delete_task(tx, sub.pull_task_id, now)
-        await subs.delete(tx, sub_id)
+        for sub_id in sub_ids:
+            sub = await subs.get(tx, sub_id)
+            if sub.pull_task_id is not None and await _task_or_none(tx, sub.pull_task_id):
+                active = await runs.active_run_of_task(tx, sub.pull_task_id)
+                if active is not None:
+                    task = await tasks.get_task(tx, sub.pull_task_id)
+                    raise ActiveRun(f"the pull of subscription {sub.name!r} is active; "
+                                    "cancel it first", task=task, run_id=active.id)
+                paths += await tasks.delete_task(tx, sub.pull_task_id, now)
+            await subs.delete(tx, sub_id)
     await rt.remove_logs(paths)
     rt.scheduler.wake()
+
+
+async def stop(rt: Runtime, sub_id: str) -> None:
+    """Cancel the subscription's active pull, if any (the scripts stay as they were)."""
+    from .operations import stop_task
+
+    async with rt.db.read() as tx:
+        sub = await subs.get(tx, sub_id)
+    if sub.pull_task_id is not None:
+        await stop_task(rt, sub.pull_task_id)
 
 
 async def pull_now(rt: Runtime, sub_id: str) -> Run:
