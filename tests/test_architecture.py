@@ -85,11 +85,13 @@ def test_no_background_task_is_dropped() -> None:
 # Writes that are operations: only runtime/operations.py calls them (the scheduler's
 # tick creates its run inside the tick's own transaction, docs/qinglong-compat.md;
 # runtime/subscriptions.py is the home of the subscription operations, which create
-# and keep in step the tasks a pull owns, docs/subscriptions.md; a chain's run commits
-# with its upstream run's end, in a terminal listener).
+# and keep in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
+# of the dependency operations, whose queues are tasks, docs/dependencies.md; a chain's
+# run commits with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py"}
+OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py",
+                     "runtime/dependencies.py"}
 ALLOWED_WRITES = {("runtime/scheduler.py", "create_run"), ("runtime/chains.py", "create_run")}
 
 

@@ -151,11 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     subscription_sub = subscription.add_subparsers(dest="what", required=True)
     pull = subscription_sub.add_parser("pull", help="one pull; run by the subscription's task")
     pull.add_argument("id")
+    deps = sub.add_parser("deps", help="dependencies (docs/dependencies.md)")
+    deps_sub = deps.add_subparsers(dest="what", required=True)
+    apply = deps_sub.add_parser("apply", help="one job; run by the dependencies task")
+    apply.add_argument("ecosystem", choices=["python", "node"])
     args = parser.parse_args(argv)
     if args.cmd == "subscription":
         from . import subscription_pull
 
         return subscription_pull.main(args.id)
+    if args.cmd == "deps":
+        from . import dependency_install
+
+        return dependency_install.main(args.ecosystem)
     _setup_logging()
     if args.cmd == "serve":
         return serve()

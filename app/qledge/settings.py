@@ -159,6 +159,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # QingLong's RandomDelay: a scheduled `task <path>` (no `now`, desi or conc) waits
     # up to this many seconds before it starts (docs/tasks.md); 0 = off.
     random_delay_s: Annotated[int, msgspec.Meta(ge=0, le=86400)] = 0
+    # Dependencies (docs/dependencies.md): package mirrors (none: pip's and npm's own
+    # defaults; credentials in them are never logged) and one install run's timeout.
+    pip_index_url: str = ""
+    pip_extra_index_urls: str = ""  # space-separated
+    npm_registry: str = ""
+    deps_timeout_s: Annotated[int, msgspec.Meta(ge=10, le=86400)] = 1800
 
     @property
     def profile_limits(self) -> Profile:
@@ -248,6 +254,7 @@ def load(environ: dict[str, str] | None = None) -> Settings:
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid settings: {exc}") from exc
     conf = _with_token_file(conf)
+    _check_mirrors(conf)
     check_admin_token(conf.admin_token, _FILE_SOURCE if conf.admin_token_file
                       else "QLEDGE_ADMIN_TOKEN")
     return conf
@@ -274,6 +281,18 @@ def _with_token_file(conf: Settings) -> Settings:
     if not token:
         raise SettingsError("QLEDGE_ADMIN_TOKEN_FILE holds no token")
     return msgspec.structs.replace(conf, admin_token=token)
+
+
+def _check_mirrors(conf: Settings) -> None:
+    from .dependency_spec import mirror_error, redact_url
+
+    for key, urls in (("PIP_INDEX_URL", [conf.pip_index_url]),
+                      ("PIP_EXTRA_INDEX_URLS", conf.pip_extra_index_urls.split()),
+                      ("NPM_REGISTRY", [conf.npm_registry])):
+        for url in filter(None, urls):
+            why = mirror_error(url)
+            if why is not None:
+                raise SettingsError(f"QLEDGE_{key} {redact_url(url)!r} {why}")
 
 
 def check_admin_token(token: str, source: str) -> None:

@@ -35,12 +35,13 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
-# Variables for one launch of one task, never stored with it (a subscription's pull
-# gets its spec and credential this way, docs/subscriptions.md).
-TaskEnvProvider = Callable[[Tx, Task], Awaitable[dict[str, str]]]
+# Variables for one launch of one run of a task, never stored with it (a subscription's
+# pull gets its spec and credential this way, docs/subscriptions.md; a dependency run
+# its job, docs/dependencies.md).
+TaskEnvProvider = Callable[[Tx, Task, Run], Awaitable[dict[str, str]]]
 
 
-async def no_task_env(tx: Tx, task: Task) -> dict[str, str]:
+async def no_task_env(tx: Tx, task: Task, run: Run) -> dict[str, str]:
     return {}
 
 
@@ -144,7 +145,7 @@ class LocalExecutor:
                 return None
             task = await tasks.get_task(tx, run.task_id)
         env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env,
-               **await self.task_env(tx, task)}
+               **await self.task_env(tx, task, run)}
         token = new_token()
         attempt_id = ids.uuid7()
         if self.run_env is not None:

@@ -20,12 +20,14 @@ from ..db.connection import Database, Tx
 from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
+from ..model import Run, Task
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
 from . import chains, conc
 from .cancellation import Cancellation
 from .completion import CompletionService
 from .consumer import Consumed, Consumer
+from .dependencies import Dependencies
 from .dispatcher import Dispatcher
 from .loop import PeriodicLoop, settle
 from .metrics import Metrics
@@ -106,6 +108,7 @@ class Runtime:
             self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.isolation = isolation.decide(s)
         self.subscriptions = Syncer(self)
+        self.dependencies = Dependencies(self)
         self.receipts = ReceiptStore(s.receipts_path)
         self.completion = CompletionService(self.db, self.node_id)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
@@ -115,7 +118,7 @@ class Runtime:
             db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
             boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
-            scripts_dir=s.scripts_path, task_env=self.subscriptions.pull_env,
+            scripts_dir=s.scripts_path, task_env=self._task_env,
             run_env=self._run_env)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
@@ -157,6 +160,7 @@ class Runtime:
         self.supervision.start()
         self.disk.start()
         self.subscriptions.start()
+        await self.dependencies.start()
         self.notifier.start()
         self.ready = True
 
@@ -166,6 +170,7 @@ class Runtime:
             await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
         await self.scheduler.stop()
         await self.subscriptions.stop()
+        await self.dependencies.stop()
         await self.notifier.stop()
         await self.supervision.stop()
         await self.disk.stop()
@@ -180,7 +185,14 @@ class Runtime:
     # -- attempts ----------------------------------------------------------------
 
     async def _env(self, tx: Tx) -> dict[str, str]:
-        return await self.global_env(tx)
+        """The installed packages' PATH/NODE_PATH (docs/dependencies.md), then the
+        enabled envs (a PATH among them wins)."""
+        return {**self.dependencies.env, **await self.global_env(tx)}
+
+    async def _task_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]:
+        """One launch's own variables: a subscription pull's spec, a dependency job."""
+        return {**await self.subscriptions.pull_env(tx, task),
+                **await self.dependencies.job_env(tx, task, run)}
 
     def _run_env(self, attempt_id: str) -> dict[str, str]:
         """What a task's notify.py / sendNotify.js need: where to post, and a
