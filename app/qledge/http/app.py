@@ -21,6 +21,7 @@ from . import (
     notifications,
     panel,
     qinglong,
+    qinglong_deps,
     qinglong_scripts,
     qinglong_subscriptions,
     runs,
@@ -61,7 +62,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
                 *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes,
-                                        *qinglong_subscriptions.routes])],
+                                        *qinglong_subscriptions.routes,
+                                        *qinglong_deps.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
                                wider=scripts.body_ceilings()),

@@ -26,7 +26,7 @@ from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
-SCOPES = ("crons", "envs", "logs", "scripts", "subscriptions")
+SCOPES = ("crons", "envs", "logs", "scripts", "subscriptions", "dependencies")
 _ALNUM = string.ascii_letters + string.digits
 
 
