@@ -454,3 +454,63 @@ def test_installs_wait_while_the_dispatcher_holds_runs(api: TestClient) -> None:
     rt.kick()
     run, log = wait_run(api, r.json()["run_id"])
     assert run["status"] == "succeeded", log
+
+
+def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
+        tmp_path: Path, sources: PackageServer) -> None:
+    """The real supervised appliance: kill -9 of the worker while pip waits on the
+    mirror; the install run goes on, ends honestly, and its package is still there
+    after the whole appliance restarted."""
+    from _appliance import Appliance
+
+    from conftest import free_port, wait_terminal
+
+    sources.hold = "tinypkg-1.1.0-py3-none-any.whl"
+    sources.holding.clear()
+    sources.release.clear()
+    def appliance() -> Appliance:
+        return Appliance(tmp_path / "state", port, pip_index_url=sources.index_url(),
+                         npm_registry=sources.registry())
+
+    port = free_port()
+    app = appliance()
+    app.start()
+    try:
+        r = app.api("POST", "/dependencies", json={"type": "python", "specs": ["tinypkg"]})
+        assert r.status_code == 202, r.text
+        run_id = r.json()["run_id"]
+        assert sources.holding.wait(60), app.log_tail()
+        app.kill_worker()
+        sources.release.set()
+        app.wait_ready(60)
+        run = wait_terminal(app.http, run_id, 120)
+        log = app.api("GET", f"/runs/{run_id}/log").text
+        assert run["status"] == "succeeded", (run, log)
+        assert "installed: tinypkg 1.1.0" in log
+        dep = app.api("GET", "/dependencies").json()["items"][0]
+        assert (dep["status"], dep["installed_version"]) == ("installed", "1.1.0")
+        (tmp_path / "state" / "work" / "scripts" / "use.py").write_text(USE_PY)
+
+        def use() -> str:
+            r = app.api("POST", "/scripts/run", json={"path": "use.py"})
+            got = wait_terminal(app.http, r.json()["run"]["id"], 60)
+            text = app.api("GET", f"/runs/{got['id']}/log").text
+            assert got["status"] == "succeeded", text
+            return text
+
+        assert "hello from tinypkg 1.1.0" in use()
+        app.stop()
+        app = appliance()
+        app.start()
+        assert "hello from tinypkg 1.1.0" in use()
+        runs = app.api("GET", "/runs", params={"limit": 200}).json()["items"]
+        assert sum(r["task_id"] == dep_task(app) for r in runs) == 1  # nothing reinstalled
+    finally:
+        sources.hold = None
+        sources.release.set()
+        app.stop()
+
+
+def dep_task(app: Any) -> str:
+    task_id: str = app.api("GET", "/dependencies").json()["environments"]["python"]["task_id"]
+    return task_id
