@@ -462,7 +462,6 @@ def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
     mirror; the install run goes on, ends honestly, and its package is still there
     after the whole appliance restarted."""
     from _appliance import Appliance
-
     from conftest import free_port, wait_terminal
 
     sources.hold = "tinypkg-1.1.0-py3-none-any.whl"

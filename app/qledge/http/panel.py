@@ -32,7 +32,7 @@ PANEL_DIR = Path(__file__).resolve().parents[1] / "panel"
 # The page scripts in load order: the strings, the shared core, then one file per page
 # (log.js before run.js, which uses it). Every one is a deferred classic script.
 SCRIPTS = ("i18n.js", "core.js", "login.js", "tasks.js", "editor.js", "runs.js", "log.js",
-           "run.js", "envs.js", "subs.js", "notify.js", "scripts.js", "system.js")
+           "run.js", "envs.js", "deps.js", "subs.js", "notify.js", "scripts.js", "system.js")
 # The files index.html refers to as {{name}} (the scripts through {{scripts}}); anything
 # else in the directory is not served.
 ASSETS = ("app.css", *SCRIPTS)

@@ -275,6 +275,8 @@ window.QLEDGE = (() => {
   };
 
   // ---- routing and the shell
+  // The pages that take only (main, alive), in the order of the navigation after Runs.
+  const LISTS = ['envs', 'deps', 'subs', 'notify', 'system'];
   let cleanups = [];
   let generation = 0;
   let firstRender = true;
@@ -309,9 +311,7 @@ window.QLEDGE = (() => {
     document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
     const app = clear(document.getElementById('app'));
     const other = lang === 'zh' ? 'en' : 'zh';
-    const links = [['tasks', 'nav.tasks'], ['scripts', 'nav.scripts'], ['runs', 'nav.runs'],
-      ['envs', 'nav.envs'], ['subs', 'nav.subs'], ['notify', 'nav.notify'],
-      ['system', 'nav.system']];
+    const links = ['tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
     const main = h('main', { id: 'main', tabIndex: -1 });
     append(app, [
       h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
@@ -354,10 +354,7 @@ window.QLEDGE = (() => {
       else if (section === 'scripts') pages.scripts(main, id || '', alive);
       else if (section === 'runs' && id) pages.run(main, id, alive);
       else if (section === 'runs') pages.runs(main, query, alive);
-      else if (section === 'envs') pages.envs(main, alive);
-      else if (section === 'subs') pages.subs(main, alive);
-      else if (section === 'notify') pages.notify(main, alive);
-      else if (section === 'system') pages.system(main, alive);
+      else if (LISTS.includes(section)) pages[section](main, alive);
       else pages.tasks(main, alive);
     }
     firstRender = false;

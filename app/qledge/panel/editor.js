@@ -10,7 +10,7 @@
   // #/tasks/new?name=&command=&schedule= prefills a new task (the Scripts page's
   // "Create task from this script").
   function viewTaskEditor(main, taskId, alive, query) {
-    heading(main, taskId ? t('editor.editTitle') : t('editor.newTitle'));
+    heading(main, taskId ? t('editor.editTitle') : t('tasks.new'));
     const box = h('div', loading());
     main.append(box);
     const prefill = {};
@@ -175,7 +175,7 @@
       task ? t('common.save') : t('editor.create'));
     const form = h('form.card.form', { novalidate: true },
       formErr,
-      field('f-name', t('editor.name'), f.name, null, 'name'),
+      field('f-name', t('tasks.col.name'), f.name, null, 'name'),
       field('f-command', t('editor.command'), f.command, t('editor.commandHelp'), 'command'),
       field('f-schedule', t('editor.schedule'), f.schedule, t('editor.scheduleHelp'), 'schedule'),
       preview,

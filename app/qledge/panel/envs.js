@@ -20,15 +20,15 @@
     const titleId = nextId('envf');
     const form = h('form.card.form', { novalidate: true, 'aria-labelledby': titleId },
       h('h2', { id: titleId, tabIndex: -1 }, env ? t('envs.editTitle', { name: env.name })
-        : t('envs.newTitle')),
+        : t('envs.new')),
       formErr,
-      field('e-name', t('envs.name'), nameI, t('envs.nameHelp'), 'name'),
+      field('e-name', t('tasks.col.name'), nameI, t('envs.nameHelp'), 'name'),
       field('e-value', t('envs.value'), valueI, null, 'value'),
       h('div.field.check', show, h('label', { htmlFor: 'e-show' }, t('envs.show'))),
       field('e-remarks', t('envs.remarks'), remarksI, null, 'remarks'),
       h('div.field.check', enabledI,
-        h('label', { htmlFor: 'e-enabled' }, t('envs.enabled'))),
-      h('div.actions', h('button.btn.primary', { type: 'submit' }, env ? t('common.save') : t('envs.add')),
+        h('label', { htmlFor: 'e-enabled' }, t('tasks.col.enabled'))),
+      h('div.actions', h('button.btn.primary', { type: 'submit' }, env ? t('common.save') : t('editor.envAdd')),
         btn(t('common.cancel'), () => clear(formBox), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -104,7 +104,7 @@
         return;
       }
       if (!alive()) return;
-      const cols = [t('envs.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
+      const cols = [t('tasks.col.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
         t('tasks.col.actions')];
       fill(list, !envs.length ? h('p.empty', t('envs.empty'))
         : grid(t('envs.title'), cols, envs.map((env) => envRow(env, cols, revealed, edit, load))));

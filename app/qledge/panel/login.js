@@ -10,7 +10,7 @@
     const tok = field('login-token', t('login.token'), input, t('login.help'), 'token');
     tok.lastChild.setAttribute('role', 'alert');
     const bad = (message) => markField(form, null, 'token', message).focus();
-    const submit = h('button.btn.primary', { type: 'submit' }, t('login.submit'));
+    const submit = h('button.btn.primary', { type: 'submit' }, t('login.title'));
     // No `name` on the input and no GET: the token can never be serialised into a URL.
     const form = h('form.card.login', { method: 'post', novalidate: true },
       h('h1', { tabIndex: -1 }, t('login.title')),

@@ -9,7 +9,7 @@
   const input = (id, props) => h('input', { id, autocomplete: 'off', ...props });
   const check = (id, label, on) => {
     const el = input(id, { type: 'checkbox', checked: on });
-    return [el, h('div', { class: 'field check' }, el, h('label', { htmlFor: id }, label))];
+    return [el, h('div.field.check', el, h('label', { htmlFor: id }, label))];
   };
   // Shows an API error in `box` (null: none).
   const say = (box, ex) => { box.textContent = ex ? ex.message : ''; box.hidden = !ex; };
@@ -18,11 +18,11 @@
   function newChannel(reload) {
     const nameI = input('n-name', { type: 'text' });
     const urlI = input('n-url', { type: 'password', class: 'mono', spellcheck: 'false' });
-    const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
+    const err = h('div.alert.error', { role: 'alert', hidden: true });
     const m = modal(t('notify.new'));
-    const form = h('form', { class: 'form', novalidate: true }, err,
-      field('n-name', t('envs.name'), nameI), field('n-url', 'Apprise URL', urlI, t('notify.urlHelp')),
-      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' },
+    const form = h('form.form', { novalidate: true }, err,
+      field('n-name', t('tasks.col.name'), nameI), field('n-url', 'Apprise URL', urlI, t('notify.urlHelp')),
+      h('div.actions', h('button.btn.primary', { type: 'submit' },
         t('common.save')), btn(t('common.cancel'), () => m.close(), 'ghost')));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -37,7 +37,7 @@
   }
 
   const channelRow = (ch, cols, reload) => row({ 'data-channel': ch.name }, cols, ch.name,
-    h('code', null, ch.service),
+    h('code', ch.service),
     h('span', { class: ch.enabled ? 'on' : 'off' }, t(ch.enabled ? 'envs.on' : 'envs.off')),
     actionsCell(cols[3],
       rowBtn(t('notify.test'), ch.name, guarded(async () => {
@@ -63,14 +63,14 @@
       class: 'mono', size: 6 });
     const [streakI, linesI, qsI, qeI] = [num('r-streak', r.streak, 100),
       num('r-lines', r.log_lines, 50), hm('r-qs', r.quiet_start), hm('r-qe', r.quiet_end)];
-    const err = h('div', { class: 'alert error', role: 'alert', hidden: true });
-    const form = h('form', { class: 'form', novalidate: true },
-      h('h2', null, t('notify.rules')), err,
-      h('fieldset', null, h('legend', null, t('notify.on')), boxes.map((b) => b[1])), recF, diskF,
+    const err = h('div.alert.error', { role: 'alert', hidden: true });
+    const form = h('form.form', { novalidate: true },
+      h('h2', t('notify.rules')), err,
+      h('fieldset', h('legend', t('notify.on')), boxes.map((b) => b[1])), recF, diskF,
       field('r-streak', t('notify.streak'), streakI),
       field('r-lines', t('notify.lines'), linesI, t('notify.linesHelp')),
       field('r-qs', t('notify.quiet') + ' ⟶', qsI), field('r-qe', '⟶ ' + t('notify.quiet'), qeI),
-      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' },
+      h('div.actions', h('button.btn.primary', { type: 'submit' },
         t('common.save'))));
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -88,7 +88,7 @@
   }
 
   function viewNotify(main, alive) {
-    const [chans, rules, sent] = [0, 1, 2].map(() => h('div', { class: 'card' }, loading()));
+    const [chans, rules, sent] = [0, 1, 2].map(() => h('div.card', loading()));
     async function load() {
       let c; let r; let m;
       try {
@@ -99,23 +99,23 @@
         return;
       }
       if (!alive()) return;
-      const cc = [t('envs.name'), t('notify.service'), t('envs.state'), t('tasks.col.actions')];
-      fill(chans, h('h2', null, t('notify.channels')), c.items.length
+      const cc = [t('tasks.col.name'), t('notify.service'), t('envs.state'), t('tasks.col.actions')];
+      fill(chans, h('h2', t('notify.channels')), c.items.length
         ? grid(null, cc, c.items.map((ch) => channelRow(ch, cc, load)))
-        : h('p', { class: 'empty' }, t('notify.none')));
+        : h('p.empty', t('notify.none')));
       rulesForm(rules, r.global);
       const names = Object.fromEntries(c.items.map((ch) => [ch.id, ch.name]));
       const mc = ['', t('notify.msg'), t('notify.channel'), t('envs.state'), '#', ''];
-      fill(sent, h('h2', null, t('notify.recent')), m.items.length
+      fill(sent, h('h2', t('notify.recent')), m.items.length
         ? grid(null, mc, m.items.map((x) => row({ 'data-state': x.state }, mc,
           fmtTime(x.created_at_ms), x.title, names[x.channel_id] || x.channel_id,
           h('span', { class: `badge badge-${BADGE[x.state]}` }, t('notify.st.' + x.state)),
           String(x.tries), x.error || '')))
-        : h('p', { class: 'empty' }, '—'));
+        : h('p.empty', '—'));
     }
     heading(main, t('nav.notify'), refreshBtn(load),
       btn(t('notify.new'), () => newChannel(load), 'primary'));
-    main.append(h('p', { class: 'muted' }, t('notify.intro')), chans, rules, sent);
+    main.append(h('p.muted', t('notify.intro')), chans, rules, sent);
     load();
   }
 

@@ -70,10 +70,10 @@
         r.reason_code ? h('span.muted', h('code', r.reason_code)) : null),
       reason ? h('p.reason', { id: 'run-reason' }, reason) : null,
       dl([
-        [t('run.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
+        [t('runs.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
         [t('run.id'), h('code.wrap', r.id)],
-        [t('run.trigger'), t('trigger.' + r.trigger)],
-        [t('run.created'), fmtTime(r.created_at_ms)],
+        [t('runs.col.trigger'), t('trigger.' + r.trigger)],
+        [t('runs.col.created'), fmtTime(r.created_at_ms)],
         [t('run.started'), fmtTime(r.started_at_ms)],
         [t('run.finished'), fmtTime(r.finished_at_ms)],
         [t('run.waited'), r.started_at_ms ? fmtDur(r.started_at_ms - r.created_at_ms)
@@ -134,8 +134,8 @@
 
   function attemptsView(r, now) {
     if (!r.attempts.length) return h('p.muted', t('run.noAttempts'));
-    const cols = [t('att.no'), t('att.status'), t('att.exit'), t('att.reason'), t('att.pid'),
-      t('att.started'), t('att.duration')];
+    const cols = [t('att.no'), t('runs.status'), t('runs.col.exit'), t('att.reason'), t('att.pid'),
+      t('run.started'), t('runs.col.duration')];
     return grid(null, cols, r.attempts.map((a) => row(null, cols,
       '#' + a.attempt_no,
       badge(a.status === 'preparing' ? 'queued' : a.status),

@@ -9,7 +9,7 @@
   function viewRuns(main, query, alive) {
     const state = { task_id: query.get('task_id') || '', status: query.get('status') || '',
       cursors: [] };
-    heading(main, t('runs.title'), refreshBtn(load));
+    heading(main, t('nav.runs'), refreshBtn(load));
     const taskSel = h('select', { id: 'runs-task' }, h('option', { value: '' }, t('runs.allTasks')));
     const statusSel = h('select', { id: 'runs-status' },
       h('option', { value: '' }, t('runs.allStatuses')),
@@ -61,10 +61,10 @@
       if (!current()) return;
       results.removeAttribute('aria-busy');
       clear(pager);
-      const cols = [t('runs.col.run'), t('runs.col.task'), t('runs.col.status'),
+      const cols = [t('runs.col.run'), t('runs.task'), t('runs.status'),
         t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
       fill(results, !page.items.length ? h('p.empty', t('runs.empty'))
-        : grid(t('runs.title'), cols, page.items.map((r) => row({ 'data-run-id': r.id }, cols,
+        : grid(t('nav.runs'), cols, page.items.map((r) => row({ 'data-run-id': r.id }, cols,
           h('a.mono', { href: '#/runs/' + r.id }, '…' + shortId(r.id)),
           names[r.task_id] || shortId(r.task_id),
           badge(r.status),

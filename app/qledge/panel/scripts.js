@@ -182,7 +182,7 @@
         } catch (e) { err.textContent = e.message; err.hidden = false; }
       };
       // Run what the editor shows: unsaved edits are saved first, then the run page.
-      const runBtn = btn(t('scripts.run'), guarded(async () => {
+      const runBtn = btn(t('runs.col.run'), guarded(async () => {
         runBtn.disabled = true;
         try {
           if (ed.area.dataset.dirty && !(await save())) return;
@@ -202,7 +202,7 @@
         if (show) fill(histBox, historyCard(path, reload)); else clear(histBox);
         histBtn.setAttribute('aria-expanded', String(show));
       }, 'small', { 'data-action': 'history', 'aria-expanded': 'false' });
-      const dl = btn(t('scripts.download'), () => download(path, dl), 'small ghost');
+      const dl = btn(t('log.download'), () => download(path, dl), 'small ghost');
       fill(box,
         h('section.card', { 'data-role': 'editor' },
           h('div.section-head', h('h2', h('code', path))),
@@ -270,19 +270,18 @@
   function viewScripts(main, path, alive) {
     let limits = null;
     let folder = '';
-    heading(main, t('scripts.title'),
-      btn(t('scripts.newFile'), () => askPath(t('scripts.newFileTitle'), folder ? folder + '/' : '',
-        t('scripts.create'), async (p) => {
-          await api('PUT', '/scripts/file', { path: p, content: '', create: true });
-          notify(t('scripts.created', { path: p }), 'ok');
-          go(p);
-        }), 'primary', { 'data-action': 'new-file' }),
-      btn(t('scripts.newFolder'), () => askPath(t('scripts.newFolderTitle'), folder ? folder + '/' : '',
-        t('scripts.create'), async (p) => {
-          await api('POST', '/scripts/folder', { path: p });
-          notify(t('scripts.created', { path: p }), 'ok');
-          go(p);
-        }), '', { 'data-action': 'new-folder' }),
+    // New file / new folder: ask for the path (in the folder shown), create it, open it.
+    const create = (key, make, cls, action) => btn(t(key), () => askPath(t(key),
+      folder ? folder + '/' : '', t('scripts.create'), async (p) => {
+        await make(p);
+        notify(t('scripts.created', { path: p }), 'ok');
+        go(p);
+      }), cls, { 'data-action': action });
+    heading(main, t('nav.scripts'),
+      create('scripts.newFile', (p) => api('PUT', '/scripts/file', { path: p, content: '',
+        create: true }), 'primary', 'new-file'),
+      create('scripts.newFolder', (p) => api('POST', '/scripts/folder', { path: p }), '',
+        'new-folder'),
       btn(t('scripts.upload'), () => uploadInto(folder, limits), '', { 'data-action': 'upload' }));
     main.append(h('p.muted', t('scripts.intro')));
     const nav = h('nav.card.tree-card', { 'aria-label': t('scripts.treeLabel') },

@@ -56,12 +56,12 @@
         rowBtn(t('tasks.run'), task.name, () => runNow(task), 'small primary', { 'data-action': 'run' }),
         toggle,
         link(t('common.edit'), '#/tasks/' + task.id, { 'data-action': 'edit' }),
-        link(t('tasks.runs'), '#/runs?task_id=' + task.id),
+        link(t('nav.runs'), '#/runs?task_id=' + task.id),
         del));
   }
 
   function viewTasks(main, alive) {
-    heading(main, t('tasks.title'),
+    heading(main, t('nav.tasks'),
       h('a.btn.primary', { href: '#/tasks/new' }, t('tasks.new')), refreshBtn(load));
     const body = h('div.card', { 'aria-busy': 'true' }, loading());
     main.append(body);
@@ -91,7 +91,7 @@
       }
       const cols = [t('tasks.col.name'), t('tasks.col.schedule'), t('tasks.col.last'),
         t('tasks.col.enabled'), t('tasks.col.actions')];
-      fill(body, grid(t('tasks.title'), cols, tasks.map((task, i) => taskRow(task, lasts[i], cols,
+      fill(body, grid(t('nav.tasks'), cols, tasks.map((task, i) => taskRow(task, lasts[i], cols,
         load))));
     }
     load();
