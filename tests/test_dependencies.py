@@ -103,6 +103,7 @@ USE_JS = "console.log(require('tinyjs')())\n"
 USE_MJS = "import hello from 'tinyjs';\nconsole.log('esm', hello())\n"
 
 
+@pytest.mark.slow
 def test_packages_install_once_and_scripts_import_them_across_a_restart(
         tmp_path: Path, sources: PackageServer) -> None:
     state = tmp_path / "state"
@@ -290,6 +291,7 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_kill_9_mid_install_and_the_next_install_of_it_succeeds(api: TestClient) -> None:
     run, log, _ = add(api, "python", "tinypkg==1.0.0")
     assert run["status"] == "succeeded", log
@@ -360,6 +362,7 @@ def _set_cfg_version(c: TestClient, version: str) -> None:
     cfg.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_a_venv_of_another_python_or_a_broken_one_is_rebuilt_as_a_visible_run(
         tmp_path: Path, sources: PackageServer) -> None:
     state = tmp_path / "state"
@@ -456,6 +459,7 @@ def test_installs_wait_while_the_dispatcher_holds_runs(api: TestClient) -> None:
     assert run["status"] == "succeeded", log
 
 
+@pytest.mark.slow
 def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
         tmp_path: Path, sources: PackageServer) -> None:
     """The real supervised appliance: kill -9 of the worker while pip waits on the
