@@ -139,6 +139,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     from . import paths, qinglong_report, settings
     from .db import migrate
     from .db.connection import Database
+    from .qinglong_plan import ImportFailed
     from .qinglong_source import SourceError
     from .runtime import imports
 
@@ -161,7 +162,7 @@ def import_cmd(args: argparse.Namespace) -> int:
         paths.prepare_roots(conf)
         migrate.apply(conf.db_path)
         return asyncio.run(go(conf))
-    except (SourceError, imports.ImportFailed) as exc:
+    except (SourceError, ImportFailed) as exc:
         return _fail(str(exc), 1)
     except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
         return _fail(str(exc))

@@ -28,6 +28,10 @@ import msgspec
 from .qinglong_source import Source
 
 
+class ImportFailed(Exception):
+    """An apply failed and was undone: nothing was imported; the message says why."""
+
+
 class Action(enum.StrEnum):
     CREATE = "create"
     CHANGE = "change"

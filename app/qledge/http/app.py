@@ -15,6 +15,7 @@ from ..settings import Settings
 from . import (
     apps,
     envs,
+    imports,
     logs_sse,
     metrics,
     notifications,
@@ -51,7 +52,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
-           *subscriptions.routes, *notifications.routes]
+           *subscriptions.routes, *notifications.routes, *imports.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
@@ -63,7 +64,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
                                         *qinglong_subscriptions.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
-                               wider=scripts.body_ceilings()),
+                               wider={**scripts.body_ceilings(), **imports.body_ceilings()}),
                     Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

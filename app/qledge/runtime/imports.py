@@ -22,6 +22,7 @@ import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -30,16 +31,15 @@ from ..clock import now_ms
 from ..db import imports
 from ..db.connection import Database
 from ..launch import environment
-from ..qinglong_plan import KINDS, Action, Plan, source_key
+from ..qinglong_plan import KINDS, Action, ImportFailed, Plan, source_key
 from ..settings import Settings
 from . import _import_files as files
 from .subscriptions import pull_task_fields
 
+if TYPE_CHECKING:
+    from .lifecycle import Runtime
+
 MAX_SCRIPT = 16 << 20
-
-
-class ImportFailed(Exception):
-    """Nothing was imported; the message says why."""
 
 
 @contextlib.contextmanager
@@ -64,15 +64,32 @@ def opened(path: Path, scratch_parent: Path, notes: list[str]) -> Iterator[Path]
 
 
 async def run(db: Database, conf: Settings, path: Path, *, apply: bool = False,
-              on_conflict: str | None = None, with_logs: int = 0) -> Plan:
-    """The plan (applied when `apply`). Raises SourceError, ImportFailed."""
+              on_conflict: str | None = None, with_logs: int = 0,
+              shown: str | None = None) -> Plan:
+    """The plan (applied when `apply`); its root reads `shown`, else the folder read
+    (an archive: its path). Raises SourceError, ImportFailed."""
     notes: list[str] = []
     with opened(path, conf.data_path, notes) as folder:
         source = await asyncio.to_thread(qinglong_source.read, folder, with_logs=with_logs)
         plan = await _plan(db, conf, source, apply, on_conflict)
         if apply:
             plan = await _apply(db, conf, source, plan)
-    return msgspec.structs.replace(plan, notes=[*notes, *plan.notes])
+        root = shown or (plan.root if folder == path else str(path))
+    if source.config is None:
+        notes.append("config/ is not in this source (a panel backup made without 'config'):"
+                     " config.sh's notification variables and settings, and the global"
+                     " hooks, are not imported")
+    return msgspec.structs.replace(plan, root=root, notes=[*notes, *plan.notes])
+
+
+async def upload(rt: Runtime, archive: Path, *, apply: bool, on_conflict: str | None,
+                 with_logs: int) -> Plan:
+    """The panel's import of an uploaded archive, in the worker (http/imports.py)."""
+    plan = await run(rt.db, rt.settings, archive, apply=apply, on_conflict=on_conflict,
+                     with_logs=with_logs, shown="the uploaded archive")
+    if plan.apply:
+        rt.scheduler.wake()
+    return plan
 
 
 async def _plan(db: Database, conf: Settings, source: qinglong_source.Source, apply: bool,
