@@ -101,7 +101,7 @@ def _crons(ctx: Ctx) -> list[Item]:
                 ["repo"], ["raw"]) else "a QingLong maintenance command (`ql …`): no equivalent"
             out.append(skip("cron", key, label, why))
             continue
-        notes: list[str] = []
+        notes: list[str] = ["disabled in QingLong: imported disabled"] if c.disabled else []
         command = _command(c, ctx, notes)
         if c.task_before or c.task_after:
             notes.append("per-cron task_before/task_after not imported (qledge runs"
@@ -166,7 +166,8 @@ def _envs(ctx: Ctx) -> list[Item]:
         clash = f"{name} holds this value in qledge already (remarks or state differ)" \
             if same else f"qledge has {name} with another value: adding this one changes" \
             " the &-joined value"
-        item = decide(ctx, kind="env", key=key, label=label, fields=fields, notes=[],
+        item = decide(ctx, kind="env", key=key, label=label, fields=fields,
+                      notes=[] if enabled else ["disabled in QingLong: imported disabled"],
                       existing=existing, clash=clash, rename=lambda f: f)
         ctx.claim(item.target_id)
         out.append(item)
@@ -218,7 +219,8 @@ def _subscriptions(ctx: Ctx) -> list[Item]:
     default = ctx.config("DefaultCronRule") or None
     repo_ext = ctx.config("RepoFileExtensions").split() or list(DEFAULT_EXTENSIONS)
     for s in ctx.source.subscriptions:
-        key, label, notes = str(s.id), f"{s.name} ({s.alias})", []
+        key, label = str(s.id), f"{s.name} ({s.alias})"
+        notes = ["disabled in QingLong: imported disabled"] if s.disabled else []
         if s.pull_type == "ssh-key" or s.has_private_key or not s.url.startswith(
                 ("http://", "https://")):
             out.append(skip("subscription", key, label, "SSH URL or key: qledge pulls over"

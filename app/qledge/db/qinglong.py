@@ -22,6 +22,11 @@ class Unreadable(Exception):
 
 def read(file: Path) -> dict[str, list[dict[str, Any]]]:
     """{table: rows (dicts, by id)} of the tables an import reads; absent ones are []."""
+    wal = file.with_name(file.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        # immutable=1 would read the file alone and miss what the log holds
+        raise Unreadable(f"{wal} is not empty: QingLong is running or did not stop cleanly."
+                         " Stop QingLong (it folds the log into the database), then import")
     uri = f"file:{file.as_posix()}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True)
