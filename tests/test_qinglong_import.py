@@ -298,7 +298,7 @@ def test_a_task_with_the_same_command_is_a_conflict(ql: Path, tmp_path: Path) ->
                                             ("Hello Python (QingLong)", "0 8 * * *")]
 
 
-def test_changes_in_qingLong_flow_in_and_edits_on_both_sides_conflict(
+def test_changes_in_qinglong_flow_in_and_edits_on_both_sides_conflict(
         ql: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     assert cli(state, str(ql), "--apply").returncode == 0
