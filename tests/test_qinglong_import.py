@@ -213,12 +213,14 @@ def _apply(state: Path, path: Path, **kw: Any) -> Plan:
 
 def test_imported_tasks_run_through_the_launcher_and_the_app_gets_a_token(
         ql: Path, tmp_path: Path) -> None:
+    """Imported with `qledge import` while the worker runs (docker exec's way)."""
     state = tmp_path / "state"
-    _apply(state, ql)
     (client_id, secret), = fixture_rows(
         ql, "SELECT client_id, client_secret FROM Apps WHERE name = 'telegram-bot'")
     srv = Server(state)
     try:
+        done = cli(state, str(ql), "--apply")
+        assert done.returncode == 0, done.stderr
         by_name = {t["name"]: t for t in srv.http.get("/api/v1/tasks").json()["items"]}
         expect = {"Hello Python": ["global-before", "hello from python: ni hao",
                                    "accounts: 2"],
