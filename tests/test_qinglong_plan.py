@@ -129,3 +129,12 @@ def test_the_decision_rule() -> None:
     assert action(other)[0] is Action.CONFLICT
     assert action(other, "rename")[0] is Action.CREATE
     assert action(other, "replace")[0] is Action.CHANGE
+
+
+def test_qinglong_system_settings_are_named_not_shown() -> None:
+    plan = qinglong_import.plan(source(system={
+        "timezone": "Asia/Shanghai", "logRemoveFrequency": 7, "globalSshKey": "PRIVATE",
+        "nodeMirror": ""}), Target())
+    settings = {i.key: i for i in plan.items if i.kind == "setting"}
+    assert set(settings) == {"login", "timezone", "logRemoveFrequency", "globalSshKey"}
+    assert all("PRIVATE" not in i.label + i.reason for i in plan.items)

@@ -134,10 +134,19 @@ def settings(ctx: Ctx) -> list[Item]:
     if tz:
         out.append(skip("setting", "timezone", f"timezone {str(tz)[:40]}", "set the"
                          " container's TZ (compose: environment TZ=…)"))
+    # The rest of QingLong's system settings (log removal, concurrency, mirrors, the
+    # global SSH key…): named, never their values.
+    out += [skip("setting", key, f"system setting {key[:40]}", "not imported: no"
+                 " equivalent to carry it to (retention.md, image.md for qledge's own)")
+            for key, value in sorted(ctx.source.system.items())
+            if key != "timezone" and value not in (None, "", 0, False)]
     return out
 
 
 def logs(ctx: Ctx) -> list[Item]:
+    if not ctx.source.logs:
+        return [skip("log", "log/", "log/", "no log copied: --with-logs N copies each cron's"
+                     " newest N logs, read-only")]
     out = []
     for logs in ctx.source.logs:
         dest = [f"qinglong/{logs.folder}/{n}" for n in logs.files]
