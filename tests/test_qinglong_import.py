@@ -415,3 +415,16 @@ def test_an_upload_past_the_cap_is_refused_while_it_streams(
     assert answer.json()["error"] == "PAYLOAD_TOO_LARGE"
     state = Path(client.app.state.runtime.settings.data_path)  # type: ignore[attr-defined]
     assert not list(state.glob(".import-*"))  # the partial upload is gone
+
+
+def test_replace_never_swaps_out_a_folder(ql: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    make_settings(state)
+    (state / "work" / "scripts" / "hello.py").mkdir(parents=True)
+    (state / "work" / "scripts" / "hello.py" / "mine.txt").write_text("keep")
+    done = cli(state, str(ql), "--apply", "--on-conflict=replace")
+    assert done.returncode == 1
+    assert "hello.py is not a regular file: not replaced" in done.stderr
+    assert (state / "work" / "scripts" / "hello.py" / "mine.txt").read_text() == "keep"
+    assert sorted(p.name for p in (state / "work" / "scripts").iterdir()) == ["hello.py"]
+    assert all(not v for v in everything(state).values())

@@ -153,8 +153,11 @@ class Copies:
         """Rename every staged file in; on any error the caller calls undo()."""
         for parts, temp, replace in self.staged:
             with confined.folder(self.root_fd, parts[:-1]) as fd:
+                there = confined.lstat_at(fd, parts[-1])
+                if there is not None and replace and not stat.S_ISREG(there.st_mode):
+                    raise CopyFailed(f"{'/'.join(parts)} is not a regular file: not replaced")
                 try:
-                    if replace and confined.lstat_at(fd, parts[-1]) is not None:
+                    if replace and there is not None:
                         dirfd.rename_exchange(fd, temp, fd, parts[-1])
                         self.placed.append((parts, temp, True))
                     else:
