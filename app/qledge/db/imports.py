@@ -80,16 +80,29 @@ async def target(tx: Tx, source: str, *, files: dict[str, dict[str, Any]],
                   channel_urls=channel_urls, log_files=log_files)
 
 
-async def dependency_items(tx: Tx, deps: list[QlDependency], *, apply: bool) -> list[Item]:
-    """QingLong's nodejs (type 0) and python3 (type 1) dependencies: planned, and
-    created when `apply`. THE place to wire the dependency manager (issue 17) in:
-    today it reports each one as not imported."""
-    del tx, apply  # used once the dependency manager exists
+async def dependency_items(tx: Tx, source: str, deps: list[QlDependency], now_ms: int, *,
+                           apply: bool) -> list[Item]:
+    """QingLong's nodejs (type 0) and python3 (type 1) dependencies: the plan's items,
+    and — when `apply`, inside the import's transaction — creating them (and
+    `remember`ing each one created). THE one place to wire the dependency manager
+    (issue 17) in; until then each is reported as not imported."""
+    del tx, source, now_ms, apply  # used once the dependency manager exists
     kinds = {0: "nodejs", 1: "python3"}
     return [Item(kind="dependency", key=str(d.id), label=f"{d.name} ({kinds[d.type]})",
                  action=Action.SKIP,
                  reason="not imported: the dependency manager is not present yet")
             for d in deps if d.type in kinds]
+
+
+async def remember(tx: Tx, source: str, item: Item, target_id: str, now_ms: int) -> None:
+    """The mapping of one imported (or adopted) item: how a later import knows it."""
+    await tx.execute(
+        "INSERT INTO import_map (source, kind, source_key, target_id, source_fp,"
+        " written_fp, imported_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (source, kind, source_key) DO UPDATE SET target_id ="
+        " excluded.target_id, source_fp = excluded.source_fp, written_fp ="
+        " excluded.written_fp, imported_at_ms = excluded.imported_at_ms",
+        (source, item.kind, item.key, target_id, item.source_fp, item.written_fp, now_ms))
 
 
 async def apply(tx: Tx, plan: Plan, now_ms: int, *,
@@ -100,6 +113,8 @@ async def apply(tx: Tx, plan: Plan, now_ms: int, *,
     Files (scripts, logs) are the caller's: here only their mapping is recorded."""
     written: dict[str, str] = {}
     for item in plan.items:
+        if item.kind == "dependency":
+            continue  # dependency_items's
         if item.action in (Action.CREATE, Action.CHANGE):
             target_id = await _write(tx, item, now_ms, pull_task)
             written[f"{item.kind}:{item.key}"] = target_id
@@ -108,14 +123,7 @@ async def apply(tx: Tx, plan: Plan, now_ms: int, *,
         else:
             continue
         if item.record:
-            await tx.execute(
-                "INSERT INTO import_map (source, kind, source_key, target_id, source_fp,"
-                " written_fp, imported_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (source, kind, source_key) DO UPDATE SET target_id ="
-                " excluded.target_id, source_fp = excluded.source_fp, written_fp ="
-                " excluded.written_fp, imported_at_ms = excluded.imported_at_ms",
-                (plan.source, item.kind, item.key, target_id, item.source_fp,
-                 item.written_fp, now_ms))
+            await remember(tx, plan.source, item, target_id, now_ms)
     return written
 
 

@@ -108,7 +108,7 @@ async def _plan(db: Database, conf: Settings, source: qinglong_source.Source, ap
     deps = [d for d in source.dependencies if d.type in (0, 1)]
     async with db.read() as tx:
         target = await imports.target(tx, key, files=found, folders=folders, log_files=present)
-        dep_items = await imports.dependency_items(tx, deps, apply=False)
+        dep_items = await imports.dependency_items(tx, key, deps, now_ms(), apply=False)
     plan = qinglong_import.plan(source, target, apply=apply, on_conflict=on_conflict)
     items = sorted([*plan.items, *dep_items], key=lambda i: KINDS.index(i.kind))
     return msgspec.structs.replace(plan, items=items)
@@ -149,8 +149,9 @@ async def _apply(db: Database, conf: Settings, source: qinglong_source.Source,
         await asyncio.to_thread(scripts.place)
         await asyncio.to_thread(logs.place)
         async with db.write() as tx:
-            await imports.apply(tx, plan, now_ms(), pull_task=pull_task_fields)
-            await imports.dependency_items(tx, deps, apply=True)
+            now = now_ms()
+            await imports.apply(tx, plan, now, pull_task=pull_task_fields)
+            await imports.dependency_items(tx, plan.source, deps, now, apply=True)
             await environment.verify(tx, conf.work_path)
     except BaseException as exc:
         await asyncio.to_thread(scripts.undo)
