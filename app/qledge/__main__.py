@@ -1,4 +1,4 @@
-"""CLI: serve | migrate | audit receipts | task ... | version."""
+"""CLI: serve | migrate | audit receipts | task ... | import qinglong ... | version."""
 
 from __future__ import annotations
 
@@ -131,6 +131,43 @@ def migrate_cmd() -> int:
     return 0
 
 
+def import_cmd(args: argparse.Namespace) -> int:
+    """`qledge import qinglong <path>`: a dry run unless --apply (runtime/imports.py)."""
+    import json
+    from pathlib import Path
+
+    from . import paths, qinglong_report, settings
+    from .db import migrate
+    from .db.connection import Database
+    from .qinglong_plan import ImportFailed
+    from .qinglong_source import SourceError
+    from .runtime import imports
+
+    async def go(conf: settings.Settings) -> int:
+        db = Database(conf.db_path, readers=1)
+        await db.open()
+        try:
+            plan = await imports.run(db, conf, Path(args.path), apply=args.apply,
+                                     on_conflict=args.on_conflict, with_logs=args.with_logs)
+        finally:
+            await db.close()
+        if args.json:
+            print(json.dumps(qinglong_report.as_json(plan), ensure_ascii=False, indent=1))
+        else:
+            print(qinglong_report.text(plan), end="")
+        return 0
+
+    try:
+        conf = settings.load()
+        paths.prepare_roots(conf)
+        migrate.apply(conf.db_path)
+        return asyncio.run(go(conf))
+    except (SourceError, ImportFailed) as exc:
+        return _fail(str(exc), 1)
+    except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
+        return _fail(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qledge")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -155,7 +192,24 @@ def main(argv: list[str] | None = None) -> int:
     deps_sub = deps.add_subparsers(dest="what", required=True)
     apply = deps_sub.add_parser("apply", help="one job; run by the dependencies task")
     apply.add_argument("ecosystem", choices=["python", "node"])
+    importer = sub.add_parser("import", help="bring another panel's data in")
+    import_sub = importer.add_subparsers(dest="what", required=True)
+    qinglong = import_sub.add_parser(
+        "qinglong", help="a QingLong data directory or backup .tgz (docs/"
+        "migrating-from-qinglong.md); prints what would change unless --apply")
+    qinglong.add_argument("path", help="QingLong's /ql/data (mounted read-only) or its .tgz")
+    qinglong.add_argument("--apply", action="store_true", help="import (default: dry run)")
+    qinglong.add_argument("--on-conflict", choices=("rename", "replace"), default=None,
+                          help="what to do with a conflict (default: list and skip it)")
+    qinglong.add_argument("--with-logs", type=int, default=0, metavar="N",
+                          help="also copy the last N logs of each cron, read-only")
+    qinglong.add_argument("--json", action="store_true", help="the report as JSON")
     args = parser.parse_args(argv)
+    if args.cmd == "import":
+        if not 0 <= args.with_logs <= 100:
+            parser.error("--with-logs takes 0 to 100")
+        _setup_logging()
+        return import_cmd(args)
     if args.cmd == "subscription":
         from . import subscription_pull
 

@@ -121,3 +121,65 @@ def urls(env: dict[str, str]) -> dict[str, str]:
     if has("SMTP_SERVER") and (url := _smtp(env)):
         out["SMTP_SERVER"] = url
     return out
+
+
+# -- for `qledge import qinglong` (docs/migrating-from-qinglong.md) ---------------------
+
+# Every notification variable of QingLong's sample/notify.py and config.sample.sh.
+NAMES = frozenset((
+    "HITOKOTO", "SKIP_PUSH_TITLE", "CONSOLE", "BARK_PUSH", "BARK_ARCHIVE", "BARK_GROUP",
+    "BARK_SOUND", "BARK_ICON", "BARK_LEVEL", "BARK_URL", "DD_BOT_SECRET", "DD_BOT_TOKEN",
+    "FSKEY", "FSSECRET", "GOBOT_URL", "GOBOT_QQ", "GOBOT_TOKEN", "GOTIFY_URL", "GOTIFY_TOKEN",
+    "GOTIFY_PRIORITY", "IGOT_PUSH_KEY", "PUSH_KEY", "DEER_KEY", "DEER_URL", "CHAT_URL",
+    "CHAT_TOKEN", "PUSH_PLUS_TOKEN", "PUSH_PLUS_USER", "PUSH_PLUS_TEMPLATE",
+    "PUSH_PLUS_CHANNEL", "PUSH_PLUS_WEBHOOK", "PUSH_PLUS_CALLBACKURL", "PUSH_PLUS_TO",
+    "WE_PLUS_BOT_TOKEN", "WE_PLUS_BOT_RECEIVER", "WE_PLUS_BOT_VERSION", "QMSG_KEY",
+    "QMSG_TYPE", "QYWX_ORIGIN", "QYWX_AM", "QYWX_KEY", "TG_BOT_TOKEN", "TG_USER_ID",
+    "TG_API_HOST", "TG_PROXY_AUTH", "TG_PROXY_HOST", "TG_PROXY_PORT", "AIBOTK_KEY",
+    "AIBOTK_TYPE", "AIBOTK_NAME", "SMTP_SERVICE", "SMTP_SERVER", "SMTP_SSL", "SMTP_EMAIL",
+    "SMTP_EMAIL_TO", "SMTP_PASSWORD", "SMTP_NAME", "PUSHME_KEY", "PUSHME_URL",
+    "CHRONOCAT_QQ", "CHRONOCAT_TOKEN", "CHRONOCAT_URL", "WEBHOOK_URL", "WEBHOOK_BODY",
+    "WEBHOOK_HEADERS", "WEBHOOK_METHOD", "WEBHOOK_CONTENT_TYPE", "NTFY_URL", "NTFY_TOPIC",
+    "NTFY_PRIORITY", "NTFY_TOKEN", "NTFY_USERNAME", "NTFY_PASSWORD", "NTFY_ACTIONS",
+    "WXPUSHER_APP_TOKEN", "WXPUSHER_TOPIC_IDS", "WXPUSHER_UIDS", "WXPUSHER_SPT_LIST",
+    "OPENILINK_APP_TOKEN", "OPENILINK_HUB_URL", "OPENILINK_CONTEXT_TOKEN"))
+
+# The variable that turns on a service `urls` has no mapping for, and the service.
+UNMAPPED: dict[str, str] = {
+    "QYWX_AM": "WeCom app", "IGOT_PUSH_KEY": "iGot", "GOBOT_URL": "go-cqhttp",
+    "DEER_KEY": "PushDeer", "CHAT_URL": "Synology Chat", "WE_PLUS_BOT_TOKEN": "WePlusBot",
+    "QMSG_KEY": "Qmsg", "AIBOTK_KEY": "aibotk", "PUSHME_KEY": "PushMe",
+    "CHRONOCAT_URL": "Chronocat", "WXPUSHER_APP_TOKEN": "WxPusher",
+    "WXPUSHER_SPT_LIST": "WxPusher SPT", "OPENILINK_APP_TOKEN": "OpeniLink",
+    "SMTP_SERVICE": "e-mail by service name (SMTP_SERVER is mapped)"}
+
+# Variables that change how a mapped service delivers, which its URL does not carry.
+DROPPED = ("TG_API_HOST", "TG_PROXY_HOST", "FSSECRET", "QYWX_ORIGIN", "PUSH_PLUS_USER",
+           "WEBHOOK_BODY", "WEBHOOK_HEADERS")
+
+# QingLong's own channel (system settings, back/data/notify.ts): mode → {field: env name}.
+PANEL: dict[str, dict[str, str]] = {
+    "telegramBot": {"telegramBotToken": "TG_BOT_TOKEN", "telegramBotUserId": "TG_USER_ID",
+                    "telegramBotApiHost": "TG_API_HOST", "telegramBotProxyHost": "TG_PROXY_HOST"},
+    "bark": {"barkPush": "BARK_PUSH"},
+    "serverChan": {"serverChanKey": "PUSH_KEY"},
+    "dingtalkBot": {"dingtalkBotToken": "DD_BOT_TOKEN", "dingtalkBotSecret": "DD_BOT_SECRET"},
+    "weWorkBot": {"weWorkBotKey": "QYWX_KEY", "weWorkOrigin": "QYWX_ORIGIN"},
+    "pushPlus": {"pushPlusToken": "PUSH_PLUS_TOKEN", "pushPlusUser": "PUSH_PLUS_USER"},
+    "gotify": {"gotifyUrl": "GOTIFY_URL", "gotifyToken": "GOTIFY_TOKEN"},
+    "ntfy": {"ntfyUrl": "NTFY_URL", "ntfyTopic": "NTFY_TOPIC", "ntfyToken": "NTFY_TOKEN",
+             "ntfyUsername": "NTFY_USERNAME", "ntfyPassword": "NTFY_PASSWORD"},
+    "feishu": {"larkKey": "FSKEY", "larkSecret": "FSSECRET"},
+    "webhook": {"webhookUrl": "WEBHOOK_URL", "webhookBody": "WEBHOOK_BODY",
+                "webhookHeaders": "WEBHOOK_HEADERS"},
+}
+
+
+def panel_env(info: dict[str, object]) -> dict[str, str] | None:
+    """QingLong's own channel as the notification envs `urls` reads; None: a mode
+    with no mapping (then the mode's name is all an import reports)."""
+    fields = PANEL.get(str(info.get("type", "")))
+    if fields is None:
+        return None
+    return {env: str(info[key]) for key, env in fields.items()
+            if isinstance(info.get(key), str | int) and str(info[key]).strip()}

@@ -45,6 +45,23 @@ async def create_app(tx: Tx, *, app_id: str, name: str, client_id: str, secret_h
     return await get_app(tx, app_id, now_ms)
 
 
+async def update_app(tx: Tx, app_id: str, fields: dict[str, object], now_ms: int) -> App:
+    """Any of name, client_id, secret_hash (bytes), scopes. New credentials revoke the
+    tokens the old ones got."""
+    columns = {"name": "name", "client_id": "client_id", "secret_hash": "secret_hash",
+               "scopes": "scopes_json"}
+    values = {columns[k]: _json.encode(v).decode() if k == "scopes" else v
+              for k, v in fields.items() if k in columns}
+    if values:
+        sets = ", ".join(f"{c} = :{c}" for c in values)
+        if not await tx.execute(f"UPDATE apps SET {sets} WHERE id = :id",  # noqa: S608
+                                {**values, "id": app_id}):
+            raise NotFound("app")
+    if "client_id" in fields or "secret_hash" in fields:
+        await tx.execute("DELETE FROM app_tokens WHERE app_id = ?", (app_id,))
+    return await get_app(tx, app_id, now_ms)
+
+
 async def app_name_taken(tx: Tx, name: str) -> bool:
     return await tx.one("SELECT 1 FROM apps WHERE name = ?", (name,)) is not None
 

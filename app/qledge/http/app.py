@@ -16,6 +16,7 @@ from . import (
     apps,
     dependencies,
     envs,
+    imports,
     logs_sse,
     metrics,
     notifications,
@@ -53,7 +54,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
 
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
-           *subscriptions.routes, *notifications.routes, *dependencies.routes]
+           *subscriptions.routes, *notifications.routes, *dependencies.routes,
+           *imports.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
@@ -66,7 +68,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
                                         *qinglong_deps.routes])],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
-                               wider=scripts.body_ceilings()),
+                               wider={**scripts.body_ceilings(), **imports.body_ceilings()}),
                     Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

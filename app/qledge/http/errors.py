@@ -19,6 +19,8 @@ from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
+from ..qinglong_plan import ImportFailed
+from ..qinglong_source import SourceError
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
@@ -93,6 +95,15 @@ class Internal(ApiError):
     code = "INTERNAL"
 
 
+async def handle_import_error(request: Request, exc: Exception) -> Response:
+    """`qledge import qinglong` from the panel: a source that cannot be imported (422),
+    an import that failed and was undone (409)."""
+    error = Invalid(str(exc), field="file") if isinstance(exc, SourceError) else \
+        StateConflict(str(exc))
+    error.code = "IMPORT_SOURCE_INVALID" if isinstance(exc, SourceError) else "IMPORT_FAILED"
+    return await handle_api_error(request, error)
+
+
 _enc = msgspec.json.Encoder()
 T = TypeVar("T")
 
@@ -117,6 +128,8 @@ async def handle_api_error(request: Request, exc: Exception) -> Response:
         # QingLong's shape: {"code": <status>, "message": ...}
         return json_response({"code": exc.status, "message": exc.message}, exc.status)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if exc.status == 413:  # the rest of the body is not read: do not wait for it
+        headers = {"Connection": "close"}
     return json_response(_body(exc), exc.status, headers)
 
 
@@ -245,6 +258,8 @@ HANDLERS = {
     FileTimeout: handle_file_pool,
     FileBusy: handle_file_pool,
     EnvironmentTooLarge: handle_environment,
+    SourceError: handle_import_error,
+    ImportFailed: handle_import_error,
 }
 
 

@@ -2,7 +2,7 @@
 'use strict';
 (() => {
   const { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
-    heading, failBox } = window.QLEDGE;
+    heading, failBox, btn, guarded } = window.QLEDGE;
 
   function countsTable(report) {
     if (!report) return h('p.muted', t('system.noRound'));
@@ -102,6 +102,23 @@
       { class: 'compact', id: 'sys-deleted' })];
   }
 
+  // QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply.
+  function importCard() {
+    const file = h('input', { type: 'file', accept: '.tgz', id: 'imp-file' });
+    const out = h('div', { id: 'imp-out' });
+    const cols = [t('system.kind'), t('system.outcome'), t('system.impItem')];
+    const send = guarded(async (apply) => {
+      const body = new FormData();
+      body.append('file', file.files[0]);
+      const r = await api('POST', '/imports/qinglong?apply=' + apply, body);
+      fill(out, grid(null, cols, r.items.map((i) => row(null, cols, i.kind, i.action,
+        [i.label, ' ', h('span.muted', [i.reason, ...i.notes].filter(Boolean).join('; '))]))),
+      apply ? null : btn(t('system.impApply'), () => send(true)));
+    });
+    return h('section.card', { id: 'sys-import' }, h('h2', t('system.import')), file,
+      btn(t('system.impCheck'), () => file.files[0] && send(false)), out);
+  }
+
   function viewSystem(main, alive) {
     heading(main, t('system.title'), refreshBtn(load));
     const box = h('div.system', loading());
@@ -151,7 +168,8 @@
         h('section.card', { 'aria-labelledby': 'sys-h3' },
           h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
         h('section.card', { 'aria-labelledby': 'sys-h4' },
-          h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)));
+          h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)),
+        importCard());
     }
     function stat(label, value, key, warn) {
       return h('div', { class: 'stat' + (warn ? ' warn' : ''), 'data-stat': key },

@@ -1,0 +1,162 @@
+"""Import items of apps, notification channels, linux dependencies, settings and logs
+(pure; qinglong_import.py builds the rest and the plan)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import qinglong_notify, taskform
+from .http.apps import SCOPES, digest
+from .qinglong_plan import Action, Ctx, Item, decide, skip
+
+
+def timeout_s(ctx: Ctx) -> int | None:
+    """QingLong's CommandTimeoutTime (a `timeout(1)` duration for every task run)."""
+    raw = ctx.config("CommandTimeoutTime")
+    try:
+        return max(1, round(taskform.parse_duration(raw))) if raw else None
+    except taskform.TaskFormError:
+        return None
+
+
+
+# -- apps, channels, dependencies, settings, logs -------------------------------------------
+
+def apps(ctx: Ctx) -> list[Item]:
+    out = []
+    for a in ctx.source.apps:
+        key, label = str(a.id), a.name
+        if a.name == "system":
+            out.append(skip("app", key, label, "QingLong's internal app (its task runner's)"))
+            continue
+        scopes = [s for s in dict.fromkeys(a.scopes) if s in SCOPES]
+        dropped = [s for s in a.scopes if s not in SCOPES]
+        notes = [f"scopes without a qledge equivalent dropped: {', '.join(dropped)}"] \
+            if dropped else []
+        if not scopes or not a.client_id or not a.client_secret:
+            out.append(skip("app", key, label, "no scope qledge serves (crons, envs, logs,"
+                             " scripts)" if a.client_id else "no client id", notes))
+            continue
+        name = a.name.strip()[:100]
+        fields: dict[str, Any] = {"name": name, "client_id": a.client_id,
+                                  "secret_hash": digest(a.client_secret).hex(),
+                                  "scopes": scopes}
+        by_client = ctx.target.apps_by_client.get(a.client_id)
+        existing = by_client or ctx.target.apps_by_name.get(name)
+        clash = "a qledge app has this client_id" if by_client else \
+            f"a qledge app is named {a.name!r}"
+        rename = None if by_client else (lambda f: {**f, "name": Ctx.free_name(
+            f["name"], ctx.target.apps_by_name)})
+        out.append(decide(ctx, kind="app", key=key, label=label, fields=fields, notes=notes,
+                          existing=existing, clash=clash, rename=rename,
+                          keep_on_change=("name",)))
+    return out
+
+
+def channels(ctx: Ctx) -> list[Item]:
+    """QingLong's own channel (system settings), then each service config.sh sets up."""
+    out: list[Item] = []
+    wanted: list[tuple[str, str, str, dict[str, str]]] = []  # key, label, enabling, env
+    info = ctx.source.notification
+    if info and info.get("type"):
+        label = f"QingLong channel: {info['type']}"
+        env = qinglong_notify.panel_env(info)
+        urls = qinglong_notify.urls(env or {})
+        if env is None or not urls:
+            why = "no apprise mapping for this service" if env is None else \
+                "incomplete settings (a required value is empty)"
+            out.append(skip("channel", "system", label, f"{why}: add a channel with its"
+                             " apprise URL (docs/notifications.md)"))
+        else:
+            wanted.append(("system", label, next(iter(urls)), env))
+    values = {k: v for k, v in (ctx.source.config.values if ctx.source.config else {}).items()
+              if k in qinglong_notify.NAMES and v.strip()}
+    wanted += [(name, f"config.sh: {name}", name, values)
+               for name in sorted(qinglong_notify.urls(values))]
+    for name, service in sorted(qinglong_notify.UNMAPPED.items()):
+        if values.get(name):
+            out.append(skip("channel", name, f"config.sh: {name}", f"{service}: no apprise"
+                             " mapping; add a channel with its apprise URL"))
+    seen: dict[str, str] = {}
+    for key, label, enabling, env in wanted:
+        url = qinglong_notify.urls(env)[enabling]
+        if url in seen:
+            out.append(skip("channel", key, label, f"the same service as {seen[url]}"))
+            continue
+        seen[url] = label
+        notes = [f"{d} is not carried over (apprise's URL has no place for it)"
+                 for d in qinglong_notify.DROPPED if env.get(d, "").strip()
+                 and "api.telegram.org" not in env[d]]
+        name = "qinglong" if key == "system" else f"qinglong {enabling}"
+        fields = {"name": name, "url": url, "enabled": True}
+        same = ctx.target.channel_urls.get(url)
+        out.append(decide(
+            ctx, kind="channel", key=key, label=label, fields=fields, notes=notes,
+            existing=same or ctx.target.channels_by_name.get(name),
+            clash="this service is a qledge channel already under another name" if same
+            else f"a qledge channel is named {name!r}",
+            rename=lambda f: {**f, "name": Ctx.free_name(f["name"],
+                                                         ctx.target.channels_by_name)},
+            keep_on_change=("name",)))
+    return out
+
+
+def linux_dependencies(ctx: Ctx) -> list[Item]:
+    """Linux packages; nodejs and python3 ones are db/imports.dependency_items's."""
+    return [skip("dependency", str(d.id), f"{d.name} (linux)", "a system package: build a"
+                  " derived image (FROM qledge, RUN apt-get install …) — docs/image.md")
+            for d in ctx.source.dependencies if d.type == 2]
+
+
+def settings(ctx: Ctx) -> list[Item]:
+    out = [skip("setting", "login", "users and passwords", "not imported: qledge signs in"
+                 " with its admin token (docs/security.md)")]
+    config = ctx.source.config
+    timeout = timeout_s(ctx)
+    hints = {"RandomDelay": "not imported: set QLEDGE_RANDOM_DELAY_S (a setting)",
+             "ProxyUrl": "not imported: no equivalent",
+             "DefaultCronRule": "used as the subscriptions' default_schedule",
+             "RepoFileExtensions": "used as the subscriptions' default extensions",
+             "CommandTimeoutTime": f"every imported task gets timeout_s {timeout}" if timeout
+             else "not a duration qledge reads: not applied"}
+    for name, hint in hints.items():
+        value = ctx.config(name)
+        if value:
+            out.append(skip("setting", name, f"config.sh {name}={value[:40]}", hint))
+    if config is not None:
+        if config.extra_sh:
+            out.append(skip("setting", "extra.sh", "config/extra.sh", "no equivalent (it ran"
+                             " at QingLong's start)"))
+        for name in config.computed:
+            out.append(skip("setting", name, f"config.sh {name}", "computed by the shell"
+                             " ($ or `): not evaluated, not imported"))
+    tz = ctx.source.system.get("timezone")
+    if tz:
+        out.append(skip("setting", "timezone", f"timezone {str(tz)[:40]}", "set the"
+                         " container's TZ (compose: environment TZ=…)"))
+    # The rest of QingLong's system settings (log removal, concurrency, mirrors, the
+    # global SSH key…): named, never their values.
+    out += [skip("setting", key, f"system setting {key[:40]}", "not imported: no"
+                 " equivalent to carry it to (retention.md, image.md for qledge's own)")
+            for key, value in sorted(ctx.source.system.items())
+            if key != "timezone" and value not in (None, "", 0, False)]
+    return out
+
+
+def logs(ctx: Ctx) -> list[Item]:
+    if not ctx.source.logs:
+        return [skip("log", "log/", "log/", "no log copied: --with-logs N copies each cron's"
+                     " newest N logs, read-only")]
+    out = []
+    for logs in ctx.source.logs:
+        dest = [f"qinglong/{logs.folder}/{n}" for n in logs.files]
+        todo = [d for d in dest if d not in ctx.target.log_files]
+        label = f"log/{logs.folder}/ ({len(logs.files)} files)"
+        if not todo:
+            out.append(skip("log", str(logs.cron_id), label, "copied before"))
+            continue
+        out.append(Item(kind="log", key=str(logs.cron_id), label=label, action=Action.CREATE,
+                        reason=f"read-only copies into the logs volume, qinglong/{logs.folder}/",
+                        fields={"folder": logs.folder, "files": [d.rsplit("/", 1)[1]
+                                                                  for d in todo]}))
+    return out

@@ -1,0 +1,98 @@
+"""The panel's import: POST /api/v1/imports/qinglong with a QingLong backup archive
+(docs/migrating-from-qinglong.md). The same code as `qledge import qinglong`.
+
+The body is multipart/form-data with one file part (the .tgz), streamed into a
+private temp file in the data volume and capped at MAX_ARCHIVE bytes (413 as soon
+as the cap is passed, before the rest is read); the temp file is removed when the
+answer is ready. `?apply=true` imports, otherwise it is a dry run; `on_conflict`
+(rename|replace) and `with_logs` (0-100) as the CLI's options. The answer is the
+report (qinglong_report.as_json): labels, actions and reasons, never a value.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .. import qinglong_report
+from ..runtime import imports
+from ..runtime.lifecycle import Runtime
+from . import inputs
+from ._files import UPLOAD_OVERHEAD, Form, offload
+from .errors import BadRequest, Invalid, PayloadTooLarge, json_response
+
+MAX_ARCHIVE = 64 << 20
+PATH = "/api/v1/imports"
+
+
+def body_ceilings() -> dict[str, int]:
+    """The outer body limit (http/guard.py) of the import upload."""
+    return {PATH: MAX_ARCHIVE + UPLOAD_OVERHEAD}
+
+
+def _too_large() -> PayloadTooLarge:
+    return PayloadTooLarge(f"the archive is larger than {MAX_ARCHIVE} bytes",
+                           field="file", extra={"limit_bytes": MAX_ARCHIVE})
+
+
+async def _receive(request: Request, dest: Path) -> None:
+    """The one file part of the multipart body, into `dest` (created 0600)."""
+    ctype, params = parse_options_header(request.headers.get("content-type"))
+    if ctype != b"multipart/form-data" or not params.get(b"boundary"):
+        raise BadRequest("expected a multipart/form-data body with the archive as a file")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
+        raise _too_large()
+    form = Form(field_limit=4096)
+    try:
+        parser = MultipartParser(params[b"boundary"], form.callbacks())  # type: ignore[arg-type]
+    except (ValueError, MultipartParseError) as exc:
+        raise BadRequest(f"bad multipart boundary: {exc}") from exc
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    size = 0
+    try:
+        async for chunk in request.stream():
+            try:
+                parser.write(chunk)
+            except MultipartParseError as exc:
+                raise BadRequest(f"malformed multipart body: {exc}") from exc
+            data = form.take()
+            size += len(data)
+            if size > MAX_ARCHIVE:
+                raise _too_large()
+            if data:
+                await offload(os.write, fd, data)
+        if not form.ended or form.file_name is None:
+            raise BadRequest("the body holds no file part (the archive)", field="file")
+    finally:
+        os.close(fd)
+
+
+async def qinglong(request: Request) -> Response:
+    rt: Runtime = request.app.state.runtime
+    flag = request.query_params.get("apply", "false")
+    if flag not in ("true", "false", "1", "0"):
+        raise Invalid("apply must be true or false", field="apply")
+    on_conflict = request.query_params.get("on_conflict") or None
+    if on_conflict not in (None, "rename", "replace"):
+        raise Invalid("on_conflict must be rename or replace", field="on_conflict")
+    with_logs = inputs.query_int(request, "with_logs", 0, 0, 100)
+    upload = rt.settings.data_path / f".import-upload-{secrets.token_hex(6)}.tgz"
+    try:
+        await _receive(request, upload)
+        plan = await imports.upload(rt, upload, apply=flag in ("true", "1"),
+                                    on_conflict=on_conflict, with_logs=with_logs)
+    finally:
+        upload.unlink(missing_ok=True)
+    return json_response(qinglong_report.as_json(plan))
+
+
+routes = [Route("/imports/qinglong", qinglong, methods=["POST"])]
