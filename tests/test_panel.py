@@ -157,13 +157,21 @@ _STRING = r"'((?:[^'\\]|\\.)*)'"
 
 
 def _i18n_table() -> dict[str, tuple[str, str]]:
-    """i18n.js's table, `'key': ['English', 'Chinese'],` one entry per key."""
+    """i18n.js's table, `'key': 'English|Chinese',` one entry per key (a long one as
+    `'English|' +` and `'Chinese',` on the next line). Exactly one `|` per entry: the
+    panel splits on it."""
     text = (PANEL / "i18n.js").read_text("utf-8")
-    entries = re.findall(rf"^  '([^']+)': \[{_STRING},\s+{_STRING}\],$", text, re.M)
-    assert len(entries) == len(re.findall(r"^  '[^']+': \[", text, re.M)), "a malformed entry"
+    entries = re.findall(rf"^  '([^']+)': {_STRING}(?: \+\n +{_STRING})?,$", text, re.M)
+    assert len(entries) == len(re.findall(r"^  '[^']+': '", text, re.M)), "a malformed entry"
     keys = [key for key, _, _ in entries]
     assert len(keys) == len(set(keys)), "a key twice: the later one would win silently"
-    return {key: (en, zh) for key, en, zh in entries}
+    table = {}
+    for key, first, second in entries:
+        both = first + second
+        assert both.count("|") == 1, f"{key}: not one '|' between English and Chinese"
+        en, zh = both.split("|")
+        table[key] = (en, zh)
+    return table
 
 
 def _i18n_keys() -> set[str]:

@@ -150,9 +150,8 @@ def test_task_isolation_not_in_effect_is_a_visible_warning(page: Page, tmp_path:
             assert run["reason_code"] == "TASK_ISOLATION_UNAVAILABLE", run
             page.goto(f"http://127.0.0.1:{app.port}/#/runs/{run_id}")
             expect(page.locator("#run-reason")).to_have_text(
-                "Task isolation is “required” but Landlock is unavailable here (an old kernel, "
-                "disabled at boot, or refused by a seccomp profile): the run was blocked and "
-                "nothing was started (docs/security.md).")
+                "Task isolation is “required” but Landlock is unavailable (see System): "
+                "blocked, nothing was started.")
     finally:
         app.stop()
 
