@@ -24,7 +24,7 @@ from qledge import failpoints
 from qledge.db import migrate
 from qledge.db.connection import Database
 from qledge.qinglong_plan import Plan
-from qledge.runtime import imports
+from qledge.runtime import dependencies, imports
 
 from conftest import ADMIN, ROOT, Server, make_settings, wait_terminal
 
@@ -34,6 +34,7 @@ BACKUP_TGZ = FIXTURES / "2.21.0-backup.tgz"
 
 # The exact report of a dry run into an empty qledge ({root}: the folder read).
 DRY_RUN = (FIXTURES / "2.21.0-dry-run.txt").read_text()
+NPM = dependencies.npm_available()
 
 
 @pytest.fixture
@@ -78,7 +79,8 @@ def fixture_rows(ql: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def everything(state: Path) -> dict[str, list[tuple[Any, ...]]]:
-    tables = ("tasks", "envs", "subscriptions", "apps", "notify_channels", "import_map")
+    tables = ("tasks", "envs", "subscriptions", "apps", "notify_channels", "dependencies",
+              "dependency_jobs", "import_map")
     return {t: rows(state, f"SELECT * FROM {t} ORDER BY 1") for t in tables}
 
 
@@ -92,7 +94,13 @@ def test_dry_run_report_is_exact_and_writes_nothing(ql: Path, tmp_path: Path) ->
     before = snapshot(ql)
     done = cli(state, str(ql))
     assert done.returncode == 0, done.stderr
-    assert done.stdout == DRY_RUN.replace("{root}", str(ql))
+    expected = DRY_RUN.replace("{root}", str(ql))
+    if not NPM:  # nodejs packages need npm (the image's -node variant)
+        expected = expected.replace("dependencies: 2 create, 1 skip",
+                                    "dependencies: 1 create, 2 skip").replace(
+            "  create    axios (nodejs)\n", "  skip      axios (nodejs)" + " " * 30
+            + "not imported: nodejs packages need the image's -node variant\n")
+    assert done.stdout == expected
     assert snapshot(ql) == before  # read-only: no -wal, -shm or -journal, no byte changed
     assert all(not v for v in everything(state).values())
     assert files(state / "work" / "scripts").keys() <= {"notify.py", "sendNotify.js"}
@@ -108,7 +116,8 @@ def test_apply_object_by_object_then_again_a_no_op(ql: Path, tmp_path: Path) -> 
 
     tasks = {r[0]: r[1:] for r in rows(state, (
         "SELECT name, command, schedule, extra_schedules_json, enabled, labels_json, overlap,"
-        " timeout_s FROM tasks WHERE labels_json NOT LIKE '%subscription%'"))}
+        " timeout_s FROM tasks WHERE labels_json NOT LIKE '%subscription%'"
+        " AND labels_json NOT LIKE '%dependencies%'"))}
     assert tasks == {
         "Hello Python": ("task hello.py", "0 8 * * *", "[]", 1, '["daily","python"]',
                          "replace", 7200),
@@ -121,6 +130,14 @@ def test_apply_object_by_object_then_again_a_no_op(ql: Path, tmp_path: Path) -> 
         "Example sign": ("task example-owner_ql-scripts/ex_sign.js", "10 7 * * *", "[]", 1,
                          "[]", "replace", 7200),
     }
+    # nodejs and python3 packages declared (QingLong's linux one is not: a derived
+    # image's), each with one queued install run of its ecosystem's queue task
+    deps = rows(state, "SELECT d.type, d.name, d.spec, d.action, r.status, t.name FROM"
+                       " dependencies d JOIN runs r ON r.id = d.last_run_id"
+                       " JOIN tasks t ON t.id = r.task_id ORDER BY d.type")
+    assert deps == [("node", "axios", "axios", "install", "queued", "dependencies: node")
+                    ] * NPM + [("python", "requests", "requests==2.31.0", "install", "queued",
+                                "dependencies: python")]
     # QingLong's order (position, larger first), same-name rows kept apart
     assert rows(state, "SELECT name, value, remarks, enabled FROM envs"
                        " ORDER BY position DESC, num") == [
@@ -182,10 +199,10 @@ def test_apply_object_by_object_then_again_a_no_op(ql: Path, tmp_path: Path) -> 
         str(p.relative_to(ql / "log")) for p in (ql / "log").rglob("*.log"))
     assert all(p.stat().st_mode & 0o777 == 0o400 for p in logs.rglob("*.log"))
 
-    # 6 tasks + 5 envs + 8 files + 3 subscriptions + 1 app + 3 channels
+    # 6 tasks + 5 envs + 8 files + 3 subscriptions + 1 app + 3 channels + the packages
     assert rows(state, "SELECT kind, COUNT(*) FROM import_map GROUP BY kind ORDER BY 1") == [
-        ("app", 1), ("channel", 3), ("cron", 6), ("env", 5), ("script", 8),
-        ("subscription", 3)]
+        ("app", 1), ("channel", 3), ("cron", 6), ("dependency", 1 + NPM), ("env", 5),
+        ("script", 8), ("subscription", 3)]
 
     first, first_files = everything(state), files(state / "work")
     again = cli(state, str(ql), "--apply", "--with-logs", "5")
@@ -217,7 +234,10 @@ def test_imported_tasks_run_through_the_launcher_and_the_app_gets_a_token(
     state = tmp_path / "state"
     (client_id, secret), = fixture_rows(
         ql, "SELECT client_id, client_secret FROM Apps WHERE name = 'telegram-bot'")
-    srv = Server(state)
+    # The imported packages' installs are queued too: a dead mirror keeps them offline
+    # (they fail at once, beside the runs this test waits for).
+    srv = Server(state, PIP_INDEX_URL="http://127.0.0.1:9/simple",
+                 NPM_REGISTRY="http://127.0.0.1:9/")
     try:
         done = cli(state, str(ql), "--apply")
         assert done.returncode == 0, done.stderr

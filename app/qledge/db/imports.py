@@ -10,10 +10,10 @@ from typing import Any
 
 import msgspec
 
-from .. import ids
+from .. import dependency_spec, ids
 from ..qinglong_plan import Action, Item, Mapped, Plan, Target
 from ..qinglong_source import QlDependency
-from . import apps, envs, notifications, subscriptions, tasks
+from . import apps, dependencies, envs, notifications, subscriptions, tasks
 from .connection import Tx
 
 TASK_KEYS = ("name", "command", "schedule", "extra_schedules", "enabled", "labels", "overlap",
@@ -81,17 +81,61 @@ async def target(tx: Tx, source: str, *, files: dict[str, dict[str, Any]],
 
 
 async def dependency_items(tx: Tx, source: str, deps: list[QlDependency], now_ms: int, *,
-                           apply: bool) -> list[Item]:
-    """QingLong's nodejs (type 0) and python3 (type 1) dependencies: the plan's items,
-    and — when `apply`, inside the import's transaction — creating them (and
-    `remember`ing each one created). THE one place to wire the dependency manager
-    (issue 17) in; until then each is reported as not imported."""
-    del tx, source, now_ms, apply  # used once the dependency manager exists
-    kinds = {0: "nodejs", 1: "python3"}
-    return [Item(kind="dependency", key=str(d.id), label=f"{d.name} ({kinds[d.type]})",
-                 action=Action.SKIP,
-                 reason="not imported: the dependency manager is not present yet")
-            for d in deps if d.type in kinds]
+                           apply: bool, npm: bool) -> list[Item]:
+    """QingLong's nodejs (type 0) and python3 (type 1) dependencies as qledge's declared
+    packages (docs/dependencies.md). Skipped, with the reason: one imported before, a
+    name qledge already declares (its own row wins), a spec qledge refuses, a nodejs
+    package where this image has no npm (`npm`: the -node variant's). With
+    `apply` — inside the import's transaction — the new ones are declared and
+    remembered; the caller queues their installs in the same transaction."""
+    done = await mapped(tx, source)
+    items: list[Item] = []
+    seen: set[tuple[str, str]] = set()
+    for dep in deps:
+        if dep.type not in _DEP_TYPES:
+            continue
+        eco, ql_type = _DEP_TYPES[dep.type]
+        key, label = str(dep.id), f"{dep.name[:100]} ({ql_type})"
+        skip = Item(kind="dependency", key=key, label=label, action=Action.SKIP)
+        if f"dependency:{key}" in done:
+            items.append(msgspec.structs.replace(skip, reason="imported before"))
+            continue
+        if eco == "node" and not npm:
+            items.append(msgspec.structs.replace(
+                skip, reason="not imported: nodejs packages need the image's -node variant"))
+            continue
+        spec = _qinglong_spec(eco, dep.name)
+        try:
+            pkg = dependency_spec.package(eco, spec)
+        except dependency_spec.SpecError as exc:
+            items.append(msgspec.structs.replace(skip, reason=f"not imported: {exc}"))
+            continue
+        if (eco, pkg.name) in seen or await dependencies.name_taken(tx, eco, pkg.name, ""):
+            items.append(msgspec.structs.replace(
+                skip, reason="not imported: qledge already declares this package"))
+            continue
+        seen.add((eco, pkg.name))
+        item = Item(kind="dependency", key=key, label=label, action=Action.CREATE,
+                    fields={"ecosystem": eco}, record=True)
+        if apply:
+            [dep_id] = await dependencies.declare(tx, eco, [spec], now_ms,
+                                                  remark=dep.remark[:200] or None)
+            item = msgspec.structs.replace(item, target_id=dep_id)
+            await remember(tx, source, item, dep_id, now_ms)
+        items.append(item)
+    return items
+
+
+_DEP_TYPES = {0: ("node", "nodejs"), 1: ("python", "python3")}
+
+
+def _qinglong_spec(eco: str, name: str) -> str:
+    """QingLong also pins a Python package as `x=1` (pip wants `x==1`)."""
+    name = name.strip()
+    if eco == "python" and "=" in name and not any(op in name for op in ("==", ">=", "<=",
+                                                                          "!=", "~=")):
+        return name.replace("=", "==", 1)
+    return name
 
 
 async def remember(tx: Tx, source: str, item: Item, target_id: str, now_ms: int) -> None:

@@ -89,9 +89,9 @@ def derived_status(dep: deps.Dependency) -> str:
 
 # -- the queues ------------------------------------------------------------------------
 
-async def _queue_task(rt: Runtime, tx: Tx, eco: str) -> Task:
+async def _queue_task(tx: Tx, eco: str, timeout_s: int) -> Task:
     """The ecosystem's queue task, in step with the settings (recreated if deleted)."""
-    fields = queue_task_fields(eco, rt.settings.deps_timeout_s)
+    fields = queue_task_fields(eco, timeout_s)
     task_id = await deps.task_of(tx, eco)
     if task_id is not None:
         try:
@@ -107,6 +107,14 @@ async def _queue_task(rt: Runtime, tx: Tx, eco: str) -> Task:
 
 
 async def queue_in(rt: Runtime, tx: Tx, eco: str, dep_ids: Iterable[str], action: str) -> str:
+    """`queue_job`, and the dispatcher woken once the transaction commits."""
+    run_id = await queue_job(tx, eco, dep_ids, action, rt.settings.deps_timeout_s)
+    tx.on_commit(rt.kick)
+    return run_id
+
+
+async def queue_job(tx: Tx, eco: str, dep_ids: Iterable[str], action: str,
+                    timeout_s: int) -> str:
     """Point these rows at a run of the ecosystem's queue that does `action` (install,
     remove or rebuild), inside the caller's transaction; the run's id. The newest job of
     the queue is reused while it waits and does the same; a later wish for a package
@@ -116,12 +124,11 @@ async def queue_in(rt: Runtime, tx: Tx, eco: str, dep_ids: Iterable[str], action
     if newest is not None and newest[2] == "queued" and newest[1] == action:
         run_id = newest[0]
     else:
-        task = await _queue_task(rt, tx, eco)
+        task = await _queue_task(tx, eco, timeout_s)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, now)
         await deps.add_job(tx, run.id, eco, action)
         run_id = run.id
     await deps.point(tx, dep_ids, "remove" if action == "remove" else "install", run_id, now)
-    tx.on_commit(rt.kick)
     return run_id
 
 

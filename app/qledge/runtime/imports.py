@@ -34,6 +34,7 @@ from ..launch import environment
 from ..qinglong_plan import KINDS, Action, ImportFailed, Plan, source_key
 from ..settings import Settings
 from . import _import_files as files
+from . import dependencies
 from .subscriptions import pull_task_fields
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ async def _plan(db: Database, conf: Settings, source: qinglong_source.Source, ap
     deps = [d for d in source.dependencies if d.type in (0, 1)]
     async with db.read() as tx:
         target = await imports.target(tx, key, files=found, folders=folders, log_files=present)
-        dep_items = await imports.dependency_items(tx, key, deps, now_ms(), apply=False)
+        dep_items = await imports.dependency_items(tx, key, deps, now_ms(), apply=False,
+                                                   npm=dependencies.npm_available())
     plan = qinglong_import.plan(source, target, apply=apply, on_conflict=on_conflict)
     items = sorted([*plan.items, *dep_items], key=lambda i: KINDS.index(i.kind))
     return msgspec.structs.replace(plan, items=items)
@@ -151,7 +153,16 @@ async def _apply(db: Database, conf: Settings, source: qinglong_source.Source,
         async with db.write() as tx:
             now = now_ms()
             await imports.apply(tx, plan, now, pull_task=pull_task_fields)
-            await imports.dependency_items(tx, plan.source, deps, now, apply=True)
+            declared = await imports.dependency_items(tx, plan.source, deps, now, apply=True,
+                                                      npm=dependencies.npm_available())
+            for eco in ("python", "node"):
+                # One install run per ecosystem, in this transaction: the worker's
+                # dispatcher starts it (at the latest its next supervision round).
+                dep_ids = [i.target_id for i in declared if i.target_id is not None
+                           and i.fields.get("ecosystem") == eco]
+                if dep_ids:
+                    await dependencies.queue_job(tx, eco, dep_ids, "install",
+                                                 conf.deps_timeout_s)
             await environment.verify(tx, conf.work_path)
     except BaseException as exc:
         await asyncio.to_thread(scripts.undo)
