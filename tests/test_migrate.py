@@ -180,7 +180,8 @@ def _seed(db: Path, runs: int = 3) -> None:
 # Migrations after the slim schema (0007) apply too when these tests upgrade.
 AFTER_7 = [m.version for m in migrate.bundled() if m.version > 7]
 LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",),
-                 "runs": ("not_before_ms", "parent_run_id", "conc_index")}
+                 "runs": ("not_before_ms", "parent_run_id", "conc_index", "event_log",
+                          "event_base")}
 
 
 def _snapshot(db: Path) -> dict[str, list[dict[str, object]]]:

@@ -233,3 +233,50 @@ async def test_commit_hooks_run_after_the_commit_and_never_after_a_rollback(
             tx.on_commit(lambda: seen.append("rolled back"))
             raise RuntimeError("no commit")
     assert seen == ["x"]
+
+
+async def test_inline_runs_a_whole_function_on_the_database_thread(db: Database) -> None:
+    """Tx.inline: one hand-off for many statements, savepoints and rollback hooks as
+    usual; commit hooks still run on the loop after the commit."""
+    import threading
+
+    loop_thread = threading.get_ident()
+    where: list[int] = []
+    undone: list[str] = []
+    hooked: list[int] = []
+
+    async def body(tx: Tx) -> int:
+        where.append(threading.get_ident())
+        await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('in1', 'a')")
+        with pytest.raises(RuntimeError):
+            async with tx.savepoint():
+                await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('in2', 'b')")
+                tx.on_rollback(lambda: undone.append("in2"))
+                raise RuntimeError("only this unit")
+        tx.on_commit(lambda: hooked.append(threading.get_ident()))
+        row = await tx.one("SELECT COUNT(*) AS n FROM storage_settings WHERE name LIKE 'in%'")
+        assert row is not None
+        return int(row["n"])
+
+    async with db.write() as tx:
+        assert await tx.inline(body) == 1
+        assert hooked == []
+    assert where and where[0] != loop_thread
+    assert undone == ["in2"] and hooked == [loop_thread]
+    async with db.read() as tx:
+        rows_ = await tx.all("SELECT name FROM storage_settings WHERE name LIKE 'in%'")
+    assert [r["name"] for r in rows_] == ["in1"]
+
+
+async def test_inline_code_that_suspends_rolls_the_transaction_back(db: Database) -> None:
+    from qledge.db.connection import InlineSuspended
+
+    async def body(tx: Tx) -> None:
+        await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('sus', 'x')")
+        await asyncio.sleep(0)  # not the transaction's: refused
+
+    with pytest.raises(InlineSuspended):
+        async with db.write() as tx:
+            await tx.inline(body)
+    async with db.read() as tx:
+        assert await tx.one("SELECT 1 FROM storage_settings WHERE name = 'sus'") is None

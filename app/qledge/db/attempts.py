@@ -52,7 +52,7 @@ async def prepare_attempt(
          log_artifact_id, now_ms, deadline_at_ms))
     await journal_register(tx, attempt_id, receipt_path, now_ms)
     await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
-                        now_ms)
+                        now_ms, {attempt_id: attempt_no})
     return await get_attempt(tx, attempt_id)
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import aiosqlite
 
@@ -37,8 +37,59 @@ if TYPE_CHECKING:
 TerminalListener = Callable[["Tx", "Run", "Run", int], Awaitable[None]]
 
 
+T = TypeVar("T")
+
+
+def _seq(params: Params) -> Sequence[Any] | dict[str, Any]:
+    return params if isinstance(params, (list, tuple, dict)) else tuple(params)
+
+
+def _exec(conn: sqlite3.Connection, sql: str, params: Params) -> int:
+    cur = conn.execute(sql, _seq(params))
+    try:
+        return cur.rowcount
+    finally:
+        cur.close()
+
+
+def _one(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Row | None:
+    cur = conn.execute(sql, _seq(params))
+    try:
+        row: sqlite3.Row | None = cur.fetchone()
+        return row
+    finally:
+        cur.close()
+
+
+def _all(conn: sqlite3.Connection, sql: str, params: Params) -> list[sqlite3.Row]:
+    cur = conn.execute(sql, _seq(params))
+    try:
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
+class InlineSuspended(RuntimeError):
+    """Code run by Tx.inline awaited something other than its transaction."""
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, here (the database thread)."""
+    try:
+        step = coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise InlineSuspended(f"inline transaction code awaited {type(step).__name__}")
+
+
 class Tx:
-    """One open transaction (or read snapshot) on one connection."""
+    """One open transaction (or read snapshot) on one connection.
+
+    Each statement is one hand-off to the connection's thread (aiosqlite would
+    take three: execute, fetch, close). `inline` runs a whole function there in
+    one hand-off: a batch of receipts is then one round trip, not eight per
+    receipt (docs/performance.md)."""
 
     __slots__ = ("_committed", "_conn", "_undo", "terminal_listeners")
 
@@ -51,7 +102,8 @@ class Tx:
 
     def on_commit(self, fn: Callable[[], None]) -> None:
         """Run `fn` once this write transaction has committed (a hint to wake a loop
-        that reads what it wrote; it also runs if only a savepoint rolled back)."""
+        that reads what it wrote; it also runs if only a savepoint rolled back).
+        Always on the event loop's thread, after the commit."""
         self._committed.append(fn)
 
     def on_rollback(self, fn: Callable[[], None]) -> None:
@@ -60,42 +112,79 @@ class Tx:
         self._undo.append(fn)
 
     def _rolled_back(self, mark: int = 0) -> None:
-        undo, self._undo = self._undo[mark:], self._undo[:mark]
+        undo = self._undo[mark:]
+        del self._undo[mark:]  # in place: an inline Tx shares this list
         for fn in reversed(undo):
             fn()
 
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        result: T = await self._conn._execute(fn, *args)  # type: ignore[no-untyped-call]
+        return result
+
+    def _raw(self) -> sqlite3.Connection:
+        raw: sqlite3.Connection = self._conn._conn  # the sqlite3 object, used on its thread
+        return raw
+
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run a statement; returns the number of rows changed."""
-        cur = await self._conn.execute(sql, params)
-        count = cur.rowcount
-        await cur.close()
-        return count
+        return await self._run(_exec, self._raw(), sql, params)
 
     async def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
-        cur = await self._conn.execute(sql, params)
-        row = await cur.fetchone()
-        await cur.close()
-        return row
+        return await self._run(_one, self._raw(), sql, params)
+
+    async def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+        return await self._run(_all, self._raw(), sql, params)
 
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested unit inside the transaction: rolled back alone if it raises."""
-        await self._conn.execute("SAVEPOINT unit")
+        await self.execute("SAVEPOINT unit")
         mark = len(self._undo)
         try:
             yield
         except BaseException:
-            await self._conn.execute("ROLLBACK TO unit")
-            await self._conn.execute("RELEASE unit")
+            await self.execute("ROLLBACK TO unit")
+            await self.execute("RELEASE unit")
             self._rolled_back(mark)
             raise
-        await self._conn.execute("RELEASE unit")
+        await self.execute("RELEASE unit")
+
+    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """`fn(tx)` whole on the database thread, in one hand-off.
+
+        `fn` may await this Tx's methods only (they complete at once there); any
+        other await raises InlineSuspended, which rolls the transaction back. Its
+        on_commit callbacks still run on the event loop, after the commit."""
+        itx = _InlineTx(self._conn, self.terminal_listeners)
+        itx._undo = self._undo
+        itx._committed = self._committed
+        return await self._run(_inline, itx, fn)
+
+
+def _inline(itx: _InlineTx, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    itx.bind()
+    return _drive(cast(Coroutine[Any, Any, T], fn(itx)))
+
+
+class _InlineTx(Tx):
+    """A Tx whose statements run synchronously on the current (database) thread."""
+
+    __slots__ = ("_sync",)
+
+    def bind(self) -> None:
+        self._sync = self._conn._conn
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        return _exec(self._sync, sql, params)
+
+    async def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
+        return _one(self._sync, sql, params)
 
     async def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
-        cur = await self._conn.execute(sql, params)
-        rows = await cur.fetchall()
-        await cur.close()
-        return list(rows)
+        return _all(self._sync, sql, params)
+
+    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        return await fn(self)
 
 
 async def _connect(path: Path, *, readonly: bool) -> aiosqlite.Connection:

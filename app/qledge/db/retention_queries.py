@@ -14,7 +14,7 @@ import msgspec
 from ..model import NewEvent, RunStatus
 from . import statuses as st
 from .connection import Database, Tx
-from .events import append_events
+from .events import append_events, last_event_type
 from .runs import get_run
 
 _R_TERMINAL = st.terminal_run("r.status")
@@ -274,12 +274,22 @@ def _log(row: sqlite3.Row, *, newest: bool = False) -> LogRow:
 # -- runs held under disk pressure ----------------------------------------------
 
 async def unheld_queued_runs(tx: Tx, limit: int) -> list[str]:
-    """Queued runs whose latest event is not already `run.held` (one event per run)."""
-    rows = await tx.all(
-        f"SELECT r.id FROM runs r WHERE {_R_QUEUED} AND NOT EXISTS"  # noqa: S608
-        " (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.seq = r.event_seq"
-        "  AND e.type = 'run.held') ORDER BY r.id LIMIT ?", (limit,))
-    return [str(r["id"]) for r in rows]
+    """Queued runs whose latest event is not already `run.held` (one event per run).
+    Walks the queued runs (the runs_active index) a page at a time: the latest event
+    is read from each run's own row."""
+    out: list[str] = []
+    after = ""
+    while len(out) < limit:
+        page = await tx.all(
+            f"SELECT r.id FROM runs r WHERE {_R_QUEUED} AND r.id > ?"  # noqa: S608
+            " ORDER BY r.id LIMIT ?", (after, max(limit, 32)))
+        for r in page:
+            if len(out) < limit and await last_event_type(tx, r["id"]) != "run.held":
+                out.append(str(r["id"]))
+        if len(page) < max(limit, 32):
+            break
+        after = str(page[-1]["id"])
+    return out
 
 
 async def mark_held(tx: Tx, run_id: str, data: dict[str, str | int | None],
@@ -287,9 +297,7 @@ async def mark_held(tx: Tx, run_id: str, data: dict[str, str | int | None],
     run = await get_run(tx, run_id)
     if run.status is not RunStatus.QUEUED:
         return False
-    last = await tx.one("SELECT type FROM run_events WHERE run_id = ? AND seq = ?",
-                        (run.id, run.event_seq))
-    if last is not None and last["type"] == "run.held":
+    if await last_event_type(tx, run.id) == "run.held":
         return False
     await append_events(tx, run, [NewEvent(type="run.held", data=data)], now_ms)
     return True

@@ -11,10 +11,10 @@ import msgspec
 
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
 from ..transitions import Transition
-from . import policies
+from . import events, policies
 from . import statuses as st
 from .connection import Tx
-from .events import append_events, insert_events
+from .events import append_events
 from .journal import journal_mark_terminal
 from .rows import Conflict, NotFound, run_from_row
 
@@ -123,19 +123,22 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
             and old.status not in TERMINAL_RUN):
         transition = await policies.retry_or_end(tx, transition, now_ms)
     new = transition.run
-    # The event numbers are taken by the same statement (RETURNING): a completion
-    # is a handful of statements, each a hand-off to the database thread.
-    row = await tx.one(
-        "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"
+    att = transition.attempt
+    # One statement writes the run, appends its events to the row's log and numbers
+    # them (docs/storage.md): a completion is a handful of statements and pages.
+    log = events.encode(old, transition.events, now_ms,
+                        {att.id: att.attempt_no} if att is not None else None)
+    changed = await tx.execute(
+        "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"  # noqa: S608
         " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
-        " not_before_ms = ?, event_seq = event_seq + ? WHERE id = ? AND version = ?"
-        " RETURNING event_seq",
+        f" not_before_ms = ?, event_seq = event_seq + ?, {events.APPEND_SET}"
+        " WHERE id = ? AND version = ?",
         (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
          new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
-         new.reason_code, new.not_before_ms, len(transition.events), old.id, old.version))
-    if row is None:
+         new.reason_code, new.not_before_ms, len(transition.events), log, old.id,
+         old.version))
+    if changed == 0:
         raise Conflict(f"run {old.id} version {old.version}")
-    att = transition.attempt
     if att is not None:
         await tx.execute(
             "UPDATE run_attempts SET status = ?, pid = ?, proc_start_time = ?, boot_id = ?,"
@@ -146,8 +149,6 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
              att.log_bytes_at_exit, att.id))
         if att.status not in ACTIVE_ATTEMPT:
             await journal_mark_terminal(tx, att.id, now_ms)
-    if transition.events:
-        await insert_events(tx, old.id, int(row["event_seq"]), transition.events, now_ms)
     if new.status in TERMINAL_RUN and old.status not in TERMINAL_RUN:
         for listener in tx.terminal_listeners:
             await listener(tx, old, new, now_ms)

@@ -208,6 +208,7 @@ class Cancellation:
             run = await runs.get_run(tx, attempt.run_id)
             await events.append_events(tx, run, [NewEvent(
                 type="attempt.signal_sent", attempt_id=attempt.id,
-                data={"signal": sig.name, "epoch": lease.epoch})], now_ms())
+                data={"signal": sig.name, "epoch": lease.epoch})], now_ms(),
+                {attempt.id: attempt.attempt_no})
         return True
 

@@ -22,7 +22,7 @@ import msgspec
 from .. import failpoints
 from ..clock import now_ms
 from ..db import attempts, journal, rows
-from ..db.connection import Database
+from ..db.connection import Database, Tx
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
 from .completion import CompletionService, Outcome, Result
@@ -86,19 +86,25 @@ class Consumer:
         # Before the transaction: every row it settles has settled_at_ms >= this,
         # so the supervisor never ages out a row whose file the reaper still holds.
         since = now_ms()
+
+        async def batch(tx: Tx) -> None:
+            for receipt in valid:
+                try:
+                    async with tx.savepoint():
+                        results[receipt.attempt_id] = await self.completion.complete_in(
+                            tx, receipt)
+                except rows.Conflict:
+                    results[receipt.attempt_id] = Result(outcome=Outcome.RETRY)
+            # Consumed: the file is the reaper's to delete, the row needs no more
+            # file work (docs/storage.md) — bookkeeping in the same commit.
+            await journal.journal_settle(tx, _consumed(results), now_ms())
+            failpoints.hit("consumer.before_commit")
+
         try:
             async with self.db.write(durable=False) as tx:
-                for receipt in valid:
-                    try:
-                        async with tx.savepoint():
-                            results[receipt.attempt_id] = await self.completion.complete_in(
-                                tx, receipt)
-                    except rows.Conflict:
-                        results[receipt.attempt_id] = Result(outcome=Outcome.RETRY)
-                # Consumed: the file is the reaper's to delete, the row needs no more
-                # file work (docs/storage.md) — bookkeeping in the same commit.
-                await journal.journal_settle(tx, _consumed(results), now_ms())
-                failpoints.hit("consumer.before_commit")
+                # The whole batch on the database thread: one hand-off, not one per
+                # statement of every receipt (docs/performance.md, backlog).
+                await tx.inline(batch)
         except (sqlite3.OperationalError, rows.Conflict) as exc:
             log.warning("completion batch of %d kept for retry: %s", len(valid),
                         type(exc).__name__)
