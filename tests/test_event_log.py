@@ -1,4 +1,4 @@
-"""Events stored with their run (db/_event_log.py, migration 0019): the compact log reads
+"""Events stored with their run (db/_event_log.py, migration 0020): the compact log reads
 back what was appended, the history of runs from before the migration reads back
 unchanged, and a kill at any write of the migration leaves the old or the new schema."""
 
@@ -79,10 +79,10 @@ async def _read_all(db: Path) -> dict[str, list[Event]]:
 
 
 async def test_runs_from_before_keep_their_history_and_go_on_numbering(tmp_path: Path) -> None:
-    db = _legacy_db(tmp_path, upto=18)
+    db = _legacy_db(tmp_path, upto=19)
     _seed(db, runs=12)
     before = _legacy_events(db)
-    assert migrate.apply(db) == [19]
+    assert migrate.apply(db) == [20]
     assert await _read_all(db) == before
     database = Database(db)
     await database.open()
@@ -140,7 +140,7 @@ def _state(db: Path) -> tuple[bool, bool]:
     conn = sqlite3.connect(db)
     try:
         cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-        applied = conn.execute("SELECT 1 FROM schema_migrations WHERE version = 19").fetchone()
+        applied = conn.execute("SELECT 1 FROM schema_migrations WHERE version = 20").fetchone()
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         return {"event_log", "event_base"} <= cols, applied is not None
     finally:
@@ -155,7 +155,7 @@ def _copy(db: Path, to: Path) -> Path:
 
 
 async def test_a_kill_at_any_write_of_the_migration_leaves_old_or_new(tmp_path: Path) -> None:
-    db = _legacy_db(tmp_path, upto=18)  # converted to 1 KiB pages: no VACUUM below
+    db = _legacy_db(tmp_path, upto=19)  # converted to 1 KiB pages: no VACUUM below
     _seed(db, runs=8)
     before = _legacy_events(db)
     writes = _migrate_in_child(_copy(db, tmp_path / "full.db"))

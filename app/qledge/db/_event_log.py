@@ -1,5 +1,5 @@
 """A run's events as one compact, append-only byte string stored in its row (`runs.event_log`,
-migration 0019; docs/storage.md, "Events with their run").
+migration 0020; docs/storage.md, "Events with their run").
 
 Each event is one self-delimiting MessagePack array `[type, dt, attempt, data]`, and the
 log is those arrays concatenated — appending is `event_log || new bytes` in the statement

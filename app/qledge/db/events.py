@@ -1,6 +1,6 @@
 """SQL of run events: append in sequence, list, count.
 
-Events live in their run's row (`runs.event_log`, db/_event_log.py, migration 0019);
+Events live in their run's row (`runs.event_log`, db/_event_log.py, migration 0020);
 runs from before that keep their earlier events as rows of `run_events`, numbered
 up to `runs.event_base`, and read back unchanged.
 """
