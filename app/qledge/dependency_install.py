@@ -48,6 +48,7 @@ from .dependency_spec import (
     redact,
     secrets_of,
 )
+from .paths import fsync_dir
 
 # What pip and npm see of the task's environment (not the user's envs, not cookies).
 _PASS = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "http_proxy", "https_proxy", "no_proxy",
@@ -166,21 +167,13 @@ def _mark(state: Runner, eco: Ecosystem) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _sync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _unmark(state: Runner, eco: Ecosystem) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(dirs.marker(state.work, eco))
-    _sync_dir(dirs.root(state.work))
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(dirs.root(state.work))
 
 
 def _repair_reason(state: Runner, eco: Ecosystem, present: bool, check: str = "") -> str:
