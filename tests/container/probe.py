@@ -92,7 +92,7 @@ def schedule_after_2038() -> list[str]:
 def qinglong_dates() -> list[str]:
     from qledge.http import qinglong
 
-    return [qinglong._iso(Y2100_MS), qinglong._timestamp(AFTER_2038_MS)]
+    return [qinglong.iso(Y2100_MS), qinglong._timestamp(AFTER_2038_MS)]
 
 
 def log_past_2gib() -> list[int]:

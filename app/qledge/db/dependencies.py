@@ -16,6 +16,8 @@ import msgspec
 
 from .. import ids
 from ..dependency_spec import package
+from ..model import RunStatus
+from . import statuses
 from .connection import Tx
 from .rows import NotFound, like_pattern
 
@@ -145,7 +147,8 @@ async def installed(tx: Tx, ecosystem: str) -> list[Dependency]:
     """Declared installed, and the last run that installed them succeeded."""
     rows = await tx.all(
         f"{_SELECT} WHERE d.type = ? AND d.action = 'install'"
-        " AND d.last_result = 'succeeded' ORDER BY d.name", (ecosystem,))
+        f" AND {statuses.is_('d.last_result', RunStatus.SUCCEEDED)} ORDER BY d.name",
+        (ecosystem,))
     return [_dep(r) for r in rows]
 
 
