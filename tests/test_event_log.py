@@ -21,7 +21,7 @@ from qledge.model import Event, NewEvent, RunStatus
 from qledge.transitions import Transition
 from test_migrate import _legacy_db, _seed
 
-from conftest import ROOT
+from conftest import ROOT, unavailable
 
 
 def test_the_log_reads_back_every_kind_of_event() -> None:
@@ -120,7 +120,7 @@ def _migrate_in_child(db: Path, kill_at: int = 0) -> int:
     database and its WAL, or SIGKILLs it instead of the `kill_at`-th."""
     strace = shutil.which("strace")
     if strace is None:
-        pytest.skip("strace is not installed (scripts/bootstrap installs it)")
+        unavailable("strace is not installed (scripts/bootstrap installs it)")
     trace = Path(f"{db}.strace")
     cmd = [strace, "-f", "-qq", "-o", str(trace), "-P", str(db), "-P", f"{db}-wal",
            "-e", "trace=pwrite64"]
