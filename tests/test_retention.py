@@ -246,6 +246,17 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
     assert {running[0], queued[0], with_journal[0], *(r for r, _ in kept_elsewhere)} <= left
     assert len(left) == 1 + 8 + 2 + 5 - 5
     assert report.counts["runs_deleted"] == len(gone)
+    # the deletion committed deferred: its files wait, queued, until an fsync covers it
+    assert report.counts["files_waiting_for_fsync"] == len(gone)
+    assert all(_log_file(conf, aid).exists() for _, aid in made)
+    queued = {p for (p,) in _rows(conf, "SELECT relative_path FROM file_deletions")}
+    assert queued == {logs.relative_path(aid) for r, aid in made if r in gone}
+    _no_dangling_rows(conf)
+    # another commit's fsync (here an explicit one) covers it: the next round unlinks
+    await db.sync()
+    report = await retention.round()
+    assert report.counts["files_removed"] == len(gone)
+    assert "syncs_for_files" not in report.counts
     for run_id, aid in made:
         assert (run_id in gone) != _log_file(conf, aid).exists()
     assert _log_file(conf, running[1]).exists()
@@ -257,6 +268,8 @@ async def test_round_deletes_what_the_policy_says_rows_and_files(
         await journal.journal_delete(tx, with_journal[1])
     report = await retention.round()
     assert report.counts.get("runs_deleted") == 1
+    await db.sync()
+    await retention.round()
     assert not _log_file(conf, with_journal[1]).exists()
 
 
@@ -321,10 +334,45 @@ async def test_round_deletes_runs_past_their_age_but_keeps_each_newest(
     kept = [*own_runs[3:], *profile_runs[2:], *unlimited_runs, old_running]
     assert report.counts["runs_deleted"] == len(gone) == 5, report.counts
     assert {r for (r,) in _rows(conf, "SELECT id FROM runs")} == {r for r, _ in kept}
+    await db.sync()
+    assert "runs_deleted" not in (await retention.round()).counts  # files go, no runs
     assert not any(_log_file(conf, aid).exists() for _, aid in gone)
     assert all(_log_file(conf, aid).exists() for _, aid in kept)
     _no_dangling_rows(conf)
     assert "runs_deleted" not in (await retention.round()).counts  # nothing more is due
+
+
+async def test_an_idle_appliance_syncs_once_per_interval_to_free_deleted_logs(
+        db: Database, conf: Settings) -> None:
+    """No other commit comes along to fsync a deferred deletion: after a retention
+    interval the round pays one fsync itself, then unlinks; a durable commit in
+    between makes that fsync unnecessary."""
+    task = await _task(db, keep_runs=1, keep_days=0)
+    made = [await _run(db, conf, task) for _ in range(3)]
+    retention = _retention(db, conf, _profile(retention_interval_s=0.3))
+    report = await retention.round()
+    assert report.counts["runs_deleted"] == 2
+    syncs = db.syncs
+    report = await retention.round()  # at once: still waiting, no fsync paid
+    assert report.counts.get("unlinks_waiting_for_fsync") == 1
+    assert db.syncs == syncs and retention.syncs == 0
+    assert all(_log_file(conf, aid).exists() for _, aid in made)
+    await asyncio.sleep(0.35)
+    report = await retention.round()  # an interval later: one fsync, then the files go
+    assert report.counts["syncs_for_files"] == 1 and report.counts["files_removed"] == 2
+    assert db.syncs == syncs + 1 and retention.syncs == 1
+    assert [_log_file(conf, aid).exists() for _, aid in made] == [False, False, True]
+
+    more = [await _run(db, conf, task) for _ in range(2)]  # durable commits (test helper)
+    report = await retention.round()
+    assert report.counts["runs_deleted"] == 2
+    async with db.write() as tx:  # e.g. the next attempt's spawn step 1
+        await tasks.create_task(tx, ids.uuid7(), {"name": "u", "command": "true",
+                                                  "env": {}, "labels": []}, 1)
+    await retention.round()
+    assert retention.syncs == 1  # that commit's fsync covered the deletion
+    assert not _log_file(conf, made[-1][1]).exists()
+    assert not _log_file(conf, more[0][1]).exists() and _log_file(conf, more[1][1]).exists()
 
 
 async def test_crash_between_commit_and_unlink_leaves_only_a_queued_orphan(

@@ -7,7 +7,11 @@ results deferred, docs/storage.md — and its automatic checkpoints), on the
 filesystem of build/ (a real disk: tmpfs would show no block writes). Back to
 back by default (the next attempt's durable commit covers the previous
 result); --spaced for attempts far apart (each result pays its own fsync and
-every attempt starts from a written-back page cache):
+every attempt starts from a written-back page cache); --steady for spaced
+attempts each followed by what the appliance does between two cron runs (a
+supervisor round that ages the journal row out, a retention round that deletes
+the run past the task's keep_runs), all inside the measured window — the whole
+life of a run, paid while the card's page cache is cold:
 
 * bytes: the worker's own `/proc/self/io` delta. `write_bytes` is what the
   kernel attributes to the worker when it dirties page-cache pages of the
@@ -27,7 +31,8 @@ every attempt starts from a written-back page cache):
 A second phase measures retention's own cost: rounds until the edge policy
 (keep 50 runs per task) has deleted the excess runs, per run deleted.
 
-Target (edge): <= 32 KiB and <= 4 fsyncs per attempt. Misses print MISS;
+Target (edge): <= 32 KiB back to back, <= 48 KiB spaced or steady, and <= 4
+fsyncs per attempt (issue 24). Misses print MISS;
 exit status is 0.
 
 `--compare-log-fsync` measures, in the same run, the alternative to the
@@ -51,6 +56,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -59,6 +65,7 @@ sys.path.insert(0, str(REPO / "app"))
 
 MARK = "/__qledge_bench_mark_"
 FS_BLOCK = 4096
+STEADY_KEEP = 5  # --steady: the task keeps this many runs, so each attempt deletes one
 
 
 def _io() -> dict[str, int]:
@@ -99,7 +106,7 @@ def _fsync_log_variant() -> str:
 
 
 async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
-                 variant: str = "") -> dict[str, object]:
+                 variant: str = "", steady: bool = False) -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate
     from qledge.db import runs as run_rows
@@ -129,7 +136,17 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     while rt.disk.loop.rounds < 1:  # the start-up retention round, outside the window
         await asyncio.sleep(0.01)
     task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
-                                  "concurrency": "allow"})
+                                  "concurrency": "allow",
+                                  **({"keep_runs": STEADY_KEEP} if steady else {})})
+    if steady:
+        # The rounds run explicitly after each attempt (below), not on their timers;
+        # the journal row ages out at once instead of 2 minutes later.
+        await rt.supervision.stop()
+        await rt.disk.loop.stop()
+        rt.supervisor.profile = msgspec.structs.replace(rt.supervisor.profile,
+                                                        journal_retention_s=0.0)
+
+    ended: Counter[str] = Counter()  # --steady deletes runs: count them as they end
 
     async def one() -> None:
         run = await trigger(rt, task.id, Trigger.API)
@@ -139,9 +156,15 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
             if cur.status.value not in ("queued", "running") and not rt._finishing:
                 break
             await asyncio.sleep(0.002)
+        ended[cur.status.value] += 1
         if spaced:
             while rt.reaper.waiting:
                 await asyncio.sleep(0.005)
+            os.sync()
+        if steady:
+            await rt.supervisor.round()
+            os.sync()
+            await rt.disk.retention.round()
             os.sync()
 
     # Steady state: every receipt and log shard exists (creating one of the 256 shards
@@ -156,12 +179,13 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     io0 = _io()
     _mark("attempts_start")
     t0 = time.perf_counter()
+    ended.clear()
     for _ in range(runs):
         await one()
     elapsed = time.perf_counter() - t0
     _mark("attempts_end")
     io1 = _io()
-    succeeded = await _count_succeeded(rt) - statuses0
+    succeeded = ended["succeeded"] if steady else await _count_succeeded(rt) - statuses0
 
     # What the supervisor does 2 minutes after each result: the journal rows age out.
     # Same code, its retention window set to 0 so it happens now, inside the window.
@@ -187,6 +211,10 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
         deleted += got
         if not got:
             break
+    # Deleted runs' files wait for an fsync to cover the deferred deletion (the next
+    # attempt's durable commit, or retention's own after an interval): count it here.
+    await rt.db.sync()
+    await rt.disk.retention.round()
     _mark("retention_end")
     io2 = _io()
     tids = sorted(int(t) for t in os.listdir("/proc/self/task"))
@@ -266,6 +294,10 @@ def main() -> int:
     ap.add_argument("--spaced", action="store_true",
                     help="attempts far apart (cron-like): each result pays its own fsync "
                          "and every attempt starts from a written-back page cache")
+    ap.add_argument("--steady", action="store_true",
+                    help="spaced, and each attempt followed by a supervisor round (its "
+                         f"journal row ages out) and a retention round (keep_runs="
+                         f"{STEADY_KEEP}: one run deleted): a run's whole life per attempt")
     ap.add_argument("--compare-log-fsync", action="store_true",
                     help="also measure a durable log (launcher fsyncs it, worker fsyncs its"
                          " directory entry) instead of the receipt's logBytes")
@@ -273,6 +305,8 @@ def main() -> int:
     ap.add_argument("--inner", metavar="STATE", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.steady:
+        args.spaced = True
     if args.compare_log_fsync:
         base = [sys.executable, __file__, "--runs", str(args.runs), "--warmup",
                 str(args.warmup), *(["--spaced"] if args.spaced else [])]
@@ -289,7 +323,7 @@ def main() -> int:
             runner = asyncio.Runner()
         with runner:
             result = runner.run(_inner(Path(args.inner), args.runs, args.warmup,
-                                       args.spaced, args.variant))
+                                       args.spaced, args.variant, args.steady))
         Path(args.out).write_text(json.dumps(result))
         return 0
 
@@ -302,6 +336,7 @@ def main() -> int:
         cmd = [sys.executable, __file__, "--inner", str(root / "state"), "--out", str(out),
                "--runs", str(args.runs), "--warmup", str(args.warmup),
                *(["--spaced"] if args.spaced else []),
+               *(["--steady"] if args.steady else []),
                *(["--variant", args.variant] if args.variant else [])]
         if strace:
             cmd = [strace, "-f", "-y", "-qq", "-o", str(trace), "-e",
@@ -345,6 +380,8 @@ def main() -> int:
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
+    if args.steady:
+        return _print_steady(r, fs, n, args.warmup, bool(strace))
     mode = "spaced, cron-like" if args.spaced else "back to back"
     print(f"{'per attempt, edge profile (' + mode + ')':50} {'KiB':>8} {'fsyncs':>8}")
     print(f"{'attempt: worker (run+spawn, identity, result)':50} {kib(a_wb)} {fmt(a_w)}"
@@ -355,7 +392,9 @@ def main() -> int:
     print(f"{'run deletion by retention (per run, later)':50} {kib(r_wb)} {fmt(r_w)}"
           f"   ({r['retention_deleted']} runs, {r['retention_rounds']} rounds)")
     print(f"{'total over a run life':50} {kib(total_b)} {fmt(total_f)}")
-    print(f"{'target':50} {'<= 32':>8} {'<= 4':>8}   bytes {verdict(total_b <= 32 * 1024)}, "
+    budget = 48 if args.spaced else 32
+    print(f"{'target':50} {'<= ' + str(budget):>8} {'<= 4':>8}   bytes "
+          f"{verdict(total_b <= budget * 1024)}, "
           f"fsyncs {'n/a (no strace)' if total_f is None else verdict(total_f <= 4)}")
     if fs is not None:
         detail = "; ".join(f"{who}: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(c.items()))
@@ -364,6 +403,35 @@ def main() -> int:
     print(f"runs={n} succeeded={r['succeeded']} warmup={args.warmup} "
           f"page_size={r['page_size']} elapsed={r['elapsed_s']:.1f}s "
           f"strace={'yes' if strace else 'no'} python={sys.version.split()[0]}")
+    return 0
+
+
+def _print_steady(r: dict[str, Any], fs: dict[str, Counter[str]] | None, n: int,
+                  warmup: int, strace: bool) -> int:
+    """Everything a run costs, each attempt with its own ageing and deletion, cold."""
+    wb = (r["write_bytes"] - r["cancelled_write_bytes"]) / n
+    total_b = wb + FS_BLOCK
+    worker = None if fs is None else sum(fs["worker"].values()) / n
+    launcher = None if fs is None else sum(fs["launcher"].values()) / n
+    total_f = None if worker is None or launcher is None else worker + launcher
+    ok_b = "PASS" if total_b <= 48 * 1024 else "MISS"
+    ok_f = "n/a (no strace)" if total_f is None else "PASS" if total_f <= 4 else "MISS"
+    print(f"{'per attempt, edge profile (steady: spaced, a run life each)':60} "
+          f"{'KiB':>8} {'fsyncs':>8}")
+    print(f"{'worker: attempt + journal ageing + retention round':60} {wb / 1024:8.2f} "
+          f"{'n/a' if worker is None else f'{worker:.2f}':>8}"
+          f"   wchar {r['wchar'] / n / 1024:.2f} KiB")
+    print(f"{'launcher receipt (1 block)':60} {FS_BLOCK / 1024:8.2f} "
+          f"{'n/a' if launcher is None else f'{launcher:.2f}':>8}")
+    print(f"{'total per attempt':60} {total_b / 1024:8.2f} "
+          f"{'n/a' if total_f is None else f'{total_f:.2f}':>8}")
+    print(f"{'target (spaced)':60} {'<= 48':>8} {'<= 4':>8}   bytes {ok_b}, fsyncs {ok_f}")
+    if fs is not None:
+        detail = "; ".join(f"{who}: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(c.items()))
+                           for who, c in fs.items())
+        print(f"fsyncs by file: {detail}")
+    print(f"runs={n} succeeded={r['succeeded']} warmup={warmup} page_size={r['page_size']} "
+          f"elapsed={r['elapsed_s']:.1f}s strace={'yes' if strace else 'no'}")
     return 0
 
 

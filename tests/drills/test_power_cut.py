@@ -186,3 +186,45 @@ async def test_cut_after_the_next_durable_commit_keeps_the_result(
         assert await _terminal_events(after, second.id) == ["attempt.finished", "run.finished"]
     finally:
         await after.stop()
+
+
+async def test_cut_after_a_deferred_retention_round_keeps_every_run_with_its_log(
+        machine: Machine, tmp_path: Path) -> None:
+    """Retention deletes runs in a deferred commit; their log files wait for an fsync
+    to cover it. A cut before that loses the deletion — and so must keep the files:
+    every run that comes back still has its log."""
+    import msgspec
+
+    from qledge.launch import logs
+
+    rt = machine.rt
+    task_id = await add_task(rt, "echo kept")
+    made = []
+    for _ in range(3):
+        run = await trigger(rt, task_id, Trigger.API)
+        made.append(await _until(rt, run.id, lambda r: r.status is RunStatus.SUCCEEDED))
+    async with rt.db.read() as tx:
+        aids = {r.id: [a.id for a in await attempts.attempts_of_run(tx, r.id)]
+                for r in made}
+    await rt.reaper.drain()  # results durable, receipts gone: journal rows may age out
+    rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+    await rt.supervisor.round()
+    retention = rt.disk.retention
+    retention.profile = msgspec.structs.replace(rt.profile, keep_runs_per_task=1,
+                                                retention_interval_s=600.0)
+    report = await retention.round()
+    assert report.counts.get("runs_deleted") == 2, report.counts
+    assert report.counts.get("files_waiting_for_fsync") == 2
+    disk = tmp_path / "after"
+    machine.cut_power(disk)
+
+    after = await _reboot(disk)
+    try:
+        for r in made:  # the deletion was not on disk: every run is back, log and all
+            back = await _run(after, r.id)
+            assert (back.status, back.exit_code) == (RunStatus.SUCCEEDED, 0)
+            (aid,) = aids[r.id]
+            assert (after.settings.logs_path / logs.relative_path(aid)).read_bytes() \
+                == b"kept\n"
+    finally:
+        await after.stop()

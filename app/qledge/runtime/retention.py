@@ -9,6 +9,14 @@ log file in `file_deletions`; the file is unlinked after commit and its queue
 row dropped in a later transaction. A crash in between leaves a queue row, so
 the next round removes the orphan file without listing any directory.
 
+Policy deletions, measured sizes and `run.held` marks commit *deferred* (no fsync
+of their own): a power cut that loses them only brings back runs the next round
+deletes again. Their files wait for durability instead — a file is unlinked only
+once the commit that deleted its rows is on disk, or a reboot could find a kept
+run whose log is gone. Usually the next attempt's durable commit covers them; an
+idle appliance pays one `sync()` after a retention interval, and disk pressure
+pays it at once. Evictions commit durable: they free space now.
+
 The logs size cap and disk pressure evict logs instead: oldest terminal
 attempts' files first; the run and attempt rows stay and the artifact is marked
 evicted (`SIZE_CAP`/`DISK_PRESSURE`), which the log API answers with 410.
@@ -160,6 +168,11 @@ class Retention:
         self.wal_bytes = 0
         self.stats: q.DbStats | None = None
         self._done: list[str] = []  # unlinked files whose queue rows can go
+        # Queued files wait for this commit to be durable (the one that deleted
+        # their rows deferred), since this monotonic time.
+        self._unlink_after = 0
+        self._waiting_since: float | None = None
+        self.syncs = 0  # fsyncs paid by retention to free files (no durable commit came)
         self.deleted_total: dict[str, dict[str, int]] = {}  # since start, by kind and why
 
     @property
@@ -198,10 +211,11 @@ class Retention:
         return report
 
     @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Tx]:
-        """A write transaction that also drops the queue rows of files already unlinked."""
+    async def _tx(self, *, durable: bool = False) -> AsyncIterator[Tx]:
+        """A write transaction that also drops the queue rows of files already unlinked.
+        Deferred unless `durable`: what a power cut loses here the next round redoes."""
         done = list(self._done)
-        async with self.db.write() as tx:
+        async with self.db.write(durable=durable) as tx:
             if done:
                 await q.forget_deletions(tx, done)
             yield tx
@@ -236,6 +250,8 @@ class Retention:
 
     async def _drain(self, report: RetentionReport) -> None:
         """Files queued by an earlier round, task deletion, or before a crash."""
+        if not await self._durable_for_unlink(report):
+            return
         limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
             pending = await q.pending_deletions(tx, limit)
@@ -292,7 +308,31 @@ class Retention:
             report.gone("runs", why[run_id])
         report.add("attempts_deleted", deleted.attempts)
         failpoints.hit("retention.after_commit")
-        await self._remove_files(deleted.log_paths, report)
+        seq = self.db.commit_seq
+        if seq <= self.db.durable_seq:
+            await self._remove_files(deleted.log_paths, report)
+        elif deleted.log_paths:
+            # Queued in file_deletions by the same commit: a later round's _drain
+            # unlinks them once an fsync covers that commit.
+            self._unlink_after = max(self._unlink_after, seq)
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
+            report.add("files_waiting_for_fsync", len(deleted.log_paths))
+
+    async def _durable_for_unlink(self, report: RetentionReport) -> bool:
+        """Whether queued files may go now. Their rows' deletion is on disk, or it is
+        made so here: under disk pressure at once, else once they have waited a
+        retention interval for another commit's fsync to cover them."""
+        if self._unlink_after > self.db.durable_seq:
+            waited = time.monotonic() - (self._waiting_since or time.monotonic())
+            if self.disk.reason is None and waited < self.profile.retention_interval_s:
+                report.add("unlinks_waiting_for_fsync")
+                return False
+            await self.db.sync()
+            self.syncs += 1
+            report.add("syncs_for_files")
+        self._waiting_since = None
+        return True
 
     async def _measure(self, report: RetentionReport) -> None:
         """Record the final size of finished logs; total = measured + active ones now."""
@@ -343,7 +383,7 @@ class Retention:
                    else DISK_PRESSURE if reason == DISK_CRITICAL else reason for aid in chosen}
             try:
                 evicted: list[tuple[str, str]] = []
-                async with self._tx() as tx:
+                async with self._tx(durable=True) as tx:
                     for label in sorted(set(why.values())):
                         evicted += await q.evict_logs(
                             tx, [a for a in chosen if why[a] == label], label, now_ms())
