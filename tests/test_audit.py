@@ -40,18 +40,16 @@ def make_db(path: Path, attempts: dict[str, str], journaled: set[str]) -> Path:
     conn.execute("INSERT INTO runs (id, task_id, trigger, status, created_at_ms)"
                  " VALUES ('r1', 't1', 'manual', 'running', 1)")
     for n, (attempt_id, status) in enumerate(sorted(attempts.items()), start=1):
-        conn.execute("INSERT INTO log_artifacts (id, relative_path, created_at_ms)"
-                     " VALUES (?, ?, 1)", (f"l{n}", f"{attempt_id[-2:]}/{attempt_id}.log"))
         conn.execute(
             "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner,"
-            " status, callback_token_hash, callback_sequence, log_artifact_id, created_at_ms)"
+            " status, callback_token_hash, callback_sequence, log_path, created_at_ms)"
             " VALUES (?, 'r1', ?, 'local_process', 'node', ?, x'00', 1, ?, 1)",
-            (attempt_id, n, status, f"l{n}"))
+            (attempt_id, n, status, f"{attempt_id[-2:]}/{attempt_id}.log"))
     for attempt_id in journaled:
         conn.execute(
-            "INSERT INTO receipt_journal (attempt_id, state, relative_path, created_at_ms,"
-            " updated_at_ms) VALUES (?, 'pending', ?, 1, 1)",
-            (attempt_id, f"{attempt_id[-2:]}/{attempt_id}.json"))
+            "UPDATE run_attempts SET receipt_state = 'pending', receipt_path = ?,"
+            " receipt_created_at_ms = 1, receipt_updated_at_ms = 1 WHERE id = ?",
+            (f"{attempt_id[-2:]}/{attempt_id}.json", attempt_id))
     conn.commit()
     conn.close()
     return path
@@ -324,7 +322,7 @@ def test_database_connection_is_read_only(tree: Tree) -> None:
             conn.execute("INSERT INTO node (singleton, node_id, created_at_ms) VALUES (1, 'x', 1)")
         with pytest.raises(sqlite3.OperationalError):
             conn.execute("PRAGMA query_only=OFF")
-            conn.execute("DELETE FROM receipt_journal")  # mode=ro holds even without query_only
+            conn.execute("UPDATE run_attempts SET receipt_state = NULL")  # mode=ro holds
     finally:
         conn.close()
     tree.run("--quarantine")

@@ -176,7 +176,7 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
         aid = ids.uuid7()
         att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner=node, executor_type="local_process",
-            token_hash=b"x", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
+            token_hash=b"x", deadline_at_ms=None,
             log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
     # A real process to aim at, in its own group, so a wrongly sent signal would show.
     import subprocess

@@ -40,7 +40,7 @@ class World:
             att = await attempts.prepare_attempt(
                 tx, run, attempt_id=attempt_id, owner=owner, executor_type=executor,
                 token_hash=token_hash(token), deadline_at_ms=deadline,
-                log_artifact_id=ids.uuid7(), log_path=f"{attempt_id[-2:]}/{attempt_id}.log",
+                log_path=f"{attempt_id[-2:]}/{attempt_id}.log",
                 receipt_path=self.receipts.relative_path(attempt_id), now_ms=3)
             run = await runs.get_run(tx, run.id)
             tr = transitions.attempt_started(run, att, pid=1, start_time=1, boot_id="b",
@@ -232,9 +232,9 @@ async def test_no_receipt_is_lost_unless_an_intent_decides(world: World) -> None
 
 async def _journal_row(world: World, att: Attempt) -> tuple[str, int | None] | None:
     async with world.db.read() as tx:
-        row = await tx.one("SELECT state, settled_at_ms FROM receipt_journal"
-                           " WHERE attempt_id = ?", (att.id,))
-    return None if row is None else (str(row["state"]), row["settled_at_ms"])
+        row = await tx.one("SELECT receipt_state, receipt_settled_at_ms FROM run_attempts"
+                           " WHERE id = ? AND receipt_state IS NOT NULL", (att.id,))
+    return None if row is None else (str(row["receipt_state"]), row["receipt_settled_at_ms"])
 
 
 async def test_consumption_settles_the_journal_row_in_the_same_commit(world: World) -> None:

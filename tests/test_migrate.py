@@ -31,10 +31,10 @@ def test_fresh_database_gets_every_migration(tmp_path: Path) -> None:
     assert migrate.apply(db) == []
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"tasks", "runs", "run_attempts", "run_events", "log_artifacts", "node",
-            "receipt_journal"} <= tables
+    assert {"tasks", "runs", "run_attempts", "run_events", "node"} <= tables
+    assert not {"log_artifacts", "receipt_journal"} & tables  # folded into attempts (0021)
     cols = {r[1] for r in conn.execute("PRAGMA table_info(run_attempts)")}
-    assert "deadline_at_ms" in cols
+    assert {"deadline_at_ms", "log_path", "receipt_state"} <= cols
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     for suffix in ("", "-wal", "-shm"):  # private, like every file of the data volume
         assert (tmp_path / f"q.db{suffix}").stat().st_mode & 0o777 == 0o600, suffix
@@ -62,9 +62,9 @@ def test_upgrade_from_baseline_keeps_data(tmp_path: Path) -> None:
     assert migrate.apply(db) == [m.version for m in migrate.bundled()[1:]]
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT name, command FROM tasks").fetchall() == [("old task", "echo hi")]
-    row = conn.execute("SELECT status, pid, deadline_at_ms FROM run_attempts").fetchone()
-    assert row == ("running", 42, None)
-    assert conn.execute("SELECT COUNT(*) FROM receipt_journal").fetchone()[0] == 0
+    row = conn.execute("SELECT status, pid, deadline_at_ms, log_path, receipt_state"
+                       " FROM run_attempts").fetchone()
+    assert row == ("running", 42, None, "aa/x.log", None)  # the reconciler registers it
 
 
 def test_tampered_applied_migration_is_refused(tmp_path: Path) -> None:
@@ -179,6 +179,15 @@ def _seed(db: Path, runs: int = 3) -> None:
 
 # Migrations after the slim schema (0007) apply too when these tests upgrade.
 AFTER_7 = [m.version for m in migrate.bundled() if m.version > 7]
+# 0021 folds log_artifacts and receipt_journal into run_attempts: the tests of earlier
+# migrations that compare those tables row by row stop before it (tests/test_journal.py
+# upgrades such databases through 0021).
+FOLD = 21
+BEFORE_FOLD = [v for v in AFTER_7 if v < FOLD]
+
+
+def _before_fold(tmp_path: Path) -> list[migrate.Migration]:
+    return _copy_migrations(tmp_path / "m-before-fold", upto=FOLD - 1)
 LATER_COLUMNS = {"run_attempts": ("log_bytes_at_exit",),
                  "runs": ("not_before_ms", "parent_run_id", "conc_index", "event_log",
                           "event_base")}
@@ -301,7 +310,7 @@ def test_hardening_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=8)
     _seed(db, runs=40)
     before = _snapshot(db)
-    assert migrate.apply(db) == [v for v in AFTER_7 if v >= 9]
+    assert migrate.apply(db, _before_fold(tmp_path)) == [v for v in BEFORE_FOLD if v >= 9]
     after = _snapshot(db)
     assert after["tasks"] == [{**t, "keep_background": 0, **TASK_POLICY_DEFAULTS}
                               for t in before["tasks"]]
@@ -330,7 +339,7 @@ def test_conc_runs_migration_keeps_every_row(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=10)
     _seed(db, runs=40)
     before = _snapshot(db)  # the new columns are NULL for every old row (_snapshot)
-    assert migrate.apply(db) == [v for v in AFTER_7 if v >= 11]
+    assert migrate.apply(db, _before_fold(tmp_path)) == [v for v in BEFORE_FOLD if v >= 11]
     after = _snapshot(db)
     assert after.pop("tasks") == [{**t, **TASK_POLICY_DEFAULTS} for t in before.pop("tasks")]
     assert after == before
@@ -395,7 +404,7 @@ def test_existing_database_converts_to_small_pages_in_one_vacuum(
 
     results, statements = _trace_storage(monkeypatch)
     with caplog.at_level("INFO", logger="qledge.db.upkeep"):
-        assert migrate.apply(db) == [6, 7, *AFTER_7]
+        assert migrate.apply(db, _before_fold(tmp_path)) == [6, 7, *BEFORE_FOLD]
     assert results == ["converted"]
     assert _vacuums(statements) == 1
     assert [r.levelname for r in caplog.records] == ["INFO"]  # converted, checkpointed
@@ -411,7 +420,7 @@ def test_existing_database_converts_to_small_pages_in_one_vacuum(
     assert {t: [{k: r[k] for k in rows[0]} for r in after[t]] if rows else after[t]
             for t, rows in before.items()} == before
     assert not (tmp_path / "q.db-journal").exists()
-    assert migrate.apply(db) == []  # idempotent
+    assert migrate.apply(db, migrate.bundled(tmp_path / "m-before-fold")) == []  # idempotent
     assert results == ["converted", "already applied"]
     assert _vacuums(statements) == 1
 
@@ -425,7 +434,7 @@ def test_page_size_conversion_of_an_incremental_database(tmp_path: Path) -> None
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
     conn.close()
     before = _snapshot(db)
-    assert migrate.apply(db) == [7, *AFTER_7]
+    assert migrate.apply(db, _before_fold(tmp_path)) == [7, *BEFORE_FOLD]
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == upkeep.INCREMENTAL
@@ -444,7 +453,7 @@ def test_failed_page_size_conversion_is_retried_at_the_next_start(
     other = sqlite3.connect(db)
     other.execute("SELECT COUNT(*) FROM runs").fetchone()
     with caplog.at_level("WARNING", logger="qledge.db.upkeep"):
-        assert migrate.apply(db) == [7, *AFTER_7]
+        assert migrate.apply(db, _before_fold(tmp_path)) == [7, *BEFORE_FOLD]
     assert "will retry at the next start" in caplog.text
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
@@ -454,7 +463,7 @@ def test_failed_page_size_conversion_is_retried_at_the_next_start(
     other.close()
     assert _columns_of(before, _snapshot(db)) == before
 
-    assert migrate.apply(db) == []
+    assert migrate.apply(db, migrate.bundled(tmp_path / "m-before-fold")) == []
     conn = sqlite3.connect(db, isolation_level=None)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -542,10 +551,11 @@ class _Recorder:
         return []
 
 
-# A full walk of one of these tables; scans of the small partial indexes are fine.
+# A full walk of one of these tables; scans of the small partial indexes (active runs,
+# active attempts, attempts with a journal entry) are fine.
 _FULL_SCAN = re.compile(
     r"^SCAN (runs|run_attempts|run_events|r|a|e)\b"
-    r"(?!.* USING (COVERING )?INDEX (runs_active|attempts_active)\b)")
+    r"(?!.* USING (COVERING )?INDEX (runs_active|attempts_active|attempts_journal)\b)")
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
@@ -580,6 +590,9 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         journal.journal_settle(tx, [a], 1), journal.journal_unsettle(tx, [a]),
         journal.journal_age_out(tx, 1, 4000), journal.journal_ended_page(tx, "", 64),
         attempts.attempts_without_journal(tx, owner, 64), events.list_events(tx, r),
+        journal.journal_counts(tx), journal.journal_quarantine(tx, a, "X", 1),
+        journal.journal_register(tx, a, "x/a.json", 1),
+        retention_queries.set_sizes(tx, [(a, 1)]),
         leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
         leases.acquire(tx, a, "h", 1, 10),
         retention_queries.run_candidates(tx, t, 10, 1, 64),
@@ -603,10 +616,19 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         if any(_FULL_SCAN.match(step) for step in plan):
             scans[" ".join(sql.split())] = plan
     conn.close()
-    # Ageing the journal walks its primary key in order: no sort, no index to keep.
+    # The journal's walks go through attempts_journal in attempt-id order: no sort, no
+    # walk of every attempt (0021).
+    journal_walks = [plan for sql, plan in plans.items()
+                     if "FROM run_attempts a WHERE a.receipt_state IS NOT NULL" in sql]
+    assert len(journal_walks) >= 4, plans
+    for plan in journal_walks:
+        assert not any("TEMP B-TREE" in step for step in plan), plan
+        assert any("attempts_journal" in step or "PRIMARY KEY" in step
+                   or "sqlite_autoindex_run_attempts_1 (id=?)" in step for step in plan), plan
     [age_out] = [plan for sql, plan in plans.items()
-                 if sql.startswith("DELETE FROM receipt_journal") and "settled_at_ms" in sql]
-    assert not any("TEMP B-TREE" in step for step in age_out), age_out
+                 if sql.startswith("UPDATE run_attempts SET receipt_state = NULL")
+                 and "receipt_settled_at_ms <=" in sql]
+    assert any("USING INDEX attempts_journal" in step for step in age_out), age_out
     assert len(rec.calls) >= len(calls)
     assert scans == {}
 

@@ -40,7 +40,7 @@ def _run(**kw: Any) -> Run:
 def _attempt(no: int = 1, **kw: Any) -> Attempt:
     base = dict(id=f"a{no}", run_id="r1", attempt_no=no, executor_type="local_process",
                 runtime_owner="n", status=AttemptStatus.RUNNING, callback_token_hash=b"h",
-                callback_sequence=1, log_artifact_id="l", log_path="x/a.log", pid=10,
+                callback_sequence=1, log_path="x/a.log", pid=10,
                 proc_start_time=5, boot_id="b", exit_code=None, reason_code=None,
                 created_at_ms=2, started_at_ms=2, finished_at_ms=None,
                 deadline_at_ms=1000)

@@ -164,7 +164,7 @@ async def _run(db: Database, conf: Settings, task_id: str, *, status: str = "suc
         aid = ids.uuid7()
         att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner="n1", executor_type="local_process",
-            token_hash=b"h", deadline_at_ms=None, log_artifact_id=ids.uuid7(),
+            token_hash=b"h", deadline_at_ms=None,
             log_path=logs.relative_path(aid), receipt_path=f"{aid[-2:]}/{aid}.json",
             now_ms=now)
         run = await runs.get_run(tx, run.id)
@@ -205,10 +205,8 @@ def _no_dangling_rows(conf: Settings) -> None:
             " WHERE r.id IS NULL",
             "SELECT COUNT(*) FROM run_events e LEFT JOIN runs r ON r.id = e.run_id"
             " WHERE r.id IS NULL",
-            "SELECT COUNT(*) FROM log_artifacts l LEFT JOIN run_attempts a"
-            " ON a.log_artifact_id = l.id WHERE a.id IS NULL",
-            "SELECT COUNT(*) FROM receipt_journal j LEFT JOIN run_attempts a"
-            " ON a.id = j.attempt_id WHERE a.id IS NULL",
+            "SELECT COUNT(*) FROM cancel_leases c LEFT JOIN run_attempts a"
+            " ON a.id = c.attempt_id WHERE a.id IS NULL",
         ):
             assert conn.execute(sql).fetchone()[0] == 0, sql
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -689,15 +687,15 @@ async def test_disk_full_unlinks_finished_logs_first_and_marks_them_later(
     assert report.counts["logs_unlinked_before_mark"] == 3
     assert not any(_log_file(conf, aid).exists() for _, aid in made)
     assert _log_file(conf, active[1]).exists()  # never an active attempt's log
-    assert _rows(conf, "SELECT COUNT(*) FROM log_artifacts WHERE evicted_at_ms IS NOT NULL") \
+    assert _rows(conf, "SELECT COUNT(*) FROM run_attempts WHERE log_evicted_at_ms IS NOT NULL") \
         == [(0,)]
     _no_dangling_rows(conf)
     monkeypatch.undo()
     report = await retention.round()  # room to write again: the marks follow
     assert report.counts["logs_evicted"] == 3
     # Critically full (40 KiB free): the task's newest log went too, under its own reason.
-    assert _rows(conf, "SELECT evicted_reason, COUNT(*) FROM log_artifacts WHERE"
-                       " evicted_at_ms IS NOT NULL GROUP BY 1 ORDER BY 1") \
+    assert _rows(conf, "SELECT log_evicted_reason, COUNT(*) FROM run_attempts WHERE"
+                       " log_evicted_at_ms IS NOT NULL GROUP BY 1 ORDER BY 1") \
         == [("DISK_CRITICAL", 1), ("DISK_PRESSURE", 2)]
     assert _rows(conf, "SELECT COUNT(*) FROM file_deletions") == [(0,)]
     _no_dangling_rows(conf)

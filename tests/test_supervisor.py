@@ -20,6 +20,9 @@ from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime
 
+# Attempts with a receipt-journal entry (its columns of the attempt row, migration 0021).
+_JOURNAL = "SELECT COUNT(*) FROM run_attempts WHERE receipt_state IS NOT NULL"
+
 
 async def _count(rt: Runtime, sql: str, *params: object) -> int:
     async with rt.db.read() as tx:
@@ -60,7 +63,7 @@ async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(
         finished = time.monotonic()
 
         async def journal_empty() -> bool:
-            return await _count(rt, "SELECT COUNT(*) FROM receipt_journal") == 0
+            return await _count(rt, _JOURNAL) == 0
 
         # 0.3 s retention + a 0.5 s round + slack; the page caps alone would need 30 s.
         await _wait("the journal drained", journal_empty, 6)
@@ -88,8 +91,8 @@ async def test_settled_rows_wait_while_the_reaper_holds_their_receipt(tmp_path: 
         run = await trigger(rt, task, Trigger.API)
 
         async def settled() -> bool:
-            return await _count(rt, "SELECT COUNT(*) FROM receipt_journal"
-                                    " WHERE settled_at_ms IS NOT NULL") == 1
+            return await _count(rt, "SELECT COUNT(*) FROM run_attempts"
+                                    " WHERE receipt_settled_at_ms IS NOT NULL") == 1
 
         await _wait("the row settled", settled, 20)
         await rt.reaper.drain()
@@ -97,11 +100,11 @@ async def test_settled_rows_wait_while_the_reaper_holds_their_receipt(tmp_path: 
         rt.reaper.remove_after(10**12, ["held"], since_ms=0)
         assert rt.reaper.oldest_since_ms == 0
         await rt.supervisor.round()
-        assert await _count(rt, "SELECT COUNT(*) FROM receipt_journal") == 1
+        assert await _count(rt, _JOURNAL) == 1
         rt.reaper._pending.clear()  # what its fsync and unlink would do
         report = await rt.supervisor.round()
         assert report.counts.get("journal_aged_out") == 1
-        assert await _count(rt, "SELECT COUNT(*) FROM receipt_journal") == 0
+        assert await _count(rt, _JOURNAL) == 0
         assert run.id
     finally:
         await rt.stop()

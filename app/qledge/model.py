@@ -186,7 +186,6 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     status: AttemptStatus
     callback_token_hash: bytes
     callback_sequence: int
-    log_artifact_id: str
     log_path: str
     pid: int | None
     proc_start_time: int | None

@@ -138,7 +138,7 @@ async def backlog(state: Path, n: int, batch: int) -> float:
             token = new_token()
             att = await attempts.prepare_attempt(
                 tx, run, attempt_id=aid, owner=rt.node_id, executor_type="local_process",
-                token_hash=token_hash(token), deadline_at_ms=None, log_artifact_id=ids.uuid7(),
+                token_hash=token_hash(token), deadline_at_ms=None,
                 log_path=f"{aid[-2:]}/{aid}.log", receipt_path=rt.receipts.relative_path(aid),
                 now_ms=2)
             run = await runs.get_run(tx, run.id)

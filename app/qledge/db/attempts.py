@@ -11,7 +11,6 @@ from ..model import Attempt, AttemptStatus, NewEvent, Run
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
-from .journal import journal_register
 from .rows import ATTEMPT_SELECT, NotFound, attempt_from_row
 
 _ACTIVE_ATTEMPT = st.active_attempt()
@@ -32,25 +31,20 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 
 async def prepare_attempt(
     tx: Tx, run: Run, *, attempt_id: str, owner: str, executor_type: str, token_hash: bytes,
-    deadline_at_ms: int | None, log_artifact_id: str, log_path: str, receipt_path: str,
-    now_ms: int,
+    deadline_at_ms: int | None, log_path: str, receipt_path: str, now_ms: int,
 ) -> Attempt:
-    """Spawn step 1 (docs/contract.md §3): attempt, log artifact, token hash, deadline and
-    journal row together."""
+    """Spawn step 1 (docs/contract.md §3): attempt, log path, token hash, deadline and
+    journal entry together, in one row (migration 0021)."""
     row = await tx.one(
         "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
     attempt_no = int(row["n"]) + 1 if row else 1
     await tx.execute(
-        "INSERT INTO log_artifacts (id, relative_path, created_at_ms) VALUES (?, ?, ?)",
-        (log_artifact_id, log_path, now_ms))
-    await tx.execute(
         "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
-        " callback_token_hash, callback_sequence, log_artifact_id, created_at_ms,"
-        " deadline_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " callback_token_hash, callback_sequence, created_at_ms, deadline_at_ms, log_path,"
+        " receipt_state, receipt_path, receipt_created_at_ms, receipt_updated_at_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
         (attempt_id, run.id, attempt_no, executor_type, owner, AttemptStatus.PREPARING.value,
-         token_hash, 1,
-         log_artifact_id, now_ms, deadline_at_ms))
-    await journal_register(tx, attempt_id, receipt_path, now_ms)
+         token_hash, 1, now_ms, deadline_at_ms, log_path, receipt_path, now_ms, now_ms))
     await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
                         now_ms, {attempt_id: attempt_no})
     return await get_attempt(tx, attempt_id)
@@ -105,9 +99,8 @@ async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[
 
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} LEFT JOIN receipt_journal j ON j.attempt_id = a.id"
-        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
-        " AND j.attempt_id IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
+        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
+        " AND a.receipt_state IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 
 

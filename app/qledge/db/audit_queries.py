@@ -3,7 +3,8 @@
 The audit is an operator command that may run beside a live worker, so it
 must never write, migrate or checkpoint: the file is opened `mode=ro`, the
 connection is `query_only`, schema-defined functions are not trusted and
-(Python 3.12+) SQLite's defensive mode is on. It reads two tables only, one
+(Python 3.12+) SQLite's defensive mode is on. It reads one table only
+(run_attempts: the attempt's status and its journal entry, migration 0021), one
 shard's batch of ids at a time.
 """
 
@@ -63,12 +64,13 @@ def lookup(conn: sqlite3.Connection, attempt_ids: Collection[str]) -> Lookup:
     if not ids:
         return Lookup(journaled=frozenset(), statuses={})
     marks = ", ".join("?" * len(ids))
-    # One snapshot, so a row moving between the two tables mid-lookup is not
-    # seen twice or not at all.
+    # One snapshot, so an entry ageing out or an attempt ending mid-lookup is not
+    # seen half-way.
     conn.execute("BEGIN")
     try:
         journaled = conn.execute(
-            f"SELECT attempt_id FROM receipt_journal WHERE attempt_id IN ({marks})",  # noqa: S608
+            f"SELECT id FROM run_attempts WHERE id IN ({marks})"  # noqa: S608
+            " AND receipt_state IS NOT NULL",
             ids,
         ).fetchall()
         statuses = conn.execute(

@@ -1,5 +1,11 @@
-"""SQL of the receipt journal: one row per attempt's receipt, from spawn until its
-fate is settled and the row ages out (docs/storage.md)."""
+"""SQL of the receipt journal: one entry per attempt's receipt, from spawn until its
+fate is settled and the entry ages out (docs/storage.md).
+
+Since migration 0021 an entry is the `receipt_*` columns of its attempt's row
+(`receipt_state` NULL: none); ageing out clears them. Every walk of the journal
+spells `receipt_state IS NOT NULL`, the WHERE of the partial index attempts_journal
+(SQLite uses a partial index only when the query implies it), and goes by attempt id.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,15 @@ from . import statuses as st
 from .connection import Tx
 
 _A_ACTIVE = st.active_attempt("a.status")
+# The WHERE of attempts_journal: an attempt that has a journal entry.
+_ENTRY = "a.receipt_state IS NOT NULL"
+_ROW = ("a.id AS attempt_id, a.receipt_state AS state, a.receipt_path AS relative_path,"
+        " a.receipt_reason AS reason_code, a.receipt_since_ms AS retention_since_ms,"
+        " a.status AS attempt_status")
+# Ageing out: no entry leaves no receipt_* value behind (the table's CHECK).
+_CLEAR = ("receipt_state = NULL, receipt_path = NULL, receipt_reason = NULL,"
+          " receipt_created_at_ms = NULL, receipt_updated_at_ms = NULL,"
+          " receipt_since_ms = NULL, receipt_settled_at_ms = NULL")
 
 
 class JournalRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -22,27 +37,27 @@ class JournalRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def journal_register(tx: Tx, attempt_id: str, receipt_path: str, now_ms: int) -> bool:
-    """Idempotent: True when a row was created."""
+    """Idempotent: True when an entry was created."""
     return await tx.execute(
-        "INSERT OR IGNORE INTO receipt_journal (attempt_id, state, relative_path, created_at_ms,"
-        " updated_at_ms) VALUES (?, 'pending', ?, ?, ?)",
-        (attempt_id, receipt_path, now_ms, now_ms)) == 1
+        "UPDATE run_attempts SET receipt_state = 'pending', receipt_path = ?,"
+        " receipt_created_at_ms = ?, receipt_updated_at_ms = ?"
+        " WHERE id = ? AND receipt_state IS NULL",
+        (receipt_path, now_ms, now_ms, attempt_id)) == 1
 
 
 async def journal_quarantine(tx: Tx, attempt_id: str, reason: str, now_ms: int) -> None:
     await tx.execute(
-        "UPDATE receipt_journal SET state = 'quarantined', reason_code = ?, updated_at_ms = ?,"
-        " retention_since_ms = ?, settled_at_ms = NULL WHERE attempt_id = ?"
-        " AND state = 'pending'", (reason, now_ms, now_ms, attempt_id))
+        "UPDATE run_attempts SET receipt_state = 'quarantined', receipt_reason = ?,"
+        " receipt_updated_at_ms = ?, receipt_since_ms = ?, receipt_settled_at_ms = NULL"
+        " WHERE id = ? AND receipt_state = 'pending'", (reason, now_ms, now_ms, attempt_id))
 
 
 async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
-    """Rows that may still need file work: not settled (settled rows age out by
+    """Entries that may still need file work: not settled (settled entries age out by
     `journal_age_out` alone, docs/storage.md)."""
     rows = await tx.all(
-        "SELECT j.*, a.status AS attempt_status FROM receipt_journal j"
-        " JOIN run_attempts a ON a.id = j.attempt_id WHERE j.attempt_id > ?"
-        " AND j.settled_at_ms IS NULL ORDER BY j.attempt_id LIMIT ?", (after_id, limit))
+        f"SELECT {_ROW} FROM run_attempts a WHERE {_ENTRY} AND a.id > ?"  # noqa: S608
+        " AND a.receipt_settled_at_ms IS NULL ORDER BY a.id LIMIT ?", (after_id, limit))
     return [
         JournalRow(attempt_id=r["attempt_id"], state=r["state"],
                    relative_path=r["relative_path"], reason_code=r["reason_code"],
@@ -53,31 +68,35 @@ async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
 
 
 async def journal_mark_terminal(tx: Tx, attempt_id: str, now_ms: int) -> None:
-    """Start the row's retention clock (the column holds 'terminal/quarantined since')."""
+    """Start the entry's retention clock ('terminal/quarantined since'). `runs.apply` does
+    the same in the UPDATE that ends the attempt."""
     await tx.execute(
-        "UPDATE receipt_journal SET retention_since_ms = ? WHERE attempt_id = ?"
-        " AND retention_since_ms IS NULL", (now_ms, attempt_id))
+        "UPDATE run_attempts SET receipt_since_ms = ? WHERE id = ?"
+        " AND receipt_state IS NOT NULL AND receipt_since_ms IS NULL", (now_ms, attempt_id))
 
 
 async def journal_reset_pending(tx: Tx, attempt_id: str, now_ms: int) -> None:
     """Quarantine purged while the attempt still runs: index its receipt again."""
     await tx.execute(
-        "UPDATE receipt_journal SET state = 'pending', retention_since_ms = NULL,"
-        " updated_at_ms = ? WHERE attempt_id = ?", (now_ms, attempt_id))
+        "UPDATE run_attempts SET receipt_state = 'pending', receipt_since_ms = NULL,"
+        " receipt_updated_at_ms = ? WHERE id = ? AND receipt_state IS NOT NULL",
+        (now_ms, attempt_id))
 
 
 async def journal_delete(tx: Tx, attempt_id: str) -> None:
-    await tx.execute("DELETE FROM receipt_journal WHERE attempt_id = ?", (attempt_id,))
+    await tx.execute(f"UPDATE run_attempts SET {_CLEAR} WHERE id = ?"  # noqa: S608
+                     " AND receipt_state IS NOT NULL", (attempt_id,))
 
 
 async def journal_settle(tx: Tx, attempt_ids: list[str], now_ms: int) -> None:
     """These receipts' fate is settled with no file work left (consumed into their
-    attempt's terminal state, or known never to come): the rows only age out now."""
+    attempt's terminal state, or known never to come): the entries only age out now."""
     if attempt_ids:
         marks = ",".join("?" * len(attempt_ids))
         await tx.execute(
-            f"UPDATE receipt_journal SET settled_at_ms = ? WHERE attempt_id IN ({marks})"  # noqa: S608
-            " AND state = 'pending' AND settled_at_ms IS NULL", [now_ms, *attempt_ids])
+            f"UPDATE run_attempts SET receipt_settled_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
+            " AND receipt_state = 'pending' AND receipt_settled_at_ms IS NULL",
+            [now_ms, *attempt_ids])
 
 
 async def journal_unsettle(tx: Tx, attempt_ids: list[str]) -> None:
@@ -85,30 +104,30 @@ async def journal_unsettle(tx: Tx, attempt_ids: list[str]) -> None:
     if attempt_ids:
         marks = ",".join("?" * len(attempt_ids))
         await tx.execute(
-            f"UPDATE receipt_journal SET settled_at_ms = NULL WHERE attempt_id IN ({marks})",  # noqa: S608
-            attempt_ids)
+            f"UPDATE run_attempts SET receipt_settled_at_ms = NULL WHERE id IN ({marks})"  # noqa: S608
+            " AND receipt_settled_at_ms IS NOT NULL", attempt_ids)
 
 
 async def journal_age_out(tx: Tx, settled_before_ms: int, limit: int) -> int:
-    """Drop settled rows older than the cutoff, at most `limit`: one DELETE walking the
-    primary key (oldest attempts first), whatever the backlog; no file is looked at.
-    No index on purpose: the journal is small once it keeps up, an index costs WAL."""
+    """Clear settled entries older than the cutoff, at most `limit`: one UPDATE walking
+    attempts_journal (oldest attempts first), whatever the backlog; no file is looked at.
+    No index on the settling time on purpose: the journal is small once it keeps up,
+    an index costs WAL."""
     return await tx.execute(
-        "DELETE FROM receipt_journal WHERE attempt_id IN (SELECT attempt_id"
-        " FROM receipt_journal WHERE settled_at_ms <= ? AND state = 'pending'"
-        " ORDER BY attempt_id LIMIT ?)", (settled_before_ms, limit))
+        f"UPDATE run_attempts SET {_CLEAR} WHERE id IN (SELECT a.id"  # noqa: S608
+        f" FROM run_attempts a WHERE {_ENTRY} AND a.receipt_settled_at_ms <= ?"
+        " AND a.receipt_state = 'pending' ORDER BY a.id LIMIT ?)", (settled_before_ms, limit))
 
 
 async def journal_ended_page(tx: Tx, after_id: str, limit: int) -> list[str]:
-    """Pending rows of terminal attempts, settled or not, by attempt id: the start-up
+    """Pending entries of terminal attempts, settled or not, by attempt id: the start-up
     look for their receipts (docs/recovery.md)."""
     rows = await tx.all(
-        "SELECT j.attempt_id FROM receipt_journal j"  # noqa: S608
-        " JOIN run_attempts a ON a.id = j.attempt_id"
-        " WHERE j.attempt_id > ? AND j.state = 'pending'"
-        f" AND NOT {_A_ACTIVE} ORDER BY j.attempt_id LIMIT ?",
+        f"SELECT a.id FROM run_attempts a WHERE {_ENTRY}"  # noqa: S608
+        " AND a.id > ? AND a.receipt_state = 'pending'"
+        f" AND NOT {_A_ACTIVE} ORDER BY a.id LIMIT ?",
         (after_id, limit))
-    return [str(r["attempt_id"]) for r in rows]
+    return [str(r["id"]) for r in rows]
 
 
 async def journal_counts(tx: Tx) -> dict[str, int]:
@@ -116,11 +135,11 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
     settled: ageing out, no file work left; quarantined: awaiting purge."""
     row = await tx.one(
         f"SELECT SUM({_A_ACTIVE}) AS active,"  # noqa: S608
-        f" SUM(j.state = 'pending' AND NOT {_A_ACTIVE}"
-        "     AND j.settled_at_ms IS NULL) AS terminal,"
-        " SUM(j.settled_at_ms IS NOT NULL) AS settled,"
-        " SUM(j.state = 'quarantined') AS quarantined"
-        " FROM receipt_journal j JOIN run_attempts a ON a.id = j.attempt_id")
+        f" SUM(a.receipt_state = 'pending' AND NOT {_A_ACTIVE}"
+        "     AND a.receipt_settled_at_ms IS NULL) AS terminal,"
+        " SUM(a.receipt_settled_at_ms IS NOT NULL) AS settled,"
+        " SUM(a.receipt_state = 'quarantined') AS quarantined"
+        f" FROM run_attempts a WHERE {_ENTRY}")
     if row is None:
         return {}
     return {k: int(row[k] or 0) for k in ("active", "terminal", "settled", "quarantined")}

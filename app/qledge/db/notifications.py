@@ -235,7 +235,6 @@ async def attempt_started_before(tx: Tx, run_id: str, before_ms: int) -> bool:
 
 
 async def last_log_path(tx: Tx, run_id: str) -> str | None:
-    row = await tx.one("SELECT l.relative_path FROM run_attempts a"
-                       " JOIN log_artifacts l ON l.id = a.log_artifact_id"
-                       " WHERE a.run_id = ? ORDER BY a.attempt_no DESC LIMIT 1", (run_id,))
+    row = await tx.one("SELECT log_path FROM run_attempts WHERE run_id = ?"
+                       " ORDER BY attempt_no DESC LIMIT 1", (run_id,))
     return str(row[0]) if row else None

@@ -62,7 +62,7 @@ async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
 
     Rank counts every terminal run of the task (newest = 1). A pre-filter only:
     `retention.verdict` decides. Runs with an active attempt or a receipt-journal
-    row (the supervisor still owns that evidence) are left for a later round.
+    entry (the supervisor still owns that evidence) are left for a later round.
     """
     rows = await tx.all(
         "SELECT c.id, c.rank, c.fin FROM (SELECT r.id, r.parent_run_id,"  # noqa: S608
@@ -71,8 +71,7 @@ async def run_candidates(tx: Tx, task_id: str, keep_n: int, cutoff_ms: int,
         f" FROM runs r WHERE r.task_id = ? AND {_R_TERMINAL}) AS c"
         " WHERE c.rank > 1 AND (c.rank > ? OR c.fin < ?)"
         " AND NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = c.id"
-        f"   AND ({_A_ACTIVE}"
-        "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))"
+        f"   AND ({_A_ACTIVE} OR a.receipt_state IS NOT NULL))"
         f" AND {_NO_ACTIVE_PARENT.format(parent='c.parent_run_id')}"
         " ORDER BY c.id LIMIT ?", (task_id, keep_n, cutoff_ms, limit))
     return [RunCandidate(id=r["id"], rank=r["rank"], finished_at_ms=r["fin"]) for r in rows]
@@ -86,7 +85,7 @@ class Deleted(msgspec.Struct, kw_only=True):
 
 
 async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
-    """Delete terminal runs with their attempts, events, leases and log artifacts.
+    """Delete terminal runs with their attempts (and their logs' rows), events and leases.
 
     One transaction (the caller's). The log files are queued in `file_deletions`
     in the same transaction and unlinked only after commit.
@@ -97,23 +96,17 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
         f"SELECT r.id FROM runs r WHERE r.id IN ({_marks(run_ids)})"  # noqa: S608
         f" AND {_NO_ACTIVE_PARENT.format(parent='r.parent_run_id')}"
         f" AND {_R_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
-        f"   WHERE a.run_id = r.id AND ({_A_ACTIVE}"
-        "     OR EXISTS (SELECT 1 FROM receipt_journal j WHERE j.attempt_id = a.id)))",
+        f"   WHERE a.run_id = r.id AND ({_A_ACTIVE} OR a.receipt_state IS NOT NULL))",
         run_ids)
     ids = [str(r["id"]) for r in rows]
     if not ids:
         return Deleted()
     arts = await tx.all(
-        "SELECT l.id, l.relative_path, l.evicted_at_ms FROM run_attempts a"  # noqa: S608
-        f" JOIN log_artifacts l ON l.id = a.log_artifact_id WHERE a.run_id IN ({_marks(ids)})",
-        ids)
+        "SELECT a.log_path, a.log_evicted_at_ms FROM run_attempts a"  # noqa: S608
+        f" WHERE a.run_id IN ({_marks(ids)})", ids)
+    # run_attempts go with their runs (ON DELETE CASCADE), their logs' columns with them.
     deleted = await tx.execute(f"DELETE FROM runs WHERE id IN ({_marks(ids)})", ids)  # noqa: S608
-    art_ids = [str(a["id"]) for a in arts]
-    if art_ids:
-        # run_attempts went with their runs (ON DELETE CASCADE), so nothing names these now.
-        await tx.execute(
-            f"DELETE FROM log_artifacts WHERE id IN ({_marks(art_ids)})", art_ids)  # noqa: S608
-    paths = [str(a["relative_path"]) for a in arts if a["evicted_at_ms"] is None]
+    paths = [str(a["log_path"]) for a in arts if a["log_evicted_at_ms"] is None]
     await enqueue_deletions(tx, paths, now_ms)
     return Deleted(runs=deleted, attempts=len(arts), log_paths=paths, run_ids=ids)
 
@@ -149,33 +142,34 @@ async def count_pending_deletions(tx: Tx) -> int:
 # -- log sizes and eviction ------------------------------------------------------
 
 class LogRow(msgspec.Struct, frozen=True, kw_only=True):
-    id: str  # the log artifact
+    id: str  # the attempt whose row holds the log (migration 0021): `set_sizes` takes it
     attempt_id: str
     relative_path: str
     size_bytes: int | None
     newest: bool = False  # of its task's newest terminal run
 
 
-# Driven from run_attempts (primary key) into log_artifacts (primary key): no new
-# index on the spawn path, where each would cost a page write per attempt on the
-# card; the scans are bounded by the retention policy itself.
+# The log is columns of its attempt's row (migration 0021), read through run_attempts'
+# primary key: no new index on the spawn path, where each would cost a page write per
+# attempt on the card; the scans are bounded by the retention policy itself.
 _LOG_SELECT = (
-    "SELECT l.id, a.id AS attempt_id, l.relative_path, l.size_bytes FROM run_attempts a"
-    " JOIN log_artifacts l ON l.id = a.log_artifact_id"
+    "SELECT a.id, a.id AS attempt_id, a.log_path AS relative_path,"
+    " a.log_size_bytes AS size_bytes FROM run_attempts a"
 )
 
 
 async def unsized_logs(tx: Tx, limit: int) -> list[LogRow]:
     """Logs of terminal attempts whose final size has not been measured yet."""
     rows = await tx.all(
-        f"{_LOG_SELECT} WHERE {_A_TERMINAL} AND l.size_bytes IS NULL"
-        " AND l.evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (limit,))
+        f"{_LOG_SELECT} WHERE {_A_TERMINAL} AND a.log_size_bytes IS NULL"
+        " AND a.log_evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (limit,))
     return [_log(r) for r in rows]
 
 
 async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
-    for art_id, size in sizes:
-        await tx.execute("UPDATE log_artifacts SET size_bytes = ? WHERE id = ?", (size, art_id))
+    for attempt_id, size in sizes:
+        await tx.execute("UPDATE run_attempts SET log_size_bytes = ? WHERE id = ?",
+                         (size, attempt_id))
 
 
 async def active_logs(tx: Tx, limit: int) -> list[str]:
@@ -194,8 +188,9 @@ class LogTotals(msgspec.Struct, frozen=True, kw_only=True):
 
 async def log_totals(tx: Tx) -> LogTotals:
     row = await tx.one(
-        "SELECT COUNT(*) AS live, COALESCE(SUM(size_bytes), 0) AS bytes,"
-        " SUM(size_bytes IS NULL) AS unsized FROM log_artifacts WHERE evicted_at_ms IS NULL")
+        "SELECT COUNT(*) AS live, COALESCE(SUM(log_size_bytes), 0) AS bytes,"
+        " SUM(log_size_bytes IS NULL) AS unsized FROM run_attempts"
+        " WHERE log_evicted_at_ms IS NULL")
     if row is None:
         return LogTotals(live=0, sized_bytes=0, unsized=0)
     return LogTotals(live=int(row["live"]), sized_bytes=int(row["bytes"]),
@@ -218,10 +213,10 @@ async def eviction_candidates(tx: Tx, after_attempt: str, limit: int, *,
     full disk may take those); otherwise they come too, flagged `newest`.
     """
     only_older = f" AND {_NEWER_TERMINAL}" if keep_newest else ""
-    sql = ("SELECT l.id, a.id AS attempt_id, l.relative_path, l.size_bytes,"  # noqa: S608
-           f" NOT {_NEWER_TERMINAL} AS newest FROM run_attempts a"
-           " JOIN log_artifacts l ON l.id = a.log_artifact_id JOIN runs r ON r.id = a.run_id"
-           f" WHERE a.id > ? AND {_A_TERMINAL} AND l.evicted_at_ms IS NULL"
+    sql = ("SELECT a.id, a.id AS attempt_id, a.log_path AS relative_path,"  # noqa: S608
+           " a.log_size_bytes AS size_bytes,"
+           f" NOT {_NEWER_TERMINAL} AS newest FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+           f" WHERE a.id > ? AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL"
            f"{only_older} ORDER BY a.id LIMIT ?")
     rows = await tx.all(sql, (after_attempt, limit))
     return [_log(r, newest=bool(r["newest"])) for r in rows]
@@ -237,10 +232,10 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
         return []
     rows = await tx.all(
         f"{_LOG_SELECT} WHERE a.id IN ({_marks(attempt_ids)})"
-        f" AND {_A_TERMINAL} AND l.evicted_at_ms IS NULL", attempt_ids)
+        f" AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL", attempt_ids)
     for r in rows:
         await tx.execute(
-            "UPDATE log_artifacts SET evicted_at_ms = ?, evicted_reason = ? WHERE id = ?",
+            "UPDATE run_attempts SET log_evicted_at_ms = ?, log_evicted_reason = ? WHERE id = ?",
             (now_ms, reason, r["id"]))
     evicted = [(str(r["attempt_id"]), str(r["relative_path"])) for r in rows]
     await enqueue_deletions(tx, [path for _, path in evicted], now_ms)
@@ -250,19 +245,18 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
 async def log_eviction(tx: Tx, relative_path: str) -> tuple[str, int] | None:
     """(reason, evicted_at_ms) when this log was evicted, for the log API.
 
-    log_artifacts has no index on the path (it would cost a page write per
-    attempt); the path is `<shard>/<attempt id>.log`, so the lookup goes
-    through the attempt's primary key and checks the path on the artifact.
+    There is no index on the path (it would cost a page write per attempt); the
+    path is `<shard>/<attempt id>.log`, so the lookup goes through the attempt's
+    primary key and checks the path on its row.
     """
     attempt_id = relative_path.rpartition("/")[2].removesuffix(".log")
     row = await tx.one(
-        "SELECT l.evicted_reason, l.evicted_at_ms FROM run_attempts a"
-        " JOIN log_artifacts l ON l.id = a.log_artifact_id WHERE a.id = ?"
-        " AND l.relative_path = ? AND l.evicted_at_ms IS NOT NULL",
+        "SELECT log_evicted_reason, log_evicted_at_ms FROM run_attempts WHERE id = ?"
+        " AND log_path = ? AND log_evicted_at_ms IS NOT NULL",
         (attempt_id, relative_path))
     if row is None:
         return None
-    return str(row["evicted_reason"]), int(row["evicted_at_ms"])
+    return str(row["log_evicted_reason"]), int(row["log_evicted_at_ms"])
 
 
 def _log(row: sqlite3.Row, *, newest: bool = False) -> LogRow:

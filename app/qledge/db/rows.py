@@ -32,11 +32,9 @@ class NotFound(Exception):
     pass
 
 
-# An attempt row carries its log's path (the artifact row it owns).
-ATTEMPT_SELECT = (
-    "SELECT a.*, l.relative_path AS log_path FROM run_attempts a"
-    " JOIN log_artifacts l ON l.id = a.log_artifact_id"
-)
+# An attempt row carries its log (path, size, eviction) and its receipt-journal entry
+# (migration 0021).
+ATTEMPT_SELECT = "SELECT a.* FROM run_attempts a"
 
 
 def task_from_row(row: sqlite3.Row) -> Task:
@@ -75,8 +73,8 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         id=row["id"], run_id=row["run_id"], attempt_no=row["attempt_no"],
         executor_type=row["executor_type"], runtime_owner=row["runtime_owner"],
         status=AttemptStatus(row["status"]), callback_token_hash=row["callback_token_hash"],
-        callback_sequence=row["callback_sequence"], log_artifact_id=row["log_artifact_id"],
-        log_path=row["log_path"], pid=row["pid"], proc_start_time=row["proc_start_time"],
+        callback_sequence=row["callback_sequence"], log_path=row["log_path"], pid=row["pid"],
+        proc_start_time=row["proc_start_time"],
         boot_id=row["boot_id"], exit_code=row["exit_code"], reason_code=row["reason_code"],
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],

@@ -15,7 +15,6 @@ from . import events, policies
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
-from .journal import journal_mark_terminal
 from .rows import Conflict, NotFound, run_from_row
 
 _json = msgspec.json.Encoder()
@@ -140,15 +139,17 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
     if changed == 0:
         raise Conflict(f"run {old.id} version {old.version}")
     if att is not None:
+        # An attempt that ends starts its journal entry's retention clock in the same
+        # UPDATE (what journal.journal_mark_terminal does on its own).
         await tx.execute(
             "UPDATE run_attempts SET status = ?, pid = ?, proc_start_time = ?, boot_id = ?,"
             " exit_code = ?, reason_code = ?, started_at_ms = ?, finished_at_ms = ?,"
-            " callback_sequence = ?, log_bytes_at_exit = ? WHERE id = ?",
+            " callback_sequence = ?, log_bytes_at_exit = ?,"
+            " receipt_since_ms = CASE WHEN ? AND receipt_state IS NOT NULL"
+            "   AND receipt_since_ms IS NULL THEN ? ELSE receipt_since_ms END WHERE id = ?",
             (att.status.value, att.pid, att.proc_start_time, att.boot_id, att.exit_code,
              att.reason_code, att.started_at_ms, att.finished_at_ms, att.callback_sequence,
-             att.log_bytes_at_exit, att.id))
-        if att.status not in ACTIVE_ATTEMPT:
-            await journal_mark_terminal(tx, att.id, now_ms)
+             att.log_bytes_at_exit, att.status not in ACTIVE_ATTEMPT, now_ms, att.id))
     if new.status in TERMINAL_RUN and old.status not in TERMINAL_RUN:
         for listener in tx.terminal_listeners:
             await listener(tx, old, new, now_ms)
@@ -185,13 +186,12 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
         flags.setdefault(r["task_id"], set()).add(r["status"])
     latest = await tx.all(
         "SELECT r.task_id, r.id, r.status, r.started_at_ms, r.created_at_ms,"
-        " l.relative_path"
+        " a.log_path AS relative_path"
         " FROM json_each(?) j"
         " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"
         "   ORDER BY id DESC LIMIT 1)"
         " LEFT JOIN run_attempts a ON a.id = (SELECT id FROM run_attempts WHERE run_id = r.id"
-        "   ORDER BY attempt_no DESC LIMIT 1)"
-        " LEFT JOIN log_artifacts l ON l.id = a.log_artifact_id", (ids_json,))
+        "   ORDER BY attempt_no DESC LIMIT 1)", (ids_json,))
     finished = await tx.all(
         "SELECT r.task_id, r.started_at_ms, r.finished_at_ms FROM json_each(?) j"
         " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"

@@ -130,16 +130,11 @@ async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
     """
     await get_task(tx, task_id)
     logs = await tx.all(
-        "SELECT l.relative_path FROM log_artifacts l JOIN run_attempts a"
-        " ON a.log_artifact_id = l.id JOIN runs r ON r.id = a.run_id WHERE r.task_id = ?",
-        (task_id,))
-    ids = [r["log_artifact_id"] for r in await tx.all(
-        "SELECT a.log_artifact_id FROM run_attempts a JOIN runs r ON r.id = a.run_id"
-        " WHERE r.task_id = ?", (task_id,))]
+        "SELECT a.log_path FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+        " WHERE r.task_id = ?", (task_id,))
+    # Its runs and their attempts (with their logs' columns) go by ON DELETE CASCADE.
     await tx.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
-    for art in ids:
-        await tx.execute("DELETE FROM log_artifacts WHERE id = ?", (art,))
-    paths = [str(r["relative_path"]) for r in logs]
+    paths = [str(r["log_path"]) for r in logs]
     for rel in paths:
         await tx.execute(
             "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"

@@ -170,8 +170,7 @@ class LocalExecutor:
         attempt = await attempts.prepare_attempt(
             tx, run, attempt_id=attempt_id, owner=self.node_id,
             executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
-            deadline_at_ms=deadline, log_artifact_id=ids.uuid7(),
-            log_path=logs.relative_path(attempt_id),
+            deadline_at_ms=deadline, log_path=logs.relative_path(attempt_id),
             receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
         return Prepared(run, task, attempt, token, env, form, refusal)
 
