@@ -52,8 +52,10 @@ def _procs_with(marker: str) -> list[int]:
 
 
 def _wait_running(http: httpx.Client, run_id: str) -> None:
+    """The launcher runs and its identity is recorded (a run is `running` from spawn
+    step 1, before that)."""
     deadline = time.monotonic() + 20
-    while http.get(f"/api/v1/runs/{run_id}").json()["status"] != "running":
+    while http.get(f"/api/v1/runs/{run_id}").json()["started_at_ms"] is None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
 

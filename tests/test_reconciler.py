@@ -47,7 +47,8 @@ def test_the_product_reads_the_kernels_boot_id(tmp_path: Path) -> None:
 
 async def _running_task(rt: Runtime) -> tuple[Run, int]:
     run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
-    await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
+    # `running` from spawn step 1; the identity (and started_at_ms) comes at step 4.
+    await _until(rt, run.id, lambda r: r.started_at_ms is not None)
     async with rt.db.read() as tx:
         (attempt,) = await attempts.attempts_of_run(tx, run.id)
     assert attempt.pid is not None and attempt.boot_id == "boot-before"

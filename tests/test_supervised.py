@@ -85,7 +85,7 @@ def test_restarted_worker_binds_while_tasks_still_run(tmp_path: Path) -> None:
         task = app.api("POST", "/tasks", json={"name": "long", "command": "sleep 30"}).json()
         run = app.api("POST", f"/tasks/{task['id']}/runs").json()["run"]
         deadline = time.monotonic() + 20
-        while app.api("GET", f"/runs/{run['id']}").json()["status"] != "running":
+        while app.api("GET", f"/runs/{run['id']}").json()["started_at_ms"] is None:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         app.kill_worker()

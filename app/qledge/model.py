@@ -79,6 +79,10 @@ class Reason(enum.StrEnum):
     RECOVERY_BOOT_CHANGED = "RECOVERY_BOOT_CHANGED"
     RECOVERY_IDENTITY_UNSUPPORTED = "RECOVERY_IDENTITY_UNSUPPORTED"
     RECOVERY_FOREIGN_OWNER = "RECOVERY_FOREIGN_OWNER"
+    # An attempt still `preparing` under a run that had already ended: what a cancel
+    # that raced the spawn left behind before the run turned `running` at spawn step 1
+    # (docs/recovery.md); decided from its receipt when there is one, else this.
+    RECOVERY_RUN_ALREADY_ENDED = "RECOVERY_RUN_ALREADY_ENDED"
     TASK_ISOLATION_UNAVAILABLE = "TASK_ISOLATION_UNAVAILABLE"
     # The `task` command form refused before any process (taskform.py, docs/tasks.md).
     TASK_BAD_SYNTAX = "TASK_BAD_SYNTAX"

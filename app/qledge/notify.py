@@ -42,6 +42,8 @@ REASONS: dict[str, str] = {
     "RECOVERY_BOOT_CHANGED": "the machine rebooted while it ran",
     "RECOVERY_IDENTITY_UNSUPPORTED": "its process could not be identified on this kernel",
     "RECOVERY_FOREIGN_OWNER": "it belonged to another node",
+    "RECOVERY_RUN_ALREADY_ENDED":
+        "its run had already ended while it was being started, and no result came",
     "TASK_ISOLATION_UNAVAILABLE": "task isolation is required but unavailable",
     "DISK_PRESSURE": "held: the disk is nearly full",
     "DISK_FREE_UNKNOWN": "held: the disk's free space is unknown",

@@ -47,23 +47,63 @@ def _require_active(run: Run) -> None:
         raise InvalidTransition("RUN_TERMINAL")
 
 
+def attempt_prepared(run: Run) -> Transition:
+    """Spawn step 1: the run is `running` from the commit that creates its attempt.
+
+    From then on a launcher may exist before its identity is recorded, so nothing may
+    read the run as "nothing started": a cancel commits its intent and the attempt's
+    end decides (docs/recovery.md). `started_at_ms` and `run.started` stay with the
+    launcher's identity (attempt_started); `attempt.created` is the event of this step.
+    """
+    _require_active(run)
+    if run.status is not RunStatus.QUEUED:
+        raise InvalidTransition("RUN_NOT_QUEUED")
+    return Transition(run=_bump(run, status=RunStatus.RUNNING), attempt=None, events=[])
+
+
 def attempt_started(
     run: Run, attempt: Attempt, *, pid: int, start_time: int, boot_id: str, now_ms: int
 ) -> Transition:
-    """The launcher runs and its durable identity is known."""
+    """The launcher runs and its durable identity is known.
+
+    The run is `running` since step 1; a `queued` one is an attempt prepared before
+    that was so (a database from an earlier version), adopted at start-up."""
     _require_active(run)
-    if attempt.status is not AttemptStatus.PREPARING:
-        raise InvalidTransition("ATTEMPT_NOT_PREPARING")
-    new_attempt = replace(
-        attempt, status=AttemptStatus.RUNNING, pid=pid, proc_start_time=start_time,
-        boot_id=boot_id, started_at_ms=now_ms,
-    )
+    new_attempt = _identified(attempt, pid=pid, start_time=start_time, boot_id=boot_id,
+                              now_ms=now_ms)
     new_run = _bump(run, status=RunStatus.RUNNING, started_at_ms=run.started_at_ms or now_ms)
     events = [NewEvent(type="attempt.started", attempt_id=attempt.id, data={"pid": pid})]
-    if run.status is RunStatus.QUEUED and run.started_at_ms is None:
+    if run.started_at_ms is None:
         # Once per run: a retry's attempt starts the attempt, not the run again.
         events.append(NewEvent(type="run.started", attempt_id=attempt.id))
     return Transition(run=new_run, attempt=new_attempt, events=events)
+
+
+def orphan_started(
+    run: Run, attempt: Attempt, *, pid: int, start_time: int, boot_id: str, now_ms: int
+) -> Transition:
+    """Adoption of a launcher whose run had already ended while its attempt was still
+    `preparing` (a cancel that raced the spawn, before step 1 made the run `running`).
+
+    The run's result is final and stays; the attempt records the identity so that the
+    launcher is watched and stopped by the run's committed intent, never left running
+    unrecorded — its receipt then settles the attempt (orphan ends, below)."""
+    if run.status not in TERMINAL_RUN:
+        raise InvalidTransition("RUN_ACTIVE")
+    new_attempt = _identified(attempt, pid=pid, start_time=start_time, boot_id=boot_id,
+                              now_ms=now_ms)
+    events = [NewEvent(type="attempt.started", attempt_id=attempt.id, data={"pid": pid})]
+    return Transition(run=_bump(run), attempt=new_attempt, events=events)
+
+
+def _identified(attempt: Attempt, *, pid: int, start_time: int, boot_id: str,
+                now_ms: int) -> Attempt:
+    if attempt.status is not AttemptStatus.PREPARING:
+        raise InvalidTransition("ATTEMPT_NOT_PREPARING")
+    return replace(
+        attempt, status=AttemptStatus.RUNNING, pid=pid, proc_start_time=start_time,
+        boot_id=boot_id, started_at_ms=now_ms,
+    )
 
 
 def request_cancel(run: Run, reason: CancelReason, now_ms: int) -> Transition | None:
@@ -77,7 +117,10 @@ def request_cancel(run: Run, reason: CancelReason, now_ms: int) -> Transition | 
 
 
 def cancel_queued(run: Run, now_ms: int) -> Transition:
-    """A run that never spawned ends `cancelled` (or `timed_out`) without a process."""
+    """A run that never spawned ends `cancelled` (or `timed_out`) without a process.
+
+    Only for a run with no active attempt: the callers go through
+    `db.runs.end_if_queued`, which checks that in their transaction."""
     _require_active(run)
     if run.status is not RunStatus.QUEUED:
         raise InvalidTransition("RUN_NOT_QUEUED")
@@ -121,18 +164,16 @@ def _finish(
     run: Run, attempt: Attempt, status: AttemptStatus, *, exit_code: int | None,
     reason: str, finished_at_ms: int, leftover_processes: int = 0,
 ) -> Transition:
+    """The attempt and its run end together (attempt event first); an orphan — an
+    attempt still active under a run that already ended — ends alone: the run keeps
+    its result and its one `run.finished`, only its version moves (for the CAS)."""
     if attempt.status not in ACTIVE_ATTEMPT:
         raise InvalidTransition("ATTEMPT_TERMINAL")
-    _require_active(run)
     # Times from the launcher's clock never precede what the DB already committed.
     floor = max(attempt.started_at_ms or 0, attempt.created_at_ms)
     finished = max(finished_at_ms, floor)
     new_attempt = replace(
         attempt, status=status, exit_code=exit_code, reason_code=reason, finished_at_ms=finished
-    )
-    new_run = _bump(
-        run, status=RunStatus(status.value), exit_code=exit_code, reason_code=reason,
-        finished_at_ms=finished,
     )
     data: dict[str, str | int | None] = {
         "status": status.value, "exit_code": exit_code, "reason_code": reason,
@@ -140,13 +181,17 @@ def _finish(
     if leftover_processes:
         # How many processes the launcher had to end after the command (a count only).
         data["leftover_processes"] = leftover_processes
+    attempt_event = NewEvent(type="attempt.finished", attempt_id=attempt.id, data=data)
+    if run.status in TERMINAL_RUN:
+        return Transition(run=_bump(run), attempt=new_attempt, events=[attempt_event])
+    new_run = _bump(
+        run, status=RunStatus(status.value), exit_code=exit_code, reason_code=reason,
+        finished_at_ms=finished,
+    )
     return Transition(
         run=new_run,
         attempt=new_attempt,
-        events=[
-            NewEvent(type="attempt.finished", attempt_id=attempt.id, data=data),
-            NewEvent(type="run.finished", attempt_id=attempt.id, data=data),
-        ],
+        events=[attempt_event, NewEvent(type="run.finished", attempt_id=attempt.id, data=data)],
     )
 
 
@@ -183,6 +228,10 @@ def without_receipt(
                 else Reason.CANCEL_REQUESTED)
         return _finish(run, attempt, _cancelled_status(run), exit_code=None,
                        reason=code.value, finished_at_ms=now_ms)
+    if run.status in TERMINAL_RUN and attempt.status is AttemptStatus.PREPARING:
+        # An orphan never confirmed (docs/recovery.md): whatever the caller saw, the
+        # reason is that its run had ended first.
+        reason, status = Reason.RECOVERY_RUN_ALREADY_ENDED, AttemptStatus.LOST
     tr = _finish(run, attempt, status, exit_code=None, reason=reason.value,
                  finished_at_ms=now_ms)
     if message is None:

@@ -38,6 +38,8 @@ def _running_children(app: Any, parent_id: str, n: int) -> list[dict[str, Any]] 
     if len(kids) != n or any(k["status"] != "running" for k in kids):
         return None
     runs = [get_run(app, k["id"]) for k in kids]
+    if not all(r["attempts"] and r["attempts"][0]["pid"] for r in runs):
+        return None  # `running` from spawn step 1; the pid comes with the identity
     logs = [full_log(app, k["id"]) for k in kids]
     return runs if all(b"start" in log for log in logs) else None
 

@@ -140,7 +140,8 @@ async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
         machine: Machine, tmp_path: Path) -> None:
     rt = machine.rt
     run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
-    await _until(rt, run.id, lambda r: r.status is RunStatus.RUNNING)
+    # `running` from spawn step 1; the identity (and started_at_ms) comes at step 4.
+    await _until(rt, run.id, lambda r: r.started_at_ms is not None)
     async with rt.db.read() as tx:
         (attempt,) = await attempts.attempts_of_run(tx, run.id)
     assert attempt.pid is not None
@@ -152,7 +153,7 @@ async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
     try:
         # Spawn step 1 was durable, the identity was not: the attempt is found
         # `preparing`, no launcher carries its ids, no receipt exists.
-        decided = await _until(after, run.id, lambda r: r.status is not RunStatus.QUEUED)
+        decided = await _until(after, run.id, lambda r: r.finished_at_ms is not None)
         assert decided.status is RunStatus.LOST, decided
         assert decided.exit_code is None
         assert decided.reason_code == Reason.RECOVERY_SPAWN_UNCONFIRMED.value

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import msgspec
 
+from .. import transitions
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
 from ..transitions import Transition
 from . import events, policies
 from . import statuses as st
+from .attempts import run_has_active_attempt
 from .connection import Tx
 from .events import append_events
 from .rows import Conflict, NotFound, run_from_row
@@ -154,6 +156,19 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
         for listener in tx.terminal_listeners:
             await listener(tx, old, new, now_ms)
     return new
+
+
+async def end_if_queued(tx: Tx, run: Run, now_ms: int) -> Run:
+    """A cancel's second half: a `queued` run with its intent committed ends at once
+    (`cancelled`/`timed_out`, CANCELLED_BEFORE_START) — only if no attempt of it is
+    active. Spawn step 1 makes the run `running` in the commit that creates the
+    attempt, so a `queued` run with an active attempt comes only from a database of an
+    earlier version (the worker died between step 1 and the identity commit): nothing
+    proves that no process started, so the attempt's end decides, as for a running
+    run (docs/recovery.md)."""
+    if run.status is not RunStatus.QUEUED or await run_has_active_attempt(tx, run.id):
+        return run
+    return await apply(tx, run, transitions.cancel_queued(run, now_ms), now_ms)
 
 
 # -- QingLong's cron views ------------------------------------------------------------

@@ -1,7 +1,9 @@
 """LocalProcess executor: the spawn protocol of docs/contract.md §3, in that order.
 
 1. one transaction: attempt (preparing), token hash, sequence, deadline, log
-   artifact and journal row — if it fails, nothing is spawned;
+   artifact and journal row, and the run `running` — if it fails, nothing is
+   spawned; once it commits, a launcher may exist, so a cancel can no longer end
+   the run as "nothing started" (it commits its intent; the attempt's end decides);
 2. the log file, O_CREAT|O_EXCL|O_APPEND 0600, inside the logs root;
 3. ql-launch in a new session, the token over an inherited pipe, stdin
    /dev/null, stdout/stderr on the log;
@@ -54,11 +56,15 @@ def base_env(work_dir: Path) -> dict[str, str]:
 
 
 class SpawnResult:
-    __slots__ = ("attempt", "pidfd")
+    """`cancelling`: a cancel intent was committed while the launcher was being
+    spawned; its driver can signal only now that the identity is recorded."""
 
-    def __init__(self, attempt: Attempt, pidfd: int) -> None:
+    __slots__ = ("attempt", "cancelling", "pidfd")
+
+    def __init__(self, attempt: Attempt, pidfd: int, cancelling: bool = False) -> None:
         self.attempt = attempt
         self.pidfd = pidfd
+        self.cancelling = cancelling
 
 
 class Prepared:
@@ -172,6 +178,9 @@ class LocalExecutor:
             executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
             deadline_at_ms=deadline, log_path=logs.relative_path(attempt_id),
             receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
+        # In the same commit: from here on the run is not "nothing started" (a cancel
+        # goes through the attempt, docs/recovery.md).
+        run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)
         return Prepared(run, task, attempt, token, env, form, refusal)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:
@@ -235,7 +244,7 @@ class LocalExecutor:
                     now_ms=now_ms())
                 await runs.apply(tx, run, tr, now_ms())
                 assert tr.attempt is not None
-                return SpawnResult(tr.attempt, pidfd)
+                return SpawnResult(tr.attempt, pidfd, cancelling=run.cancel_reason is not None)
         except Exception as exc:
             log.error("could not persist the identity of attempt %s (%s): stopping it",
                       attempt_id, type(exc).__name__)

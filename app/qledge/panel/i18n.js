@@ -277,6 +277,7 @@ window.QLEDGE_I18N = ((table) => {
     '系统不支持 /proc 进程身份：按失败关闭原则阻断，由运维人员决定。',
   'reason.RECOVERY_FOREIGN_OWNER': 'The attempt belongs to another node; this node does not decide it.|' +
     '该执行尝试属于另一个节点，本节点不对其作出判定。',
+  'reason.RECOVERY_RUN_ALREADY_ENDED': 'Its run had ended while it started (older version); no receipt: lost.|运行已在其启动时结束（旧版本）；无回执：丢失。',
   'reason.TASK_ISOLATION_UNAVAILABLE': 'Task isolation is “required” but Landlock is unavailable (see System): blocked, nothing was started.|' +
     '任务隔离设为“必需”，但 Landlock 不可用（见“系统”页）：已阻断，未启动任何进程。',
   'reason.TASK_BAD_SYNTAX': 'task form: unbalanced quotes or a shell operator; nothing was started.|task 命令：引号不配对或含 shell 运算符；未启动任何进程。',

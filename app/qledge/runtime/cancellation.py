@@ -64,7 +64,9 @@ class Cancellation:
     # -- intents ---------------------------------------------------------------
 
     async def request(self, run_id: str, reason: CancelReason) -> RunStatus:
-        """Commit the intent (idempotent); a queued run ends at once, a running one is signalled."""
+        """Commit the intent (idempotent); a queued run ends at once, a running one is
+        signalled — at once, or by the sweep that follows its identity commit when its
+        launcher is still being spawned (docs/recovery.md)."""
         async with self.db.write() as tx:
             run = await runs.get_run(tx, run_id)
             if run.status in TERMINAL_RUN:
@@ -77,9 +79,9 @@ class Cancellation:
                 await conc.cancel_children(tx, run, reason, now_ms())
                 run = await runs.get_run(tx, run.id)
             if run.status is RunStatus.QUEUED:
-                tr = transitions.cancel_queued(run, now_ms())
-                run = await runs.apply(tx, run, tr, now_ms())
-                return run.status
+                run = await runs.end_if_queued(tx, run, now_ms())
+                if run.status in TERMINAL_RUN:
+                    return run.status
         await self.sweep(64)
         return run.status
 
@@ -143,14 +145,27 @@ class Cancellation:
             self._drivers.pop(attempt_id, None)
         return done
 
-    async def cancel_all_for_shutdown(self, drain_s: float) -> None:
+    async def cancel_all_for_shutdown(
+            self, drain_s: float, spawning: Callable[[str], bool] = lambda _a: False) -> None:
+        """Intents for every active attempt of this node, then their signals, within the
+        drain. `spawning(attempt_id)`: still between spawn step 1 and its identity
+        commit — its driver can start only at that commit (SpawnResult.cancelling), so
+        those commits are waited for first."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + drain_s
         async with self.db.read() as tx:
-            running = await leases.running_attempts(tx, self.node_id, 1_000_000)
-        for attempt in running:
+            active = await attempts.active_attempts_page(tx, self.node_id, "", 1_000_000)
+        for attempt in active:
             with contextlib.suppress(RunTerminal, rows.Conflict):
                 await self.request(attempt.run_id, CancelReason.SHUTDOWN)
+        for _ in range(int(drain_s / 0.02)):  # a bounded look at an in-memory set
+            if not any(spawning(a.id) for a in active):
+                break
+            await asyncio.sleep(0.02)
+        await self.sweep(1_000_000)
         if self._drivers:
-            await asyncio.wait(list(self._drivers.values()), timeout=drain_s)
+            await asyncio.wait(list(self._drivers.values()),
+                               timeout=max(0.0, until - loop.time()))
 
     # -- fenced signals ----------------------------------------------------------
 

@@ -19,7 +19,7 @@ from ..clock import now_ms
 from ..db import attempts, journal, rows, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
-from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason, Run
 from ..receipts.codec import Receipt, token_matches
 
 
@@ -84,16 +84,17 @@ class CompletionService:
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
         if receipt.callback_sequence != attempt.callback_sequence:
             return _rejected(Rejection.BAD_SEQUENCE)
+        # A run already terminal with this attempt still active is an orphan (a cancel
+        # that raced the spawn in an earlier version): the receipt settles the attempt
+        # alone, the run keeps its result (transitions._finish).
         run = await runs.get_run(tx, attempt.run_id)
-        if run.status in TERMINAL_RUN:
-            return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
         log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
         leftovers = 0 if receipt.leftover_processes is msgspec.UNSET else receipt.leftover_processes
         tr = transitions.complete(
             run, attempt, exit_code=receipt.exit_code, finished_at_ms=receipt.finished_at_ms,
             log_bytes=log_bytes, leftover_processes=leftovers)
         new = await runs.apply(tx, run, tr, now_ms())  # `queued` again for a retry
-        return Result(outcome=Outcome.APPLIED, status=new.status.value)
+        return Result(outcome=Outcome.APPLIED, status=_status(run, new, tr))
 
     async def without_receipt(
         self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST,
@@ -114,12 +115,19 @@ class CompletionService:
                     # the caller's evidence is stale, so decide nothing.
                     return Result(outcome=Outcome.RETRY, reason="ATTEMPT_CHANGED")
                 run = await runs.get_run(tx, attempt.run_id)
-                if run.status in TERMINAL_RUN:
-                    return Result(outcome=Outcome.ALREADY_TERMINAL, status=run.status.value)
+                # An orphan (its run already ended) is settled alone, `lost` with
+                # RECOVERY_RUN_ALREADY_ENDED when it never got an identity.
                 tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)
                 new = await runs.apply(tx, run, tr, now_ms())
                 if settled:
                     await journal.journal_settle(tx, [attempt_id], now_ms())
-                return Result(outcome=Outcome.APPLIED, status=new.status.value)
+                return Result(outcome=Outcome.APPLIED, status=_status(run, new, tr))
         except (rows.Conflict, sqlite3.OperationalError) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
+
+
+def _status(old: Run, new: Run, tr: transitions.Transition) -> str:
+    """What was decided: the run's new status, or an orphan attempt's own."""
+    if old.status in TERMINAL_RUN and tr.attempt is not None:
+        return tr.attempt.status.value
+    return new.status.value

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import transitions
 from ..db import conc_runs, runs
 from ..db.connection import Tx
-from ..model import TERMINAL_RUN, CancelReason, Run, RunStatus
+from ..model import TERMINAL_RUN, CancelReason, Run
 
 
 async def on_terminal(tx: Tx, old: Run, new: Run, now_ms: int) -> None:
@@ -41,5 +41,4 @@ async def cancel_children(tx: Tx, parent: Run, reason: CancelReason, now_ms: int
         tr = transitions.request_cancel(child, reason, now_ms)
         if tr is not None:
             child = await runs.apply(tx, child, tr, now_ms)
-        if child.status is RunStatus.QUEUED:
-            await runs.apply(tx, child, transitions.cancel_queued(child, now_ms), now_ms)
+        await runs.end_if_queued(tx, child, now_ms)

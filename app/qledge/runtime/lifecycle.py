@@ -167,7 +167,8 @@ class Runtime:
     async def stop(self) -> None:
         self.ready = False
         if self.settings.shutdown_policy == "cancel":
-            await self.cancellation.cancel_all_for_shutdown(self.settings.shutdown_drain_s)
+            await self.cancellation.cancel_all_for_shutdown(
+                self.settings.shutdown_drain_s, lambda a: a in self.executor.in_flight)
         await self.scheduler.stop()
         await self.subscriptions.stop()
         await self.dependencies.stop()
@@ -210,6 +211,10 @@ class Runtime:
     def _spawned(self, result: SpawnResult) -> None:
         self.watcher.watch(result.attempt.id, result.pidfd)
         self.cancellation.track(result.attempt)
+        if result.cancelling:
+            # Cancelled while it was being spawned: signal it now, not at the next
+            # supervision round.
+            self._sweep_cancels()
 
     def _reattach(self, attempt_id: str, pidfd: int) -> None:
         self.watcher.watch(attempt_id, pidfd)

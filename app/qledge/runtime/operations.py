@@ -121,7 +121,7 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
     in the same transaction and has their drivers signal them after it.
 
     The same durable commit also does spawn step 1 when a slot is free (see
-    dispatcher.admit_new): the run itself still reads `queued`, the launch follows.
+    dispatcher.admit_new): the run then reads `running`, the launch follows.
     """
     now = now_ms()
     async with rt.db.write() as tx:
@@ -142,7 +142,8 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
         rt.dispatcher.launch_soon(prepared)
     else:
         rt.kick()
-    return Started(run=run, outcome="started" if prepared is not None else "queued",
+    return Started(run=prepared.run if prepared is not None else run,
+                   outcome="started" if prepared is not None else "queued",
                    replaced=decision.replaced)
 
 

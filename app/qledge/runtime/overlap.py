@@ -62,8 +62,7 @@ async def decide(tx: Tx, task: Task, now_ms: int) -> Decision:
             run = await runs.apply(tx, run, tr, now_ms)
             await conc.cancel_children(tx, run, CancelReason.POLICY, now_ms)
             run = await runs.get_run(tx, run.id)
-        if run.status is RunStatus.QUEUED:
-            run = await runs.apply(tx, run, transitions.cancel_queued(run, now_ms), now_ms)
+        run = await runs.end_if_queued(tx, run, now_ms)
         replaced.append(run.id)
     return Decision(replaced=replaced)
 

@@ -22,7 +22,7 @@ from ..clock import now_ms
 from ..db import attempts, journal, rows, runs
 from ..db.connection import Database
 from ..launch import identity
-from ..model import Attempt, AttemptStatus, Reason
+from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 
@@ -106,7 +106,11 @@ class Reconciler:
         """Record the identity of an unconfirmed launcher found by its attempt id.
 
         Safe against impostors: adoption only decides that we keep waiting; the
-        result still needs a receipt carrying the attempt's token.
+        result still needs a receipt carrying the attempt's token. An orphan (its run
+        already ended: a cancel that raced the spawn in an earlier version) is adopted
+        too, never left running unrecorded: the run's committed intent has the
+        cancellation sweep that follows start-up stop it, and its receipt settles
+        the attempt.
         """
         # A walk of /proc: in a thread, off the loop.
         ident = await asyncio.to_thread(identity.find_launcher, attempt.run_id, attempt.id,
@@ -120,9 +124,10 @@ class Reconciler:
             async with self.db.write() as tx:
                 run = await runs.get_run(tx, attempt.run_id)
                 current = await attempts.get_attempt(tx, attempt.id)
-                tr = transitions.attempt_started(
-                    run, current, pid=ident.pid, start_time=ident.start_time,
-                    boot_id=ident.boot_id, now_ms=now_ms())
+                started = (transitions.orphan_started if run.status in TERMINAL_RUN
+                           else transitions.attempt_started)
+                tr = started(run, current, pid=ident.pid, start_time=ident.start_time,
+                             boot_id=ident.boot_id, now_ms=now_ms())
                 await runs.apply(tx, run, tr, now_ms())
         except (transitions.InvalidTransition, rows.Conflict):
             os.close(pidfd)
