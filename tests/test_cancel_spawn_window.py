@@ -285,8 +285,8 @@ def test_the_transitions_of_the_window() -> None:
         transitions.attempt_prepared(prepared.run)
     attempt = Attempt(id="a", run_id="r", attempt_no=1, executor_type=EXECUTOR_TYPE,
                       runtime_owner="n", status=AttemptStatus.PREPARING,
-                      callback_token_hash=b"", callback_sequence=1, log_artifact_id="l",
-                      log_path="l", pid=None, proc_start_time=None, boot_id=None,
+                      callback_token_hash=b"", callback_sequence=1, log_path="l",
+                      pid=None, proc_start_time=None, boot_id=None,
                       exit_code=None, reason_code=None, created_at_ms=2, started_at_ms=None,
                       finished_at_ms=None, deadline_at_ms=None)
     started = transitions.attempt_started(prepared.run, attempt, pid=9, start_time=1,
@@ -328,7 +328,7 @@ async def _legacy_state(rt: Runtime, command: str, *, spawn: bool) -> tuple[Run,
         run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now_ms())
         attempt = await attempts.prepare_attempt(
             tx, run, attempt_id=attempt_id, owner=rt.node_id, executor_type=EXECUTOR_TYPE,
-            token_hash=token_hash(token), deadline_at_ms=None, log_artifact_id=ids.uuid7(),
+            token_hash=token_hash(token), deadline_at_ms=None,
             log_path=logs.relative_path(attempt_id),
             receipt_path=rt.receipts.relative_path(attempt_id), now_ms=now_ms())
         run = await runs.get_run(tx, run.id)
@@ -442,7 +442,7 @@ async def test_a_queued_run_with_a_live_attempt_is_not_cancelled_before_start(
         await attempts.prepare_attempt(
             tx, run, attempt_id=attempt_id, owner=rt.node_id, executor_type=EXECUTOR_TYPE,
             token_hash=token_hash(new_token()), deadline_at_ms=None,
-            log_artifact_id=ids.uuid7(), log_path=logs.relative_path(attempt_id),
+            log_path=logs.relative_path(attempt_id),
             receipt_path=rt.receipts.relative_path(attempt_id), now_ms=now_ms())
     assert await operations.cancel_run(rt, run.id) is RunStatus.QUEUED
     same = await _run(rt, run.id)
