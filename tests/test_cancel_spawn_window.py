@@ -131,17 +131,24 @@ async def test_a_user_cancel_while_the_launcher_starts_ends_from_its_receipt(
     await _until_no_launcher(rt, run.id, attempt.id)
 
 
-async def test_a_cancel_right_after_step_one_is_not_cancelled_before_start(
-        rt: Runtime) -> None:
-    """The intent lands before the launcher even exists: it is spawned (step 1 is
-    committed, there is no going back without a trace) and stopped through the fenced
-    path; the receipt decides."""
-    task_id = await add_task(rt, "sleep 30")
+async def _step_one(rt: Runtime, command: str) -> Prepared:
+    """A new run of a new task through spawn step 1 only (committed, nothing spawned)."""
+    task_id = await add_task(rt, command)
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
         run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now_ms())
         prepared = await rt.executor.prepare_in(tx, run, task)
     assert isinstance(prepared, Prepared)
+    return prepared
+
+
+async def test_a_cancel_right_after_step_one_is_not_cancelled_before_start(
+        rt: Runtime) -> None:
+    """The intent lands before the launcher even exists: it is spawned (step 1 is
+    committed, there is no going back without a trace) and stopped through the fenced
+    path; the receipt decides."""
+    prepared = await _step_one(rt, "sleep 30")
+    run = prepared.run
     assert prepared.run.status is RunStatus.RUNNING
     assert await operations.cancel_run(rt, run.id) is RunStatus.RUNNING
     rt.dispatcher.launch_soon(prepared)
@@ -202,12 +209,8 @@ async def test_a_worker_gone_after_a_cancel_in_the_window_adopts_and_stops_the_l
     before = make_runtime(state, round_interval_s="600")
     await before.start()
     try:
-        task_id = await add_task(before, "sleep 30")
-        async with before.db.write() as tx:
-            task = await tasks.get_task(tx, task_id)
-            run = await runs.create_run(tx, ids.uuid7(), task_id, Trigger.API, now_ms())
-            p = await before.executor.prepare_in(tx, run, task)
-        assert isinstance(p, Prepared)
+        p = await _step_one(before, "sleep 30")
+        run = p.run
         assert await operations.cancel_run(before, run.id) is RunStatus.RUNNING
         # Steps 2 and 3 only: the worker is gone before step 4.
         await asyncio.to_thread(before.executor._launch, p.attempt, p.run, p.task, p.token,
