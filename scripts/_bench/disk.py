@@ -109,12 +109,10 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
                  variant: str = "", steady: bool = False) -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate
-    from qledge.db import runs as run_rows
-    from qledge.model import Trigger
     from qledge.paths import prepare_roots
     from qledge.receipts.codec import Receipt, encode, new_token
     from qledge.runtime.lifecycle import Runtime
-    from qledge.runtime.operations import create_task, trigger
+    from qledge.runtime.operations import create_task
 
     launcher = str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")
     if variant == "fsync-log":
@@ -149,14 +147,7 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     ended: Counter[str] = Counter()  # --steady deletes runs: count them as they end
 
     async def one() -> None:
-        run = await trigger(rt, task.id, Trigger.API)
-        while True:
-            async with rt.db.read() as tx:
-                cur = await run_rows.get_run(tx, run.id)
-            if cur.status.value not in ("queued", "running") and not rt._finishing:
-                break
-            await asyncio.sleep(0.002)
-        ended[cur.status.value] += 1
+        ended[await run_once(rt, task.id)] += 1
         if spaced:
             while rt.reaper.waiting:
                 await asyncio.sleep(0.005)
@@ -239,6 +230,21 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
         "retention_wchar": io2["wchar"] - io_r["wchar"],
         "tids": tids, "pid": os.getpid(), "page_size": page_size,
     }
+
+
+async def run_once(rt: Any, task_id: str) -> str:
+    """Trigger a run of the task and wait until it ended and was finished; its status."""
+    from qledge.db import runs as run_rows
+    from qledge.model import Trigger
+    from qledge.runtime.operations import trigger
+
+    run = await trigger(rt, task_id, Trigger.API)
+    while True:
+        async with rt.db.read() as tx:
+            cur = await run_rows.get_run(tx, run.id)
+        if cur.status.value not in ("queued", "running") and not rt._finishing:
+            return str(cur.status.value)
+        await asyncio.sleep(0.002)
 
 
 def _ageing(report: dict[str, object]) -> int:

@@ -60,13 +60,13 @@ def _owners(db: Path) -> dict[int, str]:
 
 
 async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Counter[str], int]]:
+    from disk import run_once
+
     from qledge import settings
     from qledge.db import migrate
-    from qledge.db import runs as run_rows
-    from qledge.model import Trigger
     from qledge.paths import prepare_roots
     from qledge.runtime.lifecycle import Runtime
-    from qledge.runtime.operations import create_task, trigger
+    from qledge.runtime.operations import create_task
 
     conf = settings.load({
         "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,
@@ -80,17 +80,8 @@ async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Count
     task = await create_task(rt, {"name": "f", "command": "true", "env": {}, "labels": [],
                                   "concurrency": "allow", "keep_runs": KEEP})
 
-    async def one() -> None:
-        run = await trigger(rt, task.id, Trigger.API)
-        while True:
-            async with rt.db.read() as tx:
-                cur = await run_rows.get_run(tx, run.id)
-            if cur.status.value not in ("queued", "running") and not rt._finishing:
-                break
-            await asyncio.sleep(0.002)
-
     for _ in range(warmup):
-        await one()
+        await run_once(rt, task.id)
     await rt.reaper.drain()
     await rt.db.maintenance("PRAGMA wal_autocheckpoint=0")
     await rt.db.maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -105,7 +96,7 @@ async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Count
         phases[name] = (Counter(owners.get(p, "other") for p in pages), commits)
 
     for _ in range(runs):
-        await one()
+        await run_once(rt, task.id)
     await rt.reaper.drain()
     take("attempt")
     rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
