@@ -10,6 +10,13 @@ from .connection import Tx
 from .rows import ATTEMPT_SELECT, attempt_from_row
 
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
+# Running attempts through their active runs (migration 0022: no index of active
+# attempts; an active attempt's run is always active — orphans of older versions are
+# the start-up's, db/attempts.orphan_attempts).
+_THROUGH_ACTIVE_RUNS = (
+    "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+    f" WHERE {st.active_run('r.status')}"
+)
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,14 +62,23 @@ async def record_signal(tx: Tx, attempt_id: str, column: str, now_ms: int) -> No
 async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     """Running attempts of this node whose run has a committed cancel intent."""
     rows = await tx.all(
+        f"{_THROUGH_ACTIVE_RUNS} AND r.cancel_reason IS NOT NULL AND a.runtime_owner = ?"
+        f" AND {_A_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def cancelling_orphans(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    """`cancelling_attempts` of runs no longer active: orphans of an older version
+    adopted at start-up. A scan of run_attempts, read by the start-up sweep only."""
+    rows = await tx.all(
         f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
-        f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
-        (owner, limit))
+        f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL"
+        f" AND NOT {st.active_run('r.status')} ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 
 
 async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
+        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_RUNNING}"
         " ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
