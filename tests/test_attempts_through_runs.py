@@ -1,8 +1,8 @@
-"""Active attempts found through their active runs (migration 0022, docs/storage.md):
+"""Active attempts found through their running runs (migration 0022, docs/storage.md):
 the index of active attempts is dropped in one statement (a kill at any write leaves it
 or its absence, recorded as such), the pages and counts read the same attempts as a walk
-of every row would, and the orphans of an older version — an active attempt under a
-terminal run, which that path does not reach — are found by the start-up's scan."""
+of every row would, and an older version's orphans — an active attempt under a terminal
+or a queued run, which that path does not reach — are found by the start-up's walk."""
 
 from __future__ import annotations
 
@@ -20,21 +20,26 @@ ACTIVE = "status IN ('preparing', 'running')"
 
 
 def _at_0021(tmp_path: Path, runs: int = 40) -> Path:
-    """_seed's rows at 0021, plus this node's orphans: a preparing and a running attempt
-    (cancel intent committed) under cancelled runs, and one of another node."""
+    """_seed's rows at 0021, plus an older version's orphans: this node's preparing and
+    running attempt (cancel intent committed) under cancelled runs, one of another
+    node, and a preparing attempt under a queued run."""
     db = _at_0020(tmp_path, runs=runs)
     assert migrate.apply(db, _copy_migrations(tmp_path / "m-21", upto=DROP - 1)) == [21]
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA foreign_keys=ON")
     with conn:
         for n, (status, owner) in enumerate((("preparing", "n1"), ("running", "n1"),
-                                             ("running", "n2"))):
+                                             ("running", "n2"), ("preparing", "n1"))):
             run, att = f"rz{n}", f"az{n}"
             conn.execute(
                 "INSERT INTO runs (id, task_id, trigger, status, version, event_seq,"
                 " cancel_reason, cancel_requested_at_ms, created_at_ms, finished_at_ms,"
                 " reason_code) VALUES (?, 't1', 'api', 'cancelled', 1, 0, 'user', 5, 5, 6,"
                 " 'CANCELLED_BEFORE_START')", (run,))
+            if n == 3:
+                conn.execute("UPDATE runs SET status = 'queued', cancel_reason = NULL,"
+                             " cancel_requested_at_ms = NULL, finished_at_ms = NULL,"
+                             " reason_code = NULL WHERE id = ?", (run,))
             conn.execute(
                 "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type,"
                 " runtime_owner, status, callback_token_hash, callback_sequence, created_at_ms,"
@@ -118,9 +123,9 @@ async def test_the_pages_read_what_a_walk_of_every_row_reads(tmp_path: Path) -> 
         f" a.log_path FROM run_attempts a NOT INDEXED JOIN runs r ON r.id = a.run_id"
         f" WHERE a.runtime_owner = 'n1' AND a.{ACTIVE} ORDER BY a.id").fetchall()
     conn.close()
-    live = [w for w in walk if w[4] in ("queued", "running")]
-    orphans = [w for w in walk if w[4] not in ("queued", "running")]
-    assert len(live) >= 8 and [w[0] for w in orphans] == ["az0", "az1"]
+    live = [w for w in walk if w[4] == "running"]
+    orphans = [w for w in walk if w[4] != "running"]
+    assert len(live) >= 8 and [w[0] for w in orphans] == ["az0", "az1", "az3"]
     database = Database(db)
     await database.open()
     try:
@@ -147,9 +152,10 @@ async def test_the_pages_read_what_a_walk_of_every_row_reads(tmp_path: Path) -> 
                 w[6] for w in live)
             # the orphans: the start-up's scan, paged, and the start-up sweep's
             assert [a.id for a in await attempts.orphan_attempts(tx, "n1", "", 1000)] == [
-                "az0", "az1"]
+                "az0", "az1", "az3"]
             assert [a.id for a in await attempts.orphan_attempts(tx, "n1", "az0", 1)] == [
                 "az1"]
+            assert await attempts.orphan_attempts(tx, "n2", "", 1000) != []
             assert [a.id for a in await leases.cancelling_orphans(tx, "n1", 1000)] == ["az1"]
     finally:
         await database.close()

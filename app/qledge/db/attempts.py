@@ -2,17 +2,20 @@
 recovery, the reaper and admission walk.
 
 Active attempts are found through their runs (migration 0022): an active attempt's
-run is always active (a run is `running` from spawn step 1), so the pages below walk
-the partial index runs_active — spelled like its WHERE (db/statuses.py): SQLite uses a
-partial index only when the query implies it — and reach the attempts by the
-(run_id, attempt_no) index. No index of active attempts is kept (~3 WAL frames per
-attempt). Orphans of older versions (an active attempt under a terminal run) are not on
-that path: `orphan_attempts` finds them by a scan, at start-up (docs/recovery.md).
+run is always `running` (from spawn step 1, the commit that creates the attempt, to the
+commit that ends it), so the pages below read the running runs from the partial index
+runs_active (`r.status = 'running'` is one term of its WHERE, db/statuses.py: SQLite
+uses a partial index only when the query implies it) and reach each one's attempts by
+the (run_id, attempt_no) index. No index of active attempts is kept (3 WAL frames per
+attempt). An older version's leftovers are not on that path — an active attempt under
+a terminal run (a cancel that raced the spawn) or under a queued one (prepared before
+the run was `running` at step 1): `orphan_attempts` finds them by a scan, at start-up
+only, whose recovery ends or adopts them (docs/recovery.md).
 """
 
 from __future__ import annotations
 
-from ..model import Attempt, AttemptStatus, NewEvent, Run
+from ..model import Attempt, AttemptStatus, NewEvent, Run, RunStatus
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
@@ -21,10 +24,11 @@ from .rows import ATTEMPT_SELECT, NotFound, attempt_from_row
 _ACTIVE_ATTEMPT = st.active_attempt()
 _A_ACTIVE = st.active_attempt("a.status")
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
-# Active runs first (CROSS JOIN keeps that order), each one's attempts by run_id.
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
+# Running runs first (CROSS JOIN keeps that order), each one's attempts by run_id.
 _THROUGH_ACTIVE_RUNS = (
     "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
-    f" WHERE {st.active_run('r.status')}"
+    f" WHERE {_R_RUNNING}"
 )
 
 
@@ -80,7 +84,7 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
         "SELECT COUNT(*) AS n FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
-        f" WHERE {st.active_run('r.status')} AND a.runtime_owner = ? AND {_A_ACTIVE}",
+        f" WHERE {_R_RUNNING} AND a.runtime_owner = ? AND {_A_ACTIVE}",
         (owner,))
     return int(row["n"]) if row else 0
 
@@ -116,13 +120,14 @@ async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attem
 
 
 async def orphan_attempts(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
-    """Active attempts of this node whose run is no longer active: orphans of an older
-    version (a cancel that raced the spawn ended the run and stranded its attempt). None
-    is made any more, and no index leads to them: a scan of run_attempts (bounded by
-    retention), read at start-up only (Reconciler.startup, Cancellation.start)."""
+    """Active attempts of this node whose run is not `running`: an older version's (a
+    cancel that raced the spawn ended the run and stranded its attempt; an attempt
+    prepared while its run stayed `queued`). None is made any more, and no index leads
+    to them: one walk of run_attempts in id order (bounded by retention), read at
+    start-up only (Reconciler.startup)."""
     rows = await tx.all(
         f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id"
-        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE} AND NOT {st.active_run('r.status')}"
+        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE} AND NOT {_R_RUNNING}"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [attempt_from_row(r) for r in rows]
 

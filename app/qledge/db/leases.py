@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import msgspec
 
-from ..model import Attempt, AttemptStatus
+from ..model import Attempt, AttemptStatus, RunStatus
 from . import statuses as st
 from .connection import Tx
 from .rows import ATTEMPT_SELECT, attempt_from_row
 
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
-# Running attempts through their active runs (migration 0022: no index of active
-# attempts; an active attempt's run is always active — orphans of older versions are
-# the start-up's, db/attempts.orphan_attempts).
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
+# Running attempts through their running runs (migration 0022: no index of active
+# attempts; an active attempt's run is always `running` — an older version's orphans
+# are the start-up's, db/attempts.orphan_attempts).
 _THROUGH_ACTIVE_RUNS = (
     "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
-    f" WHERE {st.active_run('r.status')}"
+    f" WHERE {_R_RUNNING}"
 )
 
 
@@ -68,12 +69,12 @@ async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
 
 
 async def cancelling_orphans(tx: Tx, owner: str, limit: int) -> list[Attempt]:
-    """`cancelling_attempts` of runs no longer active: orphans of an older version
-    adopted at start-up. A scan of run_attempts, read by the start-up sweep only."""
+    """`cancelling_attempts` of runs not `running`: an older version's orphans, adopted
+    by start-up recovery. A walk of run_attempts, read by the start-up sweep only."""
     rows = await tx.all(
         f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
         f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL"
-        f" AND NOT {st.active_run('r.status')} ORDER BY a.id LIMIT ?", (owner, limit))
+        f" AND NOT {_R_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 
 

@@ -21,6 +21,7 @@ _R_TERMINAL = st.terminal_run("r.status")
 _A_TERMINAL = st.terminal_attempt("a.status")
 # Active attempts, spelled as db/statuses.py does.
 _A_ACTIVE = st.active_attempt("a.status")
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
 _R_QUEUED = st.is_("r.status", RunStatus.QUEUED)
 # A `task … conc` child stays while its parent is active: the parent's result is
 # computed from all its children when the last one ends (docs/tasks.md).
@@ -173,13 +174,13 @@ async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
 
 
 async def active_logs(tx: Tx, limit: int) -> list[str]:
-    # Through the active runs (runs_active, then each one's attempts by run_id: no
+    # Through the running runs (runs_active, then each one's attempts by run_id: no
     # index of active attempts since migration 0022). No ORDER BY: the caller sums
-    # their sizes, so the order is of no use. An orphan of an older version (an
-    # active attempt under a terminal run) is not counted: start-up ends or adopts it.
+    # their sizes, so the order is of no use. An older version's orphan (an active
+    # attempt under a run not `running`) is not counted: start-up ends or adopts it.
     rows = await tx.all(
         "SELECT a.log_path AS relative_path FROM runs r CROSS JOIN run_attempts a"  # noqa: S608
-        f" ON a.run_id = r.id WHERE {st.active_run('r.status')} AND {_A_ACTIVE} LIMIT ?",
+        f" ON a.run_id = r.id WHERE {_R_RUNNING} AND {_A_ACTIVE} LIMIT ?",
         (limit,))
     return [str(r["relative_path"]) for r in rows]
 

@@ -133,9 +133,9 @@ class Cancellation:
     async def sweep(self, limit: int, *, orphans: bool = False) -> None:
         """Make sure every running attempt with a committed intent has a driver.
 
-        `orphans`: at start only, the running attempts of runs already ended too (an
-        older version's orphans, adopted by start-up recovery): a scan of run_attempts,
-        since attempts are otherwise found through their active runs (migration 0022)."""
+        `orphans`: at start only, the running attempts of runs not `running` too (an
+        older version's orphans, adopted by start-up recovery): a walk of run_attempts,
+        since attempts are otherwise found through their running runs (migration 0022)."""
         async with self.db.read() as tx:
             cancelling = await leases.cancelling_attempts(tx, self.node_id, limit)
             if orphans:

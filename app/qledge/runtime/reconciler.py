@@ -63,10 +63,11 @@ class Reconciler:
     async def startup(self, page_size: int = 64, max_pages: int = 100_000) -> RoundReport:
         """Every active attempt of this node, before /readyz turns 200.
 
-        Active attempts are found through their active runs (migration 0022); orphans
-        of an older version (an active attempt under a terminal run) are not on that
-        path and no index leads to them: one scan of run_attempts finds them here, the
-        only place that looks (none is made any more)."""
+        Active attempts are found through their running runs (migration 0022); an
+        older version's orphans (an active attempt under a terminal or a queued run)
+        are not on that path and no index leads to them: one walk of run_attempts finds
+        them here, the only place that looks (none is made any more). They are checked
+        after the others, like any active attempt at start-up."""
         report = RoundReport(kind="startup", started_at_ms=now_ms())
         orphans: list[Attempt] = []
         async with self.db.read() as tx:
