@@ -4,7 +4,7 @@ recovery, the reaper and admission walk.
 Active attempts are found through their runs (migration 0022): an active attempt's
 run is always `running` (from spawn step 1, the commit that creates the attempt, to the
 commit that ends it), so the pages below read the running runs from the partial index
-runs_active (`r.status = 'running'` is one term of its WHERE, db/statuses.py: SQLite
+runs_active (the run status `running` is one term of its WHERE, db/statuses.py: SQLite
 uses a partial index only when the query implies it) and reach each one's attempts by
 the (run_id, attempt_no) index. No index of active attempts is kept (3 WAL frames per
 attempt). An older version's leftovers are not on that path — an active attempt under
