@@ -421,9 +421,15 @@ async def test_startup_repairs_preparing_attempts_of_ended_runs(tmp_path: Path) 
         await after.stop()
 
 
-async def test_a_supervision_round_repairs_a_stuck_attempt_too(rt: Runtime) -> None:
+async def test_only_start_up_recovery_looks_for_stuck_attempts(rt: Runtime) -> None:
+    """Active attempts are found through their running runs (migration 0022): a stuck
+    attempt of an ended run is not on that path, so supervision rounds do not see it;
+    start-up recovery walks run_attempts for it (none is made while a worker runs)."""
     run, attempt_id = await _legacy_state(rt, "true", spawn=False)
     await rt.supervisor.round()
+    assert (await _attempt(rt, attempt_id)).status is AttemptStatus.PREPARING
+    report = await rt.reconciler.startup()
+    assert report.examined == 1, report.counts
     got = await _attempt(rt, attempt_id)
     assert (got.status, got.reason_code) == (AttemptStatus.LOST,
                                              Reason.RECOVERY_RUN_ALREADY_ENDED.value)
@@ -451,8 +457,12 @@ async def test_a_queued_run_with_a_live_attempt_is_not_cancelled_before_start(
     same = await _run(rt, run.id)
     assert (same.status, same.cancel_reason, same.reason_code) == (
         RunStatus.QUEUED, CancelReason.USER, None)
-    # Recovery decides the attempt (no launcher, no receipt): lost, and the run with it.
+    # Start-up recovery decides the attempt (no launcher, no receipt): lost, and the run
+    # with it. It is found by its walk of run_attempts: its run is not `running`, and
+    # supervision rounds find attempts through running runs (migration 0022).
     await rt.supervisor.round()
+    assert (await _attempt(rt, attempt_id)).status is AttemptStatus.PREPARING
+    await rt.reconciler.startup()
     same = await _run(rt, run.id)
     assert (same.status, same.reason_code) == (RunStatus.LOST,
                                                Reason.RECOVERY_SPAWN_UNCONFIRMED.value)

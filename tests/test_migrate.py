@@ -552,10 +552,11 @@ class _Recorder:
 
 
 # A full walk of one of these tables; scans of the small partial indexes (active runs,
-# active attempts, attempts with a journal entry) are fine.
+# attempts with a journal entry) are fine. Active attempts are found through runs_active
+# (no index of their own since 0022); the start-up's walk for orphans is not listed.
 _FULL_SCAN = re.compile(
     r"^SCAN (runs|run_attempts|run_events|r|a|e)\b"
-    r"(?!.* USING (COVERING )?INDEX (runs_active|attempts_active|attempts_journal)\b)")
+    r"(?!.* USING (COVERING )?INDEX (runs_active|attempts_journal)\b)")
 
 
 async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
@@ -629,6 +630,16 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
                  if sql.startswith("UPDATE run_attempts SET receipt_state = NULL")
                  and "receipt_settled_at_ms <=" in sql]
     assert any("USING INDEX attempts_journal" in step for step in age_out), age_out
+    # Active attempts through their running runs (0022): runs_active first, then each
+    # run's attempts by run_id — never a walk of run_attempts, nor an index of its own.
+    through = [plan for sql, plan in plans.items()
+               if "CROSS JOIN run_attempts a ON a.run_id = r.id" in sql]
+    assert len(through) >= 7, plans
+    for plan in through:
+        assert re.match(r"SEARCH r USING (COVERING )?INDEX runs_active \(status=\?\)",
+                        plan[0]), plan
+        assert plan[1] == "SEARCH a USING INDEX sqlite_autoindex_run_attempts_2 (run_id=?)", plan
+    assert not any("attempts_active" in step for plan in plans.values() for step in plan)
     assert len(rec.calls) >= len(calls)
     assert scans == {}
 

@@ -1,13 +1,21 @@
 """SQL of attempts: the node that owns them, spawn step 1, reads, and the pages that
 recovery, the reaper and admission walk.
 
-Active attempts are spelled like the WHERE of the partial index attempts_active
-(db/statuses.py): SQLite uses a partial index only when the query implies it.
+Active attempts are found through their runs (migration 0022): an active attempt's
+run is always `running` (from spawn step 1, the commit that creates the attempt, to the
+commit that ends it), so the pages below read the running runs from the partial index
+runs_active (the run status `running` is one term of its WHERE, db/statuses.py: SQLite
+uses a partial index only when the query implies it) and reach each one's attempts by
+the (run_id, attempt_no) index. No index of active attempts is kept (3 WAL frames per
+attempt). An older version's leftovers are not on that path — an active attempt under
+a terminal run (a cancel that raced the spawn) or under a queued one (prepared before
+the run was `running` at step 1): `orphan_attempts` finds them by a scan, at start-up
+only, whose recovery ends or adopts them (docs/recovery.md).
 """
 
 from __future__ import annotations
 
-from ..model import Attempt, AttemptStatus, NewEvent, Run
+from ..model import Attempt, AttemptStatus, NewEvent, Run, RunStatus
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
@@ -16,6 +24,12 @@ from .rows import ATTEMPT_SELECT, NotFound, attempt_from_row
 _ACTIVE_ATTEMPT = st.active_attempt()
 _A_ACTIVE = st.active_attempt("a.status")
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
+# Running runs first (CROSS JOIN keeps that order), each one's attempts by run_id.
+_THROUGH_ACTIVE_RUNS = (
+    "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+    f" WHERE {_R_RUNNING}"
+)
 
 
 async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
@@ -69,8 +83,9 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
-        "SELECT COUNT(*) AS n FROM run_attempts WHERE runtime_owner = ?"  # noqa: S608
-        f" AND {_ACTIVE_ATTEMPT}", (owner,))
+        "SELECT COUNT(*) AS n FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+        f" WHERE {_R_RUNNING} AND a.runtime_owner = ? AND {_A_ACTIVE}",
+        (owner,))
     return int(row["n"]) if row else 0
 
 
@@ -84,14 +99,14 @@ async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
 async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
     """A stable cursor over this node's active attempts (recovery never lists directories)."""
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
+        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [attempt_from_row(r) for r in rows]
 
 
 async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
+        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_RUNNING}"
         " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
         " LIMIT ?", (owner, now_ms, limit))
     return [attempt_from_row(r) for r in rows]
@@ -99,8 +114,21 @@ async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[
 
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_ACTIVE}"
+        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.receipt_state IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def orphan_attempts(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
+    """Active attempts of this node whose run is not `running`: an older version's (a
+    cancel that raced the spawn ended the run and stranded its attempt; an attempt
+    prepared while its run stayed `queued`). None is made any more, and no index leads
+    to them: one walk of run_attempts in id order (bounded by retention), read at
+    start-up only (Reconciler.startup)."""
+    rows = await tx.all(
+        f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id"
+        f" WHERE a.runtime_owner = ? AND {_A_ACTIVE} AND NOT {_R_RUNNING}"
+        " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [attempt_from_row(r) for r in rows]
 
 

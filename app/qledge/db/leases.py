@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import msgspec
 
-from ..model import Attempt, AttemptStatus
+from ..model import Attempt, AttemptStatus, RunStatus
 from . import statuses as st
 from .connection import Tx
 from .rows import ATTEMPT_SELECT, attempt_from_row
 
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
+# Running attempts through their running runs (migration 0022: no index of active
+# attempts; an active attempt's run is always `running` — an older version's orphans
+# are the start-up's, db/attempts.orphan_attempts).
+_THROUGH_ACTIVE_RUNS = (
+    "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+    f" WHERE {_R_RUNNING}"
+)
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,14 +63,23 @@ async def record_signal(tx: Tx, attempt_id: str, column: str, now_ms: int) -> No
 async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     """Running attempts of this node whose run has a committed cancel intent."""
     rows = await tx.all(
+        f"{_THROUGH_ACTIVE_RUNS} AND r.cancel_reason IS NOT NULL AND a.runtime_owner = ?"
+        f" AND {_A_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
+    return [attempt_from_row(r) for r in rows]
+
+
+async def cancelling_orphans(tx: Tx, owner: str, limit: int) -> list[Attempt]:
+    """`cancelling_attempts` of runs not `running`: an older version's orphans, adopted
+    by start-up recovery. A walk of run_attempts, read by the start-up sweep only."""
+    rows = await tx.all(
         f"{ATTEMPT_SELECT} JOIN runs r ON r.id = a.run_id WHERE a.runtime_owner = ?"
-        f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL ORDER BY a.id LIMIT ?",
-        (owner, limit))
+        f" AND {_A_RUNNING} AND r.cancel_reason IS NOT NULL"
+        f" AND NOT {_R_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 
 
 async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{ATTEMPT_SELECT} WHERE a.runtime_owner = ? AND {_A_RUNNING}"
+        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_RUNNING}"
         " ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]

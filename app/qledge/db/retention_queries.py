@@ -19,8 +19,9 @@ from .runs import get_run
 
 _R_TERMINAL = st.terminal_run("r.status")
 _A_TERMINAL = st.terminal_attempt("a.status")
-# Spelled like the WHERE of the partial index attempts_active (db/statuses.py).
+# Active attempts, spelled as db/statuses.py does.
 _A_ACTIVE = st.active_attempt("a.status")
+_R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
 _R_QUEUED = st.is_("r.status", RunStatus.QUEUED)
 # A `task … conc` child stays while its parent is active: the parent's result is
 # computed from all its children when the last one ends (docs/tasks.md).
@@ -173,10 +174,14 @@ async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
 
 
 async def active_logs(tx: Tx, limit: int) -> list[str]:
-    # No ORDER BY a.id: SQLite would satisfy it by walking every attempt in
-    # primary-key order instead of reading the few in attempts_active. The
-    # caller sums their sizes, so the order is of no use.
-    rows = await tx.all(f"{_LOG_SELECT} WHERE {_A_ACTIVE} LIMIT ?", (limit,))
+    # Through the running runs (runs_active, then each one's attempts by run_id: no
+    # index of active attempts since migration 0022). No ORDER BY: the caller sums
+    # their sizes, so the order is of no use. An older version's orphan (an active
+    # attempt under a run not `running`) is not counted: start-up ends or adopts it.
+    rows = await tx.all(
+        "SELECT a.log_path AS relative_path FROM runs r CROSS JOIN run_attempts a"  # noqa: S608
+        f" ON a.run_id = r.id WHERE {_R_RUNNING} AND {_A_ACTIVE} LIMIT ?",
+        (limit,))
     return [str(r["relative_path"]) for r in rows]
 
 

@@ -53,7 +53,7 @@ class Cancellation:
         self._checks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        await self.sweep(1_000_000)
+        await self.sweep(1_000_000, orphans=True)
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -130,10 +130,16 @@ class Cancellation:
         await self.sweep(limit)
         return committed
 
-    async def sweep(self, limit: int) -> None:
-        """Make sure every running attempt with a committed intent has a driver."""
+    async def sweep(self, limit: int, *, orphans: bool = False) -> None:
+        """Make sure every running attempt with a committed intent has a driver.
+
+        `orphans`: at start only, the running attempts of runs not `running` too (an
+        older version's orphans, adopted by start-up recovery): a walk of run_attempts,
+        since attempts are otherwise found through their running runs (migration 0022)."""
         async with self.db.read() as tx:
             cancelling = await leases.cancelling_attempts(tx, self.node_id, limit)
+            if orphans:
+                cancelling += await leases.cancelling_orphans(tx, self.node_id, limit)
         for attempt in cancelling:
             if attempt.id not in self._drivers:
                 task = asyncio.create_task(self._drive(attempt), name=f"cancel:{attempt.id}")

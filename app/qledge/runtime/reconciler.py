@@ -61,11 +61,28 @@ class Reconciler:
         self.in_flight = in_flight  # attempts this worker is spawning or already watches
 
     async def startup(self, page_size: int = 64, max_pages: int = 100_000) -> RoundReport:
-        """Every active attempt of this node, before /readyz turns 200."""
+        """Every active attempt of this node, before /readyz turns 200.
+
+        Active attempts are found through their running runs (migration 0022); an
+        older version's orphans (an active attempt under a terminal or a queued run)
+        are not on that path and no index leads to them: one walk of run_attempts finds
+        them here, the only place that looks (none is made any more). They are checked
+        after the others, like any active attempt at start-up."""
         report = RoundReport(kind="startup", started_at_ms=now_ms())
+        orphans: list[Attempt] = []
+        async with self.db.read() as tx:
+            cursor = ""
+            for _ in range(max_pages):
+                page = await attempts.orphan_attempts(tx, self.node_id, cursor, page_size)
+                if not page:
+                    break
+                cursor = page[-1].id
+                orphans.extend(page)
         async with self.db.write() as tx:
             # Attempts from before the journal existed get their row, idempotently.
-            for attempt in await attempts.attempts_without_journal(tx, self.node_id, 1_000_000):
+            bare = await attempts.attempts_without_journal(tx, self.node_id, 1_000_000)
+            bare += orphans  # registered only if they have no entry yet
+            for attempt in bare:
                 shard_rel = self.consumer.receipts.relative_path(attempt.id)
                 if await journal.journal_register(tx, attempt.id, shard_rel, now_ms()):
                     report.add("journal_registered")
@@ -77,6 +94,8 @@ class Reconciler:
                 break
             cursor = page[-1].id
             await self.check(page, report, startup=True)
+        for start in range(0, len(orphans), page_size):
+            await self.check(orphans[start:start + page_size], report, startup=True)
         await self._leftovers(report, page_size, max_pages)
         report.finished_at_ms = now_ms()
         return report
