@@ -594,7 +594,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         journal.journal_counts(tx), journal.journal_quarantine(tx, a, "X", 1),
         journal.journal_register(tx, a, "x/a.json", 1),
         retention_queries.set_sizes(tx, [(a, 1)]),
-        leases.cancelling_attempts(tx, owner, 64), leases.running_attempts(tx, owner, 64),
+        leases.cancelling_attempts(tx, owner, 64),
         leases.acquire(tx, a, "h", 1, 10),
         retention_queries.run_candidates(tx, t, 10, 1, 64),
         retention_queries.delete_runs(tx, [r, ids.uuid7()], 1),
@@ -634,7 +634,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     # run's attempts by run_id — never a walk of run_attempts, nor an index of its own.
     through = [plan for sql, plan in plans.items()
                if "CROSS JOIN run_attempts a ON a.run_id = r.id" in sql]
-    assert len(through) >= 7, plans
+    assert len(through) >= 6, plans  # admission, pages, deadlines, journal, cancels, logs
     for plan in through:
         assert re.match(r"SEARCH r USING (COVERING )?INDEX runs_active \(status=\?\)",
                         plan[0]), plan

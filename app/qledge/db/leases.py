@@ -78,8 +78,3 @@ async def cancelling_orphans(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     return [attempt_from_row(r) for r in rows]
 
 
-async def running_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
-    rows = await tx.all(
-        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_RUNNING}"
-        " ORDER BY a.id LIMIT ?", (owner, limit))
-    return [attempt_from_row(r) for r in rows]
