@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,19 @@ from qledge.model import AttemptStatus, Reason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from conftest import add_task
+from conftest import add_task, make_runtime
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """Step 4 at once (no identity grace): its compensation is what is tested here; a
+    deferred identity's failed commit is retried instead (test_unrecorded.py)."""
+    runtime = make_runtime(tmp_path / "state", identity_grace_s="0")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
 
 
 async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loop(

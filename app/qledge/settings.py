@@ -52,6 +52,9 @@ class Profile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # How long a result committed without its own fsync may wait to share one
     # (the next durable commit) before its receipt is deleted; docs/storage.md.
     group_commit_s: float
+    # How long a launcher's identity may wait in memory for its result's commit
+    # before it gets one of its own (docs/contract.md §3 step 4); 0: at once.
+    identity_grace_s: float
 
 
 PROFILES: dict[str, Profile] = {
@@ -79,6 +82,7 @@ PROFILES: dict[str, Profile] = {
         vacuum_pages_per_round=256,
         wal_checkpoint_mb=4,
         group_commit_s=2.0,
+        identity_grace_s=2.0,
     ),
     "standalone": Profile(
         name="standalone",
@@ -102,6 +106,7 @@ PROFILES: dict[str, Profile] = {
         vacuum_pages_per_round=2048,
         wal_checkpoint_mb=16,
         group_commit_s=0.5,
+        identity_grace_s=0.5,
     ),
 }
 
@@ -128,6 +133,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     publish_grace_ms: int = 0
     max_concurrent_attempts: int = 0
     kill_grace_s: float = 0.0
+    # Unset = profile value; 0 = every identity committed at once.
+    identity_grace_s: Annotated[float, msgspec.Meta(ge=0, le=60)] | None = None
     # What SIGTERM to the worker does with running tasks: "leave" them for the
     # next worker (default; they do not depend on it) or "cancel" them.
     shutdown_policy: Literal["leave", "cancel"] = "leave"
@@ -180,8 +187,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             changes["kill_grace_s"] = self.kill_grace_s
         if self.retention_interval_s:
             changes["retention_interval_s"] = self.retention_interval_s
-        for name in ("keep_runs_per_task", "keep_days", "logs_cap_mb", "low_water_mb",
-                     "low_water_pct", "critical_water_mb"):
+        for name in ("identity_grace_s", "keep_runs_per_task", "keep_days", "logs_cap_mb",
+                     "low_water_mb", "low_water_pct", "critical_water_mb"):
             value = getattr(self, name)
             if value is not None:
                 changes[name] = value

@@ -165,6 +165,41 @@ def test_restarted_worker_serves_while_old_tasks_still_run(appliance: Factory) -
     assert_one_terminal(app, run_id)
 
 
+def test_worker_killed_inside_the_identity_grace_adopts_the_launcher(
+        appliance: Factory) -> None:
+    """The launcher's identity waits in memory for its result's commit (the identity
+    grace, launch/unrecorded.py): a kill -9 then leaves the attempt `preparing` with
+    no pid recorded. The next worker adopts the launcher by its attempt id in /proc —
+    never a bare pid — and the task's own exit code and whole log still decide."""
+    app = appliance(identity_grace_s="60")
+    gate = gate_of(app)
+    run_id = trigger(app, make_task(app, "echo started; " + gated(gate, "echo done; exit 13"))
+                     ["id"])
+    run = wait_until(lambda: (r := get_run(app, run_id))["attempts"] and b"started" in
+                     output_of(app, r["attempts"][0]["id"]) and r, 30, "the task started")
+    attempt = run["attempts"][0]
+    assert (run["status"], attempt["status"], attempt["pid"]) == ("running", "preparing", None)
+    kill_worker(app)
+    run = get_run(app, run_id)
+    adopted = run["attempts"][0]
+    assert (run["status"], adopted["status"]) == ("running", "running"), run
+    assert alive(adopted["pid"])
+    assert system(app)["startup_recovery"]["counts"].get("adopted") == 1
+    gate.touch()
+    assert_exited(wait_terminal(app, run_id), 13)
+    assert_one_terminal(app, run_id)
+    assert full_log(app, run_id) == b"started\ndone\n"
+    assert [e["type"] for e in events_of(app, run_id)].count("attempt.started") == 1
+    assert_receipt_reaped(app, attempt["id"])
+
+
+def output_of(app: Any, attempt_id: str) -> bytes:
+    try:
+        return log_file(app, attempt_id).read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
 # -- 2. tasks finish while no worker runs ---------------------------------------------
 
 

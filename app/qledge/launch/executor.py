@@ -8,7 +8,9 @@
 3. ql-launch in a new session, the token over an inherited pipe, stdin
    /dev/null, stdout/stderr on the log;
 4. the durable identity persisted — or the process group stopped and the
-   attempt marked lost (never an unrecorded process left running).
+   attempt marked lost (never an unrecorded process left running). With an
+   `identity_grace_s`, a launcher that exits within the grace has its identity
+   written in its result's commit instead (launch/unrecorded.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
 from . import identity, logs
 from .isolation import Isolation
+from .unrecorded import Identities, Unrecorded
 
 log = logging.getLogger("qledge.executor")
 EXECUTOR_TYPE = "local_process"
@@ -75,11 +78,11 @@ class Prepared:
     with that reason and nothing is spawned.
     """
 
-    __slots__ = ("attempt", "env", "form", "refusal", "run", "task", "token")
+    __slots__ = ("attempt", "env", "form", "refusal", "run", "sweeps", "task", "token")
 
     def __init__(self, run: Run, task: Task, attempt: Attempt, token: str,
                  env: dict[str, str], form: taskform.TaskForm | None = None,
-                 refusal: taskform.TaskFormError | None = None) -> None:
+                 refusal: taskform.TaskFormError | None = None, sweeps: int = 0) -> None:
         self.run = run
         self.task = task
         self.attempt = attempt
@@ -87,6 +90,9 @@ class Prepared:
         self.env = env
         self.form = form
         self.refusal = refusal
+        # LocalExecutor.sweeps when step 1 was written: a cancel sweep since then may
+        # have missed this attempt (`preparing`), so its identity is written at once.
+        self.sweeps = sweeps
 
 
 def _command(task: Task, scripts_dir: Path) -> tuple[
@@ -112,6 +118,8 @@ class LocalExecutor:
         isolation: Isolation, scripts_dir: Path | None = None,
         task_env: TaskEnvProvider = no_task_env,
         run_env: Callable[[str], dict[str, str]] | None = None,
+        identity_grace_s: float = 0.0, identities: Identities | None = None,
+        on_cancelling: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -132,6 +140,15 @@ class LocalExecutor:
         self.in_flight: set[str] = set()
         # `task … conc` runs turned into child runs (the dispatcher wakes for them).
         self.fanned_out = 0
+        # Spawn step 4 deferred by up to this long (0: committed at once), the identities
+        # waiting, and who drives a cancel intent found when they are written.
+        self.identity_grace_s = identity_grace_s
+        self.identities = identities if identities is not None else Identities()
+        self.on_cancelling = on_cancelling
+        self.sweeps = 0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._recording: set[asyncio.Task[None]] = set()
+        self.identity_commits = 0
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
@@ -181,7 +198,7 @@ class LocalExecutor:
         # In the same commit: from here on the run is not "nothing started" (a cancel
         # goes through the attempt, docs/recovery.md).
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)
-        return Prepared(run, task, attempt, token, env, form, refusal)
+        return Prepared(run, task, attempt, token, env, form, refusal, self.sweeps)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:
         """Steps 2-4 after step 1 committed. The attempt leaves `in_flight` when this
@@ -231,6 +248,15 @@ class LocalExecutor:
             if ident is None:
                 raise ProcessLookupError(pid)
             failpoints.hit("spawn.before_persist")
+            if self.identity_grace_s > 0 and self.sweeps == p.sweeps:
+                # Deferred: written by the result's commit if the launcher exits within
+                # the grace, else by a commit of its own then (launch/unrecorded.py).
+                self.identities.add(Unrecorded(
+                    attempt_id=attempt_id, pid=pid, start_time=ident.start_time,
+                    boot_id=self.boot_id, spawned_at_ms=now_ms()))
+                self._timers[attempt_id] = asyncio.get_running_loop().call_later(
+                    self.identity_grace_s, self._grace_over, attempt_id)
+                return SpawnResult(attempt, pidfd)
             # Deferred (no fsync of its own): it survives a worker kill like any
             # commit; a power cut that loses it also ends the process and changes the
             # boot id, so the identity would prove nothing afterwards anyway —
@@ -244,6 +270,7 @@ class LocalExecutor:
                     now_ms=now_ms())
                 await runs.apply(tx, run, tr, now_ms())
                 assert tr.attempt is not None
+                self.identity_commits += 1
                 return SpawnResult(tr.attempt, pidfd, cancelling=run.cancel_reason is not None)
         except Exception as exc:
             log.error("could not persist the identity of attempt %s (%s): stopping it",
@@ -252,6 +279,81 @@ class LocalExecutor:
             os.close(pidfd)
             await self._finish_without_process(attempt_id, Reason.SPAWN_HANDLE_PERSIST_FAILED)
             return None
+
+    # -- identities deferred by the grace ---------------------------------------------
+
+    def _grace_over(self, attempt_id: str) -> None:
+        self._timers.pop(attempt_id, None)
+        if attempt_id not in self.identities:
+            return  # its result's commit wrote it
+        task = asyncio.create_task(self._record_due(), name=f"identity:{attempt_id}")
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record_due(self) -> None:
+        try:
+            cancelling = await self.record()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The identity stays in memory (the result's commit writes it, the next
+            # grace or sweep retries); a worker killed meanwhile leaves the attempt
+            # `preparing` for start-up recovery to adopt by its attempt id.
+            log.error("could not record deferred identities (%s); retrying",
+                      type(exc).__name__)
+            for ident in self.identities.pending():
+                if ident.attempt_id not in self._timers:
+                    self._timers[ident.attempt_id] = asyncio.get_running_loop().call_later(
+                        self.identity_grace_s, self._grace_over, ident.attempt_id)
+            return
+        if cancelling and self.on_cancelling is not None:
+            self.on_cancelling()
+
+    async def record(self, attempt_ids: list[str] | None = None) -> list[Attempt]:
+        """Commit pending identities (all, or these): the attempts become `running`.
+
+        Returns the recorded attempts whose run has a committed cancel intent: their
+        driver could not start before (it signals by the recorded identity)."""
+        pending = self.identities.pending(attempt_ids)
+        if not pending:
+            return []
+        cancelling: list[Attempt] = []
+        async with self.db.write(durable=False) as tx:
+            for ident in pending:
+                attempt = await attempts.get_attempt(tx, ident.attempt_id)
+                run = await runs.get_run(tx, attempt.run_id)
+                if attempt.status is not AttemptStatus.PREPARING:
+                    self.identities.forget_on_commit(tx, attempt.id)
+                    continue
+                run, attempt = await self.identities.record_in(tx, run, attempt)
+                if run.cancel_reason is not None:
+                    cancelling.append(attempt)
+            self.identity_commits += 1
+        for ident in pending:
+            timer = self._timers.pop(ident.attempt_id, None)
+            if timer is not None:
+                timer.cancel()
+        return cancelling
+
+    async def before_sweep(self) -> None:
+        """A cancel sweep is about to look for running attempts: record every pending
+        identity first, and make launches still in step 2-3 record theirs at once."""
+        self.sweeps += 1
+        await self.record()
+
+    async def stop(self) -> None:
+        """Record what is pending: the next worker then finds its attempts `running`
+        (adoption by /proc would find them too, but costs a walk)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self._recording:
+            await asyncio.wait(list(self._recording), timeout=5.0)
+        try:
+            await self.record()
+        except Exception as exc:
+            log.error("could not record deferred identities at stop (%s): start-up "
+                      "recovery adopts their launchers", type(exc).__name__)
 
     def _launch(self, attempt: Attempt, run: Run, task: Task, token: str,
                 env: dict[str, str], command: list[str], cwd: str | None) -> int:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .. import transitions
 from ..clock import now_ms
@@ -51,6 +51,9 @@ class Cancellation:
         self._drivers: dict[str, asyncio.Task[None]] = {}
         # Deadline checks started by the timers: owned here, cancelled and awaited at stop.
         self._checks: set[asyncio.Task[None]] = set()
+        # Writes the launcher identities still held in memory (launch/unrecorded.py)
+        # before a sweep looks for running attempts to signal: a signal needs one.
+        self.record_first: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         await self.sweep(1_000_000, orphans=True)
@@ -115,6 +118,8 @@ class Cancellation:
 
     async def expire_deadlines(self, limit: int) -> int:
         """Commit timeout intents for expired deadlines, then drive their signals."""
+        if self.record_first is not None:
+            await self.record_first()
         async with self.db.read() as tx:
             expired = await attempts.expired_attempts(tx, self.node_id, now_ms(), limit)
         committed = 0
@@ -136,6 +141,8 @@ class Cancellation:
         `orphans`: at start only, the running attempts of runs not `running` too (an
         older version's orphans, adopted by start-up recovery): a walk of run_attempts,
         since attempts are otherwise found through their running runs (migration 0022)."""
+        if self.record_first is not None:
+            await self.record_first()
         async with self.db.read() as tx:
             cancelling = await leases.cancelling_attempts(tx, self.node_id, limit)
             if orphans:

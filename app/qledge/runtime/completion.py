@@ -19,6 +19,7 @@ from ..clock import now_ms
 from ..db import attempts, journal, rows, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
+from ..launch.unrecorded import Identities
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason, Run
 from ..receipts.codec import Receipt, token_matches
 
@@ -50,9 +51,13 @@ def _rejected(reason: Rejection) -> Result:
 
 
 class CompletionService:
-    def __init__(self, db: Database, node_id: str) -> None:
+    def __init__(self, db: Database, node_id: str,
+                 identities: Identities | None = None) -> None:
         self.db = db
         self.node_id = node_id
+        # Launcher identities still in memory (launch/unrecorded.py): a result of such
+        # an attempt writes its identity first, in the same commit.
+        self.identities = identities if identities is not None else Identities()
 
     async def complete(self, receipt: Receipt) -> Result:
         try:
@@ -88,6 +93,7 @@ class CompletionService:
         # that raced the spawn in an earlier version): the receipt settles the attempt
         # alone, the run keeps its result (transitions._finish).
         run = await runs.get_run(tx, attempt.run_id)
+        run, attempt = await self.identities.record_in(tx, run, attempt)
         log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
         leftovers = 0 if receipt.leftover_processes is msgspec.UNSET else receipt.leftover_processes
         tr = transitions.complete(
@@ -115,6 +121,9 @@ class CompletionService:
                     # the caller's evidence is stale, so decide nothing.
                     return Result(outcome=Outcome.RETRY, reason="ATTEMPT_CHANGED")
                 run = await runs.get_run(tx, attempt.run_id)
+                # A launcher that ran without a receipt ran all the same: its identity
+                # first, so a committed intent decides as for any running attempt.
+                run, attempt = await self.identities.record_in(tx, run, attempt)
                 # An orphan (its run already ended) is settled alone, `lost` with
                 # RECOVERY_RUN_ALREADY_ENDED when it never got an identity.
                 tr = transitions.without_receipt(run, attempt, reason, now_ms(), status=status)

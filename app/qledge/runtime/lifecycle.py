@@ -20,6 +20,7 @@ from ..db.connection import Database, Tx
 from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
+from ..launch.unrecorded import Identities
 from ..model import Run, Task
 from ..receipts.store import ReceiptStore
 from ..settings import Settings
@@ -110,7 +111,9 @@ class Runtime:
         self.subscriptions = Syncer(self)
         self.dependencies = Dependencies(self)
         self.receipts = ReceiptStore(s.receipts_path)
-        self.completion = CompletionService(self.db, self.node_id)
+        # Launcher identities waiting for their result's commit (launch/unrecorded.py).
+        self.identities = Identities()
+        self.completion = CompletionService(self.db, self.node_id, self.identities)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
         self.consumer = Consumer(self.db, self.receipts, self.completion, self.reaper)
         self.watcher = ExitWatcher(self._exited)
@@ -119,16 +122,19 @@ class Runtime:
             launcher=s.launcher or default_launcher(), node_id=self.node_id,
             boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
             scripts_dir=s.scripts_path, task_env=self._task_env,
-            run_env=self._run_env)
+            run_env=self._run_env, identity_grace_s=self.profile.identity_grace_s,
+            identities=self.identities, on_cancelling=self._sweep_cancels)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
             completion=self.completion)
+        self.cancellation.record_first = self.executor.before_sweep
         self.reconciler = Reconciler(
             db=self.db, consumer=self.consumer, completion=self.completion,
             node_id=self.node_id, boot_id=self.boot_id,
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
-            in_flight=lambda a: a in self.executor.in_flight or self.watcher.watching(a))
+            in_flight=lambda a: (a in self.executor.in_flight or self.watcher.watching(a)
+                                 or a in self.identities))
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick)
@@ -176,6 +182,7 @@ class Runtime:
         await self.supervision.stop()
         await self.disk.stop()
         await self.dispatcher.stop()
+        await self.executor.stop()
         await self.cancellation.stop()
         await settle(self._finishing, 5.0)
         await self.reaper.stop()
@@ -302,6 +309,9 @@ class Runtime:
             "task_isolation": self.isolation.report(),
             # Results committed without their own fsync (docs/storage.md): receipts
             # kept until one covers them, and the fsyncs paid when none came along.
+            # Spawn step 4: identity commits of their own, identities still in memory.
+            "identities": {"commits": self.executor.identity_commits,
+                           "pending": len(self.identities)},
             "durability": {"commits": self.db.commit_seq, "durable": self.db.durable_seq,
                            "receipts_awaiting_fsync": self.reaper.waiting,
                            "receipts_reaped": self.reaper.removed,

@@ -1,0 +1,211 @@
+"""Spawn step 4 deferred by the profile's identity grace (launch/unrecorded.py).
+
+A launcher that exits within the grace has its identity written in its result's
+commit; one still running after it gets a commit of its own; anything that signals
+by the identity (cancel, deadline, shutdown) records it first, so deferring it never
+delays a signal; a worker stopped with identities pending records them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from qledge.clock import now_ms
+from qledge.db import attempts, events, runs, tasks
+from qledge.db.connection import Tx
+from qledge.launch import identity
+from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
+from qledge.runtime import operations
+from qledge.runtime.lifecycle import Runtime
+from qledge.transitions import Transition
+
+from conftest import add_task, make_runtime
+
+
+@pytest.fixture
+async def lazy(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """A runtime whose grace outlasts every task here: nothing waits it out by chance."""
+    rt = make_runtime(tmp_path / "state", identity_grace_s="30")
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.stop()
+
+
+async def _run(rt: Runtime, run_id: str) -> Run:
+    async with rt.db.read() as tx:
+        return await runs.get_run(tx, run_id)
+
+
+async def _attempt(rt: Runtime, run_id: str) -> Attempt:
+    async with rt.db.read() as tx:
+        (attempt,) = await attempts.attempts_of_run(tx, run_id)
+    return attempt
+
+
+async def _types(rt: Runtime, run_id: str) -> list[str]:
+    async with rt.db.read() as tx:
+        return [e.type for e in await events.list_events(tx, run_id)]
+
+
+async def _until_terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
+    for _ in range(int(timeout / 0.02)):
+        run = await _run(rt, run_id)
+        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} never ended: {await _run(rt, run_id)}")
+
+
+async def _launcher(rt: Runtime, run: Run) -> identity.Identity:
+    """The launcher of the run's one attempt, found in /proc by its attempt id."""
+    for _ in range(500):
+        async with rt.db.read() as tx:
+            found = await attempts.attempts_of_run(tx, run.id)
+        if found:
+            ident = identity.find_launcher(run.id, found[0].id, rt.boot_id)
+            if ident is not None:
+                return ident
+        await asyncio.sleep(0.01)
+    raise AssertionError("no launcher")
+
+
+async def test_a_short_task_writes_its_identity_in_its_result_commit(lazy: Runtime) -> None:
+    task_id = await add_task(lazy, "echo hi; exit 3")
+    run = await operations.trigger(lazy, task_id, Trigger.API)
+    done = await _until_terminal(lazy, run.id)
+    attempt = await _attempt(lazy, run.id)
+    assert (done.status, done.exit_code) == (RunStatus.FAILED, 3)
+    assert attempt.status is AttemptStatus.FAILED
+    # The identity is kept: the result's commit wrote it first, as step 4 would have.
+    assert attempt.pid is not None and attempt.proc_start_time is not None
+    assert attempt.boot_id == lazy.boot_id
+    assert attempt.started_at_ms is not None and attempt.finished_at_ms is not None
+    assert attempt.created_at_ms <= attempt.started_at_ms <= attempt.finished_at_ms
+    assert done.started_at_ms == attempt.started_at_ms
+    assert await _types(lazy, run.id) == ["run.created", "attempt.created", "attempt.started",
+                                          "run.started", "attempt.finished", "run.finished"]
+    # ... and it had no commit of its own.
+    assert lazy.executor.identity_commits == 0
+    assert len(lazy.identities) == 0
+
+
+async def test_a_task_running_past_the_grace_gets_its_identity_commit(tmp_path: Path) -> None:
+    rt = make_runtime(tmp_path / "state", identity_grace_s="0.3")
+    await rt.start()
+    try:
+        task_id = await add_task(rt, "sleep 2; exit 5")
+        run = await operations.trigger(rt, task_id, Trigger.API)
+        ident = await _launcher(rt, run)
+        for _ in range(150):
+            attempt = await _attempt(rt, run.id)
+            if attempt.status is AttemptStatus.RUNNING:
+                break
+            await asyncio.sleep(0.02)
+        # Recorded while the task still runs: the launcher, by its identity.
+        assert attempt.status is AttemptStatus.RUNNING
+        assert (attempt.pid, attempt.proc_start_time) == (ident.pid, ident.start_time)
+        assert (await _run(rt, run.id)).status is RunStatus.RUNNING
+        assert rt.executor.identity_commits == 1
+        done = await _until_terminal(rt, run.id)
+        assert (done.status, done.exit_code) == (RunStatus.FAILED, 5)
+        assert (await _types(rt, run.id)).count("attempt.started") == 1
+    finally:
+        await rt.stop()
+
+
+async def test_a_cancel_inside_the_grace_signals_at_once(lazy: Runtime) -> None:
+    task_id = await add_task(lazy, "sleep 30")
+    run = await operations.trigger(lazy, task_id, Trigger.API)
+    await _launcher(lazy, run)
+    assert (await _attempt(lazy, run.id)).status is AttemptStatus.PREPARING
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await operations.cancel_run(lazy, run.id) is RunStatus.RUNNING
+    done = await _until_terminal(lazy, run.id)
+    took = loop.time() - t0
+    attempt = await _attempt(lazy, run.id)
+    assert (done.status, done.reason_code) == (RunStatus.CANCELLED,
+                                               Reason.CANCEL_REQUESTED.value)
+    assert (attempt.status, attempt.exit_code) == (AttemptStatus.CANCELLED, 143)
+    assert took < 10, f"the cancel waited {took:.1f} s (the grace is 30)"
+    types = await _types(lazy, run.id)
+    assert types.index("run.cancel_requested") < types.index("attempt.started") \
+        < types.index("attempt.signal_sent") < types.index("attempt.finished")
+    assert types.count("run.finished") == 1
+
+
+async def test_a_deadline_inside_the_grace_fires_on_time(lazy: Runtime) -> None:
+    task_id = await add_task(lazy, "sleep 30")
+    async with lazy.db.write() as tx:
+        await tasks.update_task(tx, task_id, {"timeout_s": 1}, now_ms())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    run = await operations.trigger(lazy, task_id, Trigger.API)
+    done = await _until_terminal(lazy, run.id)
+    took = loop.time() - t0
+    assert (done.status, done.reason_code) == (RunStatus.TIMED_OUT, Reason.TIMEOUT.value)
+    assert took < 10, f"a 1 s timeout took {took:.1f} s (the grace is 30)"
+
+
+async def test_a_stopped_worker_records_what_is_pending(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = make_runtime(state, identity_grace_s="30")
+    await first.start()
+    task_id = await add_task(first, "sleep 30")
+    run = await operations.trigger(first, task_id, Trigger.API)
+    ident = await _launcher(first, run)
+    assert len(first.identities) == 1
+    await first.stop()  # shutdown policy "leave": the task keeps running
+    second = make_runtime(state, identity_grace_s="30")
+    await second.start()
+    try:
+        attempt = await _attempt(second, run.id)
+        assert attempt.status is AttemptStatus.RUNNING
+        assert (attempt.pid, attempt.proc_start_time) == (ident.pid, ident.start_time)
+        # Reattached by its recorded identity, not adopted by a walk of /proc.
+        assert second.startup_report is not None
+        assert second.startup_report.counts.get("reattached") == 1
+        assert "adopted" not in second.startup_report.counts
+        await operations.cancel_run(second, run.id)
+        assert (await _until_terminal(second, run.id)).status is RunStatus.CANCELLED
+    finally:
+        await second.stop()
+
+
+async def test_a_failed_deferred_identity_commit_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unlike a failed step 4 commit at once (test_executor), nothing is stopped: the
+    worker still holds the identity and watches the launcher, its result's commit
+    writes it, and a worker killed meanwhile leaves what start-up adoption handles."""
+    rt = make_runtime(tmp_path / "state", identity_grace_s="0.2")
+    await rt.start()
+    try:
+        apply = runs.apply
+        failed: list[str] = []
+
+        async def first_identity_commit_fails(tx: Tx, old: Run, tr: Transition,
+                                              at: int) -> Run:
+            if (tr.attempt is not None and tr.attempt.status is AttemptStatus.RUNNING
+                    and not failed):
+                failed.append(tr.attempt.id)
+                raise sqlite3.OperationalError("disk I/O error")
+            return await apply(tx, old, tr, at)
+
+        monkeypatch.setattr(runs, "apply", first_identity_commit_fails)
+        task_id = await add_task(rt, "sleep 1.5; exit 4")
+        run = await operations.trigger(rt, task_id, Trigger.API)
+        done = await _until_terminal(rt, run.id)
+        attempt = await _attempt(rt, run.id)
+        assert failed == [attempt.id]
+        assert (done.status, done.exit_code) == (RunStatus.FAILED, 4)
+        assert attempt.pid is not None
+        assert (await _types(rt, run.id)).count("attempt.started") == 1
+    finally:
+        await rt.stop()
