@@ -102,8 +102,21 @@ def _cancelled_from_its_receipt(run: Run, attempt: Any) -> None:
     assert run.exit_code == attempt.exit_code == 143
 
 
+@pytest.fixture
+async def eager_rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """Step 4 committed at once (identity grace 0), so that `_HeldIdentityCommit` holds
+    it; the grace's own window is tested in test_unrecorded.py."""
+    runtime = make_runtime(tmp_path / "state", identity_grace_s="0")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
 async def test_a_user_cancel_while_the_launcher_starts_ends_from_its_receipt(
-        rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+        eager_rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = eager_rt
     task_id = await add_task(rt, "sleep 30")
     started: dict[str, Run] = {}
     seen: list[RunStatus] = []
@@ -162,7 +175,8 @@ async def test_a_cancel_right_after_step_one_is_not_cancelled_before_start(
 
 
 async def test_overlap_replace_in_the_window_cancels_through_the_receipt(
-        rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+        eager_rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = eager_rt
     task_id = await add_task(rt, "sleep 30")
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
@@ -240,7 +254,7 @@ async def test_shutdown_policy_cancel_reaches_an_attempt_being_spawned(
     commit: the intent is committed, the identity commit is waited for within the
     drain, and the launcher is stopped — not left running past the shutdown."""
     state = tmp_path / "state"
-    rt = make_runtime(state, shutdown_policy="cancel", kill_grace_s="2")
+    rt = make_runtime(state, shutdown_policy="cancel", kill_grace_s="2", identity_grace_s="0")
     await rt.start()
     release = asyncio.Event()
     holding = asyncio.Event()

@@ -209,3 +209,28 @@ async def test_a_failed_deferred_identity_commit_is_retried(
         assert (await _types(rt, run.id)).count("attempt.started") == 1
     finally:
         await rt.stop()
+
+
+async def test_shutdown_policy_cancel_reaches_a_launcher_inside_the_grace(
+        tmp_path: Path) -> None:
+    """`QLEDGE_SHUTDOWN_POLICY=cancel` with an identity still in memory: shutdown
+    commits it, then stops the launcher — not left running past the shutdown."""
+    rt = make_runtime(tmp_path / "state", shutdown_policy="cancel", kill_grace_s="2",
+                      identity_grace_s="30")
+    await rt.start()
+    run = await operations.trigger(rt, await add_task(rt, "sleep 30"), Trigger.API)
+    await _launcher(rt, run)
+    assert len(rt.identities) == 1
+    await rt.stop()
+    again = make_runtime(tmp_path / "state")
+    await again.db.open()
+    try:
+        async with again.db.read() as tx:
+            done = await runs.get_run(tx, run.id)
+            (attempt,) = await attempts.attempts_of_run(tx, run.id)
+    finally:
+        await again.db.close()
+    assert (done.status, done.reason_code) == (RunStatus.CANCELLED,
+                                               Reason.CANCEL_REQUESTED.value), done
+    assert (attempt.status, attempt.exit_code) == (AttemptStatus.CANCELLED, 143)
+    assert identity.find_launcher(run.id, attempt.id, rt.boot_id) is None

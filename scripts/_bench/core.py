@@ -1,8 +1,9 @@
 """Core runtime figures, side by side in one run (in-process runtime, real launcher,
 real SQLite file with synchronous=FULL, uvloop):
 
-1. task-start overhead: trigger (run committed `queued`) -> launcher running with
-   its identity committed; p50/p99 over --runs sequential runs of `true`;
+1. task-start overhead: trigger (run committed `queued`) -> launcher running and
+   watched (its identity held for the identity grace, contract.md §3 step 4, or
+   committed when the grace is 0); p50/p99 over --runs sequential runs of `true`;
 2. completion latency: launcher exit seen (pidfd readable) -> terminal events
    committed; p50/p99 over the same runs;
 3. throughput: --burst runs of `true` triggered at once, wall time until all are
