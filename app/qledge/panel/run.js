@@ -138,7 +138,7 @@
       t('run.started'), t('runs.col.duration')];
     return grid(null, cols, r.attempts.map((a) => row(null, cols,
       '#' + a.attempt_no,
-      badge(a.status === 'preparing' ? 'queued' : a.status),
+      badge(a.status === 'preparing' ? r.status : a.status),
       a.exit_code == null ? '—' : String(a.exit_code),
       a.reason_code ? h('code', a.reason_code) : '—',
       a.pid == null ? '—' : String(a.pid),
