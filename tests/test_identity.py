@@ -96,3 +96,28 @@ def test_stand_in_signals_only_the_identity_it_was_given(stand_in: None) -> None
         if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_find_launchers_walks_proc_once_for_many_and_fails_closed_on_two() -> None:
+    """Start-up adoption of a burst of unrecorded launchers (the identity grace): one
+    walk finds each by its run and attempt ids; an attempt named by two live processes
+    is ambiguous and left out; a run id that does not match is no match."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    argvs = {"a1": ["--run-id", "r1", "--attempt-id", "a1"],
+             "a2": ["--run-id", "r2", "--attempt-id", "a2"],
+             "dup": ["--run-id", "r3", "--attempt-id", "dup"]}
+    procs = [subprocess.Popen([*sleeper, *args]) for args in argvs.values()]
+    procs.append(subprocess.Popen([*sleeper, *argvs["dup"]]))
+    try:
+        found = identity.find_launchers(
+            [("r1", "a1"), ("r2", "a2"), ("r3", "dup"), ("other-run", "a1x")], boot)
+        assert set(found) == {"a1", "a2"}
+        assert found["a1"].pid == procs[0].pid and found["a2"].pid == procs[1].pid
+        assert identity.find_launchers([("wrong-run", "a1")], boot) == {}
+        assert identity.find_launcher("r2", "a2", boot) == found["a2"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -128,6 +128,9 @@ async def test_replace_cancels_through_the_fenced_path_and_the_late_receipt_lose
     assert old_attempts[0].finished_at_ms is not None
     assert new_attempts[0].created_at_ms >= old_attempts[0].finished_at_ms
     await operations.cancel_run(rt, second.run.id)
+    # Stopped before the runtime is: a stop right after the cancel may drop its driver
+    # before TERM, and the trapping loop would outlive the test.
+    await until(rt, second.run.id, ended, "the new run cancelled")
 
 
 async def test_allow_runs_side_by_side(rt: Runtime) -> None:

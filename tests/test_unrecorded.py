@@ -76,6 +76,16 @@ async def _launcher(rt: Runtime, run: Run) -> identity.Identity:
     raise AssertionError("no launcher")
 
 
+async def _pending(rt: Runtime) -> None:
+    """The launcher shows in /proc as soon as it is spawned; its identity is held a
+    moment later (captured from /proc after posix_spawn returns)."""
+    for _ in range(500):
+        if len(rt.identities) == 1:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no identity pending")
+
+
 async def test_a_short_task_writes_its_identity_in_its_result_commit(lazy: Runtime) -> None:
     task_id = await add_task(lazy, "echo hi; exit 3")
     run = await operations.trigger(lazy, task_id, Trigger.API)
@@ -124,6 +134,7 @@ async def test_a_cancel_inside_the_grace_signals_at_once(lazy: Runtime) -> None:
     task_id = await add_task(lazy, "sleep 30")
     run = await operations.trigger(lazy, task_id, Trigger.API)
     await _launcher(lazy, run)
+    await _pending(lazy)
     assert (await _attempt(lazy, run.id)).status is AttemptStatus.PREPARING
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -161,7 +172,7 @@ async def test_a_stopped_worker_records_what_is_pending(tmp_path: Path) -> None:
     task_id = await add_task(first, "sleep 30")
     run = await operations.trigger(first, task_id, Trigger.API)
     ident = await _launcher(first, run)
-    assert len(first.identities) == 1
+    await _pending(first)
     await first.stop()  # shutdown policy "leave": the task keeps running
     second = make_runtime(state, identity_grace_s="30")
     await second.start()
@@ -220,7 +231,7 @@ async def test_shutdown_policy_cancel_reaches_a_launcher_inside_the_grace(
     await rt.start()
     run = await operations.trigger(rt, await add_task(rt, "sleep 30"), Trigger.API)
     await _launcher(rt, run)
-    assert len(rt.identities) == 1
+    await _pending(rt)
     await rt.stop()
     again = make_runtime(tmp_path / "state")
     await again.db.open()

@@ -253,7 +253,8 @@ class LocalExecutor:
                 # the grace, else by a commit of its own then (launch/unrecorded.py).
                 self.identities.add(Unrecorded(
                     attempt_id=attempt_id, pid=pid, start_time=ident.start_time,
-                    boot_id=self.boot_id, spawned_at_ms=now_ms()))
+                    boot_id=self.boot_id, spawned_at_ms=now_ms(),
+                    deadline_at_ms=attempt.deadline_at_ms))
                 self._timers[attempt_id] = asyncio.get_running_loop().call_later(
                     self.identity_grace_s, self._grace_over, attempt_id)
                 return SpawnResult(attempt, pidfd)
@@ -335,9 +336,15 @@ class LocalExecutor:
                 timer.cancel()
         return cancelling
 
-    async def before_sweep(self) -> None:
+    async def before_sweep(self, expired_by: int | None = None) -> None:
         """A cancel sweep is about to look for running attempts: record every pending
-        identity first, and make launches still in step 2-3 record theirs at once."""
+        identity first, and make launches still in step 2-3 record theirs at once.
+
+        `expired_by`: a deadline check (every supervision round runs one) — only the
+        identities whose deadline has passed by then; the others keep their grace."""
+        if expired_by is not None:
+            await self.record(self.identities.expired(expired_by))
+            return
         self.sweeps += 1
         await self.record()
 

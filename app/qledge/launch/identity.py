@@ -170,12 +170,18 @@ def find_launcher(run_id: str, attempt_id: str, boot_id: str) -> Identity | None
     Used only at start-up for attempts whose spawn was never confirmed (a rare,
     bounded /proc walk). Two matches are ambiguous: None (fail closed).
     """
-    want = (b"--run-id", run_id.encode(), b"--attempt-id", attempt_id.encode())
-    found: list[int] = []
+    return find_launchers([(run_id, attempt_id)], boot_id).get(attempt_id)
+
+
+def find_launchers(wanted: list[tuple[str, str]], boot_id: str) -> dict[str, Identity]:
+    """`find_launcher` for many (run id, attempt id) pairs in one walk of /proc: a worker
+    killed within the identity grace may leave a whole burst of launchers unrecorded."""
+    runs_of = {attempt_id.encode(): run_id.encode() for run_id, attempt_id in wanted}
+    found: dict[bytes, list[int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return None
+        return {}
     for name in entries:
         if not name.isdigit():
             continue
@@ -184,11 +190,16 @@ def find_launcher(run_id: str, attempt_id: str, boot_id: str) -> Identity | None
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if _has_pair(argv, want[0], want[1]) and _has_pair(argv, want[2], want[3]):
-            found.append(int(name))
-    if len(found) != 1:
-        return None
-    return capture(found[0], boot_id)
+        for flag, value in itertools.pairwise(argv):
+            if flag == b"--attempt-id" and value in runs_of:
+                if _has_pair(argv, b"--run-id", runs_of[value]):
+                    found.setdefault(value, []).append(int(name))
+                break
+    out: dict[str, Identity] = {}
+    for attempt_id, pids in found.items():
+        if len(pids) == 1 and (ident := capture(pids[0], boot_id)) is not None:
+            out[attempt_id.decode()] = ident
+    return out
 
 
 def _has_pair(argv: list[bytes], flag: bytes, value: bytes) -> bool:

@@ -31,6 +31,7 @@ class Unrecorded(msgspec.Struct, frozen=True, kw_only=True):
     start_time: int
     boot_id: str
     spawned_at_ms: int
+    deadline_at_ms: int | None = None
 
 
 class Identities:
@@ -52,6 +53,11 @@ class Identities:
         if attempt_ids is None:
             return list(self._pending.values())
         return [self._pending[a] for a in attempt_ids if a in self._pending]
+
+    def expired(self, now_ms: int) -> list[str]:
+        """The pending attempts whose deadline has passed (a deadline check signals them)."""
+        return [u.attempt_id for u in self._pending.values()
+                if u.deadline_at_ms is not None and u.deadline_at_ms <= now_ms]
 
     def forget_on_commit(self, tx: Tx, attempt_id: str) -> None:
         """Once the transaction that wrote the identity commits, memory need not hold it

@@ -53,7 +53,8 @@ class Cancellation:
         self._checks: set[asyncio.Task[None]] = set()
         # Writes the launcher identities still held in memory (launch/unrecorded.py)
         # before a sweep looks for running attempts to signal: a signal needs one.
-        self.record_first: Callable[[], Awaitable[None]] | None = None
+        # (argument: a deadline check's time — only identities expired by then).
+        self.record_first: Callable[[int | None], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         await self.sweep(1_000_000, orphans=True)
@@ -119,7 +120,7 @@ class Cancellation:
     async def expire_deadlines(self, limit: int) -> int:
         """Commit timeout intents for expired deadlines, then drive their signals."""
         if self.record_first is not None:
-            await self.record_first()
+            await self.record_first(now_ms())
         async with self.db.read() as tx:
             expired = await attempts.expired_attempts(tx, self.node_id, now_ms(), limit)
         committed = 0
@@ -132,17 +133,20 @@ class Cancellation:
                 if tr is not None:
                     await runs.apply(tx, run, tr, now_ms())
                     committed += 1
-        await self.sweep(limit)
+        # Nothing new to signal: the identities still in their grace stay there.
+        await self.sweep(limit, record=committed > 0)
         return committed
 
-    async def sweep(self, limit: int, *, orphans: bool = False) -> None:
+    async def sweep(self, limit: int, *, orphans: bool = False, record: bool = True) -> None:
         """Make sure every running attempt with a committed intent has a driver.
 
         `orphans`: at start only, the running attempts of runs not `running` too (an
         older version's orphans, adopted by start-up recovery): a walk of run_attempts,
-        since attempts are otherwise found through their running runs (migration 0022)."""
-        if self.record_first is not None:
-            await self.record_first()
+        since attempts are otherwise found through their running runs (migration 0022).
+        `record`: commit the identities still in their grace first (a new intent may
+        name one of them)."""
+        if record and self.record_first is not None:
+            await self.record_first(None)
         async with self.db.read() as tx:
             cancelling = await leases.cancelling_attempts(tx, self.node_id, limit)
             if orphans:

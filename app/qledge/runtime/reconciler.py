@@ -121,7 +121,7 @@ class Reconciler:
                 if got is not Consumed.MISSING:
                     report.add(f"late_receipt_{got.value}")
 
-    async def _adopt(self, attempt: Attempt) -> bool:
+    async def _adopt(self, attempt: Attempt, ident: identity.Identity | None) -> bool:
         """Record the identity of an unconfirmed launcher found by its attempt id.
 
         Safe against impostors: adoption only decides that we keep waiting; the
@@ -131,9 +131,6 @@ class Reconciler:
         cancellation sweep that follows start-up stop it, and its receipt settles
         the attempt.
         """
-        # A walk of /proc: in a thread, off the loop.
-        ident = await asyncio.to_thread(identity.find_launcher, attempt.run_id, attempt.id,
-                                        self.boot_id)
         if ident is None:
             return False
         pidfd, _live = identity.open_pidfd(ident, self.boot_id)
@@ -166,6 +163,12 @@ class Reconciler:
         report.examined += len(page)
         results = await self.consumer.consume_many([a.id for a in page])
         exited: list[tuple[Attempt, Reason, AttemptStatus]] = []
+        unconfirmed = [(a.run_id, a.id) for a in page
+                       if a.status is AttemptStatus.PREPARING and results[a.id] not in (
+                           Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY)]
+        # One walk of /proc for the page (in a thread, off the loop), not one per attempt.
+        launchers = (await asyncio.to_thread(identity.find_launchers, unconfirmed, self.boot_id)
+                     if startup and unconfirmed else {})
         for attempt in page:
             got = results[attempt.id]
             if got in (Consumed.APPLIED, Consumed.ALREADY_TERMINAL, Consumed.RETRY):
@@ -177,7 +180,7 @@ class Reconciler:
                 # Spawn never confirmed (the worker died between spawn and the identity
                 # commit). Its launcher may be running: adopt it by its unique attempt id,
                 # else it never started. Either way no signal is ever sent here.
-                if startup and await self._adopt(attempt):
+                if startup and await self._adopt(attempt, launchers.get(attempt.id)):
                     report.add("adopted")
                     continue
                 exited.append((attempt, Reason.RECOVERY_SPAWN_UNCONFIRMED, AttemptStatus.LOST))
