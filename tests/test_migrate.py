@@ -590,6 +590,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         journal.journal_mark_terminal(tx, a, 1), journal.journal_delete(tx, a),
         journal.journal_settle(tx, [a], 1), journal.journal_unsettle(tx, [a]),
         journal.journal_age_out(tx, 1, 4000), journal.journal_ended_page(tx, "", 64),
+        journal.journal_age_in_spawn(tx, 1), journal.journal_due(tx, 1, 33),
         attempts.attempts_without_journal(tx, owner, 64), events.list_events(tx, r),
         journal.journal_counts(tx), journal.journal_quarantine(tx, a, "X", 1),
         journal.journal_register(tx, a, "x/a.json", 1),
@@ -630,6 +631,11 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
                  if sql.startswith("UPDATE run_attempts SET receipt_state = NULL")
                  and "receipt_settled_at_ms <=" in sql]
     assert any("USING INDEX attempts_journal" in step for step in age_out), age_out
+    # Spawn step 1's: the oldest SPAWN_AGE_WINDOW entries of the journal, no more.
+    [in_spawn] = [plan for sql, plan in plans.items()
+                  if sql.startswith("UPDATE run_attempts SET receipt_state = NULL")
+                  and "ORDER BY a.id LIMIT ?) WHERE settled <=" in sql]
+    assert any("USING INDEX attempts_journal" in step for step in in_spawn), in_spawn
     # Active attempts through their running runs (0022): runs_active first, then each
     # run's attempts by run_id — never a walk of run_attempts, nor an index of its own.
     through = [plan for sql, plan in plans.items()

@@ -1,8 +1,9 @@
 """Supervision rounds keep the receipt journal bounded under sustained load.
 
 Settled rows (receipt consumed into the terminal state, or known never to
-come) age out by one bounded DELETE per round, so the per-round page caps —
-which bound *file* work — no longer cap the bookkeeping below the run rate.
+come) age out in spawn step 1's commit, and by one bounded UPDATE per round as
+the backstop, so the per-round page caps — which bound *file* work — no longer
+cap the bookkeeping below the run rate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from qledge.db import tasks
+from qledge.db import journal, tasks
 from qledge.model import RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
@@ -65,7 +66,14 @@ async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(
         async def journal_empty() -> bool:
             return await _count(rt, _JOURNAL) == 0
 
-        # 0.3 s retention + a 0.5 s round + slack; the page caps alone would need 30 s.
+        # Spawn step 1 and the backstop (more than age_backlog due) leave at most
+        # age_backlog settled rows waiting for the next spawn: 0.3 s retention + a
+        # 0.5 s round + slack; the page caps alone would need 30 s.
+        async def within_the_bound() -> bool:
+            return await _count(rt, _JOURNAL) <= rt.supervisor.age_backlog
+        await _wait("the journal within its bound", within_the_bound, 6)
+        assert await _count(rt, _JOURNAL + " AND receipt_settled_at_ms IS NULL") == 0
+        rt.supervisor.age_overdue_ms = 0  # no spawn comes: the backstop takes the rest
         await _wait("the journal drained", journal_empty, 6)
         assert rt.supervisor.last is not None
 
@@ -96,6 +104,7 @@ async def test_settled_rows_wait_while_the_reaper_holds_their_receipt(tmp_path: 
 
         await _wait("the row settled", settled, 20)
         await rt.reaper.drain()
+        rt.supervisor.age_overdue_ms = 0  # no spawn comes: the backstop ages it
         # The reaper holds another receipt consumed before this row was settled.
         rt.reaper.remove_after(10**12, ["held"], since_ms=0)
         assert rt.reaper.oldest_since_ms == 0
@@ -106,5 +115,112 @@ async def test_settled_rows_wait_while_the_reaper_holds_their_receipt(tmp_path: 
         assert report.counts.get("journal_aged_out") == 1
         assert await _count(rt, _JOURNAL) == 0
         assert run.id
+    finally:
+        await rt.stop()
+
+
+# Spawn step 1 ages due settled rows; the supervisor's round is the backstop.
+
+_RETENTION_S = 60.0
+
+
+async def _settled_runs(rt: Runtime, task: str, n: int) -> list[str]:
+    """n runs of the task ended, their rows settled and their receipts reaped; their
+    attempt ids, oldest first."""
+    for _ in range(n):
+        run = await trigger(rt, task, Trigger.API)
+
+        async def ended(run_id: str = run.id) -> bool:
+            return await _count(rt, "SELECT COUNT(*) FROM run_attempts WHERE run_id = ?"
+                                    " AND receipt_settled_at_ms IS NOT NULL", run_id) == 1
+        await _wait("the run's row settled", ended, 20)
+    await rt.reaper.drain()
+    async with rt.db.read() as tx:
+        rows = await tx.all("SELECT id FROM run_attempts WHERE receipt_state IS NOT NULL"
+                            " ORDER BY id")
+    return [str(r["id"]) for r in rows]
+
+
+async def _set_settled(rt: Runtime, ids: list[str], settled_ms: int | None) -> None:
+    marks = ",".join("?" * len(ids))
+    async with rt.db.write() as tx:
+        await tx.execute("UPDATE run_attempts SET receipt_settled_at_ms = ?"
+                         f" WHERE id IN ({marks})", [settled_ms, *ids])
+
+
+async def _entries(rt: Runtime, ids: list[str]) -> list[bool]:
+    async with rt.db.read() as tx:
+        got = [await tx.one("SELECT receipt_state FROM run_attempts WHERE id = ?", (a,))
+               for a in ids]
+    return [row is not None and row[0] is not None for row in got]
+
+
+def _quiet_runtime(tmp_path: Path) -> Runtime:
+    # No round on its own timer within a test: rounds run when the test says so.
+    rt = make_runtime(tmp_path / "state", round_interval_s="600", retention_interval_s="600")
+    rt.profile = msgspec.structs.replace(rt.profile, journal_retention_s=_RETENTION_S)
+    return rt
+
+
+async def test_spawn_step_1_ages_due_settled_rows_and_leaves_the_others(
+        tmp_path: Path) -> None:
+    rt = _quiet_runtime(tmp_path)
+    await rt.start()
+    try:
+        task = await add_task(rt, "true")
+        due, fresh, unsettled, held = await _settled_runs(rt, task, 4)
+        past = int(time.time() * 1000) - int(_RETENTION_S * 1000)
+        await _set_settled(rt, [due], past - 2000)
+        await _set_settled(rt, [unsettled], None)  # file work left: not step 1's
+        # `held` settled after the reaper took a receipt it still holds: not yet.
+        await _set_settled(rt, [held], past - 500)
+        rt.reaper.remove_after(10**12, ["other"], since_ms=past - 1000)
+        [nxt] = [a for a in await _settled_runs(rt, task, 1)
+                 if a not in (due, fresh, unsettled, held)]
+        assert await _entries(rt, [due, fresh, unsettled, held, nxt]) == [
+            False, True, True, True, True]
+    finally:
+        rt.reaper._pending.clear()
+        await rt.stop()
+
+
+async def test_spawn_step_1_ages_at_most_its_limit(tmp_path: Path) -> None:
+    rt = _quiet_runtime(tmp_path)
+    await rt.start()
+    try:
+        task = await add_task(rt, "true")
+        old = await _settled_runs(rt, task, journal.SPAWN_AGE_LIMIT + 3)
+        await _set_settled(rt, old, 1)
+        await _settled_runs(rt, task, 1)
+        # The oldest go first; the rest wait for the next spawn (or the backstop).
+        assert await _entries(rt, old) == [False] * journal.SPAWN_AGE_LIMIT + [True] * 3
+    finally:
+        await rt.stop()
+
+
+async def test_the_supervisor_ages_due_rows_only_as_a_backstop(tmp_path: Path) -> None:
+    rt = _quiet_runtime(tmp_path)
+    await rt.start()
+    try:
+        task = await add_task(rt, "true")
+        rows = await _settled_runs(rt, task, rt.supervisor.age_backlog + 3)
+        now = int(time.time() * 1000)
+        due_ms = now - int(_RETENTION_S * 1000) - 1000
+        # A few due, none long overdue: a spawn will come for them, no commit of its own.
+        await _set_settled(rt, rows[:2], due_ms)
+        assert (await rt.supervisor.round()).counts.get("journal_aged_out") is None
+        assert await _entries(rt, rows[:2]) == [True, True]
+        # No spawn came for an hour: the backstop ages every due row.
+        await _set_settled(rt, rows[:1], due_ms - rt.supervisor.age_overdue_ms)
+        assert (await rt.supervisor.round()).counts.get("journal_aged_out") == 2
+        assert await _entries(rt, rows[:2]) == [False, False]
+        # More due than age_backlog (spawns do not keep up): the bound, at once.
+        rest = rows[2:]
+        await _set_settled(rt, rest[:rt.supervisor.age_backlog], due_ms)
+        assert (await rt.supervisor.round()).counts.get("journal_aged_out") is None
+        await _set_settled(rt, rest, due_ms)
+        report = await rt.supervisor.round()
+        assert report.counts.get("journal_aged_out") == len(rest)
+        assert await _count(rt, _JOURNAL) == 0
     finally:
         await rt.stop()

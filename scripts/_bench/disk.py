@@ -138,7 +138,8 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
                                   **({"keep_runs": STEADY_KEEP} if steady else {})})
     if steady:
         # The rounds run explicitly after each attempt (below), not on their timers;
-        # the journal row ages out at once instead of 2 minutes later.
+        # the journal row is due at once instead of 2 minutes later (it ages out in
+        # the next attempt's spawn step 1, or the supervisor's backstop).
         await rt.supervision.stop()
         await rt.disk.loop.stop()
         rt.supervisor.profile = msgspec.structs.replace(rt.supervisor.profile,
@@ -183,6 +184,8 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     await rt.supervision.stop()
     rt.supervisor.profile = msgspec.structs.replace(rt.supervisor.profile,
                                                     journal_retention_s=0.0)
+    # No next spawn comes to age the last rows: the supervisor's backstop, at once.
+    rt.supervisor.age_overdue_ms = 0
     _mark("journal_start")
     sup_rounds = 0
     # Settled rows (the usual case) go in one DELETE; "terminal" ones after file checks.

@@ -10,6 +10,12 @@ deleting the runs past the task's keep_runs. Each frame's page number is
 mapped to its table or index through SQLite's `dbstat`; pages `dbstat` does
 not list are pointer-map or free-list pages ("other"). A page written by two
 commits counts twice: that is what reaches the card before a checkpoint.
+
+--cron spawn|round: every journal entry due at once, as at cron pace (retention
+window 0 from after the warm-up, the reaper drained after each attempt), and
+aged inside the attempt phase: by the next attempt's spawn step 1 (`spawn`, this
+tree), or by a supervisor round after each attempt in a commit of its own with
+step 1's ageing off (`round`, what the tree did before).
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ def _owners(db: Path) -> dict[int, str]:
         conn.close()
 
 
-async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Counter[str], int]]:
+async def _measure(state: Path, runs: int, warmup: int,
+                   cron: str = "") -> dict[str, tuple[Counter[str], int]]:
     from disk import run_once
 
     from qledge import settings
@@ -83,6 +90,14 @@ async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Count
     for _ in range(warmup):
         await run_once(rt, task.id)
     await rt.reaper.drain()
+    if cron:
+        rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+        rt.supervisor.age_overdue_ms = 0  # every due entry, each round
+        await rt.supervisor.round()  # the warm-up's entries, before the window
+        if cron == "round":
+            rt.executor.journal_cutoff = lambda now: None
+        else:
+            rt.supervisor.age_overdue_ms = 10**12  # spawn step 1 alone
     await rt.db.maintenance("PRAGMA wal_autocheckpoint=0")
     await rt.db.maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
     wal = Path(f"{conf.db_path}-wal")
@@ -97,9 +112,14 @@ async def _measure(state: Path, runs: int, warmup: int) -> dict[str, tuple[Count
 
     for _ in range(runs):
         await run_once(rt, task.id)
+        if cron:
+            await rt.reaper.drain()
+        if cron == "round":
+            await rt.supervisor.round()
     await rt.reaper.drain()
     take("attempt")
     rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+    rt.supervisor.age_overdue_ms = 0  # no spawn follows: the supervisor's backstop
     await rt.supervisor.round()
     take("journal ageing")
     while (await rt.disk.retention.round()).counts.get("runs_deleted"):
@@ -115,10 +135,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--cron", choices=("spawn", "round"), default="",
+                    help="journal entries due at once and aged within the attempt phase:"
+                         " by spawn step 1, or by a round of their own after each attempt")
     args = ap.parse_args()
     (REPO / "build").mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=REPO / "build") as tmp:
-        phases = asyncio.run(_measure(Path(tmp) / "state", args.runs, args.warmup))
+        phases = asyncio.run(_measure(Path(tmp) / "state", args.runs, args.warmup,
+                                      args.cron))
     deleted = args.runs + args.warmup - KEEP
     per = {"attempt": args.runs, "journal ageing": args.runs + args.warmup,
            "run deletion": deleted}
@@ -135,7 +159,8 @@ def main() -> int:
     print(f"{'total':32} " + " ".join(f"{t:9.2f}" for t in totals))
     print(f"{'commits':32} " + " ".join(f"{c:9.2f}" for c in commits))
     print(f"over a run life: {sum(totals):.2f} frames; runs={args.runs} "
-          f"warmup={args.warmup} deleted={deleted} (keep_runs {KEEP})")
+          f"warmup={args.warmup} deleted={deleted} (keep_runs {KEEP})"
+          f"{f' cron={args.cron}' if args.cron else ''}")
     return 0
 
 

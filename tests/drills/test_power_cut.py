@@ -209,6 +209,7 @@ async def test_cut_after_a_deferred_retention_round_keeps_every_run_with_its_log
                 for r in made}
     await rt.reaper.drain()  # results durable, receipts gone: journal rows may age out
     rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+    rt.supervisor.age_overdue_ms = 0  # no spawn follows: the supervisor's backstop
     await rt.supervisor.round()
     retention = rt.disk.retention
     retention.profile = msgspec.structs.replace(rt.profile, keep_runs_per_task=1,

@@ -119,6 +119,36 @@ async def journal_age_out(tx: Tx, settled_before_ms: int, limit: int) -> int:
         " AND a.receipt_state = 'pending' ORDER BY a.id LIMIT ?)", (settled_before_ms, limit))
 
 
+# Spawn step 1 ages at most this many entries, looking at most at the journal's oldest
+# SPAWN_AGE_WINDOW: a bounded walk however long the journal grows (the supervisor's
+# backstop takes a head stuck on unsettled entries).
+SPAWN_AGE_LIMIT = 8
+SPAWN_AGE_WINDOW = 64
+
+
+async def journal_age_in_spawn(tx: Tx, settled_before_ms: int | None) -> int:
+    """Spawn step 1's share of the ageing (None: none): settled entries due by the
+    cutoff go in a durable commit that happens anyway, whose recent pages (the newest
+    attempt rows, the attempts_journal leaf) they mostly sit on (docs/storage.md)."""
+    if settled_before_ms is None:
+        return 0
+    return await tx.execute(
+        f"UPDATE run_attempts SET {_CLEAR} WHERE id IN (SELECT id FROM (SELECT a.id,"  # noqa: S608
+        " a.receipt_state AS state, a.receipt_settled_at_ms AS settled"
+        f" FROM run_attempts a WHERE {_ENTRY} ORDER BY a.id LIMIT ?)"
+        " WHERE settled <= ? AND state = 'pending' LIMIT ?)",
+        (SPAWN_AGE_WINDOW, settled_before_ms, SPAWN_AGE_LIMIT))
+
+
+async def journal_due(tx: Tx, settled_before_ms: int, limit: int) -> int:
+    """How many settled entries the cutoff makes due, counted up to `limit`."""
+    row = await tx.one(
+        f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM run_attempts a WHERE {_ENTRY}"  # noqa: S608
+        " AND a.receipt_settled_at_ms <= ? AND a.receipt_state = 'pending' LIMIT ?)",
+        (settled_before_ms, limit))
+    return int(row["n"]) if row else 0
+
+
 async def journal_ended_page(tx: Tx, after_id: str, limit: int) -> list[str]:
     """Pending entries of terminal attempts, settled or not, by attempt id: the start-up
     look for their receipts (docs/recovery.md)."""

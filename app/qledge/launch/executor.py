@@ -120,6 +120,7 @@ class LocalExecutor:
         run_env: Callable[[str], dict[str, str]] | None = None,
         identity_grace_s: float = 0.0, identities: Identities | None = None,
         on_cancelling: Callable[[], None] | None = None,
+        journal_cutoff: Callable[[int], int | None] = lambda now: None,
     ) -> None:
         self.db = db
         self.receipts = receipts
@@ -149,6 +150,9 @@ class LocalExecutor:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._recording: set[asyncio.Task[None]] = set()
         self.identity_commits = 0
+        # Settled journal rows due by this cutoff (None: none) age out in step 1's
+        # commit, which writes their recent pages anyway (the supervisor's rule).
+        self.journal_cutoff = journal_cutoff
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
@@ -198,6 +202,7 @@ class LocalExecutor:
         # In the same commit: from here on the run is not "nothing started" (a cancel
         # goes through the attempt, docs/recovery.md).
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)
+        await journal.journal_age_in_spawn(tx, self.journal_cutoff(now))
         return Prepared(run, task, attempt, token, env, form, refusal, self.sweeps)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:

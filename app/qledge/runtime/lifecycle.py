@@ -123,7 +123,8 @@ class Runtime:
             boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
             scripts_dir=s.scripts_path, task_env=self._task_env,
             run_env=self._run_env, identity_grace_s=self.profile.identity_grace_s,
-            identities=self.identities, on_cancelling=self._sweep_cancels)
+            identities=self.identities, on_cancelling=self._sweep_cancels,
+            journal_cutoff=lambda now: self.supervisor.journal_cutoff(now))
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,

@@ -4,8 +4,11 @@ Each round (the profile's interval; pages × page size caps the file work):
 1. active attempts not watched by this worker → the reconciler's check
    (receipt → consumer; identity → keep/re-attach/lost);
 2. settled journal rows (their receipt consumed, or known never to come) older
-   than the journal retention go in ONE bounded DELETE — no file work, so not
-   capped below the run rate (docs/storage.md);
+   than the journal retention age out in spawn step 1's commit (the executor asks
+   `journal_cutoff`); a round ages them itself, in ONE bounded UPDATE, only as the
+   backstop for when no spawn comes: more than `age_backlog` due, or one overdue
+   by `age_overdue_ms` — no file work, so not capped below the run rate
+   (docs/storage.md);
 3. the other journal rows: a terminal attempt's left-over receipt is consumed
    into `already_terminal` and removed; rows whose receipt is gone age out
    after the journal retention; quarantined files are purged exactly after
@@ -33,6 +36,12 @@ log = logging.getLogger("qledge.supervisor")
 # Settled rows dropped per round, at most: a bound on one transaction, far above
 # any sustained run rate (edge: 30 s rounds → 8000 runs/min).
 AGE_OUT_PER_ROUND = 4000
+# The backstop's trigger (spawn step 1 ages due rows in a commit it makes anyway; a
+# round's own ageing is a cold commit, ~20 KiB on an SD card, docs/performance.md):
+# more than this many due, which bounds the due rows left waiting for a spawn...
+AGE_BACKLOG = 32
+# ...or one due for this long: at cron pace slower than hourly no spawn comes in time.
+AGE_OVERDUE_MS = 3_600_000
 
 
 class Supervisor:
@@ -49,6 +58,8 @@ class Supervisor:
         self.active_cursor = ""
         self.journal_cursor = ""
         self.last: RoundReport | None = None
+        self.age_backlog = AGE_BACKLOG
+        self.age_overdue_ms = AGE_OVERDUE_MS
 
     async def round(self) -> RoundReport:
         report = RoundReport(kind="periodic", started_at_ms=now_ms())
@@ -78,13 +89,26 @@ class Supervisor:
             log.info("supervision round: %s", report.counts)
         return report
 
-    async def _age_out(self, report: RoundReport) -> None:
-        """Settled rows past the journal retention, minus any whose file the reaper still
-        holds (it deletes after an fsync, normally within group_commit_s)."""
-        cutoff = now_ms() - int(self.profile.journal_retention_s * 1000)
+    def journal_cutoff(self, now: int) -> int:
+        """Settled rows before this are due: past the journal retention, minus any whose
+        file the reaper still holds (it deletes after an fsync, normally within
+        group_commit_s). Spawn step 1 ages by the same cutoff."""
+        cutoff = now - int(self.profile.journal_retention_s * 1000)
         held = self.consumer.reaper.oldest_since_ms
         if held is not None:
             cutoff = min(cutoff, held - 1)
+        return cutoff
+
+    async def _age_out(self, report: RoundReport) -> None:
+        """The backstop: a commit of its own only when spawns do not keep up (more than
+        `age_backlog` due) or none came for `age_overdue_ms`; then every due row."""
+        cutoff = self.journal_cutoff(now_ms())
+        async with self.db.read() as tx:
+            due = await journal.journal_due(tx, cutoff, self.age_backlog + 1)
+            overdue = due > 0 and await journal.journal_due(
+                tx, cutoff - self.age_overdue_ms, 1) > 0
+        if due <= self.age_backlog and not overdue:
+            return
         # Deferred, like the other journal bookkeeping: a lost drop is redone later.
         async with self.db.write(durable=False) as tx:
             dropped = await journal.journal_age_out(tx, cutoff, AGE_OUT_PER_ROUND)
