@@ -22,12 +22,9 @@ from qledge.db.connection import Database
 from qledge.launch import logs
 from qledge.model import TERMINAL_RUN, RunStatus, Trigger
 from qledge.runtime.diskwatch import DiskWatch
-from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.loop import settle
 from qledge.runtime.retention import (
     CAP_TARGET,
     DAY_MS,
-    START_DELETES,
     LogFacts,
     Policy,
     Retention,
@@ -38,7 +35,7 @@ from qledge.runtime.retention import (
 )
 from qledge.settings import Profile, Settings
 
-from conftest import add_task, killed_mid_vacuum
+from conftest import killed_mid_vacuum
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -789,167 +786,3 @@ async def test_many_tasks_with_nothing_to_delete_need_no_catch_up(
     report = await retention.round()  # 4 of 10 tasks looked at, nothing to delete
     assert report.counts == {}
     assert report.more is False
-
-
-# -- keep_runs in spawn step 1 ---------------------------------------------------
-
-async def _step_one(db: Database, conf: Settings, retention: Retention, task_id: str) -> str:
-    """Spawn step 1's transaction for a new run of the task (what prepare_in writes,
-    then the retention hook it ends with); the queued run's id."""
-    run_id, _ = await _run(db, conf, task_id, status="queued")
-    async with db.write() as tx:
-        task = await tasks.get_task(tx, task_id)
-        await retention.keep_runs_at_start(tx, task)
-    return run_id
-
-
-async def _unlinks_done(retention: Retention) -> None:
-    """The unlinks started after step 1's commit have ended."""
-    await settle(retention._start_unlinks, 5.0)
-
-
-async def test_starting_a_task_deletes_its_runs_beyond_keep_runs_and_then_their_logs(
-        db: Database, conf: Settings) -> None:
-    task = await _task(db, keep_runs=3, keep_days=0)
-    other = await _task(db, keep_runs=1, keep_days=0)
-    made = [await _run(db, conf, task) for _ in range(5)]
-    others = [await _run(db, conf, other) for _ in range(3)]
-    retention = _retention(db, conf, _profile())
-    seq = db.commit_seq
-    await _step_one(db, conf, retention, task)
-    assert db.commit_seq == seq + 2  # the queued run's commit and step 1: none of its own
-    left = {r for (r,) in _rows(conf, "SELECT id FROM runs")}
-    assert not {r for r, _ in made[:2]} & left
-    assert {r for r, _ in made[2:]} <= left
-    assert {r for r, _ in others} <= left  # another task's runs: its own start or a round
-    assert retention.start_deletions == 2
-    assert retention.deleted_total["runs"]["KEEP_RUNS"] == 2
-    await _unlinks_done(retention)
-    assert not any(_log_file(conf, aid).exists() for _, aid in made[:2])
-    assert all(_log_file(conf, aid).exists() for _, aid in made[2:] + others)
-    # the queue rows stay until the next step 1 drops them, in its own commit
-    assert len(_rows(conf, "SELECT * FROM file_deletions")) == 2
-    report = await retention.round()  # it does not remove them again
-    assert "files_removed" not in report.counts and "files_already_gone" not in report.counts
-    assert report.counts["runs_deleted"] == 2  # the other task's, by the round's policy
-    await _step_one(db, conf, retention, task)
-    queued = {p for (p,) in _rows(conf, "SELECT relative_path FROM file_deletions")}
-    assert queued == {logs.relative_path(aid) for _, aid in others[:2]}
-    _no_dangling_rows(conf)
-
-
-async def test_starting_a_task_deletes_a_few_runs_at_most_and_leaves_the_rest_to_rounds(
-        db: Database, conf: Settings) -> None:
-    task = await _task(db, keep_runs=1, keep_days=0)
-    made = [await _run(db, conf, task) for _ in range(8)]
-    retention = _retention(db, conf, _profile())
-    await _step_one(db, conf, retention, task)
-    assert retention.start_deletions == START_DELETES
-    left = {r for (r,) in _rows(conf, "SELECT id FROM runs WHERE status != 'queued'")}
-    assert left == {r for r, _ in made[START_DELETES:]}  # oldest first
-    await _unlinks_done(retention)
-    await db.sync()
-    report = await retention.round()
-    assert report.counts["runs_deleted"] == len(made) - START_DELETES - 1
-
-
-async def test_starting_a_task_never_deletes_active_held_or_newest_runs(
-        db: Database, conf: Settings) -> None:
-    task = await _task(db, keep_runs=1, keep_days=0)
-    with_journal = await _run(db, conf, task, keep_journal=True)
-    running = await _run(db, conf, task, status="running")
-    queued = await _run(db, conf, task, status="queued")
-    newest = await _run(db, conf, task)
-    unlimited = await _task(db, keep_runs=0, keep_days=0)
-    free = [await _run(db, conf, unlimited) for _ in range(3)]
-    retention = _retention(db, conf, _profile(keep_runs_per_task=1))
-    await _step_one(db, conf, retention, task)
-    await _step_one(db, conf, retention, unlimited)
-    await _unlinks_done(retention)
-    left = {r for (r,) in _rows(conf, "SELECT id FROM runs")}
-    assert {with_journal[0], running[0], queued[0], newest[0], *(r for r, _ in free)} <= left
-    assert retention.start_deletions == 0
-    assert _rows(conf, "SELECT COUNT(*) FROM file_deletions") == [(0,)]
-
-
-async def test_a_crash_after_step_one_leaves_a_queued_file_the_next_round_removes(
-        db: Database, conf: Settings) -> None:
-    task = await _task(db, keep_runs=2, keep_days=0)
-    made = [await _run(db, conf, task) for _ in range(3)]
-    retention = _retention(db, conf, _profile())
-    failpoints.configure("retention.after_start_commit=raise-once")
-    try:
-        await _step_one(db, conf, retention, task)
-        await _unlinks_done(retention)  # the unlink never happened (logged, not raised)
-    finally:
-        failpoints.configure("")
-    assert made[0][0] not in {r for (r,) in _rows(conf, "SELECT id FROM runs")}
-    assert _log_file(conf, made[0][1]).exists()
-    assert _rows(conf, "SELECT relative_path FROM file_deletions") == [
-        (logs.relative_path(made[0][1]),)]
-    _no_dangling_rows(conf)
-    # the next worker's first round finishes it: step 1 was durable, no sync needed
-    await db.close()
-    db2 = Database(conf.db_path)
-    await db2.open()
-    try:
-        report = await _retention(db2, conf, _profile()).round()
-    finally:
-        await db2.close()
-        await db.open()
-    assert report.counts["files_removed"] == 1
-    assert "syncs_for_files" not in report.counts
-    assert not _log_file(conf, made[0][1]).exists()
-    assert all(_log_file(conf, aid).exists() for _, aid in made[1:])
-    assert _rows(conf, "SELECT COUNT(*) FROM file_deletions") == [(0,)]
-
-
-async def test_a_rolled_back_step_one_keeps_the_runs_and_their_logs(
-        db: Database, conf: Settings) -> None:
-    task = await _task(db, keep_runs=1, keep_days=0)
-    made = [await _run(db, conf, task) for _ in range(3)]
-    retention = _retention(db, conf, _profile())
-    async with db.write() as tx:
-        t = await tasks.get_task(tx, task)
-        with pytest.raises(RuntimeError):
-            async with tx.savepoint():  # a scheduler tick's unit, rolled back alone
-                await retention.keep_runs_at_start(tx, t)
-                raise RuntimeError
-    await _unlinks_done(retention)
-    assert {r for (r,) in _rows(conf, "SELECT id FROM runs")} == {r for r, _ in made}
-    assert all(_log_file(conf, aid).exists() for _, aid in made)
-    assert retention.start_deletions == 0
-
-
-async def test_a_tasks_next_start_applies_its_keep_runs(rt: Runtime) -> None:
-    """Through the real spawn path: prepare_in's step 1 deletes, the log goes after."""
-    from qledge.runtime.operations import trigger
-
-    task_id = await add_task(rt, "true")
-    async with rt.db.write() as tx:
-        await tx.execute("UPDATE tasks SET keep_runs = 2 WHERE id = ?", (task_id,))
-    await rt.disk.loop.stop()  # no round in between: step 1 alone
-    await rt.supervision.stop()
-    # journal rows age out at once (else they hold their runs, as in a round)
-    rt.supervisor.profile = msgspec.structs.replace(rt.supervisor.profile,
-                                                    journal_retention_s=0.0)
-    made = []
-    for _ in range(4):
-        run = await trigger(rt, task_id, Trigger.API)
-        for _ in range(1000):
-            async with rt.db.read() as tx:
-                cur = await runs.get_run(tx, run.id)
-            if cur.status in TERMINAL_RUN and not rt._finishing:
-                break
-            await asyncio.sleep(0.01)
-        made.append(run.id)
-        await rt.reaper.drain()
-        await rt.supervisor.round()
-    await _unlinks_done(rt.disk.retention)
-    left = [r for (r,) in _rows(rt.settings, "SELECT id FROM runs ORDER BY id")]
-    # at the 3rd and 4th start, 2 terminal runs were kept besides the one starting
-    assert left == made[1:]
-    assert rt.disk.retention.start_deletions == 1
-    aids = [a for (a,) in _rows(rt.settings, "SELECT id FROM run_attempts")]
-    assert all(_log_file(rt.settings, a).exists() for a in aids)
-    assert len(list(rt.settings.logs_path.rglob("*.log"))) == 3

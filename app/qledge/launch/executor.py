@@ -40,9 +40,6 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
 EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
-# Work done in spawn step 1's transaction once the attempt is written (retention's
-# keep_runs for the task being started, docs/retention.md).
-StepOneHook = Callable[[Tx, Task], Awaitable[None]]
 # Variables for one launch of one run of a task, never stored with it (a subscription's
 # pull gets its spec and credential this way, docs/subscriptions.md; a dependency run
 # its job, docs/dependencies.md).
@@ -51,10 +48,6 @@ TaskEnvProvider = Callable[[Tx, Task, Run], Awaitable[dict[str, str]]]
 
 async def no_task_env(tx: Tx, task: Task, run: Run) -> dict[str, str]:
     return {}
-
-
-async def nothing_in_step_one(tx: Tx, task: Task) -> None:
-    return None
 
 
 def base_env(work_dir: Path) -> dict[str, str]:
@@ -156,7 +149,6 @@ class LocalExecutor:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._recording: set[asyncio.Task[None]] = set()
         self.identity_commits = 0
-        self.in_step_one: StepOneHook = nothing_in_step_one
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
         """Step 1 in the caller's transaction; None if the run is not startable.
@@ -206,7 +198,6 @@ class LocalExecutor:
         # In the same commit: from here on the run is not "nothing started" (a cancel
         # goes through the attempt, docs/recovery.md).
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)
-        await self.in_step_one(tx, task)
         return Prepared(run, task, attempt, token, env, form, refusal, self.sweeps)
 
     async def launch(self, prepared: Prepared) -> SpawnResult | None:

@@ -139,7 +139,6 @@ class Runtime:
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick)
         self.disk.on_pressure = self.notifier.pressure_changed
-        self.executor.in_step_one = self.disk.retention.keep_runs_at_start
         self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
                                      self.profile.max_concurrent_attempts, self._spawned,
                                      may_spawn=self.disk.may_spawn)

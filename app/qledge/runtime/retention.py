@@ -17,12 +17,6 @@ run whose log is gone. Usually the next attempt's durable commit covers them; an
 idle appliance pays one `sync()` after a retention interval, and disk pressure
 pays it at once. Evictions commit durable: they free space now.
 
-`keep_runs` is also applied in spawn step 1 of a task's next attempt
-(`Retention.keep_runs_at_start`): that commit is durable anyway, so the few
-runs it deletes need no cold commit of their own, and their files may go right
-after it, while the card's directory and bitmap blocks are dirty from the new
-log's creation. Rounds stay the backstop for everything else.
-
 The logs size cap and disk pressure evict logs instead: oldest terminal
 attempts' files first; the run and attempt rows stay and the artifact is marked
 evicted (`SIZE_CAP`/`DISK_PRESSURE`), which the log API answers with 410.
@@ -57,10 +51,9 @@ from ..clock import now_ms
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
 from ..launch import logs
-from ..model import Task
 from ..settings import Profile, Settings
 from .diskwatch import MIB, REASON, DiskWatch
-from .loop import PeriodicLoop, settle
+from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.retention")
 DAY_MS = 86_400_000
@@ -74,9 +67,6 @@ CATCH_UP_S = 1.0
 SIZE_CAP = "SIZE_CAP"
 DISK_PRESSURE = "DISK_PRESSURE"
 DISK_CRITICAL = "DISK_CRITICAL"  # a task's newest finished log, only below the critical mark
-# Runs deleted by one spawn step 1 at most: the start stays a short transaction; a
-# task further over its keep_runs (a lowered policy) is left to the rounds.
-START_DELETES = 4
 
 
 # -- policy maths (pure) ---------------------------------------------------------
@@ -184,13 +174,6 @@ class Retention:
         self._waiting_since: float | None = None
         self.syncs = 0  # fsyncs paid by retention to free files (no durable commit came)
         self.deleted_total: dict[str, dict[str, int]] = {}  # since start, by kind and why
-        # Files unlinked after a spawn step 1's commit: their queue rows go with the next
-        # step 1 or any write of a round, never in a commit of their own; a round's
-        # drain skips them meanwhile (else it would "remove" them again and commit).
-        self._start_done: list[str] = []
-        self._start_unlinks: set[asyncio.Task[None]] = set()
-        self._stopped = False
-        self.start_deletions = 0  # runs deleted in spawn step 1 (also in deleted_total)
 
     @property
     def cap_bytes(self) -> int:
@@ -232,15 +215,12 @@ class Retention:
         """A write transaction that also drops the queue rows of files already unlinked.
         Deferred unless `durable`: what a power cut loses here the next round redoes."""
         done = list(self._done)
-        start_done = list(self._start_done)
         async with self.db.write(durable=durable) as tx:
-            if done or start_done:
-                await q.forget_deletions(tx, done + start_done)
+            if done:
+                await q.forget_deletions(tx, done)
             yield tx
         forgotten = set(done)
         self._done = [p for p in self._done if p not in forgotten]
-        forgotten = set(start_done)
-        self._start_done = [p for p in self._start_done if p not in forgotten]
 
     def _unlink(self, paths: list[str]) -> tuple[list[str], int, int]:
         """(paths whose file is gone now, removed, failed): runs in a thread."""
@@ -275,8 +255,7 @@ class Retention:
         limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
             pending = await q.pending_deletions(tx, limit)
-        unlinked = set(self._start_done)
-        gone = await self._remove_files([p for p in pending if p not in unlinked], report)
+        gone = await self._remove_files(pending, report)
         # More queued, and progress made (files that keep failing wait for the interval).
         report.more |= len(pending) == limit and gone > 0
 
@@ -339,68 +318,6 @@ class Retention:
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
             report.add("files_waiting_for_fsync", len(deleted.log_paths))
-
-    # -- keep_runs in spawn step 1 -----------------------------------------------------
-
-    async def keep_runs_at_start(self, tx: Tx, task: Task) -> None:
-        """Delete up to START_DELETES of `task`'s runs beyond its keep_runs inside the
-        transaction of spawn step 1 (the caller's, durable), and unlink their logs once
-        it is on disk. The same selection as a round's (`run_candidates`, `verdict`):
-        the newest terminal run, active runs, runs with a journal entry and children of
-        an active parent stay. Queued in `file_deletions` in the same transaction, so a
-        crash before the unlink leaves a row the next round finishes."""
-        done = list(self._start_done)
-        if done:
-            # Rows of files already gone: this commit drops them at no extra page cost
-            # (the queue's leaf is written anyway when something is queued).
-            await q.forget_deletions(tx, done)
-            tx.on_commit(lambda: self._forgotten_at_start(done))
-        policy = policy_for(task.keep_runs, task.keep_days, self.profile)
-        if self._stopped or policy.keep_runs <= 0:
-            return
-        now = now_ms()
-        cands = await q.run_candidates(tx, task.id, policy.keep_runs, -1, START_DELETES)
-        victims = [c.id for c in cands
-                   if verdict(c.rank, c.finished_at_ms, policy, now) == "KEEP_RUNS"]
-        if not victims:
-            return
-        deleted = await q.delete_runs(tx, victims, now)
-        paths, run_ids = list(deleted.log_paths), list(deleted.run_ids)
-        # A savepoint rolled back (a scheduler tick) still runs on_commit: the rows
-        # are back then, and their files must stay.
-        tx.on_rollback(paths.clear)
-        tx.on_rollback(run_ids.clear)
-        tx.on_commit(lambda: self._deleted_at_start(run_ids, paths))
-
-    def _forgotten_at_start(self, done: list[str]) -> None:
-        forgotten = set(done)
-        self._start_done = [p for p in self._start_done if p not in forgotten]
-
-    def _deleted_at_start(self, run_ids: list[str], paths: list[str]) -> None:
-        """On the loop right after the commit (commit_seq already counts it)."""
-        if run_ids:
-            self.start_deletions += len(run_ids)
-            total = self.deleted_total.setdefault("runs", {})
-            total["KEEP_RUNS"] = total.get("KEEP_RUNS", 0) + len(run_ids)
-        if not paths:
-            return
-        task = asyncio.create_task(self._unlink_after_start(self.db.commit_seq, paths),
-                                   name="retention:start-unlink")
-        self._start_unlinks.add(task)
-        task.add_done_callback(self._start_unlinks.discard)
-
-    async def _unlink_after_start(self, seq: int, paths: list[str]) -> None:
-        # Step 1 is durable: at once. Were it ever deferred, the files wait for an fsync.
-        await self.db.wait_durable(seq)
-        failpoints.hit("retention.after_start_commit")
-        gone, _, _ = await asyncio.to_thread(self._unlink, paths)
-        self._start_done.extend(gone)
-
-    async def stop(self) -> None:
-        """No deletions in step 1 from here on; unlinks in progress finish (or their
-        queue rows stay for the next worker's first round)."""
-        self._stopped = True
-        await settle(self._start_unlinks, 5.0)
 
     async def _durable_for_unlink(self, report: RetentionReport) -> bool:
         """Whether queued files may go now. Their rows' deletion is on disk, or it is
@@ -590,7 +507,6 @@ class DiskKeeper:
 
     async def stop(self) -> None:
         await self.loop.stop()
-        await self.retention.stop()
         self.disk.close()
 
     async def may_spawn(self) -> str | None:
