@@ -240,6 +240,18 @@ async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
         await runtime.stop()
 
 
+@pytest.fixture
+async def eager_rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """`rt` with spawn step 4 committed at once (identity grace 0): for tests of that
+    commit itself; the grace's own window is tested in test_unrecorded.py."""
+    runtime = make_runtime(tmp_path / "state", identity_grace_s="0")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
 @contextlib.contextmanager
 def tmpfs(mnt: Path, why: str) -> Iterator[Path]:
     """An 8 MiB tmpfs mounted at `mnt` (a small, really full-able volume; root only)."""

@@ -102,18 +102,6 @@ def _cancelled_from_its_receipt(run: Run, attempt: Any) -> None:
     assert run.exit_code == attempt.exit_code == 143
 
 
-@pytest.fixture
-async def eager_rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    """Step 4 committed at once (identity grace 0), so that `_HeldIdentityCommit` holds
-    it; the grace's own window is tested in test_unrecorded.py."""
-    runtime = make_runtime(tmp_path / "state", identity_grace_s="0")
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
-
-
 async def test_a_user_cancel_while_the_launcher_starts_ends_from_its_receipt(
         eager_rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     rt = eager_rt

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,23 +18,14 @@ from qledge.model import AttemptStatus, Reason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from conftest import add_task, make_runtime
-
-
-@pytest.fixture
-async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
-    """Step 4 at once (no identity grace): its compensation is what is tested here; a
-    deferred identity's failed commit is retried instead (test_unrecorded.py)."""
-    runtime = make_runtime(tmp_path / "state", identity_grace_s="0")
-    await runtime.start()
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
+from conftest import add_task
 
 
 async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loop(
-        rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+        eager_rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 4 at once (no identity grace): its compensation is what is tested here; a
+    deferred identity's failed commit is retried instead (test_unrecorded.py)."""
+    rt = eager_rt
     # The group ignores TERM: stopping it takes the whole TERM wait, then KILL.
     task_id = await add_task(rt, "trap '' TERM; echo ready; sleep 60")
     async with rt.db.write() as tx:
