@@ -82,7 +82,12 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
     for _ in range(runs):
         t0 = time.perf_counter()
         run = await trigger(rt, task.id, Trigger.API)
+        deadline = time.perf_counter() + 30
         while run.id not in started:
+            # A spawn that fails (e.g. the launcher rebuilt under the bench by a
+            # bootstrap) never reports: say so instead of waiting for ever.
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"run {run.id} never spawned: see the log above")
             await asyncio.sleep(0)
         start_ms.append((started[run.id] - t0) * 1000)
         while True:
