@@ -146,7 +146,10 @@ def test_late_receipt_after_cancel_is_consumed_not_quarantined(server: Server) -
 
 @pytest.mark.drill
 def test_deadline_expiring_while_the_worker_is_down(tmp_path: Path) -> None:
-    app = Appliance(tmp_path / "state", free_port(), round_interval_s="1")
+    # Identity grace 0: the kill must come after the identity commit and before the 2 s
+    # deadline (within the grace is drilled in tests/drills/test_recovery_drills.py).
+    app = Appliance(tmp_path / "state", free_port(), round_interval_s="1",
+                    identity_grace_s="0")
     app.start()
     try:
         run_id = _start(app.http, "sleep 60", timeout_s=2)

@@ -245,3 +245,68 @@ async def test_shutdown_policy_cancel_reaches_a_launcher_inside_the_grace(
                                                Reason.CANCEL_REQUESTED.value), done
     assert (attempt.status, attempt.exit_code) == (AttemptStatus.CANCELLED, 143)
     assert identity.find_launcher(run.id, attempt.id, rt.boot_id) is None
+
+
+async def _gone_within_the_grace(state: Path, command: str
+                                 ) -> tuple[Run, identity.Identity, str]:
+    """A worker that dies with an identity still in memory (what a kill -9 within the
+    grace leaves: the attempt `preparing`, nothing recorded)."""
+    first = make_runtime(state, identity_grace_s="30")
+    await first.start()
+    run = await operations.trigger(first, await add_task(first, command), Trigger.API)
+    ident = await _launcher(first, run)
+    await _pending(first)
+    attempt_id = (await _attempt(first, run.id)).id
+
+    async def forgets(attempt_ids: list[str] | None = None) -> list[Attempt]:
+        return []
+
+    first.executor.record = forgets  # type: ignore[method-assign]
+    await first.stop()
+    return run, ident, attempt_id
+
+
+async def test_a_receipt_of_an_unrecorded_launcher_gives_the_start_time(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    run, ident, attempt_id = await _gone_within_the_grace(state, "sleep 0.5; exit 7")
+    for _ in range(500):  # the launcher finishes while no worker runs
+        if identity.find_launcher(run.id, attempt_id, ident.boot_id) is None:
+            break
+        await asyncio.sleep(0.01)
+    second = make_runtime(state, identity_grace_s="30")
+    await second.start()
+    try:
+        done = await _until_terminal(second, run.id)
+        attempt = await _attempt(second, run.id)
+        assert (done.status, done.exit_code) == (RunStatus.FAILED, 7)
+        assert attempt.pid is None  # never recorded, never invented
+        assert attempt.started_at_ms is not None and attempt.finished_at_ms is not None
+        assert attempt.created_at_ms <= attempt.started_at_ms < attempt.finished_at_ms
+        assert attempt.finished_at_ms - attempt.started_at_ms >= 400  # the 0.5 s sleep
+        assert done.started_at_ms == attempt.started_at_ms
+        types = await _types(second, run.id)
+        assert types.count("run.started") == 1 and "attempt.started" not in types
+        assert types.count("run.finished") == 1
+    finally:
+        await second.stop()
+
+
+async def test_an_adopted_launcher_started_at_its_spawn_not_at_adoption(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    run, ident, _ = await _gone_within_the_grace(state, "sleep 30")
+    second = make_runtime(state, identity_grace_s="30")
+    await second.start()
+    try:
+        attempt = await _attempt(second, run.id)
+        assert second.startup_report is not None
+        assert second.startup_report.counts.get("adopted") == 1
+        assert (attempt.status, attempt.pid) == (AttemptStatus.RUNNING, ident.pid)
+        assert attempt.started_at_ms == attempt.created_at_ms
+        assert (await _run(second, run.id)).started_at_ms == attempt.created_at_ms
+        await operations.cancel_run(second, run.id)
+        assert (await _until_terminal(second, run.id)).status is RunStatus.CANCELLED
+    finally:
+        await second.stop()
+

@@ -96,6 +96,22 @@ def orphan_started(
     return Transition(run=_bump(run), attempt=new_attempt, events=events)
 
 
+def started_by_receipt(run: Run, attempt: Attempt, *, started_at_ms: int) -> Transition:
+    """A launcher whose identity was never recorded — its worker died within the
+    identity grace, or between the spawn and step 4 — tells in its receipt when its
+    command started: the attempt, and the run on its first start, take that time (never
+    before step 1). No pid is known, so no `attempt.started` (it names one); `run.started`
+    as for any first start."""
+    at = max(started_at_ms, attempt.created_at_ms)
+    new_attempt = replace(attempt, started_at_ms=at)
+    if run.status in TERMINAL_RUN:
+        return Transition(run=_bump(run), attempt=new_attempt, events=[])
+    events = ([] if run.started_at_ms is not None
+              else [NewEvent(type="run.started", attempt_id=attempt.id)])
+    return Transition(run=_bump(run, started_at_ms=run.started_at_ms or at),
+                      attempt=new_attempt, events=events)
+
+
 def _identified(attempt: Attempt, *, pid: int, start_time: int, boot_id: str,
                 now_ms: int) -> Attempt:
     if attempt.status is not AttemptStatus.PREPARING:

@@ -94,6 +94,14 @@ class CompletionService:
         # alone, the run keeps its result (transitions._finish).
         run = await runs.get_run(tx, attempt.run_id)
         run, attempt = await self.identities.record_in(tx, run, attempt)
+        if attempt.started_at_ms is None:
+            # No identity ever recorded (a worker killed within the identity grace):
+            # the receipt says when the command started.
+            tr0 = transitions.started_by_receipt(run, attempt,
+                                                 started_at_ms=receipt.started_at_ms)
+            run = await runs.apply(tx, run, tr0, now_ms())
+            assert tr0.attempt is not None
+            attempt = tr0.attempt
         log_bytes = None if receipt.log_bytes is msgspec.UNSET else receipt.log_bytes
         leftovers = 0 if receipt.leftover_processes is msgspec.UNSET else receipt.leftover_processes
         tr = transitions.complete(

@@ -142,8 +142,10 @@ class Reconciler:
                 current = await attempts.get_attempt(tx, attempt.id)
                 started = (transitions.orphan_started if run.status in TERMINAL_RUN
                            else transitions.attempt_started)
+                # Started when spawned: right after step 1 (its time), before the kill
+                # that left it unrecorded — not now.
                 tr = started(run, current, pid=ident.pid, start_time=ident.start_time,
-                             boot_id=ident.boot_id, now_ms=now_ms())
+                             boot_id=ident.boot_id, now_ms=current.created_at_ms)
                 await runs.apply(tx, run, tr, now_ms())
         except (transitions.InvalidTransition, rows.Conflict):
             os.close(pidfd)
