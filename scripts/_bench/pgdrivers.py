@@ -52,6 +52,7 @@ a shared machine's noise falls on both alike. `--json PATH` writes the rows too.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import contextlib
@@ -351,7 +352,7 @@ def node_name(i: int) -> str:
 
 # -- one interface over the three drivers -------------------------------------------------
 
-class Conn:
+class Conn(abc.ABC):
     """BEGIN/COMMIT around a body; `one` returns a row or None, `run` rows changed."""
 
     style = "dollar"
@@ -359,17 +360,21 @@ class Conn:
     claim_update = CLAIM_UPDATE_PG
     done_run = DONE_RUN_PG
 
+    @abc.abstractmethod
     def tx(self) -> contextlib.AbstractAsyncContextManager[None]:
-        raise NotImplementedError
+        """Implemented by each driver's class below."""
 
+    @abc.abstractmethod
     async def one(self, sql: str, *params: Any) -> Any:
-        raise NotImplementedError
+        """Implemented by each driver's class below."""
 
+    @abc.abstractmethod
     async def run(self, sql: str, *params: Any) -> int:
-        raise NotImplementedError
+        """Implemented by each driver's class below."""
 
+    @abc.abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        """Implemented by each driver's class below."""
 
 
 class AsyncpgConn(Conn):
