@@ -130,6 +130,42 @@ async def test_a_task_running_past_the_grace_gets_its_identity_commit(tmp_path: 
         await rt.stop()
 
 
+async def test_a_grace_ending_records_only_the_identities_whose_grace_is_over(
+        tmp_path: Path) -> None:
+    """Each identity waits its own grace: the first one's ending does not commit a
+    launcher spawned since, which may still finish within its grace."""
+    rt = make_runtime(tmp_path / "state", identity_grace_s="1.0")
+    await rt.start()
+    try:
+        first = await operations.trigger(rt, await add_task(rt, "sleep 4"), Trigger.API)
+        await _launcher(rt, first)
+        await _pending(rt)
+        await asyncio.sleep(0.4)
+        second = await operations.trigger(rt, await add_task(rt, "sleep 4"), Trigger.API)
+        await _launcher(rt, second)
+        for _ in range(500):
+            if (await _attempt(rt, first.id)).status is AttemptStatus.RUNNING:
+                break
+            await asyncio.sleep(0.01)
+        assert (await _attempt(rt, first.id)).status is AttemptStatus.RUNNING
+        # The first grace's commit left the younger identity pending, unwritten.
+        younger = await _attempt(rt, second.id)
+        assert younger.status is AttemptStatus.PREPARING and younger.id in rt.identities
+        assert rt.executor.identity_commits == 1
+        for _ in range(500):
+            if (await _attempt(rt, second.id)).status is AttemptStatus.RUNNING:
+                break
+            await asyncio.sleep(0.01)
+        assert (await _attempt(rt, second.id)).status is AttemptStatus.RUNNING
+        assert rt.executor.identity_commits == 2
+        assert len(rt.identities) == 0
+        for run in (first, second):
+            assert await operations.cancel_run(rt, run.id) is RunStatus.RUNNING
+            assert (await _until_terminal(rt, run.id)).status is RunStatus.CANCELLED
+    finally:
+        await rt.stop()
+
+
 async def test_a_cancel_inside_the_grace_signals_at_once(lazy: Runtime) -> None:
     task_id = await add_task(lazy, "sleep 30")
     run = await operations.trigger(lazy, task_id, Trigger.API)

@@ -292,13 +292,19 @@ class LocalExecutor:
         self._timers.pop(attempt_id, None)
         if attempt_id not in self.identities:
             return  # its result's commit wrote it
-        task = asyncio.create_task(self._record_due(), name=f"identity:{attempt_id}")
+        task = asyncio.create_task(self._record_due(attempt_id), name=f"identity:{attempt_id}")
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
 
-    async def _record_due(self) -> None:
+    async def _record_due(self, attempt_id: str) -> None:
+        # This attempt's grace is over, and any other whose own grace is (a timer
+        # late on a busy loop); not the younger ones: a short task spawned a moment
+        # ago may still finish within its grace and write its identity with its
+        # result, the commit this saves.
+        due = [attempt_id, *self.identities.due(
+            now_ms() - int(self.identity_grace_s * 1000), besides=attempt_id)]
         try:
-            cancelling = await self.record()
+            cancelling = await self.record(due)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
