@@ -44,6 +44,15 @@ def test_one_wall_clock() -> None:
     assert own_clocks == ["clock.py:now_ms"]
 
 
+def test_only_db_speaks_sqlite() -> None:
+    """Storage errors are named in db/errors.py: a module outside db/ that caught
+    sqlite3's classes would let a second backend's errors through (docs/fleet-plan.md).
+    No exemption: QingLong's own SQLite file is read by db/qinglong.py."""
+    users = {rel for rel, tree in _modules() if not rel.startswith("db/")
+             and any(name.split(".")[0] == "sqlite3" for name in _imported(tree))}
+    assert users == set()
+
+
 # Functions that run on threads of their own, where a blocking sleep stalls nobody
 # (task_cli: the operator's `task` program, a process without an event loop).
 THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}

@@ -6,7 +6,6 @@ import errno
 import json
 import logging
 import secrets
-import sqlite3
 from typing import TypeVar
 
 import msgspec
@@ -15,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import scripts
+from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
@@ -189,9 +189,8 @@ async def handle_environment(request: Request, exc: Exception) -> Response:
 
 def disk_full(exc: BaseException) -> bool:
     """SQLITE_FULL (a commit that found no room), or ENOSPC/EDQUOT from a file write."""
-    if isinstance(exc, sqlite3.Error):
-        code = getattr(exc, "sqlite_errorcode", None)
-        return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
+    if isinstance(exc, storage.StorageError):
+        return storage.is_full(exc)
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 

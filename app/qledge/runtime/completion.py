@@ -10,13 +10,12 @@ run terminal events in order with CAS on the run version.
 from __future__ import annotations
 
 import enum
-import sqlite3
 
 import msgspec
 
 from .. import failpoints, transitions
 from ..clock import now_ms
-from ..db import attempts, journal, rows, runs
+from ..db import attempts, errors, journal, rows, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
 from ..launch.unrecorded import Identities
@@ -65,7 +64,7 @@ class CompletionService:
                 result = await self.complete_in(tx, receipt)
                 failpoints.hit("completion.before_commit")
             return result
-        except (rows.Conflict, sqlite3.OperationalError) as exc:
+        except (rows.Conflict, errors.Transient) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
 
     async def complete_in(self, tx: Tx, receipt: Receipt) -> Result:
@@ -139,7 +138,7 @@ class CompletionService:
                 if settled:
                     await journal.journal_settle(tx, [attempt_id], now_ms())
                 return Result(outcome=Outcome.APPLIED, status=_status(run, new, tr))
-        except (rows.Conflict, sqlite3.OperationalError) as exc:
+        except (rows.Conflict, errors.Transient) as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import sqlite3
 
 import msgspec
 
 from .. import failpoints
 from ..clock import now_ms
-from ..db import attempts, journal, rows
+from ..db import attempts, errors, journal, rows
 from ..db.connection import Database, Tx
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
@@ -105,7 +104,7 @@ class Consumer:
                 # The whole batch on the database thread: one hand-off, not one per
                 # statement of every receipt (docs/performance.md, backlog).
                 await tx.inline(batch)
-        except (sqlite3.OperationalError, rows.Conflict) as exc:
+        except (errors.Transient, rows.Conflict) as exc:
             log.warning("completion batch of %d kept for retry: %s", len(valid),
                         type(exc).__name__)
             return {**out, **{r.attempt_id: Consumed.RETRY for r in valid}}
@@ -142,7 +141,7 @@ class Consumer:
                 known = await attempts.find_attempt(tx, attempt_id) is not None
                 if known:
                     await journal.journal_quarantine(tx, attempt_id, reason, now_ms())
-        except sqlite3.OperationalError:
+        except errors.Transient:
             return Consumed.RETRY
         if not known:
             # Not ours to move: the orphan audit (`qledge audit receipts`) handles it.

@@ -19,7 +19,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +27,7 @@ import msgspec
 
 from .. import qinglong_import, qinglong_source
 from ..clock import now_ms
-from ..db import imports
+from ..db import errors, imports
 from ..db.connection import Database
 from ..launch import environment
 from ..qinglong_plan import KINDS, Action, ImportFailed, Plan, source_key
@@ -167,10 +166,10 @@ async def _apply(db: Database, conf: Settings, source: qinglong_source.Source,
     except BaseException as exc:
         await asyncio.to_thread(scripts.undo)
         await asyncio.to_thread(logs.undo)
-        if isinstance(exc, sqlite3.IntegrityError):
+        if errors.is_integrity(exc):
             raise ImportFailed(f"nothing was imported: the database refused a write ({exc});"
                                " did qledge change while importing? Run it again") from None
-        if isinstance(exc, files.CopyFailed | OSError | sqlite3.Error |
+        if isinstance(exc, files.CopyFailed | OSError | errors.StorageError |
                       environment.EnvironmentTooLarge):
             raise ImportFailed(f"nothing was imported: {exc}") from None
         raise

@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ import msgspec
 
 from .. import failpoints
 from ..clock import now_ms
+from ..db import errors
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
 from ..launch import logs
@@ -129,8 +129,8 @@ def evict_oldest(logs_oldest_first: Sequence[LogFacts], excess_bytes: int) -> li
 
 # -- the round -------------------------------------------------------------------
 
-def _disk_full(exc: sqlite3.Error) -> bool:
-    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc)
+def _disk_full(exc: errors.StorageError) -> bool:
+    return errors.is_full(exc) or "full" in str(exc)
 
 
 class RetentionReport(msgspec.Struct, kw_only=True):
@@ -387,7 +387,7 @@ class Retention:
                     for label in sorted(set(why.values())):
                         evicted += await q.evict_logs(
                             tx, [a for a in chosen if why[a] == label], label, now_ms())
-            except sqlite3.OperationalError as exc:
+            except errors.Transient as exc:
                 if not on_disk or not _disk_full(exc):
                     raise
                 await self._unlink_unrecorded(cands, chosen, report)
