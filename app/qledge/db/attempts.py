@@ -35,7 +35,8 @@ _THROUGH_ACTIVE_RUNS = (
 async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
     """The node id generated once and kept forever (the runtime owner of attempts)."""
     await tx.execute(
-        "INSERT OR IGNORE INTO node (singleton, node_id, created_at_ms) VALUES (1, ?, ?)",
+        "INSERT INTO node (singleton, node_id, created_at_ms) VALUES (1, ?, ?)"
+        " ON CONFLICT DO NOTHING",
         (candidate, now_ms),
     )
     row = await tx.one("SELECT node_id FROM node WHERE singleton = 1")

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from . import dialect
 from .connection import Tx
 from .rows import NotFound, like_pattern
 
@@ -59,7 +60,7 @@ async def get_env(tx: Tx, env_id: str) -> EnvVar:
 async def envs_by_nums(tx: Tx, nums: list[int]) -> list[EnvVar]:
     if not nums:
         return []
-    marks = ",".join("?" * len(nums))
+    marks = dialect.marks(len(nums))
     rows = await tx.all(
         f"SELECT * FROM envs WHERE num IN ({marks}) ORDER BY position DESC, num",  # noqa: S608
         nums)
@@ -101,7 +102,7 @@ async def require_envs(tx: Tx, env_ids: list[str]) -> None:
     """NotFound unless every one of these envs exists."""
     if not env_ids:
         return
-    marks = ",".join("?" * len(env_ids))
+    marks = dialect.marks(len(env_ids))
     row = await tx.one(
         f"SELECT COUNT(*) AS n FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
     if row is None or int(row["n"]) != len(set(env_ids)):
@@ -111,14 +112,14 @@ async def require_envs(tx: Tx, env_ids: list[str]) -> None:
 async def delete_envs(tx: Tx, env_ids: list[str]) -> int:
     if not env_ids:
         return 0
-    marks = ",".join("?" * len(env_ids))
+    marks = dialect.marks(len(env_ids))
     return await tx.execute(f"DELETE FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
 
 
 async def set_envs_enabled(tx: Tx, env_ids: list[str], enabled: bool, now_ms: int) -> int:
     if not env_ids:
         return 0
-    marks = ",".join("?" * len(env_ids))
+    marks = dialect.marks(len(env_ids))
     return await tx.execute(
         f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
         " AND enabled != ?", [int(enabled), now_ms, *env_ids, int(enabled)])
@@ -128,7 +129,7 @@ async def rename_envs(tx: Tx, env_ids: list[str], name: str, now_ms: int) -> int
     """Every listed env gets `name` (QingLong's PUT /envs/name); returns how many."""
     if not env_ids:
         return 0
-    marks = ",".join("?" * len(env_ids))
+    marks = dialect.marks(len(env_ids))
     return await tx.execute(
         f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE id IN ({marks})",  # noqa: S608
         [name, now_ms, *env_ids])

@@ -13,6 +13,7 @@ _RUNNING = st.is_("status", RunStatus.RUNNING)
 async def active_runs(tx: Tx) -> tuple[int, int]:
     """(queued, running), from the partial index of active runs."""
     row = await tx.one(
-        f"SELECT COALESCE(SUM({_QUEUED}), 0), COALESCE(SUM({_RUNNING}), 0)"  # noqa: S608
+        f"SELECT COALESCE(SUM(CASE WHEN {_QUEUED} THEN 1 ELSE 0 END), 0),"  # noqa: S608
+        f" COALESCE(SUM(CASE WHEN {_RUNNING} THEN 1 ELSE 0 END), 0)"
         f" FROM runs WHERE {st.active_run()}")
     return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from ..model import AttemptStatus
+from . import dialect
 from . import statuses as st
 from .connection import Tx
 
@@ -92,7 +93,7 @@ async def journal_settle(tx: Tx, attempt_ids: list[str], now_ms: int) -> None:
     """These receipts' fate is settled with no file work left (consumed into their
     attempt's terminal state, or known never to come): the entries only age out now."""
     if attempt_ids:
-        marks = ",".join("?" * len(attempt_ids))
+        marks = dialect.marks(len(attempt_ids))
         await tx.execute(
             f"UPDATE run_attempts SET receipt_settled_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
             " AND receipt_state = 'pending' AND receipt_settled_at_ms IS NULL",
@@ -102,7 +103,7 @@ async def journal_settle(tx: Tx, attempt_ids: list[str], now_ms: int) -> None:
 async def journal_unsettle(tx: Tx, attempt_ids: list[str]) -> None:
     """A consumed receipt could not be deleted: back to the paged file checks."""
     if attempt_ids:
-        marks = ",".join("?" * len(attempt_ids))
+        marks = dialect.marks(len(attempt_ids))
         await tx.execute(
             f"UPDATE run_attempts SET receipt_settled_at_ms = NULL WHERE id IN ({marks})"  # noqa: S608
             " AND receipt_settled_at_ms IS NOT NULL", attempt_ids)
@@ -164,11 +165,11 @@ async def journal_counts(tx: Tx) -> dict[str, int]:
     """active: awaiting a result; terminal: awaiting file checks, then ageing out;
     settled: ageing out, no file work left; quarantined: awaiting purge."""
     row = await tx.one(
-        f"SELECT SUM({_A_ACTIVE}) AS active,"  # noqa: S608
-        f" SUM(a.receipt_state = 'pending' AND NOT {_A_ACTIVE}"
-        "     AND a.receipt_settled_at_ms IS NULL) AS terminal,"
-        " SUM(a.receipt_settled_at_ms IS NOT NULL) AS settled,"
-        " SUM(a.receipt_state = 'quarantined') AS quarantined"
+        f"SELECT SUM(CASE WHEN {_A_ACTIVE} THEN 1 ELSE 0 END) AS active,"  # noqa: S608
+        f" SUM(CASE WHEN a.receipt_state = 'pending' AND NOT {_A_ACTIVE}"
+        "     AND a.receipt_settled_at_ms IS NULL THEN 1 ELSE 0 END) AS terminal,"
+        " SUM(CASE WHEN a.receipt_settled_at_ms IS NOT NULL THEN 1 ELSE 0 END) AS settled,"
+        " SUM(CASE WHEN a.receipt_state = 'quarantined' THEN 1 ELSE 0 END) AS quarantined"
         f" FROM run_attempts a WHERE {_ENTRY}")
     if row is None:
         return {}

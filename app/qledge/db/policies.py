@@ -50,7 +50,7 @@ async def claim_boot(tx: Tx, start_id: str) -> bool:
     transaction, so a worker killed before its commit leaves the claim to the next one."""
     return await tx.execute(
         "UPDATE node SET boot_fired_for = ? WHERE singleton = 1"
-        " AND boot_fired_for IS NOT ?", (start_id, start_id)) == 1
+        " AND boot_fired_for IS DISTINCT FROM ?", (start_id, start_id)) == 1
 
 
 async def boot_task_ids(tx: Tx) -> list[str]:

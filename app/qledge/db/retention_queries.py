@@ -12,6 +12,7 @@ import sqlite3
 import msgspec
 
 from ..model import NewEvent, RunStatus
+from . import dialect
 from . import statuses as st
 from .connection import Database, Tx
 from .events import append_events, last_event_type
@@ -28,10 +29,6 @@ _R_QUEUED = st.is_("r.status", RunStatus.QUEUED)
 _NO_ACTIVE_PARENT = ("({parent} IS NULL OR NOT EXISTS (SELECT 1 FROM runs p"  # noqa: S608
                      f" WHERE p.id = {{parent}} AND {st.active_run('p.status')}))")
 LOGS = "logs"
-
-
-def _marks(values: list[str]) -> str:
-    return ",".join("?" * len(values))
 
 
 # -- run policy ------------------------------------------------------------------
@@ -94,7 +91,7 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
     if not run_ids:
         return Deleted()
     rows = await tx.all(
-        f"SELECT r.id FROM runs r WHERE r.id IN ({_marks(run_ids)})"  # noqa: S608
+        f"SELECT r.id FROM runs r WHERE r.id IN ({dialect.marks(len(run_ids))})"  # noqa: S608
         f" AND {_NO_ACTIVE_PARENT.format(parent='r.parent_run_id')}"
         f" AND {_R_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
         f"   WHERE a.run_id = r.id AND ({_A_ACTIVE} OR a.receipt_state IS NOT NULL))",
@@ -104,9 +101,10 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
         return Deleted()
     arts = await tx.all(
         "SELECT a.log_path, a.log_evicted_at_ms FROM run_attempts a"  # noqa: S608
-        f" WHERE a.run_id IN ({_marks(ids)})", ids)
+        f" WHERE a.run_id IN ({dialect.marks(len(ids))})", ids)
     # run_attempts go with their runs (ON DELETE CASCADE), their logs' columns with them.
-    deleted = await tx.execute(f"DELETE FROM runs WHERE id IN ({_marks(ids)})", ids)  # noqa: S608
+    deleted = await tx.execute(
+        f"DELETE FROM runs WHERE id IN ({dialect.marks(len(ids))})", ids)  # noqa: S608
     paths = [str(a["log_path"]) for a in arts if a["log_evicted_at_ms"] is None]
     await enqueue_deletions(tx, paths, now_ms)
     return Deleted(runs=deleted, attempts=len(arts), log_paths=paths, run_ids=ids)
@@ -118,8 +116,8 @@ async def enqueue_deletions(tx: Tx, relative_paths: list[str], now_ms: int) -> N
     """Record log files to unlink after this transaction commits (crash-safe)."""
     for rel in relative_paths:
         await tx.execute(
-            "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
-            " VALUES (?, ?, ?)", (LOGS, rel, now_ms))
+            "INSERT INTO file_deletions (volume, relative_path, created_at_ms)"
+            " VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (LOGS, rel, now_ms))
 
 
 async def pending_deletions(tx: Tx, limit: int) -> list[str]:
@@ -194,7 +192,7 @@ class LogTotals(msgspec.Struct, frozen=True, kw_only=True):
 async def log_totals(tx: Tx) -> LogTotals:
     row = await tx.one(
         "SELECT COUNT(*) AS live, COALESCE(SUM(log_size_bytes), 0) AS bytes,"
-        " SUM(log_size_bytes IS NULL) AS unsized FROM run_attempts"
+        " SUM(CASE WHEN log_size_bytes IS NULL THEN 1 ELSE 0 END) AS unsized FROM run_attempts"
         " WHERE log_evicted_at_ms IS NULL")
     if row is None:
         return LogTotals(live=0, sized_bytes=0, unsized=0)
@@ -236,7 +234,7 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
     if not attempt_ids:
         return []
     rows = await tx.all(
-        f"{_LOG_SELECT} WHERE a.id IN ({_marks(attempt_ids)})"
+        f"{_LOG_SELECT} WHERE a.id IN ({dialect.marks(len(attempt_ids))})"
         f" AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL", attempt_ids)
     for r in rows:
         await tx.execute(

@@ -47,11 +47,14 @@ async def get_run(tx: Tx, run_id: str) -> Run:
     return run_from_row(row)
 
 
-async def active_runs_of_task(tx: Tx, task_id: str, limit: int = -1) -> list[Run]:
-    """Oldest first; no limit by default (SQLite reads a negative LIMIT as none)."""
-    rows = await tx.all(
-        f"SELECT * FROM runs WHERE task_id = ? AND {_ACTIVE_RUN}"  # noqa: S608
-        " ORDER BY id LIMIT ?", (task_id, limit))
+async def active_runs_of_task(tx: Tx, task_id: str, limit: int | None = None) -> list[Run]:
+    """Oldest first; all of them when `limit` is None (then the query has no LIMIT: a
+    negative LIMIT means "none" on SQLite only)."""
+    sql = f"SELECT * FROM runs WHERE task_id = ? AND {_ACTIVE_RUN} ORDER BY id"  # noqa: S608
+    if limit is None:
+        rows = await tx.all(sql, (task_id,))
+    else:
+        rows = await tx.all(f"{sql} LIMIT ?", (task_id, limit))
     return [run_from_row(r) for r in rows]
 
 

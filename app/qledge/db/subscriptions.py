@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from ..subscription_spec import Caps
+from . import dialect
 from .connection import Tx
 from .rows import NotFound, like_pattern
 
@@ -123,7 +124,7 @@ async def by_nums(tx: Tx, nums: list[int]) -> dict[int, Subscription]:
     found: dict[int, Subscription] = {}
     for i in range(0, len(nums), 500):
         chunk = nums[i:i + 500]
-        marks = ", ".join("?" for _ in chunk)
+        marks = dialect.marks(len(chunk))
         rows = await tx.all(f"SELECT * FROM subscriptions WHERE num IN ({marks})",  # noqa: S608
                             chunk)
         found.update((r["num"], _sub(r)) for r in rows)
@@ -219,7 +220,7 @@ async def task_ids_by_command(tx: Tx, commands: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in range(0, len(commands), 500):
         chunk = commands[i:i + 500]
-        marks = ", ".join("?" for _ in chunk)
+        marks = dialect.marks(len(chunk))
         rows = await tx.all(
             f"SELECT id, command FROM tasks WHERE command IN ({marks}) ORDER BY num",  # noqa: S608
             chunk)

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from ..model import CHAIN_FIELDS, Task
+from . import dialect
 from .connection import Tx
 from .rows import NotFound, like_pattern, task_from_row
 
@@ -137,14 +138,14 @@ async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
     paths = [str(r["log_path"]) for r in logs]
     for rel in paths:
         await tx.execute(
-            "INSERT OR IGNORE INTO file_deletions (volume, relative_path, created_at_ms)"
-            " VALUES ('logs', ?, ?)", (rel, now_ms))
+            "INSERT INTO file_deletions (volume, relative_path, created_at_ms)"
+            " VALUES ('logs', ?, ?) ON CONFLICT DO NOTHING", (rel, now_ms))
     return paths
 
 
 async def tasks_by_ids(tx: Tx, task_ids: list[str]) -> dict[str, Task]:
     if not task_ids:
         return {}
-    marks = ",".join("?" * len(task_ids))
+    marks = dialect.marks(len(task_ids))
     rows = await tx.all(f"SELECT * FROM tasks WHERE id IN ({marks})", task_ids)  # noqa: S608
     return {r["id"]: task_from_row(r) for r in rows}
