@@ -29,9 +29,9 @@ DSN_ENV = "QLTEST_PG_DSN"
 _names = itertools.count(1)
 
 
-def pg_bindir() -> Path:
+def pg_bindir(root: Path = Path("/usr/lib/postgresql")) -> Path:
     """The highest installed /usr/lib/postgresql/<major>/bin with initdb."""
-    found = sorted((p for p in Path("/usr/lib/postgresql").glob("*/bin")
+    found = sorted((p for p in root.glob("*/bin")
                     if (p / "initdb").exists() and p.parent.name.isdigit()),
                    key=lambda p: int(p.parent.name))
     if not found:

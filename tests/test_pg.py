@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
+import _pg
 from qledge.db import apps, envs, errors, events, migrate_pg, pg, rows, runs, schedule, tasks
 from qledge.model import RunStatus, Trigger
+
+from conftest import free_port
 
 
 async def test_the_rig_cluster_is_a_real_durable_server(pg_dsn: str) -> None:
@@ -26,6 +30,27 @@ async def test_the_rig_cluster_is_a_real_durable_server(pg_dsn: str) -> None:
         assert await conn.fetchval(tables) == 0
     finally:
         await conn.close()
+
+
+def test_a_missing_postgresql_fails_the_rig_loudly(tmp_path: Path) -> None:
+    with pytest.raises(pytest.fail.Exception, match="run scripts/bootstrap"):
+        _pg.pg_bindir(tmp_path)
+    for major in ("9", "15", "13"):
+        (tmp_path / major / "bin").mkdir(parents=True)
+        (tmp_path / major / "bin" / "initdb").touch()
+    assert _pg.pg_bindir(tmp_path) == tmp_path / "15" / "bin"
+
+
+def test_a_cluster_lives_in_its_own_directory_and_is_removed() -> None:
+    cluster = _pg.Cluster(_pg.pg_bindir(), free_port())
+    try:
+        assert cluster.dir.stat().st_mode & 0o777 == 0o700
+        cluster.start()
+        assert (cluster.dir / f".s.PGSQL.{cluster.port}").is_socket()
+        assert _pg.psql(cluster.dsn, "SELECT 1") == "1"
+    finally:
+        cluster.stop()
+    assert not cluster.dir.exists()
 
 
 # -- the connection layer (db/pg.py) on the baseline schema ----------------------------
