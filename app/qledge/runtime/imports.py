@@ -169,8 +169,8 @@ async def _apply(db: Database, conf: Settings, source: qinglong_source.Source,
         if errors.is_integrity(exc):
             raise ImportFailed(f"nothing was imported: the database refused a write ({exc});"
                                " did qledge change while importing? Run it again") from None
-        if isinstance(exc, files.CopyFailed | OSError | errors.StorageError |
-                      environment.EnvironmentTooLarge):
+        if isinstance(exc, (files.CopyFailed, OSError, *errors.StorageError,
+                            environment.EnvironmentTooLarge)):
             raise ImportFailed(f"nothing was imported: {exc}") from None
         raise
     finally:

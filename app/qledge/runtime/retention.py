@@ -129,7 +129,7 @@ def evict_oldest(logs_oldest_first: Sequence[LogFacts], excess_bytes: int) -> li
 
 # -- the round -------------------------------------------------------------------
 
-def _disk_full(exc: errors.StorageError) -> bool:
+def _disk_full(exc: BaseException) -> bool:
     return errors.is_full(exc) or "full" in str(exc)
 
 

@@ -1,0 +1,383 @@
+"""The PostgreSQL backend's connections (asyncpg): the interface of db/connection.py.
+
+One writer connection under an asyncio lock (writes of a node stay serialized, as
+on SQLite), reader connections for `REPEATABLE READ READ ONLY` snapshots. Built
+for fleet mode (docs/fleet-plan.md, build step 3); nothing selects it yet: the
+appliance opens db/connection.Database (SQLite) whatever its settings say.
+
+Durability (docs/storage.md, "Durability classes"): a durable write commits with
+`synchronous_commit = on` (the writer's session default), a deferred one with
+`SET LOCAL synchronous_commit = off`. PostgreSQL's WAL is one sequential log, so
+the flush of a later synchronous commit record covers every earlier asynchronous
+commit: `commit_seq` / `durable_seq` keep their meaning. A transaction that wrote
+no row may write no commit record and flush nothing, so, as on SQLite, it does not
+advance `durable_seq`. `sync()` forces one: a transaction that takes a transaction
+id (`pg_current_xact_id()`) writes a commit record and, synchronous, flushes the WAL
+up to it.
+
+SQL stays SQLite's spelling of parameters: `?` and `:name` become `$n`, translated
+once per SQL string and cached. Rows are asyncpg Records, read by column name (or
+position) like sqlite3.Row. The driver's exceptions become db/errors.py's Pg*
+classes here, at the boundary. Dialect differences in the SQL text itself (blob
+literals, `INSERT OR IGNORE`, `json_each`, a negative LIMIT, …) are not rewritten:
+they are the portable-SQL step of the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import asyncpg
+
+from .. import failpoints
+from . import errors
+from .connection import Params, TerminalListener
+
+T = TypeVar("T")
+Row = Any  # an asyncpg.Record: row["column"], row[0], keys(), dict(row)
+
+# Session settings of every connection (the plan's "session timeouts"): a frozen
+# node's open transaction is aborted by the server and its locks released.
+SESSION = {
+    "application_name": "qledge",
+    "synchronous_commit": "on",
+    "lock_timeout": "5000",  # ms
+    "idle_in_transaction_session_timeout": "30000",
+    "statement_timeout": "60000",
+}
+
+# -- `?` and `:name` to `$n` ------------------------------------------------------------
+
+_TOKENS = re.compile(
+    r"""'(?:[^']|'')*'        # a string literal
+      | "(?:[^"]|"")*"        # a quoted identifier
+      | --[^\n]*              # a comment
+      | (?P<q>\?)             # a positional parameter
+      | (?<!:):(?P<name>[A-Za-z_][A-Za-z0-9_]*)  # a named one (not a ::cast)
+    """, re.VERBOSE)
+
+
+@lru_cache(maxsize=4096)
+def translate(sql: str) -> tuple[str, tuple[str, ...] | None]:
+    """SQLite's parameters as asyncpg's: (sql with $1…$n, the names in order or None
+    for positional). A name used twice is one parameter; `?` and names do not mix."""
+    names: list[str] = []
+    positional = 0
+
+    def sub(m: re.Match[str]) -> str:
+        nonlocal positional
+        if m["q"]:
+            positional += 1
+            return f"${positional}"
+        if m["name"]:
+            if m["name"] not in names:
+                names.append(m["name"])
+            return f"${names.index(m['name']) + 1}"
+        return m[0]
+
+    out = _TOKENS.sub(sub, sql)
+    if positional and names:
+        raise ValueError(f"SQL mixes ? and :name parameters: {sql[:80]!r}")
+    return out, tuple(names) if names else None
+
+
+def _args(sql: str, params: Params) -> tuple[str, list[Any]]:
+    text, names = translate(sql)
+    if names is None:
+        if isinstance(params, dict):
+            raise TypeError("named parameters given to SQL with ? placeholders")
+        return text, list(params)
+    if not isinstance(params, dict):
+        raise TypeError("SQL with :name placeholders needs a dict of parameters")
+    return text, [params[n] for n in names]
+
+
+# -- the driver's errors as db/errors.py's ----------------------------------------------
+
+# SQLSTATE classes and codes after which the same work may succeed later.
+_TRANSIENT_CLASSES = ("08", "53", "57", "58")  # connection, resources, operator, system
+_TRANSIENT_CODES = {"40001", "40P01", "55P03", "55006"}  # serialization, deadlock, locks
+
+
+def map_error(exc: BaseException) -> errors.PgError | None:
+    """db/errors.py's class for a driver exception, or None when it is not one."""
+    if isinstance(exc, asyncpg.PostgresError):
+        state = str(exc.sqlstate or "")
+        if state == "53100":
+            return errors.PgFull(str(exc), state)
+        if state.startswith("23"):
+            return errors.PgIntegrity(str(exc), state)
+        if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_CODES:
+            return errors.PgTransient(str(exc), state)
+        return errors.PgError(str(exc), state)
+    if isinstance(exc, asyncpg.InternalClientError | ConnectionError | TimeoutError):
+        return errors.PgTransient(str(exc) or type(exc).__name__)
+    if isinstance(exc, asyncpg.InterfaceError):
+        return errors.PgError(str(exc))
+    return None
+
+
+@contextlib.contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        mapped = map_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def _lost(exc: BaseException) -> bool:
+    """The connection cannot be trusted after `exc` (or its cause): drop it."""
+    for e in (exc, exc.__cause__):
+        if isinstance(e, asyncpg.InternalClientError | asyncpg.PostgresConnectionError
+                      | OSError):
+            return True
+        if isinstance(e, asyncpg.PostgresError) and str(e.sqlstate or "").startswith("57P"):
+            return True  # the server is shutting the session down
+    return False
+
+
+async def _abandon(conn: Any, exc: BaseException) -> None:
+    """After a failed transaction: roll it back, or drop a connection that cannot
+    (the next use reconnects)."""
+    if conn.is_closed():
+        return
+    if _lost(exc):
+        conn.terminate()
+        return
+    if conn.is_in_transaction():
+        try:
+            await conn.execute("ROLLBACK")
+        except Exception:  # the connection is gone, and so is the transaction
+            conn.terminate()
+
+
+def _rowcount(status: str) -> int:
+    """Rows changed, from a command tag: 'INSERT 0 3', 'UPDATE 2', 'DELETE 0'."""
+    verb, _, rest = status.partition(" ")
+    if verb in ("INSERT", "UPDATE", "DELETE", "MERGE", "COPY") and rest:
+        return int(rest.rsplit(" ", 1)[-1])
+    return 0
+
+
+class Tx:
+    """One open transaction (or read snapshot) on one connection."""
+
+    __slots__ = ("_committed", "_conn", "_undo", "changes", "terminal_listeners")
+
+    def __init__(self, conn: Any, terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
+        self._conn = conn
+        self._undo: list[Callable[[], None]] = []
+        self._committed: list[Callable[[], None]] = []
+        self.terminal_listeners = terminal_listeners
+        self.changes = 0  # rows changed by INSERT/UPDATE/DELETE in this transaction
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once this write transaction has committed (as connection.Tx)."""
+        self._committed.append(fn)
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        """Run `fn` if this transaction — or the savepoint open now — rolls back."""
+        self._undo.append(fn)
+
+    def _rolled_back(self, mark: int = 0) -> None:
+        undo = self._undo[mark:]
+        del self._undo[mark:]
+        for fn in reversed(undo):
+            fn()
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        """Run a statement; returns the number of rows changed."""
+        text, args = _args(sql, params)
+        with _mapped():
+            status: str = await self._conn.execute(text, *args)
+        n = _rowcount(status)
+        self.changes += n
+        return n
+
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
+        text, args = _args(sql, params)
+        with _mapped():
+            return await self._conn.fetchrow(text, *args)
+
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
+        text, args = _args(sql, params)
+        with _mapped():
+            rows: list[Row] = await self._conn.fetch(text, *args)
+        return rows
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A nested unit inside the transaction: rolled back alone if it raises."""
+        await self.execute("SAVEPOINT unit")
+        mark = len(self._undo)
+        changes = self.changes
+        try:
+            yield
+        except BaseException:
+            await self.execute("ROLLBACK TO SAVEPOINT unit")
+            await self.execute("RELEASE SAVEPOINT unit")
+            self._rolled_back(mark)
+            self.changes = changes
+            raise
+        await self.execute("RELEASE SAVEPOINT unit")
+
+    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+        """`fn(tx)`: a plain call here (no database thread to stay on)."""
+        return await fn(self)
+
+
+async def _connect(dsn: str, *, readonly: bool) -> Any:
+    settings = dict(SESSION)
+    if readonly:
+        settings["default_transaction_read_only"] = "on"
+    with _mapped():
+        return await asyncpg.connect(dsn, server_settings=settings)
+
+
+class Database:
+    """Owns every connection; the same public interface as connection.Database."""
+
+    def __init__(self, dsn: str, readers: int = 2) -> None:
+        self.dsn = dsn
+        self._readers_n = readers
+        self._writer: Any = None
+        self._write_lock = asyncio.Lock()
+        self._readers: asyncio.Queue[Any] = asyncio.Queue()
+        self._all: list[Any] = []
+        self.commit_seq = 0
+        self.durable_seq = 0
+        self.syncs = 0  # forced WAL flushes done by sync()
+        self._durable = asyncio.Condition()
+        self._terminal: tuple[TerminalListener, ...] = ()
+
+    def on_terminal(self, listener: TerminalListener) -> None:
+        """Register `listener` for every write transaction that makes a run terminal."""
+        self._terminal = (*self._terminal, listener)
+
+    async def open(self) -> None:
+        self._writer = await _connect(self.dsn, readonly=False)
+        self._all.append(self._writer)
+        for _ in range(self._readers_n):
+            conn = await _connect(self.dsn, readonly=True)
+            self._all.append(conn)
+            self._readers.put_nowait(conn)
+        # A previous worker's asynchronous commits may not be flushed yet: make them
+        # durable before anything here acts on what they say (as connection.open).
+        await self._flush()
+
+    async def close(self) -> None:
+        conns, self._all = self._all, []
+        self._writer = None
+        while not self._readers.empty():
+            self._readers.get_nowait()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None
+
+    async def _writer_conn(self) -> Any:
+        """The writer, reconnected if the server dropped it (a restart, a timeout)."""
+        if self._writer is None:
+            raise RuntimeError("database is not open")
+        if self._writer.is_closed():
+            fresh = await _connect(self.dsn, readonly=False)
+            self._all = [fresh if c is self._writer else c for c in self._all]
+            self._writer = fresh
+        return self._writer
+
+    @asynccontextmanager
+    async def write(self, *, durable: bool = True) -> AsyncIterator[Tx]:
+        """A READ COMMITTED transaction on the writer: committed on exit, rolled back
+        on any error. durable=False commits asynchronously (`synchronous_commit = off`
+        for this transaction only); only for changes a crash may lose without harm."""
+        async with self._write_lock:
+            conn = await self._writer_conn()
+            tx = Tx(conn, self._terminal)
+            try:
+                with _mapped():
+                    if conn.is_in_transaction():  # left open by a cancelled task
+                        await conn.execute("ROLLBACK")
+                    await conn.execute("BEGIN")
+                    if not durable:
+                        await conn.execute("SET LOCAL synchronous_commit = off")
+                yield tx
+                failpoints.hit("db.before_commit")
+                with _mapped():
+                    status = await conn.execute("COMMIT")
+                if status != "COMMIT":
+                    # An error inside the transaction aborted it, and PostgreSQL turns
+                    # the COMMIT into a ROLLBACK: nothing of it was written.
+                    raise errors.PgError(f"transaction aborted, COMMIT answered {status}")
+            except BaseException as exc:
+                await _abandon(conn, exc)
+                tx._rolled_back()
+                raise
+            self.commit_seq += 1
+            for fn in tx._committed:
+                fn()
+            if durable and tx.changes:
+                await self._advance(self.commit_seq)
+
+    async def _flush(self) -> None:
+        """One synchronous commit with a transaction id: the WAL is flushed through
+        its commit record, which covers every commit before it."""
+        async with self._write_lock:
+            conn = await self._writer_conn()
+            with _mapped():
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_current_xact_id()")
+
+    async def sync(self) -> None:
+        """Make every commit so far durable."""
+        seq = self.commit_seq
+        if seq <= self.durable_seq:
+            return
+        await self._flush()
+        self.syncs += 1
+        await self._advance(seq)
+
+    async def wait_durable(self, seq: int) -> None:
+        """Until commit number `seq` is durable (a durable commit or a sync() after it)."""
+        async with self._durable:
+            await self._durable.wait_for(lambda: self.durable_seq >= seq)
+
+    async def _advance(self, seq: int) -> None:
+        if seq > self.durable_seq:
+            self.durable_seq = seq
+            async with self._durable:
+                self._durable.notify_all()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[Tx]:
+        """A consistent read snapshot (REPEATABLE READ READ ONLY) on a reader."""
+        conn = await self._readers.get()
+        try:
+            if conn.is_closed():
+                fresh = await _connect(self.dsn, readonly=True)
+                self._all = [fresh if c is conn else c for c in self._all]
+                conn = fresh
+            try:
+                with _mapped():
+                    if conn.is_in_transaction():
+                        await conn.execute("ROLLBACK")
+                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield Tx(conn)
+            except BaseException as exc:
+                await _abandon(conn, exc)
+                raise
+            with _mapped():
+                await conn.execute("COMMIT")
+        finally:
+            self._readers.put_nowait(conn)
