@@ -535,6 +535,8 @@ def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
 class _Recorder:
     """Stands in for a `Tx`: records each statement, answers with no rows."""
 
+    dialect = "sqlite"  # the plans checked are SQLite's (db/dialect.py)
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, object]] = []
 

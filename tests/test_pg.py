@@ -11,8 +11,26 @@ import asyncpg
 import pytest
 
 import _pg
-from qledge.db import apps, envs, errors, events, migrate_pg, pg, rows, runs, schedule, tasks
-from qledge.model import RunStatus, Trigger
+from qledge import transitions
+from qledge.db import (
+    apps,
+    attempts,
+    dependencies,
+    envs,
+    errors,
+    events,
+    migrate,
+    migrate_pg,
+    pg,
+    policies,
+    rows,
+    runs,
+    schedule,
+    subscriptions,
+    tasks,
+)
+from qledge.db.connection import Database
+from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 
 from conftest import free_port
 
@@ -310,20 +328,19 @@ async def test_task_queries_run_unchanged(pgdb: pg.Database) -> None:
 
 
 async def test_run_reads_run_unchanged(pgdb: pg.Database) -> None:
-    """A run row written by SQL (runs.create_run itself needs the portable event-log
-    append: its `x''` blob literal and `CAST(… AS BLOB)` are SQLite's)."""
+    """Runs made by runs.create_run (its event-log append is dialect.append_blob's
+    bytea concatenation here, SQLite's `CAST(… || ? AS BLOB)` there)."""
     async with pgdb.write() as tx:
         await tasks.create_task(tx, "t1", {"name": "t", "command": "true", "env": {},
                                            "labels": []}, 1)
-        for run_id, status, not_before in (("r1", "succeeded", None), ("r2", "queued", None),
-                                           ("r3", "queued", 500)):
-            await tx.execute(
-                "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, not_before_ms)"
-                " VALUES (?, 't1', 'manual', ?, 2, ?)", (run_id, status, not_before))
+        for run_id, not_before in (("r1", None), ("r2", None), ("r3", 500)):
+            await runs.create_run(tx, run_id, "t1", Trigger.MANUAL, 2, not_before)
+        r1 = await runs.end_if_queued(tx, await runs.get_run(tx, "r1"), 3)
+    assert r1.status is RunStatus.CANCELLED
     async with pgdb.read() as tx:
         run = await runs.get_run(tx, "r2")
-        assert (run.status, run.trigger, run.version, run.not_before_ms) == (
-            RunStatus.QUEUED, Trigger.MANUAL, 1, None)
+        assert (run.status, run.trigger, run.version, run.not_before_ms, run.event_seq) == (
+            RunStatus.QUEUED, Trigger.MANUAL, 1, None, 1)
         assert [r.id for r in await runs.list_runs(tx, task_id="t1", status=None,
                                                     before=None, limit=10)] == ["r3", "r2", "r1"]
         assert [r.id for r in await runs.list_runs(tx, task_id=None, status="queued",
@@ -334,7 +351,10 @@ async def test_run_reads_run_unchanged(pgdb: pg.Database) -> None:
         assert (await runs.queued_run_of_task(tx, "t1")).id == "r2"
         assert (await runs.active_run_of_task(tx, "t1")).id == "r2"
         assert (await runs.latest_runs_by_task(tx, ["t1"]))["t1"].id == "r3"
-        assert await events.list_events(tx, "r2") == []
+        assert [(e.seq, e.type) for e in await events.list_events(tx, "r2")] == [
+            (1, "run.created")]
+        assert [(e.seq, e.type) for e in await events.list_events(tx, "r1")] == [
+            (1, "run.created"), (2, "run.finished")]
         with pytest.raises(rows.NotFound):
             await runs.get_run(tx, "nope")
 
@@ -382,3 +402,156 @@ async def test_env_schedule_and_app_queries_run_unchanged(pgdb: pg.Database) -> 
         assert await envs.global_env(tx) == {"A": "9"}
         assert await schedule.last_due(tx, "t1") == 200
         assert await apps.app_secret(tx, "c") == ("a1", b"\x00\xff")
+
+
+# -- the same functions on both backends, the same results ------------------------------
+
+@pytest.fixture
+async def litedb(tmp_path: Path) -> AsyncIterator[Database]:
+    path = tmp_path / "qledge.db"
+    migrate.apply(path)
+    db = Database(path)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:
+    """`scenario(db)` on a fresh SQLite and a fresh PostgreSQL database: what it returns
+    must be equal (SQLite is the reference); that result, for the caller's own checks."""
+    lite = await scenario(litedb)
+    assert await scenario(pgdb) == lite
+    return lite
+
+
+def _task(name: str, **more: Any) -> dict[str, Any]:
+    return {"name": name, "command": f"run {name}", "env": {}, "labels": [], **more}
+
+
+async def _write_runs(db: Any) -> dict[str, Any]:
+    """The run-writing path: create, a spawn's transitions with an attempt, a cancel of
+    a queued run, a signal event, a completion, a lost compare-and-set."""
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1", extra_schedules=["0 1 * * *", "@boot"]), 1)
+        await tasks.create_task(tx, "t2", _task("t2", schedule="@boot"), 1)
+        await tasks.create_task(tx, "t3", _task("t3", schedule="@boot", enabled=False), 1)
+        await tasks.create_task(tx, "t4", _task("t4", extra_schedules=["@daily"]), 1)
+        r1 = await runs.create_run(tx, "r1", "t1", Trigger.MANUAL, 10)
+        r2 = await runs.create_run(tx, "r2", "t1", Trigger.API, 11, not_before_ms=500)
+        r3 = await runs.create_run(tx, "r3", "t2", Trigger.SCHEDULE, 12)
+    async with db.write() as tx:
+        r1 = await runs.apply(tx, r1, transitions.attempt_prepared(r1), 20)
+        att = await attempts.prepare_attempt(
+            tx, r1, attempt_id="a1", owner="node-1", executor_type="local",
+            token_hash=b"\x00\xfftoken", deadline_at_ms=None, log_path="t1/a1.log",
+            receipt_path="receipts/a1", now_ms=20)
+        r1 = await runs.get_run(tx, "r1")
+        r1 = await runs.apply(tx, r1, transitions.attempt_started(
+            r1, att, pid=4242, start_time=77, boot_id="boot", now_ms=30), 30)
+        cancel = transitions.request_cancel(r2, CancelReason.USER, 40)
+        assert cancel is not None
+        r2 = await runs.end_if_queued(tx, await runs.apply(tx, r2, cancel, 40), 41)
+        await events.append_events(tx, r3, [NewEvent(type="run.held", data={"why": "x"})], 50)
+    async with db.read() as tx:
+        running = await runs.run_summaries(tx, ["t1", "t2", "t3", "t4", "nope"])
+    conflict = False
+    async with db.write() as tx:
+        att = await attempts.get_attempt(tx, "a1")
+        done = await runs.apply(tx, r1, transitions.complete(
+            r1, att, exit_code=3, finished_at_ms=90), 90)
+        try:
+            async with tx.savepoint():
+                await runs.apply(tx, r1, transitions.request_cancel(
+                    r1, CancelReason.USER, 91), 91)  # r1's version moved: refused
+        except rows.Conflict:
+            conflict = True
+    async with db.read() as tx:
+        return {
+            "conflict": conflict, "done": done,
+            "runs": [await runs.get_run(tx, r) for r in ("r1", "r2", "r3")],
+            "attempt": await attempts.get_attempt(tx, "a1"),
+            "events": {r: await events.list_events(tx, r) for r in ("r1", "r2", "r3")},
+            "page": await events.list_events(tx, "r1", after_seq=2, limit=2),
+            "finished": await events.count_events(tx, "r1", "attempt.finished"),
+            "last": await events.last_event_type(tx, "r3"),
+            "running": running,
+            "summaries": await runs.run_summaries(tx, ["t1", "t2", "t3", "t4", "nope"]),
+            "boot": await policies.boot_task_ids(tx),
+        }
+
+
+async def test_the_run_writing_path_gives_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _write_runs)
+    r1, r2, r3 = got["runs"]
+    assert got["conflict"] and (got["done"].status, got["done"].version) == (
+        r1.status, r1.version)
+    assert (r1.status, r1.exit_code, r1.event_seq) == (RunStatus.FAILED, 3, 6)
+    assert (r2.status, r2.reason_code, r3.status) == (
+        RunStatus.CANCELLED, "CANCELLED_BEFORE_START", RunStatus.QUEUED)
+    assert [e.type for e in got["events"]["r1"]] == [
+        "run.created", "attempt.created", "attempt.started", "run.started",
+        "attempt.finished", "run.finished"]
+    assert [e.seq for e in got["page"]] == [3, 4] and got["finished"] == 1
+    assert got["events"]["r3"][-1].data == {"why": "x"} and got["last"] == "run.held"
+    assert got["attempt"].callback_token_hash == b"\x00\xfftoken"
+    assert got["attempt"].finished_at_ms == 90 and got["attempt"].exit_code == 3
+    running, summaries = got["running"], got["summaries"]
+    assert set(running) == set(summaries) == {"t1", "t2"}
+    assert (running["t1"].running, running["t1"].pid, running["t1"].latest_run_id) == (
+        True, 4242, "r2")
+    assert (running["t2"].queued, running["t2"].running) == (True, False)
+    assert (summaries["t1"].running, summaries["t1"].pid) == (False, None)
+    assert summaries["t1"].last_duration_ms == 60 and summaries["t1"].log_path is None
+    assert got["boot"] == ["t1", "t2"]
+
+
+async def _search(db: Any) -> dict[str, Any]:
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("Nightly Backup", labels=["Ops"]), 1)
+        await tasks.create_task(tx, "t2", _task("report", schedule="@Daily"), 2)
+        await tasks.create_task(tx, "t3", _task("100% done_x"), 3)
+        await envs.create_env(tx, "e1", {"name": "PATH", "value": "/usr/BIN"}, 1)
+        await envs.create_env(tx, "e2", {"name": "home", "value": "x", "remarks": "Path"}, 2)
+        await envs.create_env(tx, "e3", {"name": "other", "value": "y"}, 3)
+        for sub_id, name, url in (("s1", "Scripts", "https://GitHub.com/a/b.git"),
+                                  ("s2", "mine", "https://example.org/c.git")):
+            await subscriptions.create(tx, sub_id, {
+                "name": name, "type": "public-repo", "url": url, "alias": sub_id,
+                "extensions": ["py"]}, 1)
+        await dependencies.declare(tx, "python", ["Requests", "rich"], 1)
+        await dependencies.declare(tx, "node", ["axios"], 1, remark="REQ")
+    async with db.read() as tx:
+        async def task_ids(q: str) -> tuple[list[str], int]:
+            found, total = await tasks.search_tasks(tx, q, 0, 10)
+            return [t.id for t in found], total
+
+        return {
+            "tasks": {q: await task_ids(q) for q in (
+                "BACKUP", "name:nightly", "label:ops", "schedule:@daily", "command:RUN",
+                "0%", "_x", "e_x", "nothing")},
+            "envs": {q: [e.id for e in await envs.list_envs(tx, q)]
+                     for q in ("path", "bin", "%", "")},
+            "subs": {q: [s.id for s in await subscriptions.search(tx, q)]
+                     for q in ("github", "SCRIPTS", ".GIT", "_", "")},
+            "deps": {q: [(d.type, d.name) for d in await dependencies.list_all(tx, search=q)]
+                     for q in ("req", "RICH", "%", "")},
+        }
+
+
+async def test_the_searches_find_the_same_rows_ignoring_case(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _search)
+    assert got["tasks"] == {
+        "BACKUP": (["t1"], 1), "name:nightly": (["t1"], 1), "label:ops": (["t1"], 1),
+        "schedule:@daily": (["t2"], 1), "command:RUN": (["t3", "t2", "t1"], 3),
+        "0%": (["t3"], 1), "_x": (["t3"], 1), "e_x": (["t3"], 1), "nothing": ([], 0)}
+    assert got["envs"] == {"path": ["e1", "e2"], "bin": ["e1"], "%": [],
+                           "": ["e1", "e2", "e3"]}
+    assert got["subs"] == {"github": ["s1"], "SCRIPTS": ["s1"], ".GIT": ["s2", "s1"],
+                           "_": [], "": ["s2", "s1"]}
+    assert got["deps"] == {"req": [("python", "requests")], "RICH": [("python", "rich")],
+                           "%": [], "": [("node", "axios"), ("python", "requests"),
+                                         ("python", "rich")]}

@@ -18,11 +18,12 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import aiosqlite
 
 from .. import failpoints
+from .dialect import SQLITE, Dialect
 
 BUSY_TIMEOUT_MS = 5000
 JOURNAL_SIZE_LIMIT = 4 << 20
@@ -92,6 +93,10 @@ class Tx:
     receipt (docs/performance.md)."""
 
     __slots__ = ("_committed", "_conn", "_undo", "terminal_listeners")
+
+    # The SQL this transaction speaks: queries build their dialect-specific fragments
+    # for it through db/dialect.py (a class constant: no cost per transaction).
+    dialect: ClassVar[Dialect] = SQLITE
 
     def __init__(self, conn: aiosqlite.Connection,
                  terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:

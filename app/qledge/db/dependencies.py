@@ -17,7 +17,7 @@ import msgspec
 from .. import ids
 from ..dependency_spec import package
 from ..model import RunStatus
-from . import statuses
+from . import dialect, statuses
 from .connection import Tx
 from .rows import NotFound, like_pattern
 
@@ -55,7 +55,8 @@ async def list_all(tx: Tx, *, type_: str | None = None, search: str = "",
         clauses.append("d.type = ?")
         params.append(type_)
     if search:
-        clauses.append("(d.name LIKE ? ESCAPE '\\' OR d.spec LIKE ? ESCAPE '\\')")
+        clauses.append(f"({dialect.like(tx.dialect, 'd.name', '?')}"
+                       f" OR {dialect.like(tx.dialect, 'd.spec', '?')})")
         params += [like_pattern(search)] * 2
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = await tx.all(f"{_SELECT}{where} ORDER BY d.type, d.name LIMIT ?",

@@ -4,11 +4,22 @@ Most queries of `db/*.py` are written once in a spelling both backends accept
 (`ON CONFLICT DO NOTHING`, `SUM(CASE …)`, `IS NOT DISTINCT FROM`, no negative
 LIMIT: docs/fleet-plan.md, "Migrations for both backends", item 4). What has no
 common spelling is built here, so a module keeps one SQL string per query and a
-second backend changes this module, not every call site. Only SQLite is
-implemented today.
+second backend changes this module, not every call site.
+
+Each transaction says which dialect it speaks (`Tx.dialect`: db/connection.py's is
+SQLITE, db/pg.py's POSTGRESQL), and a call site passes it to the helper that builds
+its fragment. SQLite's fragments are exactly the text the queries had before, so
+SQLite's statements, statement cache and query plans are unchanged.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+from typing import Final, Literal
+
+Dialect = Literal["sqlite", "postgresql"]
+SQLITE: Final = "sqlite"
+POSTGRESQL: Final = "postgresql"
 
 
 def marks(n: int) -> str:
@@ -18,3 +29,47 @@ def marks(n: int) -> str:
     PostgreSQL would take one array parameter instead (`= ANY($n)`).
     """
     return ", ".join("?" * n)
+
+
+@lru_cache(maxsize=64)
+def append_blob(dialect: Dialect, column: str) -> str:
+    """`column` (a BLOB/bytea, possibly NULL) with the bytes of one parameter appended.
+
+    Why: SQLite's `||` is a text operator — it returns TEXT even for two blobs — so the
+    result is cast back to BLOB (a STRICT table refuses TEXT in a BLOB column), and its
+    empty blob is the literal `x''`. PostgreSQL has neither `x''` nor a BLOB type; its
+    `||` on two `bytea` is `bytea`, and its empty bytea is `'\\x'::bytea` (asyncpg
+    sends Python `bytes` as bytea). The run-writing path appends every run event so."""
+    if dialect == SQLITE:
+        return f"CAST(COALESCE({column}, x'') || ? AS BLOB)"
+    return f"COALESCE({column}, '\\x'::bytea) || ?"
+
+
+@lru_cache(maxsize=64)
+def each_text(dialect: Dialect, source: str = "?", alias: str | None = None) -> str:
+    """A table expression of the strings of a JSON array, one row each, in a column
+    named `value`; `source` is a parameter (`?`) or a TEXT column holding the array,
+    `alias` the table's name in the query (None: none).
+
+    Why: SQLite reads a JSON array as rows with its table-valued `json_each`, whose
+    column `value` holds each element; PostgreSQL has no `json_each` of that shape
+    (its own returns key/value pairs of an object): `json_array_elements_text` of the
+    text cast to json gives the elements as text, and the column list names its one
+    column `value` so the query reads it by the same name on both."""
+    if dialect == SQLITE:
+        return f"json_each({source})" + (f" {alias}" if alias else "")
+    return f"json_array_elements_text({source}::json) AS {alias or 'each'}(value)"
+
+
+@lru_cache(maxsize=64)
+def like(dialect: Dialect, column: str, pattern: str) -> str:
+    """`column` contains `pattern` (built by rows.like_pattern: `%…%` with `\\`
+    escaping the user's `%`, `_` and `\\`), ignoring ASCII case.
+
+    Why: SQLite's LIKE ignores the case of ASCII letters (and only those); PostgreSQL's
+    LIKE is case-sensitive, so the same search would find less there: its ILIKE is
+    the same match. Under the rig's C/no-locale cluster ILIKE folds ASCII letters only,
+    as SQLite does; under a linguistic locale it would fold other letters too. Both
+    take the escape character in `ESCAPE '\\'`."""
+    op = "LIKE" if dialect == SQLITE else "ILIKE"
+    return f"{column} {op} {pattern} ESCAPE '\\'"

@@ -42,9 +42,11 @@ def _env(row: sqlite3.Row) -> EnvVar:
 async def list_envs(tx: Tx, search: str = "") -> list[EnvVar]:
     if search:
         like = like_pattern(search)
+        where = " OR ".join(dialect.like(tx.dialect, c, ":q")
+                            for c in ("name", "value", "remarks"))
         rows = await tx.all(
-            "SELECT * FROM envs WHERE name LIKE :q ESCAPE '\\' OR value LIKE :q ESCAPE '\\'"
-            " OR remarks LIKE :q ESCAPE '\\' ORDER BY position DESC, num", {"q": like})
+            f"SELECT * FROM envs WHERE {where} ORDER BY position DESC, num",  # noqa: S608
+            {"q": like})
     else:
         rows = await tx.all("SELECT * FROM envs ORDER BY position DESC, num")
     return [_env(r) for r in rows]

@@ -12,14 +12,19 @@ import sqlite3
 import msgspec
 
 from ..model import Event, NewEvent, Run
-from . import _event_log
+from . import _event_log, dialect
 from .connection import Tx
 
 # The fragment of a run UPDATE that appends encoded events (parameter: their bytes)
-# and takes their numbers (`event_seq` then names the last one). SET expressions
-# read the row as it was, so event_base keeps the count from before.
-APPEND_SET = ("event_base = COALESCE(event_base, event_seq),"
-              " event_log = CAST(COALESCE(event_log, x'') || ? AS BLOB)")
+# and takes their numbers (`event_seq` then names the last one), per dialect (the
+# blob append: dialect.append_blob). SET expressions read the row as it was, so
+# event_base keeps the count from before.
+APPEND_SET: dict[dialect.Dialect, str] = {
+    d: f"event_base = COALESCE(event_base, event_seq),"
+       f" event_log = {dialect.append_blob(d, 'event_log')}"
+    for d in (dialect.SQLITE, dialect.POSTGRESQL)}
+_APPEND = {d: f"UPDATE runs SET event_seq = event_seq + ?, {s} WHERE id = ?"  # noqa: S608
+           for d, s in APPEND_SET.items()}
 
 
 def encode(run: Run, events: list[NewEvent], now_ms: int,
@@ -38,8 +43,7 @@ async def append_events(tx: Tx, run: Run, events: list[NewEvent], now_ms: int,
     # The numbers are taken inside this transaction, from the row: signal events append
     # without a version bump, so a Run read earlier may carry a stale event_seq.
     await tx.execute(
-        f"UPDATE runs SET event_seq = event_seq + ?, {APPEND_SET} WHERE id = ?",  # noqa: S608
-        (len(events), encode(run, events, now_ms, attempt_nos), run.id))
+        _APPEND[tx.dialect], (len(events), encode(run, events, now_ms, attempt_nos), run.id))
 
 
 async def _attempt_ids(tx: Tx, run_id: str) -> dict[int, str]:

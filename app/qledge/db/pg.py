@@ -18,9 +18,9 @@ up to it.
 SQL stays SQLite's spelling of parameters: `?` and `:name` become `$n`, translated
 once per SQL string and cached. Rows are asyncpg Records, read by column name (or
 position) like sqlite3.Row. The driver's exceptions become db/errors.py's Pg*
-classes here, at the boundary. Dialect differences in the SQL text itself (blob
-literals, `INSERT OR IGNORE`, `json_each`, a negative LIMIT, …) are not rewritten:
-they are the portable-SQL step of the plan.
+classes here, at the boundary. Dialect differences in the SQL text itself are not
+rewritten here: queries are written portably, or build the differing fragment
+(event-log append, `json_each`, LIKE) through db/dialect.py for `Tx.dialect`.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import asyncpg
 
 from .. import failpoints
 from . import errors
 from .connection import Params, TerminalListener
+from .dialect import POSTGRESQL, Dialect
 
 T = TypeVar("T")
 Row = Any  # an asyncpg.Record: row["column"], row[0], keys(), dict(row)
@@ -172,6 +173,8 @@ class Tx:
     """One open transaction (or read snapshot) on one connection."""
 
     __slots__ = ("_committed", "_conn", "_undo", "changes", "terminal_listeners")
+
+    dialect: ClassVar[Dialect] = POSTGRESQL  # as connection.Tx.dialect
 
     def __init__(self, conn: Any, terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
         self._conn = conn

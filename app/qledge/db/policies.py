@@ -14,6 +14,7 @@ import msgspec
 
 from ..transitions import RetryPolicy, Transition
 from ..transitions import retry_or_end as _retry_or_end
+from . import dialect
 from .connection import Tx
 
 
@@ -55,8 +56,9 @@ async def claim_boot(tx: Tx, start_id: str) -> bool:
 
 async def boot_task_ids(tx: Tx) -> list[str]:
     """Enabled tasks with @boot as their schedule or among their extra schedules."""
+    extra = dialect.each_text(tx.dialect, "extra_schedules_json")
     rows = await tx.all(
-        "SELECT id FROM tasks WHERE enabled = 1 AND (schedule = '@boot'"
-        " OR EXISTS (SELECT 1 FROM json_each(extra_schedules_json) WHERE value = '@boot'))"
+        "SELECT id FROM tasks WHERE enabled = 1 AND (schedule = '@boot'"  # noqa: S608
+        f" OR EXISTS (SELECT 1 FROM {extra} WHERE value = '@boot'))"
         " ORDER BY num")
     return [str(r["id"]) for r in rows]

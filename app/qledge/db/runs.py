@@ -12,7 +12,7 @@ import msgspec
 from .. import transitions
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
 from ..transitions import Transition
-from . import events, policies
+from . import dialect, events, policies
 from . import statuses as st
 from .attempts import run_has_active_attempt
 from .connection import Tx
@@ -22,6 +22,13 @@ from .rows import Conflict, NotFound, run_from_row
 _json = msgspec.json.Encoder()
 _ACTIVE_RUN = st.active_run()
 _QUEUED = st.is_("status", RunStatus.QUEUED)
+# apply's run UPDATE, per dialect (the event-log append differs: events.APPEND_SET).
+_APPLY = {
+    d: "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"  # noqa: S608
+       " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
+       f" not_before_ms = ?, event_seq = event_seq + ?, {append}"
+       " WHERE id = ? AND version = ?"
+    for d, append in events.APPEND_SET.items()}
 
 
 async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int,
@@ -133,10 +140,7 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
     log = events.encode(old, transition.events, now_ms,
                         {att.id: att.attempt_no} if att is not None else None)
     changed = await tx.execute(
-        "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"  # noqa: S608
-        " started_at_ms = ?, finished_at_ms = ?, exit_code = ?, reason_code = ?,"
-        f" not_before_ms = ?, event_seq = event_seq + ?, {events.APPEND_SET}"
-        " WHERE id = ? AND version = ?",
+        _APPLY[tx.dialect],
         (new.status.value, new.version, new.cancel_reason.value if new.cancel_reason else None,
          new.cancel_requested_at_ms, new.started_at_ms, new.finished_at_ms, new.exit_code,
          new.reason_code, new.not_before_ms, len(transition.events), log, old.id,
@@ -193,25 +197,27 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
     if not task_ids:
         return {}
     ids_json = _json.encode(task_ids).decode()
+    ids = dialect.each_text(tx.dialect)  # the task ids, one row each (column `value`)
+    each = dialect.each_text(tx.dialect, "?", "j")
     # Spelled like the WHERE of the partial index runs_active (db/statuses.py).
     active = await tx.all(
         "SELECT task_id, status, COUNT(*) AS n FROM runs"  # noqa: S608
         f" WHERE {st.active_run()}"
-        " AND task_id IN (SELECT value FROM json_each(?)) GROUP BY task_id, status",
+        f" AND task_id IN (SELECT value FROM {ids}) GROUP BY task_id, status",
         (ids_json,))
     flags: dict[str, set[str]] = {}
     for r in active:
         flags.setdefault(r["task_id"], set()).add(r["status"])
     latest = await tx.all(
-        "SELECT r.task_id, r.id, r.status, r.started_at_ms, r.created_at_ms,"
+        "SELECT r.task_id, r.id, r.status, r.started_at_ms, r.created_at_ms,"  # noqa: S608
         " a.log_path AS relative_path"
-        " FROM json_each(?) j"
+        f" FROM {each}"
         " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"
         "   ORDER BY id DESC LIMIT 1)"
         " LEFT JOIN run_attempts a ON a.id = (SELECT id FROM run_attempts WHERE run_id = r.id"
         "   ORDER BY attempt_no DESC LIMIT 1)", (ids_json,))
     finished = await tx.all(
-        "SELECT r.task_id, r.started_at_ms, r.finished_at_ms FROM json_each(?) j"
+        f"SELECT r.task_id, r.started_at_ms, r.finished_at_ms FROM {each}"  # noqa: S608
         " JOIN runs r ON r.id = (SELECT id FROM runs WHERE task_id = j.value"
         "   AND started_at_ms IS NOT NULL AND finished_at_ms IS NOT NULL"
         "   ORDER BY id DESC LIMIT 1)", (ids_json,))
@@ -220,7 +226,7 @@ async def run_summaries(tx: Tx, task_ids: list[str]) -> dict[str, RunSummary]:
     pids = {r["task_id"]: r["pid"] for r in await tx.all(
         "SELECT r.task_id, a.pid FROM runs r JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
         f" WHERE {st.is_('r.status', RunStatus.RUNNING)} AND {st.in_('a.status', ACTIVE_ATTEMPT)}"
-        " AND a.pid IS NOT NULL AND r.task_id IN (SELECT value FROM json_each(?))"
+        f" AND a.pid IS NOT NULL AND r.task_id IN (SELECT value FROM {ids})"
         " ORDER BY a.id", (ids_json,))}
     out: dict[str, RunSummary] = {}
     for r in latest:

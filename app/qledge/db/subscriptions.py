@@ -134,9 +134,10 @@ async def by_nums(tx: Tx, nums: list[int]) -> dict[int, Subscription]:
 async def search(tx: Tx, text: str, limit: int = 1000) -> list[Subscription]:
     """QingLong's list: name or URL containing `text` (all without it), enabled first,
     newest first."""
+    where = " OR ".join(dialect.like(tx.dialect, c, ":q") for c in ("name", "url"))
     rows = await tx.all(
-        "SELECT * FROM subscriptions WHERE name LIKE :q ESCAPE '\\' OR url LIKE :q"
-        " ESCAPE '\\' ORDER BY enabled DESC, created_at_ms DESC, num DESC LIMIT :n",
+        f"SELECT * FROM subscriptions WHERE {where}"  # noqa: S608
+        " ORDER BY enabled DESC, created_at_ms DESC, num DESC LIMIT :n",
         {"q": like_pattern(text), "n": limit})
     return [_sub(r) for r in rows]
 

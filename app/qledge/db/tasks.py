@@ -89,11 +89,12 @@ async def search_tasks(tx: Tx, search: str, offset: int, limit: int) -> tuple[li
     if search:
         column, sep, rest = search.partition(":")
         if sep and column in _SEARCH_COLUMNS:
-            where = f"WHERE {_SEARCH_COLUMNS[column]} LIKE :q ESCAPE '\\'"
+            where = f"WHERE {dialect.like(tx.dialect, _SEARCH_COLUMNS[column], ':q')}"
             params["q"] = like_pattern(rest)
         else:
-            where = ("WHERE name LIKE :q ESCAPE '\\' OR command LIKE :q ESCAPE '\\'"
-                     " OR schedule LIKE :q ESCAPE '\\' OR labels_json LIKE :q ESCAPE '\\'")
+            where = "WHERE " + " OR ".join(
+                dialect.like(tx.dialect, c, ":q")
+                for c in ("name", "command", "schedule", "labels_json"))
             params["q"] = like_pattern(search)
     total_row = await tx.one(f"SELECT COUNT(*) AS n FROM tasks {where}", params)  # noqa: S608
     rows = await tx.all(
