@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import aiosqlite
 
 from .. import failpoints
+from ._durability import Durability
 from .dialect import SQLITE, Dialect
 
 BUSY_TIMEOUT_MS = 5000
@@ -256,10 +257,11 @@ async def _set_synchronous(conn: aiosqlite.Connection, level: str) -> None:
         await conn.execute(f"PRAGMA synchronous={level}")
 
 
-class Database:
+class Database(Durability):
     """Owns every connection; opened and closed by the app lifespan."""
 
     def __init__(self, path: Path, readers: int = 2) -> None:
+        super().__init__()
         self.path = path
         self._readers_n = readers
         self._writer: aiosqlite.Connection | None = None
@@ -267,10 +269,6 @@ class Database:
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
         self._full = True
-        self.commit_seq = 0
-        self.durable_seq = 0
-        self.syncs = 0  # fdatasyncs done by sync(); the durability tests count them
-        self._durable = asyncio.Condition()
         self._terminal: tuple[TerminalListener, ...] = ()
 
     def on_terminal(self, listener: TerminalListener) -> None:
@@ -349,17 +347,6 @@ class Database:
         await asyncio.to_thread(_fdatasync, Path(f"{self.path}-wal"))
         self.syncs += 1
         await self._advance(seq)
-
-    async def wait_durable(self, seq: int) -> None:
-        """Until commit number `seq` is on disk (a durable commit or a sync() after it)."""
-        async with self._durable:
-            await self._durable.wait_for(lambda: self.durable_seq >= seq)
-
-    async def _advance(self, seq: int) -> None:
-        if seq > self.durable_seq:
-            self.durable_seq = seq
-            async with self._durable:
-                self._durable.notify_all()
 
     async def maintenance(self, pragma: str, *, rows: bool = True) -> list[sqlite3.Row]:
         """A maintenance PRAGMA (wal_checkpoint, incremental_vacuum) on the writer, outside

@@ -35,8 +35,9 @@ class Migration(msgspec.Struct, frozen=True, kw_only=True):
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
-def bundled(directory: Path | None = None) -> list[Migration]:
-    """The migrations shipped with this code, in order, numbered without gaps."""
+def bundled(directory: Path | None = None, first: int = 1) -> list[Migration]:
+    """The migrations shipped with this code, in order, numbered from `first` without
+    gaps (PostgreSQL's, db/migrate_pg.py, start at their baseline)."""
     root = directory or Path(str(resources.files("qledge.db") / "migrations"))
     found: list[Migration] = []
     for path in sorted(root.iterdir()):
@@ -44,7 +45,7 @@ def bundled(directory: Path | None = None) -> list[Migration]:
         if m is None:
             continue
         found.append(Migration(version=int(m[1]), name=m[2], sql=path.read_text()))
-    for expected, mig in enumerate(found, start=1):
+    for expected, mig in enumerate(found, start=first):
         if mig.version != expected:
             raise MigrationError(f"migration numbering has a gap at {expected:04d}")
     return found
@@ -62,7 +63,12 @@ def _applied(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
 
 def check(conn: sqlite3.Connection, migrations: list[Migration]) -> list[Migration]:
     """Validate applied migrations; return the pending ones."""
-    applied = _applied(conn)
+    return pending(_applied(conn), migrations)
+
+
+def pending(applied: dict[int, tuple[str, str]], migrations: list[Migration]) -> list[Migration]:
+    """Validate the applied (version → name, checksum) against the code's migrations, on
+    either backend; return the ones to apply."""
     known = {m.version: m for m in migrations}
     for version, (name, checksum) in sorted(applied.items()):
         mig = known.get(version)

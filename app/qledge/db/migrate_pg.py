@@ -14,7 +14,6 @@ then find nothing pending. Nothing selects this backend yet.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,12 @@ from typing import Any
 import asyncpg
 
 from ..clock import now_ms
+from . import migrate
 from .migrate import Migration, MigrationError
 
 FIRST = 22  # PostgreSQL's history starts at the baseline
 # pg_advisory_lock's key for migrating: "qledge m" as a big-endian int64
 LOCK_KEY = int.from_bytes(b"qledge m", "big", signed=True)
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -39,34 +38,7 @@ _CREATE = (
 def bundled(directory: Path | None = None) -> list[Migration]:
     """PostgreSQL's migrations, in order, from 0022 without gaps."""
     root = directory or Path(str(resources.files("qledge.db") / "migrations" / "pg"))
-    found: list[Migration] = []
-    for path in sorted(root.iterdir()):
-        m = _NAME.match(path.name)
-        if m is None:
-            continue
-        found.append(Migration(version=int(m[1]), name=m[2], sql=path.read_text()))
-    for expected, mig in enumerate(found, start=FIRST):
-        if mig.version != expected:
-            raise MigrationError(f"migration numbering has a gap at {expected:04d}")
-    return found
-
-
-def pending(applied: dict[int, tuple[str, str]], migrations: list[Migration]) -> list[Migration]:
-    """Validate the applied (version → name, checksum); return the migrations to apply."""
-    known = {m.version: m for m in migrations}
-    for version, (name, checksum) in sorted(applied.items()):
-        mig = known.get(version)
-        if mig is None:
-            raise MigrationError(
-                f"database has migration {version:04d}_{name} that this qledge does not know: "
-                "the database is newer than the code (downgrade is not supported)"
-            )
-        if mig.checksum != checksum:
-            raise MigrationError(
-                f"applied migration {version:04d}_{name} has changed since it was applied "
-                f"(checksum {checksum[:12]} in the database, {mig.checksum[:12]} in the code)"
-            )
-    return [m for m in migrations if m.version not in applied]
+    return migrate.bundled(root, first=FIRST)
 
 
 async def apply(dsn: str, migrations: list[Migration] | None = None) -> list[int]:
@@ -81,7 +53,7 @@ async def apply(dsn: str, migrations: list[Migration] | None = None) -> list[int
             rows = await conn.fetch("SELECT version, name, checksum FROM schema_migrations")
             applied = {int(r["version"]): (str(r["name"]), str(r["checksum"])) for r in rows}
             done: list[int] = []
-            for mig in pending(applied, migs):
+            for mig in migrate.pending(applied, migs):
                 await _apply_one(conn, mig)
                 done.append(mig.version)
             return done

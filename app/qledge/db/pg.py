@@ -37,6 +37,7 @@ import asyncpg
 
 from .. import failpoints
 from . import errors
+from ._durability import Durability
 from .connection import Params, TerminalListener
 from .dialect import POSTGRESQL, Dialect
 
@@ -246,20 +247,17 @@ async def _connect(dsn: str, *, readonly: bool) -> Any:
         return await asyncpg.connect(dsn, server_settings=settings)
 
 
-class Database:
+class Database(Durability):
     """Owns every connection; the same public interface as connection.Database."""
 
     def __init__(self, dsn: str, readers: int = 2) -> None:
+        super().__init__()
         self.dsn = dsn
         self._readers_n = readers
         self._writer: Any = None
         self._write_lock = asyncio.Lock()
         self._readers: asyncio.Queue[Any] = asyncio.Queue()
         self._all: list[Any] = []
-        self.commit_seq = 0
-        self.durable_seq = 0
-        self.syncs = 0  # forced WAL flushes done by sync()
-        self._durable = asyncio.Condition()
         self._terminal: tuple[TerminalListener, ...] = ()
 
     def on_terminal(self, listener: TerminalListener) -> None:
@@ -350,17 +348,6 @@ class Database:
         await self._flush()
         self.syncs += 1
         await self._advance(seq)
-
-    async def wait_durable(self, seq: int) -> None:
-        """Until commit number `seq` is durable (a durable commit or a sync() after it)."""
-        async with self._durable:
-            await self._durable.wait_for(lambda: self.durable_seq >= seq)
-
-    async def _advance(self, seq: int) -> None:
-        if seq > self.durable_seq:
-            self.durable_seq = seq
-            async with self._durable:
-                self._durable.notify_all()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Tx]:
