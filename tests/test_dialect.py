@@ -25,6 +25,11 @@ def test_sqlite_keeps_its_spellings_verbatim() -> None:
     assert dialect.each_text("sqlite", "extra_schedules_json") == (
         "json_each(extra_schedules_json)")
     assert dialect.like("sqlite", "d.name", "?") == "d.name LIKE ? ESCAPE '\\'"
+    assert dialect.in_list("sqlite", "id", 1) == "id IN (?)"
+    assert dialect.in_list("sqlite", "a.run_id", 3) == "a.run_id IN (?, ?, ?)"
+    assert dialect.in_params("sqlite", ("a", "b")) == ["a", "b"]
+    assert dialect.ordered_join("sqlite") == "CROSS JOIN"
+    assert dialect.derived("sqlite", "head") == ""
 
 
 def test_postgresql_spellings() -> None:
@@ -35,6 +40,14 @@ def test_postgresql_spellings() -> None:
     assert dialect.each_text("postgresql", "?", "j") == (
         "json_array_elements_text(?::json) AS j(value)")
     assert dialect.like("postgresql", "name", ":q") == "name ILIKE :q ESCAPE '\\'"
+    # One array parameter whatever the list's length: one prepared statement.
+    assert dialect.in_list("postgresql", "id", 1) == "id = ANY(?)"
+    assert dialect.in_list("postgresql", "a.run_id", 3) == "a.run_id = ANY(?)"
+    assert dialect.in_params("postgresql", ("a", "b")) == [["a", "b"]]
+    assert dialect.ordered_join("postgresql") == "JOIN"
+    assert dialect.derived("postgresql", "head") == " AS head"
+    sql = f"UPDATE envs SET name = ? WHERE {dialect.in_list('postgresql', 'id', 2)} AND x = ?"
+    assert pg.translate(sql)[0] == "UPDATE envs SET name = $1 WHERE id = ANY($2) AND x = $3"
     # The translated text asyncpg gets: `?` and `:q` become $1, `::json` stays a cast.
     assert pg.translate(f"SELECT value FROM {dialect.each_text('postgresql')}")[0] == (
         "SELECT value FROM json_array_elements_text($1::json) AS each(value)")
@@ -58,5 +71,11 @@ def test_sqlite_fragments_mean_what_the_helpers_say() -> None:
         assert conn.execute(like, ("1000", like_pattern("0%"))).fetchone()[0] == 0
         assert conn.execute(like, ("a_b", like_pattern("_"))).fetchone()[0] == 1
         assert conn.execute(like, ("ab", like_pattern("_"))).fetchone()[0] == 0
+        ids = ["b", "c", "x"]
+        found = [r[0] for r in conn.execute(
+            "SELECT column1 FROM (VALUES ('a'), ('b'), ('c'))"
+            f" WHERE {dialect.in_list('sqlite', 'column1', len(ids))} ORDER BY 1",
+            dialect.in_params("sqlite", ids))]
+        assert found == ["b", "c"]
     finally:
         conn.close()

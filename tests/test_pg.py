@@ -15,14 +15,19 @@ from qledge import transitions
 from qledge.db import (
     apps,
     attempts,
+    conc_runs,
     dependencies,
     envs,
     errors,
     events,
+    gauges,
+    journal,
+    leases,
     migrate,
     migrate_pg,
     pg,
     policies,
+    retention_queries,
     rows,
     runs,
     schedule,
@@ -555,3 +560,331 @@ async def test_the_searches_find_the_same_rows_ignoring_case(
     assert got["deps"] == {"req": [("python", "requests")], "RICH": [("python", "rich")],
                            "%": [], "": [("node", "axios"), ("python", "requests"),
                                          ("python", "rich")]}
+
+
+async def _spawn(tx: Any, run_id: str, attempt_id: str, now_ms: int, *,
+                 owner: str = "node-1", deadline_at_ms: int | None = None,
+                 start: bool = True) -> Any:
+    """Spawn step 1 (and the start) of a queued run: its run is `running`."""
+    run = await runs.get_run(tx, run_id)
+    run = await runs.apply(tx, run, transitions.attempt_prepared(run), now_ms)
+    att = await attempts.prepare_attempt(
+        tx, run, attempt_id=attempt_id, owner=owner, executor_type="local",
+        token_hash=b"h", deadline_at_ms=deadline_at_ms, log_path=f"t/{attempt_id}.log",
+        receipt_path=f"receipts/{attempt_id}", now_ms=now_ms)
+    if start:
+        run = await runs.get_run(tx, run_id)
+        await runs.apply(tx, run, transitions.attempt_started(
+            run, att, pid=100, start_time=1, boot_id="boot", now_ms=now_ms), now_ms)
+    return await attempts.get_attempt(tx, attempt_id)
+
+
+async def _finish(tx: Any, run_id: str, attempt_id: str, now_ms: int) -> None:
+    run = await runs.get_run(tx, run_id)
+    att = await attempts.get_attempt(tx, attempt_id)
+    await runs.apply(tx, run, transitions.complete(
+        run, att, exit_code=0, finished_at_ms=now_ms), now_ms)
+
+
+async def _journal(db: Any) -> dict[str, Any]:
+    """Entries registered at spawn, settled, unsettled, quarantined, aged out."""
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        for n in range(1, 6):
+            await runs.create_run(tx, f"r{n}", "t1", Trigger.MANUAL, n)
+        for n in range(1, 6):
+            await _spawn(tx, f"r{n}", f"a{n}", 10 + n)
+        for n in (1, 2, 3):
+            await _finish(tx, f"r{n}", f"a{n}", 20 + n)
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        out["counts0"] = await journal.journal_counts(tx)
+        out["ended0"] = await journal.journal_ended_page(tx, "", 10)
+        await journal.journal_settle(tx, ["a1", "a2", "a3", "nope"], 30)
+        await journal.journal_unsettle(tx, ["a3"])
+        await journal.journal_quarantine(tx, "a4", "BAD", 31)
+        await journal.journal_mark_terminal(tx, "a5", 32)
+        out["page"] = await journal.journal_page(tx, "", 10)
+        out["page_after"] = await journal.journal_page(tx, "a3", 1)
+        out["counts1"] = await journal.journal_counts(tx)
+        out["due"] = [await journal.journal_due(tx, cut, 10) for cut in (29, 30)]
+        out["due_limited"] = await journal.journal_due(tx, 30, 1)
+        out["aged"] = await journal.journal_age_out(tx, 30, 1)
+        out["aged_in_spawn"] = [await journal.journal_age_in_spawn(tx, None),
+                                await journal.journal_age_in_spawn(tx, 30)]
+        out["counts2"] = await journal.journal_counts(tx)
+        await journal.journal_delete(tx, "a3")
+        out["register"] = [await journal.journal_register(tx, "a3", "receipts/x", 40),
+                           await journal.journal_register(tx, "a3", "receipts/y", 41)]
+        await journal.journal_reset_pending(tx, "a4", 42)
+        out["page_end"] = await journal.journal_page(tx, "", 10)
+        out["ended_end"] = await journal.journal_ended_page(tx, "", 10)
+        out["counts_end"] = await journal.journal_counts(tx)
+    return out
+
+
+async def test_the_receipt_journal_gives_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _journal)
+    assert got["counts0"] == {"active": 2, "terminal": 3, "settled": 0, "quarantined": 0}
+    assert got["ended0"] == ["a1", "a2", "a3"]
+    assert [(e.attempt_id, e.state, e.reason_code, e.retention_since_ms)
+            for e in got["page"]] == [
+        ("a3", "pending", None, 23), ("a4", "quarantined", "BAD", 31),
+        ("a5", "pending", None, 32)]
+    assert [e.attempt_id for e in got["page_after"]] == ["a4"]
+    assert got["page"][0].relative_path == "receipts/a3"
+    assert got["counts1"] == {"active": 2, "terminal": 1, "settled": 2, "quarantined": 1}
+    assert (got["due"], got["due_limited"]) == ([0, 2], 1)
+    assert got["aged"] == 1 and got["aged_in_spawn"] == [0, 1]
+    assert got["counts2"] == {"active": 2, "terminal": 1, "settled": 0, "quarantined": 1}
+    assert got["register"] == [True, False]
+    assert [(e.attempt_id, e.state, e.relative_path) for e in got["page_end"]] == [
+        ("a3", "pending", "receipts/x"), ("a4", "pending", "receipts/a4"),
+        ("a5", "pending", "receipts/a5")]
+    assert got["ended_end"] == ["a3"]
+    assert got["counts_end"] == {"active": 2, "terminal": 1, "settled": 0, "quarantined": 0}
+
+
+async def _attempts(db: Any) -> dict[str, Any]:
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        await tasks.create_task(tx, "t2", _task("t2"), 1)
+        for n in range(1, 5):
+            await runs.create_run(tx, f"r{n}", "t1", Trigger.MANUAL, n)
+        await runs.create_run(tx, "r5", "t2", Trigger.MANUAL, 5)
+        await _spawn(tx, "r1", "a1", 10, deadline_at_ms=100)
+        await _spawn(tx, "r2", "a2", 11, deadline_at_ms=50)
+        await _spawn(tx, "r3", "a3", 12, owner="node-2", deadline_at_ms=10)
+        await _spawn(tx, "r4", "a4", 13, start=False)
+        await _finish(tx, "r1", "a1", 20)
+        await journal.journal_delete(tx, "a4")
+    async with db.read() as tx:
+        return {
+            "get": await attempts.get_attempt(tx, "a2"),
+            "find": [await attempts.find_attempt(tx, a) for a in ("a1", "nope")],
+            "of_run": await attempts.attempts_of_run(tx, "r2"),
+            "of_none": await attempts.attempts_of_run(tx, "r5"),
+            "active": [await attempts.count_active_attempts(tx, o)
+                       for o in ("node-1", "node-2", "node-3")],
+            "has_active": [await attempts.run_has_active_attempt(tx, r)
+                           for r in ("r1", "r2", "r4", "r5")],
+            "page": [a.id for a in await attempts.active_attempts_page(tx, "node-1", "", 10)],
+            "page_after": [a.id for a in await attempts.active_attempts_page(
+                tx, "node-1", "a2", 1)],
+            "expired": [[a.id for a in await attempts.expired_attempts(tx, o, now, 10)]
+                        for o, now in (("node-1", 60), ("node-1", 200), ("node-2", 10))],
+            "no_journal": [a.id for a in await attempts.attempts_without_journal(
+                tx, "node-1", 10)],
+            "orphans": await attempts.orphan_attempts(tx, "node-1", "", 10),
+            "task_running": [await attempts.task_has_running_attempt(tx, t)
+                             for t in ("t1", "t2")],
+        }
+
+
+async def test_attempt_reads_give_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _attempts)
+    a2 = got["get"]
+    assert (a2.id, a2.run_id, a2.attempt_no, a2.runtime_owner, a2.deadline_at_ms) == (
+        "a2", "r2", 1, "node-1", 50)
+    assert got["of_run"] == [a2]
+    assert got["find"][0] is not None and got["find"][0].exit_code == 0
+    assert got["find"][1] is None and got["of_none"] == []
+    assert got["active"] == [2, 1, 0]
+    assert got["has_active"] == [False, True, True, False]
+    assert got["page"] == ["a2", "a4"] and got["page_after"] == ["a4"]
+    assert got["expired"] == [["a2"], ["a2"], ["a3"]]
+    assert got["no_journal"] == ["a4"] and got["orphans"] == []
+    assert got["task_running"] == [True, False]
+
+
+async def _leases_children_gauges(db: Any) -> dict[str, Any]:
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        for n in range(1, 5):
+            await runs.create_run(tx, f"r{n}", "t1", Trigger.MANUAL, n)
+        await _spawn(tx, "r1", "a1", 10)
+        await _spawn(tx, "r2", "a2", 11)
+        await _spawn(tx, "r3", "a3", 12, owner="node-2")
+        for run_id in ("r1", "r3"):
+            run = await runs.get_run(tx, run_id)
+            cancel = transitions.request_cancel(run, CancelReason.USER, 13)
+            assert cancel is not None
+            await runs.apply(tx, run, cancel, 13)
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        first = await leases.acquire(tx, "a1", "h1", 20, 100)
+        out["acquire"] = [
+            first,
+            await leases.acquire(tx, "a1", "h2", 50, 100),  # held by h1: refused
+            await leases.acquire(tx, "a1", "h1", 60, 100),  # renewed, same epoch
+            await leases.acquire(tx, "a1", "h2", 200, 100),  # expired: taken over
+        ]
+        assert first is not None
+        out["holds"] = [await leases.holds(tx, first, 30),
+                        await leases.holds(tx, out["acquire"][3], 250),
+                        await leases.holds(tx, out["acquire"][3], 300)]
+        await leases.record_signal(tx, "a1", "term_sent_at_ms", 210)
+        await leases.record_signal(tx, "a1", "kill_sent_at_ms", 220)
+        row = await tx.one("SELECT term_sent_at_ms, kill_sent_at_ms FROM cancel_leases"
+                           " WHERE attempt_id = ?", ("a1",))
+        out["signals"] = (row["term_sent_at_ms"], row["kill_sent_at_ms"])
+        out["cancelling"] = [[a.id for a in await leases.cancelling_attempts(tx, o, 10)]
+                             for o in ("node-1", "node-2", "node-3")]
+        out["cancelling_orphans"] = await leases.cancelling_orphans(tx, "node-1", 10)
+        parent = await runs.get_run(tx, "r4")
+        parent = await runs.apply(tx, parent, transitions.fan_out(parent, 2, 30), 30)
+        made = [await conc_runs.create_child(tx, f"c{i}", parent, i, 31 + i)
+                for i in (2, 1)]
+        out["made"] = [(c.id, c.parent_run_id, c.conc_index, c.status) for c in made]
+        out["children"] = [c.id for c in await conc_runs.children(tx, "r4")]
+        out["child_events"] = [e.data for e in await events.list_events(tx, "c1")]
+        out["has_active_child"] = [await conc_runs.has_active_child(tx, r)
+                                   for r in ("r4", "r1")]
+        out["gauges"] = await gauges.active_runs(tx)
+        for i in (1, 2):
+            await runs.end_if_queued(tx, await runs.get_run(tx, f"c{i}"), 40 + i)
+        out["has_active_child_end"] = await conc_runs.has_active_child(tx, "r4")
+        out["gauges_end"] = await gauges.active_runs(tx)
+    return out
+
+
+async def test_leases_children_and_gauges_give_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _leases_children_gauges)
+    assert [(lease.holder, lease.epoch, lease.expires_at_ms) if lease else None
+            for lease in got["acquire"]] == [
+        ("h1", 1, 120), None, ("h1", 1, 160), ("h2", 2, 300)]
+    assert got["holds"] == [False, True, False]  # the first lease's epoch was taken over
+    assert got["signals"] == (210, 220)
+    assert got["cancelling"] == [["a1"], ["a3"], []] and got["cancelling_orphans"] == []
+    assert got["made"] == [("c2", "r4", 2, RunStatus.QUEUED), ("c1", "r4", 1, RunStatus.QUEUED)]
+    assert got["children"] == ["c1", "c2"]
+    assert got["child_events"] == [{"trigger": "manual", "parent_run_id": "r4",
+                                    "conc_index": 1}]
+    assert got["has_active_child"] == [True, False] and got["has_active_child_end"] is False
+    assert got["gauges"] == (2, 4) and got["gauges_end"] == (0, 4)
+
+
+async def _batches(db: Any) -> dict[str, Any]:
+    """The `IN` lists of envs, tasks and subscriptions (dialect.in_list: one array
+    parameter on PostgreSQL)."""
+    async with db.write() as tx:
+        for n in range(1, 5):
+            await envs.create_env(tx, f"e{n}", {"name": f"N{n}", "value": str(n)}, n)
+            await tasks.create_task(tx, f"t{n}", _task(f"t{n}"), n)
+        for n in (1, 2):
+            await subscriptions.create(tx, f"s{n}", {
+                "name": f"s{n}", "type": "public-repo", "url": f"https://x.org/{n}.git",
+                "alias": f"s{n}", "extensions": ["py"]}, n)
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        out["by_nums"] = [e.id for e in await envs.envs_by_nums(tx, [4, 2, 9])]
+        out["by_nums_none"] = await envs.envs_by_nums(tx, [])
+        await envs.require_envs(tx, ["e1", "e3", "e1"])
+        with pytest.raises(rows.NotFound):
+            await envs.require_envs(tx, ["e1", "nope"])
+        out["enabled"] = [await envs.set_envs_enabled(tx, ["e1", "e2", "nope"], False, 10),
+                          await envs.set_envs_enabled(tx, ["e1", "e2"], False, 11),
+                          await envs.set_envs_enabled(tx, ["e2"], True, 12)]
+        out["renamed"] = await envs.rename_envs(tx, ["e3", "e4"], "SAME", 13)
+        out["deleted"] = [await envs.delete_envs(tx, ["e4", "nope"]),
+                          await envs.delete_envs(tx, [])]
+        out["envs"] = [(e.id, e.name, e.enabled, e.updated_at_ms)
+                       for e in await envs.list_envs(tx)]
+        out["tasks"] = sorted(await tasks.tasks_by_ids(tx, ["t3", "t1", "nope"]))
+        out["subs"] = {n: s.id for n, s in (await subscriptions.by_nums(tx, [2, 1, 7])).items()}
+        out["commands"] = await subscriptions.task_ids_by_command(
+            tx, ["run t2", "run t4", "nothing"])
+    return out
+
+
+async def test_in_lists_give_the_same_results(litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _batches)
+    assert got["by_nums"] == ["e2", "e4"] and got["by_nums_none"] == []
+    assert got["enabled"] == [2, 0, 1] and got["renamed"] == 2 and got["deleted"] == [1, 0]
+    assert got["envs"] == [("e1", "N1", False, 10), ("e2", "N2", True, 12),
+                           ("e3", "SAME", True, 13)]
+    assert got["tasks"] == ["t1", "t3"] and got["subs"] == {1: "s1", 2: "s2"}
+    assert got["commands"] == {"run t2": "t2", "run t4": "t4"}
+
+
+async def _retention(db: Any) -> dict[str, Any]:
+    """The plain-SQL queries of db/retention_queries.py (not the PRAGMA upkeep)."""
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1", keep_runs=2), 1)
+        await tasks.create_task(tx, "t2", _task("t2", keep_days=3), 1)
+        for n in range(1, 6):
+            await runs.create_run(tx, f"r{n}", "t1", Trigger.MANUAL, n)
+        await runs.create_run(tx, "r6", "t2", Trigger.MANUAL, 6)
+        for n in range(1, 5):
+            await _spawn(tx, f"r{n}", f"a{n}", 10 + n)
+            await _finish(tx, f"r{n}", f"a{n}", 20 + n)
+        await _spawn(tx, "r6", "a6", 30)
+        for n in range(1, 4):
+            await journal.journal_delete(tx, f"a{n}")
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        out["tasks_page"] = [await retention_queries.tasks_page(tx, 0, 10),
+                             await retention_queries.tasks_page(tx, 1, 1)]
+        out["candidates"] = [await retention_queries.run_candidates(tx, "t1", 2, c, 10)
+                             for c in (0, 1000)]
+        out["unsized"] = [r.attempt_id for r in await retention_queries.unsized_logs(tx, 10)]
+        await retention_queries.set_sizes(tx, [("a1", 100), ("a2", 50)])
+        out["unsized_after"] = await retention_queries.unsized_logs(tx, 10)
+        out["active_logs"] = await retention_queries.active_logs(tx, 10)
+        out["totals"] = await retention_queries.log_totals(tx)
+        out["eviction"] = [await retention_queries.eviction_candidates(tx, "", 10),
+                           await retention_queries.eviction_candidates(
+                               tx, "a1", 10, keep_newest=False)]
+        out["evicted"] = await retention_queries.evict_logs(
+            tx, ["a1", "a6", "nope"], "SIZE_CAP", 50)
+        out["log_eviction"] = [await retention_queries.log_eviction(tx, f"t/{a}.log")
+                               for a in ("a1", "a2")]
+        deleted = await retention_queries.delete_runs(tx, ["r4", "r2", "r5", "r1", "nope"], 60)
+        out["deleted"] = (deleted.runs, deleted.attempts, sorted(deleted.log_paths),
+                          sorted(deleted.run_ids))
+        out["pending"] = await retention_queries.pending_deletions(tx, 10)
+        await retention_queries.forget_deletions(tx, ["t/a1.log"])
+        await retention_queries.enqueue_deletions(tx, ["t/a2.log"], 61)  # already queued
+        out["pending_after"] = (await retention_queries.pending_deletions(tx, 10),
+                                await retention_queries.count_pending_deletions(tx))
+        out["unheld"] = await retention_queries.unheld_queued_runs(tx, 10)
+        out["held"] = [await retention_queries.mark_held(tx, r, {"why": "disk"}, 70)
+                       for r in ("r5", "r5", "r4")]
+        out["unheld_after"] = await retention_queries.unheld_queued_runs(tx, 10)
+        out["count_runs"] = await retention_queries.count_runs(tx)
+        out["runs_left"] = [r.id for r in await runs.list_runs(
+            tx, task_id=None, status=None, before=None, limit=10)]
+    return out
+
+
+async def test_retention_queries_give_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _retention)
+    pages = got["tasks_page"]
+    assert [(p.num, p.id, p.keep_runs, p.keep_days) for p in pages[0]] == [
+        (1, "t1", 2, None), (2, "t2", None, 3)]
+    assert [p.id for p in pages[1]] == ["t2"]
+    assert [[(c.id, c.rank, c.finished_at_ms) for c in cands]
+            for cands in got["candidates"]] == [
+        [("r1", 4, 21), ("r2", 3, 22)], [("r1", 4, 21), ("r2", 3, 22), ("r3", 2, 23)]]
+    assert got["unsized"] == ["a1", "a2", "a3", "a4"]
+    assert [r.attempt_id for r in got["unsized_after"]] == ["a3", "a4"]
+    assert got["active_logs"] == ["t/a6.log"]
+    totals = got["totals"]
+    assert (totals.live, totals.sized_bytes, totals.unsized) == (5, 150, 3)
+    older, every = got["eviction"]
+    assert [(r.attempt_id, r.size_bytes, r.newest) for r in older] == [
+        ("a1", 100, False), ("a2", 50, False), ("a3", None, False)]
+    assert [(r.attempt_id, r.newest) for r in every] == [
+        ("a2", False), ("a3", False), ("a4", True)]
+    assert got["evicted"] == [("a1", "t/a1.log")]
+    assert got["log_eviction"] == [("SIZE_CAP", 50), None]
+    assert got["deleted"] == (2, 2, ["t/a2.log"], ["r1", "r2"])
+    assert got["pending"] == ["t/a1.log", "t/a2.log"]
+    assert got["pending_after"] == (["t/a2.log"], 1)
+    assert got["unheld"] == ["r5"] and got["held"] == [True, False, False]
+    assert got["unheld_after"] == [] and got["count_runs"] == 4
+    assert got["runs_left"] == ["r6", "r5", "r4", "r3"]

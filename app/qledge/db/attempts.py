@@ -16,6 +16,7 @@ only, whose recovery ends or adopts them (docs/recovery.md).
 from __future__ import annotations
 
 from ..model import Attempt, AttemptStatus, NewEvent, Run, RunStatus
+from . import dialect
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
@@ -25,11 +26,12 @@ _ACTIVE_ATTEMPT = st.active_attempt()
 _A_ACTIVE = st.active_attempt("a.status")
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)
 _R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
-# Running runs first (CROSS JOIN keeps that order), each one's attempts by run_id.
-_THROUGH_ACTIVE_RUNS = (
-    "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
-    f" WHERE {_R_RUNNING}"
-)
+# Running runs first (SQLite's CROSS JOIN keeps that order: dialect.ordered_join), each
+# one's attempts by run_id.
+_THROUGH_ACTIVE_RUNS = {
+    d: f"SELECT a.* FROM runs r {dialect.ordered_join(d)} run_attempts a"  # noqa: S608
+       f" ON a.run_id = r.id WHERE {_R_RUNNING}"
+    for d in (dialect.SQLITE, dialect.POSTGRESQL)}
 
 
 async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
@@ -84,7 +86,8 @@ async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
 
 async def count_active_attempts(tx: Tx, owner: str) -> int:
     row = await tx.one(
-        "SELECT COUNT(*) AS n FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
+        "SELECT COUNT(*) AS n FROM runs r"  # noqa: S608
+        f" {dialect.ordered_join(tx.dialect)} run_attempts a ON a.run_id = r.id"
         f" WHERE {_R_RUNNING} AND a.runtime_owner = ? AND {_A_ACTIVE}",
         (owner,))
     return int(row["n"]) if row else 0
@@ -100,14 +103,14 @@ async def run_has_active_attempt(tx: Tx, run_id: str) -> bool:
 async def active_attempts_page(tx: Tx, owner: str, after_id: str, limit: int) -> list[Attempt]:
     """A stable cursor over this node's active attempts (recovery never lists directories)."""
     rows = await tx.all(
-        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_ACTIVE}"
+        f"{_THROUGH_ACTIVE_RUNS[tx.dialect]} AND a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.id > ? ORDER BY a.id LIMIT ?", (owner, after_id, limit))
     return [attempt_from_row(r) for r in rows]
 
 
 async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_RUNNING}"
+        f"{_THROUGH_ACTIVE_RUNS[tx.dialect]} AND a.runtime_owner = ? AND {_A_RUNNING}"
         " AND a.deadline_at_ms IS NOT NULL AND a.deadline_at_ms <= ? ORDER BY a.deadline_at_ms"
         " LIMIT ?", (owner, now_ms, limit))
     return [attempt_from_row(r) for r in rows]
@@ -115,7 +118,7 @@ async def expired_attempts(tx: Tx, owner: str, now_ms: int, limit: int) -> list[
 
 async def attempts_without_journal(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     rows = await tx.all(
-        f"{_THROUGH_ACTIVE_RUNS} AND a.runtime_owner = ? AND {_A_ACTIVE}"
+        f"{_THROUGH_ACTIVE_RUNS[tx.dialect]} AND a.runtime_owner = ? AND {_A_ACTIVE}"
         " AND a.receipt_state IS NULL ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 

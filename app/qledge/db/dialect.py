@@ -14,21 +14,67 @@ SQLite's statements, statement cache and query plans are unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 Dialect = Literal["sqlite", "postgresql"]
 SQLITE: Final = "sqlite"
 POSTGRESQL: Final = "postgresql"
+T = TypeVar("T")
 
 
 def marks(n: int) -> str:
     """The placeholders of an `IN (…)` list of `n` values: `?, ?, …`.
 
     `n` is at least 1 (`IN ()` is SQLite's alone); callers skip empty lists.
-    PostgreSQL would take one array parameter instead (`= ANY($n)`).
+    Queries build their lists with `in_list`/`in_params`, which use it for SQLite.
     """
     return ", ".join("?" * n)
+
+
+@lru_cache(maxsize=256)
+def in_list(dialect: Dialect, column: str, n: int) -> str:
+    """`column` is one of `n` values, given by `in_params(dialect, values)` where the
+    fragment's placeholders stand in the statement.
+
+    Why: SQLite has no array parameter: one `?` per value (`column IN (?, ?, …)`, a
+    statement per list length). PostgreSQL takes the whole list as one array parameter
+    (`column = ANY(?)`, its element type inferred from the column): one prepared
+    statement whatever the length. `n` is at least 1; callers skip empty lists."""
+    if dialect == SQLITE:
+        return f"{column} IN ({marks(n)})"
+    return f"{column} = ANY(?)"
+
+
+def in_params(dialect: Dialect, values: Sequence[T]) -> list[Any]:
+    """The parameters of `in_list(dialect, column, len(values))`, to splice into the
+    statement's parameter list where its placeholders stand: each value on SQLite,
+    one list of them (an array) on PostgreSQL."""
+    if dialect == SQLITE:
+        return list(values)
+    return [list(values)]
+
+
+def ordered_join(dialect: Dialect) -> str:
+    """The join keyword of `a <join> b ON …` where SQLite must read `a` first.
+
+    Why: SQLite's query planner never reorders the tables of a CROSS JOIN, so the
+    spelling `CROSS JOIN … ON` fixes its join order (the running runs first, their
+    attempts by run_id: test_hot_queries_use_indexes). PostgreSQL refuses ON after
+    CROSS JOIN; a plain inner JOIN means the same rows there, its planner free to
+    order it."""
+    return "CROSS JOIN" if dialect == SQLITE else "JOIN"
+
+
+def derived(dialect: Dialect, alias: str) -> str:
+    """What follows a subquery in FROM that the query never names: nothing on SQLite,
+    ` AS alias` on PostgreSQL.
+
+    Why: PostgreSQL before 16 refuses a subquery in FROM without an alias ("subquery
+    in FROM must have an alias"); SQLite takes one without, and its statements keep
+    their text."""
+    return "" if dialect == SQLITE else f" AS {alias}"
 
 
 @lru_cache(maxsize=64)

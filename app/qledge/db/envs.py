@@ -62,10 +62,10 @@ async def get_env(tx: Tx, env_id: str) -> EnvVar:
 async def envs_by_nums(tx: Tx, nums: list[int]) -> list[EnvVar]:
     if not nums:
         return []
-    marks = dialect.marks(len(nums))
+    in_nums = dialect.in_list(tx.dialect, "num", len(nums))
     rows = await tx.all(
-        f"SELECT * FROM envs WHERE num IN ({marks}) ORDER BY position DESC, num",  # noqa: S608
-        nums)
+        f"SELECT * FROM envs WHERE {in_nums} ORDER BY position DESC, num",  # noqa: S608
+        dialect.in_params(tx.dialect, nums))
     return [_env(r) for r in rows]
 
 
@@ -104,9 +104,9 @@ async def require_envs(tx: Tx, env_ids: list[str]) -> None:
     """NotFound unless every one of these envs exists."""
     if not env_ids:
         return
-    marks = dialect.marks(len(env_ids))
-    row = await tx.one(
-        f"SELECT COUNT(*) AS n FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
+    in_ids = dialect.in_list(tx.dialect, "id", len(env_ids))
+    row = await tx.one(f"SELECT COUNT(*) AS n FROM envs WHERE {in_ids}",  # noqa: S608
+                       dialect.in_params(tx.dialect, env_ids))
     if row is None or int(row["n"]) != len(set(env_ids)):
         raise NotFound("env")
 
@@ -114,27 +114,29 @@ async def require_envs(tx: Tx, env_ids: list[str]) -> None:
 async def delete_envs(tx: Tx, env_ids: list[str]) -> int:
     if not env_ids:
         return 0
-    marks = dialect.marks(len(env_ids))
-    return await tx.execute(f"DELETE FROM envs WHERE id IN ({marks})", env_ids)  # noqa: S608
+    in_ids = dialect.in_list(tx.dialect, "id", len(env_ids))
+    return await tx.execute(f"DELETE FROM envs WHERE {in_ids}",  # noqa: S608
+                            dialect.in_params(tx.dialect, env_ids))
 
 
 async def set_envs_enabled(tx: Tx, env_ids: list[str], enabled: bool, now_ms: int) -> int:
     if not env_ids:
         return 0
-    marks = dialect.marks(len(env_ids))
+    in_ids = dialect.in_list(tx.dialect, "id", len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
-        " AND enabled != ?", [int(enabled), now_ms, *env_ids, int(enabled)])
+        f"UPDATE envs SET enabled = ?, updated_at_ms = ? WHERE {in_ids}"  # noqa: S608
+        " AND enabled != ?",
+        [int(enabled), now_ms, *dialect.in_params(tx.dialect, env_ids), int(enabled)])
 
 
 async def rename_envs(tx: Tx, env_ids: list[str], name: str, now_ms: int) -> int:
     """Every listed env gets `name` (QingLong's PUT /envs/name); returns how many."""
     if not env_ids:
         return 0
-    marks = dialect.marks(len(env_ids))
+    in_ids = dialect.in_list(tx.dialect, "id", len(env_ids))
     return await tx.execute(
-        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE id IN ({marks})",  # noqa: S608
-        [name, now_ms, *env_ids])
+        f"UPDATE envs SET name = ?, updated_at_ms = ? WHERE {in_ids}",  # noqa: S608
+        [name, now_ms, *dialect.in_params(tx.dialect, env_ids)])
 
 
 async def global_env(tx: Tx) -> dict[str, str]:

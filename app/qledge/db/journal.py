@@ -93,20 +93,21 @@ async def journal_settle(tx: Tx, attempt_ids: list[str], now_ms: int) -> None:
     """These receipts' fate is settled with no file work left (consumed into their
     attempt's terminal state, or known never to come): the entries only age out now."""
     if attempt_ids:
-        marks = dialect.marks(len(attempt_ids))
+        in_ids = dialect.in_list(tx.dialect, "id", len(attempt_ids))
         await tx.execute(
-            f"UPDATE run_attempts SET receipt_settled_at_ms = ? WHERE id IN ({marks})"  # noqa: S608
+            f"UPDATE run_attempts SET receipt_settled_at_ms = ? WHERE {in_ids}"  # noqa: S608
             " AND receipt_state = 'pending' AND receipt_settled_at_ms IS NULL",
-            [now_ms, *attempt_ids])
+            [now_ms, *dialect.in_params(tx.dialect, attempt_ids)])
 
 
 async def journal_unsettle(tx: Tx, attempt_ids: list[str]) -> None:
     """A consumed receipt could not be deleted: back to the paged file checks."""
     if attempt_ids:
-        marks = dialect.marks(len(attempt_ids))
+        in_ids = dialect.in_list(tx.dialect, "id", len(attempt_ids))
         await tx.execute(
-            f"UPDATE run_attempts SET receipt_settled_at_ms = NULL WHERE id IN ({marks})"  # noqa: S608
-            " AND receipt_settled_at_ms IS NOT NULL", attempt_ids)
+            f"UPDATE run_attempts SET receipt_settled_at_ms = NULL WHERE {in_ids}"  # noqa: S608
+            " AND receipt_settled_at_ms IS NOT NULL",
+            dialect.in_params(tx.dialect, attempt_ids))
 
 
 async def journal_age_out(tx: Tx, settled_before_ms: int, limit: int) -> int:
@@ -137,6 +138,7 @@ async def journal_age_in_spawn(tx: Tx, settled_before_ms: int | None) -> int:
         f"UPDATE run_attempts SET {_CLEAR} WHERE id IN (SELECT id FROM (SELECT a.id,"  # noqa: S608
         " a.receipt_state AS state, a.receipt_settled_at_ms AS settled"
         f" FROM run_attempts a WHERE {_ENTRY} ORDER BY a.id LIMIT ?)"
+        f"{dialect.derived(tx.dialect, 'head')}"
         " WHERE settled <= ? AND state = 'pending' LIMIT ?)",
         (SPAWN_AGE_WINDOW, settled_before_ms, SPAWN_AGE_LIMIT))
 
@@ -145,8 +147,8 @@ async def journal_due(tx: Tx, settled_before_ms: int, limit: int) -> int:
     """How many settled entries the cutoff makes due, counted up to `limit`."""
     row = await tx.one(
         f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM run_attempts a WHERE {_ENTRY}"  # noqa: S608
-        " AND a.receipt_settled_at_ms <= ? AND a.receipt_state = 'pending' LIMIT ?)",
-        (settled_before_ms, limit))
+        " AND a.receipt_settled_at_ms <= ? AND a.receipt_state = 'pending' LIMIT ?)"
+        f"{dialect.derived(tx.dialect, 'due')}", (settled_before_ms, limit))
     return int(row["n"]) if row else 0
 
 

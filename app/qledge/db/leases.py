@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from ..model import Attempt, AttemptStatus, RunStatus
+from . import dialect
 from . import statuses as st
 from .connection import Tx
 from .rows import ATTEMPT_SELECT, attempt_from_row
@@ -14,10 +15,10 @@ _R_RUNNING = st.is_("r.status", RunStatus.RUNNING)
 # Running attempts through their running runs (migration 0022: no index of active
 # attempts; an active attempt's run is always `running` — an older version's orphans
 # are the start-up's, db/attempts.orphan_attempts).
-_THROUGH_ACTIVE_RUNS = (
-    "SELECT a.* FROM runs r CROSS JOIN run_attempts a ON a.run_id = r.id"  # noqa: S608
-    f" WHERE {_R_RUNNING}"
-)
+_THROUGH_ACTIVE_RUNS = {
+    d: f"SELECT a.* FROM runs r {dialect.ordered_join(d)} run_attempts a"  # noqa: S608
+       f" ON a.run_id = r.id WHERE {_R_RUNNING}"
+    for d in (dialect.SQLITE, dialect.POSTGRESQL)}
 
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,8 +64,8 @@ async def record_signal(tx: Tx, attempt_id: str, column: str, now_ms: int) -> No
 async def cancelling_attempts(tx: Tx, owner: str, limit: int) -> list[Attempt]:
     """Running attempts of this node whose run has a committed cancel intent."""
     rows = await tx.all(
-        f"{_THROUGH_ACTIVE_RUNS} AND r.cancel_reason IS NOT NULL AND a.runtime_owner = ?"
-        f" AND {_A_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
+        f"{_THROUGH_ACTIVE_RUNS[tx.dialect]} AND r.cancel_reason IS NOT NULL"
+        f" AND a.runtime_owner = ? AND {_A_RUNNING} ORDER BY a.id LIMIT ?", (owner, limit))
     return [attempt_from_row(r) for r in rows]
 
 

@@ -20,7 +20,8 @@ once per SQL string and cached. Rows are asyncpg Records, read by column name (o
 position) like sqlite3.Row. The driver's exceptions become db/errors.py's Pg*
 classes here, at the boundary. Dialect differences in the SQL text itself are not
 rewritten here: queries are written portably, or build the differing fragment
-(event-log append, `json_each`, LIKE) through db/dialect.py for `Tx.dialect`.
+(event-log append, `json_each`, LIKE, `IN` lists, …) through db/dialect.py for
+`Tx.dialect`.
 """
 
 from __future__ import annotations

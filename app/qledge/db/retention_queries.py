@@ -90,21 +90,24 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
     """
     if not run_ids:
         return Deleted()
+    in_runs = dialect.in_list(tx.dialect, "r.id", len(run_ids))
     rows = await tx.all(
-        f"SELECT r.id FROM runs r WHERE r.id IN ({dialect.marks(len(run_ids))})"  # noqa: S608
+        f"SELECT r.id FROM runs r WHERE {in_runs}"  # noqa: S608
         f" AND {_NO_ACTIVE_PARENT.format(parent='r.parent_run_id')}"
         f" AND {_R_TERMINAL} AND NOT EXISTS (SELECT 1 FROM run_attempts a"
         f"   WHERE a.run_id = r.id AND ({_A_ACTIVE} OR a.receipt_state IS NOT NULL))",
-        run_ids)
+        dialect.in_params(tx.dialect, run_ids))
     ids = [str(r["id"]) for r in rows]
     if not ids:
         return Deleted()
     arts = await tx.all(
         "SELECT a.log_path, a.log_evicted_at_ms FROM run_attempts a"  # noqa: S608
-        f" WHERE a.run_id IN ({dialect.marks(len(ids))})", ids)
+        f" WHERE {dialect.in_list(tx.dialect, 'a.run_id', len(ids))}",
+        dialect.in_params(tx.dialect, ids))
     # run_attempts go with their runs (ON DELETE CASCADE), their logs' columns with them.
     deleted = await tx.execute(
-        f"DELETE FROM runs WHERE id IN ({dialect.marks(len(ids))})", ids)  # noqa: S608
+        f"DELETE FROM runs WHERE {dialect.in_list(tx.dialect, 'id', len(ids))}",  # noqa: S608
+        dialect.in_params(tx.dialect, ids))
     paths = [str(a["log_path"]) for a in arts if a["log_evicted_at_ms"] is None]
     await enqueue_deletions(tx, paths, now_ms)
     return Deleted(runs=deleted, attempts=len(arts), log_paths=paths, run_ids=ids)
@@ -177,7 +180,8 @@ async def active_logs(tx: Tx, limit: int) -> list[str]:
     # their sizes, so the order is of no use. An older version's orphan (an active
     # attempt under a run not `running`) is not counted: start-up ends or adopts it.
     rows = await tx.all(
-        "SELECT a.log_path AS relative_path FROM runs r CROSS JOIN run_attempts a"  # noqa: S608
+        "SELECT a.log_path AS relative_path FROM runs r"  # noqa: S608
+        f" {dialect.ordered_join(tx.dialect)} run_attempts a"
         f" ON a.run_id = r.id WHERE {_R_RUNNING} AND {_A_ACTIVE} LIMIT ?",
         (limit,))
     return [str(r["relative_path"]) for r in rows]
@@ -234,8 +238,9 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
     if not attempt_ids:
         return []
     rows = await tx.all(
-        f"{_LOG_SELECT} WHERE a.id IN ({dialect.marks(len(attempt_ids))})"
-        f" AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL", attempt_ids)
+        f"{_LOG_SELECT} WHERE {dialect.in_list(tx.dialect, 'a.id', len(attempt_ids))}"
+        f" AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL",
+        dialect.in_params(tx.dialect, attempt_ids))
     for r in rows:
         await tx.execute(
             "UPDATE run_attempts SET log_evicted_at_ms = ?, log_evicted_reason = ? WHERE id = ?",

@@ -124,9 +124,9 @@ async def by_nums(tx: Tx, nums: list[int]) -> dict[int, Subscription]:
     found: dict[int, Subscription] = {}
     for i in range(0, len(nums), 500):
         chunk = nums[i:i + 500]
-        marks = dialect.marks(len(chunk))
-        rows = await tx.all(f"SELECT * FROM subscriptions WHERE num IN ({marks})",  # noqa: S608
-                            chunk)
+        in_nums = dialect.in_list(tx.dialect, "num", len(chunk))
+        rows = await tx.all(f"SELECT * FROM subscriptions WHERE {in_nums}",  # noqa: S608
+                            dialect.in_params(tx.dialect, chunk))
         found.update((r["num"], _sub(r)) for r in rows)
     return found
 
@@ -221,10 +221,10 @@ async def task_ids_by_command(tx: Tx, commands: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in range(0, len(commands), 500):
         chunk = commands[i:i + 500]
-        marks = dialect.marks(len(chunk))
+        in_commands = dialect.in_list(tx.dialect, "command", len(chunk))
         rows = await tx.all(
-            f"SELECT id, command FROM tasks WHERE command IN ({marks}) ORDER BY num",  # noqa: S608
-            chunk)
+            f"SELECT id, command FROM tasks WHERE {in_commands} ORDER BY num",  # noqa: S608
+            dialect.in_params(tx.dialect, chunk))
         for r in rows:
             out.setdefault(r["command"], r["id"])
     return out

@@ -147,6 +147,7 @@ async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
 async def tasks_by_ids(tx: Tx, task_ids: list[str]) -> dict[str, Task]:
     if not task_ids:
         return {}
-    marks = dialect.marks(len(task_ids))
-    rows = await tx.all(f"SELECT * FROM tasks WHERE id IN ({marks})", task_ids)  # noqa: S608
+    in_ids = dialect.in_list(tx.dialect, "id", len(task_ids))
+    rows = await tx.all(f"SELECT * FROM tasks WHERE {in_ids}",  # noqa: S608
+                        dialect.in_params(tx.dialect, task_ids))
     return {r["id"]: task_from_row(r) for r in rows}
