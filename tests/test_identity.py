@@ -111,6 +111,16 @@ def test_find_launchers_walks_proc_once_for_many_and_fails_closed_on_two() -> No
     procs = [subprocess.Popen([*sleeper, *args]) for args in argvs.values()]
     procs.append(subprocess.Popen([*sleeper, *argvs["dup"]]))
     try:
+        # Popen returns once the child is forked, maybe before its exec: until then
+        # /proc shows the parent's command line (seen under load in CI).
+        for proc, args in zip(procs, [*argvs.values(), argvs["dup"]], strict=True):
+            for _ in range(1000):
+                with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[-3:-1] == [b"--attempt-id", args[-1].encode()]:
+                        break
+                time.sleep(0.01)
+            else:
+                raise AssertionError(f"{args} never exec'd")
         found = identity.find_launchers(
             [("r1", "a1"), ("r2", "a2"), ("r3", "dup"), ("other-run", "a1x")], boot)
         assert set(found) == {"a1", "a2"}
