@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import asyncpg
 import pytest
 
 import _pg
-from qledge import transitions
+from qledge import ids, notify, qinglong_plan, subscription_spec, transitions
 from qledge.db import (
     apps,
     attempts,
@@ -21,10 +22,12 @@ from qledge.db import (
     errors,
     events,
     gauges,
+    imports,
     journal,
     leases,
     migrate,
     migrate_pg,
+    notifications,
     pg,
     policies,
     retention_queries,
@@ -36,6 +39,7 @@ from qledge.db import (
 )
 from qledge.db.connection import Database
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
+from qledge.qinglong_source import QlDependency
 
 from conftest import free_port
 
@@ -888,3 +892,452 @@ async def test_retention_queries_give_the_same_results(
     assert got["unheld"] == ["r5"] and got["held"] == [True, False, False]
     assert got["unheld_after"] == [] and got["count_runs"] == 4
     assert got["runs_left"] == ["r6", "r5", "r4", "r3"]
+
+
+class _Ids:
+    """A stand-in for ids.uuid7: the same ids, in the same (sortable) order, on each
+    backend, so the results compare whole."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, now_ms: int | None = None) -> str:
+        self.n += 1
+        return f"id{self.n:04d}"
+
+
+@pytest.fixture
+def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> _Ids:
+    made = _Ids()
+    monkeypatch.setattr(ids, "uuid7", made)
+    return made
+
+
+async def _notifications(db: Any, made: _Ids) -> dict[str, Any]:
+    """Channels, rules, the outbox and what a terminal run's message reads."""
+    made.n = 0
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        await tasks.create_task(tx, "t2", _task("t2"), 1)
+        for n in range(1, 6):
+            await runs.create_run(tx, f"r{n}", "t1", Trigger.MANUAL, n)
+        for n, code in ((1, 0), (2, 1), (4, 1)):
+            await _spawn(tx, f"r{n}", f"a{n}", 10 + n)
+            run = await runs.get_run(tx, f"r{n}")
+            att = await attempts.get_attempt(tx, f"a{n}")
+            await runs.apply(tx, run, transitions.complete(
+                run, att, exit_code=code, finished_at_ms=20 + n), 20 + n)
+        await runs.end_if_queued(tx, await runs.get_run(tx, "r3"), 23)
+        c1 = await notifications.add_channel(tx, "one", "https://a/1", True, 30)
+        c2 = await notifications.add_channel(tx, "two", "https://a/2", False, 30)
+        c3 = await notifications.add_channel(tx, "three", "https://a/3", True, 31)
+        out["updated"] = await notifications.update_channel(
+            tx, c2.id, {"name": "deux", "enabled": True}, 32)
+        await notifications.update_channel(tx, c3.id, {"enabled": False}, 33)
+        with pytest.raises(notifications.NotFound):
+            async with tx.savepoint():
+                await notifications.update_channel(tx, "nope", {"enabled": False}, 33)
+        out["default_rules"] = await notifications.global_rules(tx)
+        await notifications.set_rules(tx, notifications.GLOBAL,
+                                      notify.Rules(streak=5), 40)
+        await notifications.set_rules(tx, notifications.GLOBAL,  # the upsert
+                                      notify.Rules(streak=2, log_lines=3), 41)
+        await notifications.set_rules(tx, "t1", notify.RulesPatch(muted=True), 42)
+        await notifications.set_rules(tx, "t2", notify.RulesPatch(streak=1), 42)
+        await notifications.set_rules(tx, "gone", notify.RulesPatch(muted=False), 42)
+        await notifications.set_rules(tx, "t2", None, 43)
+        out["enqueued"] = [
+            await notifications.enqueue(
+                tx, channel_ids=[c1.id, c3.id], kind="run", run_id="r2", task_id="t1",
+                title="failed", body="b", log_lines=3, due_at_ms=100, now_ms=50),
+            await notifications.enqueue(
+                tx, channel_ids=[c1.id], kind="disk", run_id=None, task_id=None,
+                title="disk", body="full", log_lines=0, due_at_ms=60, now_ms=51),
+            await notifications.enqueue(
+                tx, channel_ids=[c2.id], kind="run", run_id="r4", task_id="t1",
+                title="failed", body="b", log_lines=0, due_at_ms=100, now_ms=52)]
+    async with db.write() as tx:
+        out["channels"] = [await notifications.channels(tx),
+                           await notifications.channels(tx, enabled_only=True)]
+        out["channel"] = await notifications.channel(tx, c1.id)
+        out["named"] = [await notifications.channel_named(tx, n) for n in ("deux", "two")]
+        out["rules"] = (await notifications.global_rules(tx),
+                        await notifications.task_rules(tx, "t1"),
+                        await notifications.task_rules(tx, "t2"),
+                        await notifications.all_task_rules(tx))
+        out["due"] = [[m.id for m in await notifications.due(tx, now, lim)]
+                      for now, lim in ((59, 10), (60, 10), (100, 2), (100, 10))]
+        out["next_due"] = await notifications.next_due_ms(tx)
+        m1, m2 = out["enqueued"][0]
+        m3, m4 = out["enqueued"][1][0], out["enqueued"][2][0]
+        await notifications.mark_sent(tx, m3, 61)
+        await notifications.mark_sent(tx, m3, 62)  # not pending any more: no change
+        await notifications.mark_failed(tx, m1, "503", 300, 101)
+        await notifications.mark_failed(tx, m4, "410", None, 102)
+        out["next_due_after"] = await notifications.next_due_ms(tx)
+        out["counts"] = await notifications.counts(tx)
+        await notifications.delete_channel(tx, c3.id, 103)  # its pending m2 is given up
+        with pytest.raises(notifications.NotFound):
+            async with tx.savepoint():
+                await notifications.delete_channel(tx, c3.id, 104)
+        out["recent"] = await notifications.recent(tx, 10)
+        out["recent_run"] = [[m.id for m in await notifications.recent(tx, 10, run_id=r)]
+                             for r in ("r2", "r4", "r1")]
+        out["counts_after"] = await notifications.counts(tx)
+        out["pruned"] = [await notifications.prune(tx, 50, 10),
+                         await notifications.prune(tx, 60, 1),
+                         await notifications.prune(tx, 60, 10)]
+        out["left"] = [m.id for m in await notifications.recent(tx, 10)]
+        out["ids"] = [c1.id, c2.id, c3.id, m1, m2, m3, m4]
+        out["brief"] = [await notifications.task_brief(tx, t) for t in ("t2", "nope")]
+        out["failures"] = [await notifications.failures_before(tx, "t1", "r5", n)
+                           for n in (10, 1)]
+        out["failures_r2"] = await notifications.failures_before(tx, "t1", "r2", 10)
+        out["started_before"] = [
+            await notifications.attempt_started_before(tx, r, before)
+            for r, before in (("r2", 13), ("r2", 12), ("r5", 100))]
+        out["log_path"] = [await notifications.last_log_path(tx, r) for r in ("r4", "r5")]
+    return out
+
+
+async def test_notification_queries_give_the_same_results(
+        litedb: Database, pgdb: pg.Database, fixed_ids: _Ids) -> None:
+    got = await _on_both(litedb, pgdb, lambda db: _notifications(db, fixed_ids))
+    c1, c2, c3, m1, m2, m3, m4 = got["ids"]
+    assert (got["updated"].id, got["updated"].name, got["updated"].enabled,
+            got["updated"].updated_at_ms) == (c2, "deux", True, 32)
+    every, enabled = got["channels"]
+    assert [(c.id, c.name, c.enabled) for c in every] == [
+        (c1, "one", True), (c2, "deux", True), (c3, "three", False)]
+    assert [c.id for c in enabled] == [c1, c2]
+    assert got["channel"].url == "https://a/1" and got["named"] == [got["updated"], None]
+    assert got["default_rules"] == notify.Rules()
+    assert got["rules"] == (notify.Rules(streak=2, log_lines=3),
+                            notify.RulesPatch(muted=True), None,
+                            {"t1": notify.RulesPatch(muted=True)})
+    assert got["enqueued"] == [[m1, m2], [m3], [m4]]
+    assert got["due"] == [[], [m3], [m3, m1], [m3, m1, m2, m4]]
+    assert (got["next_due"], got["next_due_after"]) == (60, 100)
+    assert got["counts"] == {"pending": 2, "sent": 1, "given_up": 1}
+    assert got["counts_after"] == {"pending": 1, "sent": 1, "given_up": 2}
+    recent = {m.id: m for m in got["recent"]}
+    assert [m.id for m in got["recent"]] == [m4, m3, m2, m1]
+    assert (recent[m1].state, recent[m1].tries, recent[m1].next_at_ms,
+            recent[m1].last_error) == ("pending", 1, 300, "503")
+    assert (recent[m2].state, recent[m2].done_at_ms, recent[m2].last_error) == (
+        "given_up", 103, "channel deleted")
+    assert (recent[m3].state, recent[m3].tries, recent[m3].done_at_ms) == ("sent", 1, 61)
+    assert (recent[m4].state, recent[m4].tries, recent[m4].last_error) == (
+        "given_up", 1, "410")
+    assert got["recent_run"] == [[m2, m1], [m4], []]
+    assert got["pruned"] == [0, 1, 2] and got["left"] == [m1]
+    assert got["brief"] == [("t2", 2), None]
+    assert got["failures"] == [2, 1] and got["failures_r2"] == 1
+    assert got["started_before"] == [True, False, False]
+    assert got["log_path"] == ["t/a4.log", None]
+
+
+def _sub_fields(n: int, **more: Any) -> dict[str, Any]:
+    return {"name": f"s{n}", "type": "public-repo", "url": f"https://x.org/{n}.git",
+            "alias": f"s{n}", "extensions": ["py", "js"], **more}
+
+
+async def _subscriptions(db: Any) -> dict[str, Any]:
+    """The rows, the pull's bookkeeping and the links of db/subscriptions.py."""
+    out: dict[str, Any] = {}
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        out["created"] = [
+            await subscriptions.create(tx, "s1", _sub_fields(
+                1, branch="main", secret="hunter2", username="me", auto_add=False,
+                caps=subscription_spec.Caps(files=7)), 10),
+            await subscriptions.create(tx, "s2", _sub_fields(2, enabled=False), 11),
+            await subscriptions.create(tx, "s3", _sub_fields(3), 12)]
+        with pytest.raises(errors.IntegrityViolation):
+            async with tx.savepoint():  # the alias is unique
+                await subscriptions.create(tx, "s4", _sub_fields(4, alias="s1"), 13)
+        out["updated"] = [
+            await subscriptions.update(tx, "s2", {"enabled": True, "extensions": ["sh"],
+                                                  "pull_task_id": "t1"}, 20),
+            await subscriptions.update(tx, "s3", {}, 21)]
+        with pytest.raises(rows.NotFound):
+            await subscriptions.update(tx, "nope", {"name": "x"}, 22)
+        await subscriptions.mark_pulled(tx, "s1", "run-a")
+        await subscriptions.mark_pulled(tx, "s3", "run-b")
+        out["sync_due"] = [s.id for s in await subscriptions.sync_due(tx)]
+        await subscriptions.mark_pulled(tx, "s3", "run-c")  # a newer pull ended meanwhile
+        await subscriptions.synced(tx, "s1", "run-a", {"added": 2, "paths": ["a.py"]})
+        await subscriptions.synced(tx, "s3", "run-b", {"added": 0})
+        for path, task_id in (("a.py", "t1"), ("b.py", None)):
+            await subscriptions.put_link(tx, "s1", subscriptions.Link(
+                path=path, task_id=task_id, applied_schedule="0 1 * * *",
+                applied_name=path, disabled_by_pull=False))
+        await subscriptions.put_link(tx, "s1", subscriptions.Link(  # the upsert
+            path="b.py", task_id="t1", applied_schedule=None, applied_name="B",
+            disabled_by_pull=True))
+        await subscriptions.put_link(tx, "s2", subscriptions.Link(
+            path="c.py", task_id=None, applied_schedule=None, applied_name="c",
+            disabled_by_pull=False))
+        await subscriptions.drop_link(tx, "s2", "c.py")
+        await subscriptions.drop_link(tx, "s2", "nope.py")
+    async with db.write() as tx:
+        out["get"] = await subscriptions.get(tx, "s1")
+        out["list"] = await subscriptions.list_all(tx)
+        out["list_one"] = [s.id for s in await subscriptions.list_all(tx, limit=1)]
+        out["alias_taken"] = [await subscriptions.alias_taken(tx, a, o)
+                              for a, o in (("s1", ""), ("s1", "s1"), ("s9", ""))]
+        out["secret"] = [await subscriptions.secret_of(tx, s) for s in ("s1", "s2", "nope")]
+        out["by_pull_task"] = [await subscriptions.by_pull_task(tx, t) for t in ("t1", "t9")]
+        out["sync_due_after"] = [s.id for s in await subscriptions.sync_due(tx)]
+        out["links"] = [await subscriptions.links(tx, s) for s in ("s1", "s2")]
+        await subscriptions.delete(tx, "s1")  # its links go with it
+        with pytest.raises(rows.NotFound):
+            await subscriptions.delete(tx, "s1")
+        with pytest.raises(rows.NotFound):
+            await subscriptions.get(tx, "s1")
+        out["links_deleted"] = await subscriptions.links(tx, "s1")
+        out["left"] = [s.id for s in await subscriptions.list_all(tx)]
+    return out
+
+
+async def test_subscription_queries_give_the_same_results(
+        litedb: Database, pgdb: pg.Database) -> None:
+    got = await _on_both(litedb, pgdb, _subscriptions)
+    s1, s2, s3 = got["created"]
+    assert [s.num for s in got["created"]] == [1, 2, 3]
+    assert (s1.branch, s1.username, s1.has_secret, s1.auto_add, s1.auto_delete,
+            s1.extensions, s1.caps.files, s1.version) == (
+        "main", "me", True, False, True, ["py", "js"], 7, 1)
+    assert (s2.enabled, s2.has_secret, s2.caps) == (False, False, subscription_spec.Caps())
+    new2, same3 = got["updated"]
+    assert (new2.enabled, new2.extensions, new2.pull_task_id, new2.version,
+            new2.updated_at_ms) == (True, ["sh"], "t1", 2, 20)
+    assert same3 == s3
+    assert got["sync_due"] == ["s1", "s3"] and got["sync_due_after"] == ["s3"]
+    got1 = got["get"]
+    assert (got1.sync_run_id, got1.last_run_id, got1.last_sync) == (
+        None, "run-a", {"added": 2, "paths": ["a.py"]})
+    assert [s.id for s in got["list"]] == ["s1", "s2", "s3"] and got["list_one"] == ["s1"]
+    s3_now = got["list"][2]
+    assert (s3_now.sync_run_id, s3_now.last_run_id, s3_now.last_sync) == (
+        "run-c", "run-c", {"added": 0})
+    assert got["alias_taken"] == [True, False, False]
+    assert got["secret"] == ["hunter2", None, None]
+    assert got["by_pull_task"] == [got["list"][1], None]
+    assert got["links"] == [
+        {"a.py": subscriptions.Link(path="a.py", task_id="t1", applied_schedule="0 1 * * *",
+                                    applied_name="a.py", disabled_by_pull=False),
+         "b.py": subscriptions.Link(path="b.py", task_id="t1", applied_schedule=None,
+                                    applied_name="B", disabled_by_pull=True)},
+        {}]
+    assert got["links_deleted"] == {} and got["left"] == ["s2", "s3"]
+
+
+async def _imports(db: Any, made: _Ids) -> dict[str, Any]:
+    """An import of QingLong's objects: the target it is planned against, a plan
+    applied in one transaction with its mapping, the dependencies declared."""
+    made.n = 0
+    src = "qinglong:test"
+    out: dict[str, Any] = {}
+
+    def pull_task(sub: subscriptions.Subscription) -> dict[str, Any]:
+        return _task(f"pull {sub.alias}")
+
+    async with db.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1", schedule="0 1 * * *"), 1)
+        await envs.create_env(tx, "e1", {"name": "A", "value": "1"}, 1)
+        await subscriptions.create(tx, "s1", _sub_fields(1), 1)
+        await apps.create_app(tx, app_id="a1", name="app", client_id="cid",
+                              secret_hash=b"\x01\x02", scopes=["envs"], now_ms=1)
+        await notifications.add_channel(tx, "ch", "https://hook/1", True, 1)
+        out["before"] = await imports.target(
+            tx, src, files={"x/a.py": {"size": 3}}, folders=["x"], log_files=["l/1.log"])
+        Item, Action = qinglong_plan.Item, qinglong_plan.Action
+        plan = qinglong_plan.Plan(source=src, root="/ql", apply=True, on_conflict=None, items=[
+            Item(kind="cron", key="1", label="c1", action=Action.CREATE, record=True,
+                 fields={"name": "c1", "command": "task c1.js", "schedule": "5 * * * *",
+                         "labels": ["ql"]}, source_fp="f1", written_fp="w1"),
+            Item(kind="cron", key="2", label="c2", action=Action.CHANGE, target_id="t1",
+                 record=True, fields={"name": "t1 renamed"}, source_fp="f2"),
+            Item(kind="env", key="E", label="E", action=Action.CREATE, record=True,
+                 fields={"name": "E", "value": "v", "remarks": "r"}),
+            Item(kind="env", key="A", label="A", action=Action.SKIP, target_id="e1",
+                 record=True, source_fp="same"),
+            Item(kind="env", key="B", label="B", action=Action.SKIP, reason="no"),
+            Item(kind="subscription", key="1", label="s1", action=Action.CHANGE,
+                 target_id="s1", record=True, fields={"name": "s1 renamed"}),
+            Item(kind="subscription", key="2", label="s2", action=Action.CREATE,
+                 record=True, fields=_sub_fields(2)),
+            Item(kind="app", key="1", label="app", action=Action.CHANGE, target_id="a1",
+                 record=True, fields={"name": "app2", "client_id": "cid",
+                                      "secret_hash": "0102"}),
+            Item(kind="app", key="2", label="new", action=Action.CREATE, record=True,
+                 fields={"name": "new", "client_id": "cid2", "secret_hash": "ff",
+                         "scopes": ["crons"]}),
+            Item(kind="channel", key="ch", label="ch", action=Action.CHANGE,
+                 target_id="id0001", record=True, fields={"enabled": False}),
+            Item(kind="channel", key="ch2", label="ch2", action=Action.CREATE, record=True,
+                 fields={"name": "ch2", "url": "https://hook/2", "enabled": True}),
+            Item(kind="script", key="a.py", label="a.py", action=Action.CREATE, record=True,
+                 fields={"path": "x/a.py"}),
+            Item(kind="dependency", key="9", label="d", action=Action.CREATE, record=True),
+        ])
+        out["written"] = await imports.apply(tx, plan, 10, pull_task=pull_task)
+        deps = [QlDependency(id=1, name="requests=2.0", type=1, remark="http"),
+                QlDependency(id=2, name="left-pad", type=0, remark=""),
+                QlDependency(id=3, name="not a spec!", type=1, remark=""),
+                QlDependency(id=4, name="curl", type=2, remark=""),
+                QlDependency(id=5, name="Requests", type=1, remark="")]
+        out["deps"] = await imports.dependency_items(tx, src, deps, 11, apply=True, npm=False)
+    async with db.write() as tx:
+        out["deps_again"] = await imports.dependency_items(tx, src, deps, 12, apply=False,
+                                                           npm=True)
+        await imports.remember(tx, src, qinglong_plan.Item(  # the upsert
+            kind="cron", key="1", label="c1", action=Action.CHANGE, source_fp="f1b",
+            written_fp="w1b"), out["written"]["cron:1"], 13)
+        out["mapped"] = await imports.mapped(tx, src)
+        out["mapped_other"] = await imports.mapped(tx, "qinglong:other")
+        out["after"] = await imports.target(tx, src, files={}, folders=[], log_files=[])
+        out["declared"] = [(d.type, d.name, d.spec) for d in await dependencies.list_all(tx)]
+    return out
+
+
+async def test_import_queries_give_the_same_results(
+        litedb: Database, pgdb: pg.Database, fixed_ids: _Ids) -> None:
+    got = await _on_both(litedb, pgdb, lambda db: _imports(db, fixed_ids))
+    before, after = got["before"], got["after"]
+    assert before.mapped == {} and before.tasks == {"run t1": ["t1"]}
+    assert before.objects["a1"] == {"name": "app", "client_id": "cid",
+                                    "secret_hash": "0102", "scopes": ["envs"]}
+    assert before.objects["s1"]["extensions"] == ["py", "js"]
+    assert before.objects["s1"]["auto_add"] is True and before.objects["x/a.py"] == {"size": 3}
+    assert (before.envs, before.aliases, before.channels_by_name, before.log_files) == (
+        {"A": [("e1", "1")]}, {"s1": "s1"}, {"ch": "id0001"}, ["l/1.log"])
+    assert got["written"] == {
+        "cron:1": "id0002", "cron:2": "t1", "env:E": "id0003", "subscription:1": "s1",
+        "subscription:2": "id0005", "app:1": "a1", "app:2": "id0007", "channel:ch": "id0001",
+        "channel:ch2": "id0008", "script:a.py": "x/a.py"}
+    assert [(i.key, i.action, i.target_id) for i in got["deps"]] == [
+        ("1", qinglong_plan.Action.CREATE, "id0009"), ("2", qinglong_plan.Action.SKIP, None),
+        ("3", qinglong_plan.Action.SKIP, None), ("5", qinglong_plan.Action.SKIP, None)]
+    assert got["deps"][3].reason == "not imported: qledge already declares this package"
+    assert [(i.key, i.action, i.reason) for i in got["deps_again"][:2]] == [
+        ("1", qinglong_plan.Action.SKIP, "imported before"),
+        ("2", qinglong_plan.Action.CREATE, "")]
+    assert got["declared"] == [("python", "requests", "requests==2.0")]
+    assert set(got["mapped"]) == {
+        "app:1", "app:2", "channel:ch", "channel:ch2", "cron:1", "cron:2", "dependency:1",
+        "env:A", "env:E", "script:a.py", "subscription:1", "subscription:2"}
+    assert got["mapped"]["cron:1"] == qinglong_plan.Mapped(
+        target_id="id0002", source_fp="f1b", written_fp="w1b")
+    assert got["mapped"]["env:A"] == qinglong_plan.Mapped(
+        target_id="e1", source_fp="same", written_fp="")
+    assert got["mapped_other"] == {} and after.mapped == got["mapped"]
+    assert after.tasks == {"run t1": ["t1"], "task c1.js": ["id0002"],
+                           "run pull s1": ["id0004"], "run pull s2": ["id0006"]}
+    assert after.objects["t1"]["name"] == "t1 renamed"
+    assert after.objects["id0002"]["labels"] == ["ql"]
+    assert after.objects["s1"]["name"] == "s1 renamed"
+    assert after.aliases == {"s1": "s1", "s2": "id0005"}
+    assert after.envs == {"A": [("e1", "1")], "E": [("id0003", "v")]}
+    assert after.objects["id0003"]["remarks"] == "r"
+    assert after.apps_by_client == {"cid": "a1", "cid2": "id0007"}
+    assert after.objects["a1"]["name"] == "app2" and after.objects["id0007"]["secret_hash"] == "ff"
+    assert after.objects["id0001"]["enabled"] is False
+    assert after.channel_urls == {"https://hook/1": "id0001", "https://hook/2": "id0008"}
+
+
+# -- the hot queries' plans on PostgreSQL (test_migrate's test_hot_queries_use_indexes) --
+
+class _Explain:
+    """Stands in for a `Tx` (dialect postgresql): each statement is explained on the real
+    transaction, not run; its plan (FORMAT JSON) is kept under its SQL."""
+
+    dialect = "postgresql"
+
+    def __init__(self, tx: pg.Tx) -> None:
+        self.tx = tx
+        self.plans: dict[str, Any] = {}
+
+    async def _explain(self, sql: str, params: Any) -> None:
+        row = await self.tx.one(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        assert row is not None
+        plan = row[0]
+        self.plans[" ".join(sql.split())] = json.loads(plan) if isinstance(plan, str) else plan
+
+    async def execute(self, sql: str, params: Any = ()) -> int:
+        await self._explain(sql, params)
+        return 0
+
+    async def one(self, sql: str, params: Any = ()) -> None:
+        await self._explain(sql, params)
+        return None
+
+    async def all(self, sql: str, params: Any = ()) -> list[Any]:
+        await self._explain(sql, params)
+        return []
+
+
+def _scans(node: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(node type, table, index) of every scan in a plan tree."""
+    out = []
+    if "Relation Name" in node or "Index Name" in node:  # a bitmap index scan names no table
+        out.append((node["Node Type"], node.get("Relation Name", ""), node.get("Index Name")))
+    for child in node.get("Plans", []):
+        out.extend(_scans(child))
+    return out
+
+
+async def test_hot_queries_use_the_partial_indexes_on_postgresql(pgdb: pg.Database) -> None:
+    async with pgdb.write() as tx:
+        await tasks.create_task(tx, "t1", _task("t1"), 1)
+        for n in range(1, 41):
+            await runs.create_run(tx, f"r{n:02d}", "t1", Trigger.MANUAL, n)
+        for n in range(1, 31):
+            await _spawn(tx, f"r{n:02d}", f"a{n:02d}", 100 + n, deadline_at_ms=500)
+            if n <= 25:
+                await _finish(tx, f"r{n:02d}", f"a{n:02d}", 200 + n)
+            if n <= 20:
+                await journal.journal_delete(tx, f"a{n:02d}")
+    async with pgdb.write() as tx:
+        await tx.execute("ANALYZE")
+        # A few dozen rows fit in one page, where a sequential scan is the cheaper plan
+        # and PostgreSQL rightly takes it; with it priced out, the plan shows whether an
+        # index can serve the query at all (a partial index whose predicate the query
+        # does not imply cannot, and the scan stays).
+        await tx.execute("SET LOCAL enable_seqscan = off")
+        ex = _Explain(tx)
+        xt: Any = ex
+        await attempts.active_attempts_page(xt, "node-1", "", 64)
+        await attempts.expired_attempts(xt, "node-1", 600, 64)
+        await attempts.attempts_without_journal(xt, "node-1", 64)
+        await attempts.count_active_attempts(xt, "node-1")
+        await journal.journal_page(xt, "", 64)
+        await journal.journal_ended_page(xt, "", 64)
+        await journal.journal_due(xt, 1, 33)
+        await journal.journal_age_in_spawn(xt, 1)
+        await runs.queued_runs(xt, 8, 1)
+        await runs.next_not_before(xt, 1)
+        await runs.list_runs(xt, task_id=None, status="queued", before=None, limit=50)
+    assert len(ex.plans) == 11, list(ex.plans)
+    seq = {sql: scans for sql, plan in ex.plans.items()
+           if (scans := [s for s in _scans(plan[0]["Plan"]) if s[0] == "Seq Scan"
+                         and s[1] in ("runs", "run_attempts")])}
+    assert seq == {}
+    indexes = {sql: {s[2] for s in _scans(plan[0]["Plan"]) if s[2]}
+               for sql, plan in ex.plans.items()}
+    # The running runs through runs_active, never another index of runs (their attempts
+    # by run_id, or — tiny tables, seq scans priced out — in id order by the primary key).
+    through = [ix for sql, ix in indexes.items()
+               if "JOIN run_attempts a ON a.run_id = r.id" in sql]
+    assert len(through) == 4, through
+    assert all({i for i in ix if i.startswith("runs")} == {"runs_active"} for ix in through)
+    # The journal's walks through the partial attempts_journal.
+    walks = [ix for sql, ix in indexes.items() if "a.receipt_state IS NOT NULL" in sql]
+    assert len(walks) == 4 and all("attempts_journal" in ix for ix in walks), walks
+    # Queued runs through runs_active (list_runs's `status = ?`: a custom plan, whose
+    # bound value implies the index's predicate).
+    queued = [ix for sql, ix in indexes.items() if sql.startswith("SELECT")
+              and "FROM runs WHERE" in sql]  # queued_runs, next_not_before, list_runs
+    assert len(queued) == 3 and all(ix == {"runs_active"} for ix in queued), queued
