@@ -33,11 +33,12 @@ def _raised(conn: sqlite3.Connection, sql: str, *args: object) -> sqlite3.Error:
 
 
 def _classes(exc: BaseException) -> set[str]:
-    found = {name for name, test in (("transient", errors.is_transient),
-                                     ("integrity", errors.is_integrity),
-                                     ("full", errors.is_full)) if test(exc)}
-    if isinstance(exc, errors.ERRORS):
-        found.add("storage")
+    found = {name for name, classes in (("transient", errors.Transient),
+                                        ("integrity", errors.IntegrityViolation),
+                                        ("storage", errors.StorageError))
+             if isinstance(exc, classes)}
+    if errors.is_full(exc):
+        found.add("full")
     return found
 
 

@@ -173,8 +173,8 @@ async def test_a_unique_violation_is_integrity_and_nothing_commits(pgdb: pg.Data
             await _task_row(tx, "t1")
     exc = info.value
     assert exc.sqlstate == "23505" and "tasks_id_key" in str(exc)
-    assert errors.is_integrity(exc) and isinstance(exc, errors.ERRORS)
-    assert not errors.is_transient(exc) and not errors.is_full(exc)
+    assert isinstance(exc, errors.IntegrityViolation) and isinstance(exc, errors.StorageError)
+    assert not isinstance(exc, errors.Transient) and not errors.is_full(exc)
     assert isinstance(exc.__cause__, asyncpg.UniqueViolationError)
     async with pgdb.read() as tx:
         assert [r["id"] for r in await tx.all("SELECT id FROM tasks")] == ["t1"]
@@ -193,8 +193,8 @@ async def test_a_lock_timeout_is_transient(pgdb: pg.Database, pg_dsn: str) -> No
                     await tx.execute("UPDATE tasks SET name = 'x' WHERE id = 't1'")
     finally:
         await other.close()
-    assert info.value.sqlstate == "55P03" and errors.is_transient(info.value)
-    assert not errors.is_integrity(info.value)
+    assert info.value.sqlstate == "55P03" and isinstance(info.value, errors.Transient)
+    assert not isinstance(info.value, errors.IntegrityViolation)
 
 
 async def test_a_failed_statement_aborts_the_transaction(pgdb: pg.Database) -> None:
@@ -253,7 +253,7 @@ async def test_a_read_is_a_read_only_snapshot(pgdb: pg.Database) -> None:
     with pytest.raises(errors.PgError) as info:
         async with pgdb.read() as snap:
             await snap.execute("DELETE FROM tasks")
-    assert info.value.sqlstate == "25006" and not errors.is_transient(info.value)
+    assert info.value.sqlstate == "25006" and not isinstance(info.value, errors.Transient)
     async with pgdb.read() as snap:
         assert len(await snap.all("SELECT id FROM tasks")) == 2
 

@@ -94,7 +94,7 @@ def run(root: Path, db: Path, *, cursor: str = "00", shards: int = DEFAULT_SHARD
         per_shard: int = DEFAULT_PER_SHARD, min_age: int = DEFAULT_MIN_AGE_S,
         quarantine: bool = False, now: float | None = None,
         notes: list[str] | None = None) -> Report:
-    """Audit one window of shards. Raises walk.AuditError or a db.errors.ERRORS error (exit 2)."""
+    """Audit one window of shards. Raises walk.AuditError or a db.errors.StorageError (exit 2)."""
     clock = time.time() if now is None else now
     window, next_shard = walk.shard_window(cursor, shards)
     counts: Counter[str] = Counter({kind: 0 for kind in walk.CLASSES})
@@ -254,7 +254,7 @@ def main(argv: list[str]) -> int:
                      quarantine=args.quarantine, notes=notes)
     except walk.AuditError as exc:
         return _error(str(exc), args.json)
-    except errors.ERRORS as exc:
+    except errors.StorageError as exc:
         return _error(f"database error: {exc}", args.json)
     except Exception as exc:  # SettingsError, OSError: stop with the message, no traceback
         return _error(f"{type(exc).__name__}: {exc}", args.json)

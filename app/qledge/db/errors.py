@@ -10,7 +10,7 @@ wrapping them. Nothing re-raises, so every raise site, traceback and
 `type(exc).__name__` in a log line stays exactly as it was. The PostgreSQL backend
 (db/pg.py) maps asyncpg's exceptions at the `db/` boundary into the real classes
 `PgError`, `PgTransient`, `PgIntegrity` and `PgFull` below, and each name is the
-tuple of both backends' classes, so the callers' `except` clauses and predicates
+tuple of both backends' classes, so the callers' `except` clauses and `isinstance` checks
 stay as they are (a tuple, so `isinstance(exc, (OSError, *errors.StorageError))`
 rather than `|`).
 
@@ -53,22 +53,12 @@ class PgIntegrity(PgError):
     """A constraint (UNIQUE, FOREIGN KEY, CHECK, NOT NULL) refused the write."""
 
 
-# Any error the storage layer raises: `except ERRORS` is "the database refused".
+# Any error the storage layer raises: `except StorageError` is "the database refused".
 StorageError: tuple[type[Exception], ...] = (sqlite3.Error, PgError)
 # Busy, locked, I/O, full: a later attempt of the same write may succeed.
 Transient: tuple[type[Exception], ...] = (sqlite3.OperationalError, PgTransient)
 # A constraint (UNIQUE, FOREIGN KEY, CHECK) refused the write: retrying it as is won't help.
 IntegrityViolation: tuple[type[Exception], ...] = (sqlite3.IntegrityError, PgIntegrity)
-
-ERRORS: tuple[type[Exception], ...] = StorageError
-
-
-def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, Transient)
-
-
-def is_integrity(exc: BaseException) -> bool:
-    return isinstance(exc, IntegrityViolation)
 
 
 def is_full(exc: BaseException) -> bool:

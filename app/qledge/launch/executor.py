@@ -301,8 +301,8 @@ class LocalExecutor:
         # late on a busy loop); not the younger ones: a short task spawned a moment
         # ago may still finish within its grace and write its identity with its
         # result, the commit this saves.
-        due = [attempt_id, *self.identities.due(
-            now_ms() - int(self.identity_grace_s * 1000), besides=attempt_id)]
+        due = list(dict.fromkeys([attempt_id, *self.identities.due(
+            now_ms() - int(self.identity_grace_s * 1000))]))
         try:
             cancelling = await self.record(due)
         except asyncio.CancelledError:

@@ -54,11 +54,9 @@ class Identities:
             return list(self._pending.values())
         return [self._pending[a] for a in attempt_ids if a in self._pending]
 
-    def due(self, spawned_by_ms: int, besides: str = "") -> list[str]:
-        """The pending attempts spawned at or before `spawned_by_ms` (their grace is
-        over), other than `besides`."""
-        return [u.attempt_id for u in self._pending.values()
-                if u.spawned_at_ms <= spawned_by_ms and u.attempt_id != besides]
+    def due(self, spawned_by_ms: int) -> list[str]:
+        """The pending attempts spawned at or before `spawned_by_ms`: their grace is over."""
+        return [u.attempt_id for u in self._pending.values() if u.spawned_at_ms <= spawned_by_ms]
 
     def expired(self, now_ms: int) -> list[str]:
         """The pending attempts whose deadline has passed (a deadline check signals them)."""

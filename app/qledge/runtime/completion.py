@@ -22,8 +22,9 @@ from ..launch.unrecorded import Identities
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason, Run
 from ..receipts.codec import Receipt, token_matches
 
-# Kept for a later attempt: a lost compare-and-set or a transient storage error.
-_RETRY: tuple[type[Exception], ...] = (rows.Conflict, *errors.Transient)
+# Kept for a later attempt: a lost compare-and-set or a transient storage error (the
+# consumer's batches too).
+RETRY: tuple[type[Exception], ...] = (rows.Conflict, *errors.Transient)
 
 
 class Outcome(enum.StrEnum):
@@ -67,7 +68,7 @@ class CompletionService:
                 result = await self.complete_in(tx, receipt)
                 failpoints.hit("completion.before_commit")
             return result
-        except _RETRY as exc:
+        except RETRY as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
 
     async def complete_in(self, tx: Tx, receipt: Receipt) -> Result:
@@ -141,7 +142,7 @@ class CompletionService:
                 if settled:
                     await journal.journal_settle(tx, [attempt_id], now_ms())
                 return Result(outcome=Outcome.APPLIED, status=_status(run, new, tr))
-        except _RETRY as exc:
+        except RETRY as exc:
             return Result(outcome=Outcome.RETRY, reason=type(exc).__name__)
 
 

@@ -24,11 +24,8 @@ from ..db import attempts, errors, journal, rows
 from ..db.connection import Database, Tx
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
-from .completion import CompletionService, Outcome, Result
+from .completion import RETRY, CompletionService, Outcome, Result
 from .reaper import Reaper
-
-# Kept for a later attempt: a lost compare-and-set or a transient storage error.
-_RETRY: tuple[type[Exception], ...] = (rows.Conflict, *errors.Transient)
 
 log = logging.getLogger("qledge.consumer")
 ATTEMPT_MISMATCH = "RECEIPT_ATTEMPT_MISMATCH"
@@ -107,7 +104,7 @@ class Consumer:
                 # The whole batch on the database thread: one hand-off, not one per
                 # statement of every receipt (docs/performance.md, backlog).
                 await tx.inline(batch)
-        except _RETRY as exc:
+        except RETRY as exc:
             log.warning("completion batch of %d kept for retry: %s", len(valid),
                         type(exc).__name__)
             return {**out, **{r.attempt_id: Consumed.RETRY for r in valid}}

@@ -166,7 +166,7 @@ async def _apply(db: Database, conf: Settings, source: qinglong_source.Source,
     except BaseException as exc:
         await asyncio.to_thread(scripts.undo)
         await asyncio.to_thread(logs.undo)
-        if errors.is_integrity(exc):
+        if isinstance(exc, errors.IntegrityViolation):
             raise ImportFailed(f"nothing was imported: the database refused a write ({exc});"
                                " did qledge change while importing? Run it again") from None
         if isinstance(exc, (files.CopyFailed, OSError, *errors.StorageError,
