@@ -25,6 +25,8 @@ from qledge.db import migrate, migrate_pg
 # SQLite's `node` singleton is left out of PostgreSQL's baseline on purpose: a fleet
 # node keeps its id in its state dir (docs/fleet-plan.md).
 SQLITE_ONLY = {"node"}
+# And a fleet's own tables (migration 0023): one node has no peers and no leases.
+PG_ONLY = {"nodes", "fleet_leases"}
 
 Model = dict[str, dict[str, Any]]
 
@@ -106,7 +108,8 @@ async def pg_model(dsn: str) -> Model:
         model: Model = {}
         tables = [r["table_name"] for r in await conn.fetch(
             "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")]
+            " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'")
+            if r["table_name"] not in PG_ONLY]
         for table in tables:
             info = await conn.fetch(
                 "SELECT column_name, data_type, is_nullable, column_default, is_identity"
@@ -226,8 +229,11 @@ async def test_a_database_newer_than_the_code_is_refused(tmp_path: Path, pg_dsn:
     d = tmp_path / "pg"
     d.mkdir()
     (d / "0022_baseline.sql").write_text(migrate_pg.bundled()[0].sql)
-    (d / "0023_later.sql").write_text("CREATE TABLE later (x bigint);\n")
-    assert await migrate_pg.apply(pg_dsn, migrate_pg.bundled(d)) == [22, 23]
+    later = len(migrate_pg.bundled()) + 22
+    (d / "0023_fleet.sql").write_text(migrate_pg.bundled()[1].sql)
+    for n in range(24, later + 1):
+        (d / f"{n:04d}_later.sql").write_text(f"CREATE TABLE later{n} (x bigint);\n")
+    assert await migrate_pg.apply(pg_dsn, migrate_pg.bundled(d)) == list(range(22, later + 1))
     with pytest.raises(migrate.MigrationError, match="newer than the code"):
         await migrate_pg.apply(pg_dsn)
 
@@ -252,4 +258,4 @@ async def test_concurrent_starts_migrate_once(pg_dsn: str) -> None:
     import asyncio
 
     results = await asyncio.gather(*(migrate_pg.apply(pg_dsn) for _ in range(3)))
-    assert sorted(results) == [[], [], [22]]
+    assert sorted(results) == [[], [], [m.version for m in migrate_pg.bundled()]]

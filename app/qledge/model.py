@@ -95,6 +95,9 @@ class Reason(enum.StrEnum):
     TASK_ENV_EMPTY = "TASK_ENV_EMPTY"
     # A `task … conc` parent: its result is its children's (docs/tasks.md).
     CONC_CHILDREN = "CONC_CHILDREN"
+    # Fleet mode (docs/fleet.md): the owning node's lease ran out and another node
+    # took it over; the attempt is `lost` (a late receipt is recorded, not applied).
+    NODE_LEASE_EXPIRED = "NODE_LEASE_EXPIRED"
 
 
 class Concurrency(enum.StrEnum):
@@ -154,6 +157,10 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     # (None: the container's TZ).
     extra_schedules: list[str] = []
     tz: str | None = None
+    # Where its runs may execute in a fleet (docs/fleet.md): a node name and labels
+    # a node must all carry; None / [] = any node. Copied onto each run at creation.
+    placement_node: str | None = None
+    placement_labels: list[str] = []
 
     @property
     def schedules(self) -> list[str]:
@@ -179,6 +186,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     # position of its value in the parent's variable.
     parent_run_id: str | None = None
     conc_index: int | None = None
+    # The task's placement when the run was created (docs/fleet.md).
+    placement_node: str | None = None
+    placement_labels: list[str] = []
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,6 +213,12 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     # The log's length when the command exited, from the receipt (None: no receipt,
     # or a launcher that did not say). A shorter log file was cut by a power loss.
     log_bytes_at_exit: int | None = None
+    # Fleet mode: the owner's lease epoch when it was prepared (None on SQLite), and a
+    # receipt that came after the attempt was decided under a newer epoch: recorded,
+    # never applied (COMPLETION_STALE_EPOCH, docs/fleet.md).
+    node_epoch: int | None = None
+    late_exit_code: int | None = None
+    late_finished_at_ms: int | None = None
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):

@@ -172,6 +172,27 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pip_extra_index_urls: str = ""  # space-separated
     npm_registry: str = ""
     deps_timeout_s: Annotated[int, msgspec.Meta(ge=10, le=86400)] = 1800
+    # Fleet mode (docs/fleet.md): `postgresql://…` puts this node on that shared
+    # database; empty = the embedded SQLite (one node, the default).
+    database_url: str = ""
+    database_url_file: str = ""  # the same from a file (it may hold a password)
+    # This node in the fleet: its name (default: the host name), labels added to
+    # `arch=…` and `node=…` (space-separated), and where the other nodes reach it.
+    node_name: str = ""
+    node_labels: str = ""
+    node_url: str = ""
+    # The lease (database clock): after `node_lease_s` without a heartbeat another
+    # node declares this node's runs `lost` (NODE_LEASE_EXPIRED).
+    node_lease_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 60.0
+    node_heartbeat_s: Annotated[float, msgspec.Meta(gt=0, le=1200)] = 5.0
+    # The scheduler's lease: one node fires the ticks; another takes over after this.
+    leader_lease_s: Annotated[float, msgspec.Meta(ge=1, le=600)] = 10.0
+    # The node-to-node HMAC key (log reads); required in fleet mode.
+    cluster_secret: str = ""
+    cluster_secret_file: str = ""
+    # What a fenced node does with the launchers of its old epoch (their attempts are
+    # already decided `lost`): "stop" them (TERM, then KILL) or "leave" them to finish.
+    fenced_tasks: Literal["stop", "leave"] = "stop"
 
     @property
     def profile_limits(self) -> Profile:

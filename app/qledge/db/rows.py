@@ -51,7 +51,8 @@ def task_from_row(row: sqlite3.Row) -> Task:
         retry_on=msgspec.json.decode(row["retry_on_json"], type=list[str]),
         **{f: msgspec.json.decode(row[f"{f}_json"], type=list[str]) for f in CHAIN_FIELDS},
         extra_schedules=msgspec.json.decode(row["extra_schedules_json"], type=list[str]),
-        tz=row["tz"],
+        tz=row["tz"], placement_node=row["placement_node"],
+        placement_labels=_labels(row["placement_labels_json"]),
     )
 
 
@@ -65,6 +66,8 @@ def run_from_row(row: sqlite3.Row) -> Run:
         finished_at_ms=row["finished_at_ms"], exit_code=row["exit_code"],
         reason_code=row["reason_code"], not_before_ms=row["not_before_ms"],
         parent_run_id=row["parent_run_id"], conc_index=row["conc_index"],
+        placement_node=row["placement_node"],
+        placement_labels=_labels(row["placement_labels_json"]),
     )
 
 
@@ -78,8 +81,14 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         boot_id=row["boot_id"], exit_code=row["exit_code"], reason_code=row["reason_code"],
         created_at_ms=row["created_at_ms"], started_at_ms=row["started_at_ms"],
         finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],
-        log_bytes_at_exit=row["log_bytes_at_exit"],
+        log_bytes_at_exit=row["log_bytes_at_exit"], node_epoch=row["node_epoch"],
+        late_exit_code=row["late_exit_code"], late_finished_at_ms=row["late_finished_at_ms"],
     )
+
+
+def _labels(text: str | None) -> list[str]:
+    """A placement's labels: NULL (the common case, no bytes per row) is none."""
+    return [] if text is None else msgspec.json.decode(text, type=list[str])
 
 
 def like_pattern(text: str) -> str:
