@@ -12,6 +12,7 @@ dates) and of a log past 2 GiB. Nothing here asserts: the test compares.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import platform
@@ -147,6 +148,8 @@ def main() -> None:
         "compilers": [c for c in ("gcc", "cc", "musl-gcc", "make") if shutil.which(c)],
         "python_headers": Path(sysconfig.get_paths()["include"], "Python.h").exists(),
         "built_wheels": Path("/opt/qledge/venv/qledge-built-wheels.txt").exists(),
+        # Fleet mode's driver: shipped where a wheel exists (not on arm/v7).
+        "asyncpg": importlib.util.find_spec("asyncpg") is not None,
         "pidfd_open": _try(pidfd),
         "platform_fromtimestamp_2038": _try(platform_datetime),
         "receipt_after_2038": _try(receipt_roundtrip),

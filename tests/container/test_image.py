@@ -26,12 +26,12 @@ Y2100_MS = 4102444800000
 
 EXPECT: dict[str, dict[str, Any]] = {
     "linux/amd64": {"machines": ("x86_64",), "pointer_bits": 64, "sizeof_time_t": 8,
-                    "loop": "uvloop", "built_wheels": False},
+                    "loop": "uvloop", "built_wheels": False, "asyncpg": True},
     "linux/arm64": {"machines": ("aarch64",), "pointer_bits": 64, "sizeof_time_t": 8,
-                    "loop": "uvloop", "built_wheels": False},
+                    "loop": "uvloop", "built_wheels": False, "asyncpg": True},
     # armv8l: an armhf userland on a 64-bit CPU whose kernel reports PER_LINUX32.
     "linux/arm/v7": {"machines": ("armv7l", "armv8l"), "pointer_bits": 32, "sizeof_time_t": 4,
-                     "loop": "asyncio", "built_wheels": True},
+                     "loop": "asyncio", "built_wheels": True, "asyncpg": False},
 }
 
 
@@ -59,6 +59,8 @@ def test_image_abi_and_times_after_2038(platform: str) -> None:
     # uvloop where the lock installs it, asyncio's own loop on arm/v7 (no wheel).
     assert got["loop"] == want["loop"], got
     assert got["built_wheels"] is want["built_wheels"], got
+    # Fleet mode's driver where it has a wheel; arm/v7 has no fleet mode (docs/fleet.md).
+    assert got["asyncpg"] is want["asyncpg"], got
     # The compiler stayed in the build stages.
     assert got["compilers"] == [] and got["python_headers"] is False, got
     assert got["pidfd_open"] == {"ok": True, "value": "ok"}, got
