@@ -78,10 +78,22 @@ class Cluster:
         # with fsync and synchronous_commit on, as a real one.
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
                   "-A", "trust", "-E", "UTF8", "--no-locale", "-N")
+        self._start()
+
+    def _start(self) -> None:
         opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir}"
-                " -c fsync=on -c synchronous_commit=on -c max_connections=100")
+                " -c fsync=on -c synchronous_commit=on -c max_connections=200")
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l",
                   str(self.dir / "server.log"), "-w", "-t", "60", "-o", opts, "start")
+
+    def crash(self) -> None:
+        """`pg_ctl stop -m immediate`: the server quits without a checkpoint, as in a
+        crash; the next start replays its WAL."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
+                  "stop")
+
+    def start_again(self) -> None:
+        self._start()
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,0 +1,247 @@
+"""Fleet drills (issue 23): three real nodes on loopback over one real PostgreSQL.
+
+Each drill breaks one part — a node's worker, a whole node, the database, the
+scheduler's leader — and checks across every node, through the API and through
+marker files the tasks themselves write outside the state dirs:
+
+* 0 lost: every run the API accepted ends with a result or a stated reason;
+* 0 invented: every `succeeded`/`failed` result is the exit code the task wrote;
+  a late receipt (recorded after its node's lease expired, never applied) carries
+  the code the task wrote too;
+* 0 duplicated: one `run.finished` per run and one `attempt.finished` per attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _pg import Cluster, pg_bindir, psql
+
+from ._fleet import Fleet, freeze, nodes_view, thaw_processes, wait_node_state
+from .conftest import (
+    api,
+    events_of,
+    get_run,
+    make_task,
+    ok,
+    output,
+    stop_leaving_tasks,
+    trigger,
+    wait_terminal,
+    wait_until,
+)
+from conftest import free_port
+
+pytestmark = [pytest.mark.drill]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """The drills' own PostgreSQL: one drill crashes and restarts it."""
+    c = Cluster(pg_bindir(), free_port())
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
+    name = f"fleet_{time.monotonic_ns()}"
+    psql(cluster.dsn, f"CREATE DATABASE {name} TEMPLATE template0")
+    f = Fleet(tmp_path, f"{cluster.dsn.rsplit('/', 1)[0]}/{name}")
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def placed(node: str | None = None, labels: list[str] | None = None) -> dict[str, Any]:
+    return {"placement": {"node": node, "labels": labels or []}}
+
+
+def attempt_nodes(run: dict[str, Any]) -> list[str]:
+    return [a["node"] for a in run["attempts"]]
+
+
+def check_fleet(fleet: Fleet, app: Any, runs: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """0 lost, 0 invented, 0 duplicated over `runs` (run id -> marker tag)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for run_id, tag in runs.items():
+        run = wait_terminal(app, run_id, 120)
+        seen[run_id] = run
+        assert run["status"] in ("succeeded", "failed", "lost", "cancelled", "timed_out"), run
+        assert run["reason_code"], f"a result without a reason: {run}"
+        mark = fleet.marker(tag)
+        if run["status"] in ("succeeded", "failed"):
+            assert mark is not None, f"{run_id}: a result no task wrote: {run}"
+            assert run["exit_code"] == mark[1], f"{run_id}: invented exit code: {run} vs {mark}"
+            assert attempt_nodes(run)[-1] == mark[0], (run, mark)
+        for a in run["attempts"]:
+            if a.get("late_exit_code") is not None:
+                assert mark is not None and a["late_exit_code"] == mark[1], (a, mark)
+        counts = Counter(e["type"] for e in events_of(app, run_id))
+        assert counts["run.finished"] == 1, (run_id, counts)
+        assert counts["attempt.finished"] == len(run["attempts"]), (run_id, counts, run)
+    return seen
+
+
+# -- 1. placement ----------------------------------------------------------------------
+
+
+def test_placement_by_node_and_label_and_on_a_down_node(fleet: Fleet) -> None:
+    n1 = fleet.start("n1")
+    fleet.start("n2")
+    fleet.start("n3", labels="gpio")
+    runs: dict[str, str] = {}
+    for i in range(3):
+        task = make_task(n1, fleet.marked(f"pin{i}", 0), **placed(node="n2"))
+        runs[trigger(n1, task["id"])] = f"pin{i}"
+        task = make_task(n1, fleet.marked(f"gpio{i}", 3), **placed(labels=["gpio"]))
+        runs[trigger(n1, task["id"])] = f"gpio{i}"
+    seen = check_fleet(fleet, n1, runs)
+    for run_id, tag in runs.items():
+        where = fleet.marker(tag)
+        assert where is not None
+        assert where[0] == ("n2" if tag.startswith("pin") else "n3"), (tag, where)
+        assert attempt_nodes(seen[run_id]) == [where[0]]
+    # A run placed on a node that is down waits, says why, and runs when it returns.
+    fleet.nodes["n2"].stop()
+    wait_node_state(n1, "n2", "expired", 30)
+    task = make_task(n1, fleet.marked("later", 0), **placed(node="n2"))
+    run_id = trigger(n1, task["id"])
+    time.sleep(2)
+    run = get_run(n1, run_id)
+    assert run["status"] == "queued", run
+    assert run["waiting"]["node"] == "n2", run
+    fleet.restart("n2")
+    check_fleet(fleet, n1, {run_id: "later"})
+    assert fleet.marker("later") == ("n2", 0)
+
+
+# -- 2. a worker killed mid-run ----------------------------------------------------------
+
+
+def test_worker_kill_mid_run_recovers_on_the_same_node(fleet: Fleet) -> None:
+    n1 = fleet.start("n1")
+    n2 = fleet.start("n2")
+    gate = fleet.root / "gate-kill"
+    runs = {}
+    for i in range(4):
+        task = make_task(n1, fleet.marked(f"k{i}", i, gate=gate), **placed(node="n2"))
+        runs[trigger(n1, task["id"])] = f"k{i}"
+    wait_until(lambda: all(get_run(n1, r)["status"] == "running" for r in runs), 30,
+               "all running on n2")
+    epoch = nodes_view(n1)["n2"]["epoch"]
+    n2.kill_worker()
+    gate.touch()
+    seen = check_fleet(fleet, n1, runs)
+    assert {r["status"] for r in seen.values()} == {"succeeded", "failed"}
+    # The restarted worker kept its lease (same epoch): nothing was declared lost.
+    wait_until(lambda: n2.ready(), 40, "n2 ready again")
+    assert nodes_view(n1)["n2"]["epoch"] == epoch
+
+
+# -- 3. a whole node frozen beyond its lease ----------------------------------------------
+
+
+@pytest.mark.parametrize("fenced_tasks", ["leave", "stop"])
+def test_frozen_node_is_taken_over_and_its_late_receipts_are_recorded(
+        fleet: Fleet, fenced_tasks: str) -> None:
+    n1 = fleet.start("n1")
+    n2 = fleet.start("n2", fenced_tasks=fenced_tasks)
+    fleet.start("n3")
+    gate = fleet.root / "gate-freeze"
+    runs = {}
+    for i in range(3):
+        task = make_task(n1, fleet.marked(f"f{i}", 4, gate=gate), **placed(node="n2"))
+        runs[trigger(n1, task["id"])] = f"f{i}"
+    wait_until(lambda: all(get_run(n1, r)["status"] == "running" for r in runs), 30,
+               "all running on n2")
+    epoch = nodes_view(n1)["n2"]["epoch"]
+    pids = freeze(n2)
+    try:
+        wait_node_state(n1, "n2", "expired", 30)
+        for run_id in runs:
+            run = wait_terminal(n1, run_id, 30)
+            assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
+        gate.touch()  # the frozen tasks see it only once thawed
+    finally:
+        thaw_processes(pids)
+    # n2 finds itself fenced, registers again under a new epoch and says so.
+    wait_until(lambda: nodes_view(n1)["n2"]["state"] == "live"
+               and nodes_view(n1)["n2"]["epoch"] > epoch, 40, "n2 live again, new epoch")
+    wait_until(lambda: "fenced" in output(n2), 10, "n2 logs that it was fenced")
+    if fenced_tasks == "leave":
+        # Their receipts come, are refused by epoch and recorded, never applied.
+        def late() -> bool:
+            return all(any(a.get("late_exit_code") is not None
+                           for a in get_run(n1, r)["attempts"]) for r in runs)
+        wait_until(late, 40, "late receipts recorded")
+    seen = check_fleet(fleet, n1, runs)
+    for run in seen.values():
+        assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
+        if fenced_tasks == "leave":
+            assert run["attempts"][0]["late_exit_code"] == 4, run
+        evs = [e["type"] for e in events_of(n1, run["id"])]
+        assert evs.count("run.finished") == 1, evs
+
+
+# -- 4. PostgreSQL crashed and restarted mid-load ------------------------------------------
+
+
+def test_postgresql_crash_mid_load_loses_nothing(fleet: Fleet, cluster: Cluster) -> None:
+    n1 = fleet.start("n1")
+    fleet.start("n2")
+    fleet.start("n3", profile="cluster-worker")
+    tasks = [make_task(n1, fleet.marked(f"load{i}", i % 3, sleep="0.3")) for i in range(24)]
+    runs: dict[str, str] = {}
+    for i, task in enumerate(tasks[:12]):
+        runs[trigger(n1, task["id"])] = f"load{i}"
+    time.sleep(0.5)
+    cluster.crash()
+    time.sleep(2)  # tasks keep running and finishing; receipts wait on their nodes
+    cluster.start_again()
+    for i, task in enumerate(tasks[12:], start=12):
+        runs[ok(api(n1, "POST", f"/tasks/{task['id']}/runs"), 202)["run"]["id"]] = f"load{i}"
+    seen = check_fleet(fleet, n1, runs)
+    assert {r["status"] for r in seen.values()} <= {"succeeded", "failed"}, seen
+    assert len({fleet.marker(t)[0] for t in runs.values() if fleet.marker(t)}) >= 2
+
+
+# -- 5. the scheduler's leader killed at a tick -----------------------------------------------
+
+
+def leader(app: Any) -> str | None:
+    for name, node in nodes_view(app).items():
+        if node.get("leader"):
+            return name
+    return None
+
+
+@pytest.mark.parametrize("point", ["scheduler.before_commit", "scheduler.after_commit"])
+def test_leader_killed_at_a_tick_fires_that_tick_once(fleet: Fleet, point: str) -> None:
+    n1 = fleet.start("n1", failpoints=f"{point}=exit")
+    wait_until(lambda: leader(n1) == "n1", 20, "n1 leads the scheduler")
+    n2 = fleet.start("n2")
+    task = make_task(n2, "true", schedule="*/3 * * * * *")
+    wait_until(lambda: "exit status 86" in output(n1), 30, f"n1's worker dies at {point}")
+    stop_leaving_tasks(n1)
+    wait_until(lambda: leader(n2) == "n2", 20, "n2 takes the lease")
+
+    def fired() -> list[int] | None:
+        items = ok(api(n2, "GET", "/runs", params={"task_id": task["id"], "limit": 100}))
+        dues = []
+        for run in items["items"]:
+            ev = next(e for e in events_of(n2, run["id"]) if e["type"] == "run.scheduled")
+            dues.append(int(ev["data"]["scheduled_for_ms"]))
+        return dues if len(dues) >= 3 else None
+    dues = wait_until(fired, 40, "three ticks fired")
+    assert len(dues) == len(set(dues)), f"a tick fired twice: {sorted(dues)}"
