@@ -53,12 +53,21 @@ async def journal_quarantine(tx: Tx, attempt_id: str, reason: str, now_ms: int) 
         " WHERE id = ? AND receipt_state = 'pending'", (reason, now_ms, now_ms, attempt_id))
 
 
-async def journal_page(tx: Tx, after_id: str, limit: int) -> list[JournalRow]:
+def _owned(owner: str | None) -> tuple[str, tuple[str, ...]]:
+    """In a fleet, a node's file work is on its own attempts' receipts only (the files
+    are on its disk); None: every entry (the embedded SQLite, statements unchanged)."""
+    return ("", ()) if owner is None else (" AND a.runtime_owner = ?", (owner,))
+
+
+async def journal_page(tx: Tx, after_id: str, limit: int,
+                       owner: str | None = None) -> list[JournalRow]:
     """Entries that may still need file work: not settled (settled entries age out by
     `journal_age_out` alone, docs/storage.md)."""
+    mine, by = _owned(owner)
     rows = await tx.all(
         f"SELECT {_ROW} FROM run_attempts a WHERE {_ENTRY} AND a.id > ?"  # noqa: S608
-        " AND a.receipt_settled_at_ms IS NULL ORDER BY a.id LIMIT ?", (after_id, limit))
+        f" AND a.receipt_settled_at_ms IS NULL{mine} ORDER BY a.id LIMIT ?",
+        (after_id, *by, limit))
     return [
         JournalRow(attempt_id=r["attempt_id"], state=r["state"],
                    relative_path=r["relative_path"], reason_code=r["reason_code"],
@@ -152,27 +161,30 @@ async def journal_due(tx: Tx, settled_before_ms: int, limit: int) -> int:
     return int(row["n"]) if row else 0
 
 
-async def journal_ended_page(tx: Tx, after_id: str, limit: int) -> list[str]:
+async def journal_ended_page(tx: Tx, after_id: str, limit: int,
+                             owner: str | None = None) -> list[str]:
     """Pending entries of terminal attempts, settled or not, by attempt id: the start-up
     look for their receipts (docs/recovery.md)."""
+    mine, by = _owned(owner)
     rows = await tx.all(
         f"SELECT a.id FROM run_attempts a WHERE {_ENTRY}"  # noqa: S608
         " AND a.id > ? AND a.receipt_state = 'pending'"
-        f" AND NOT {_A_ACTIVE} ORDER BY a.id LIMIT ?",
-        (after_id, limit))
+        f" AND NOT {_A_ACTIVE}{mine} ORDER BY a.id LIMIT ?",
+        (after_id, *by, limit))
     return [str(r["id"]) for r in rows]
 
 
-async def journal_counts(tx: Tx) -> dict[str, int]:
+async def journal_counts(tx: Tx, owner: str | None = None) -> dict[str, int]:
     """active: awaiting a result; terminal: awaiting file checks, then ageing out;
     settled: ageing out, no file work left; quarantined: awaiting purge."""
+    mine, by = _owned(owner)
     row = await tx.one(
         f"SELECT SUM(CASE WHEN {_A_ACTIVE} THEN 1 ELSE 0 END) AS active,"  # noqa: S608
         f" SUM(CASE WHEN a.receipt_state = 'pending' AND NOT {_A_ACTIVE}"
         "     AND a.receipt_settled_at_ms IS NULL THEN 1 ELSE 0 END) AS terminal,"
         " SUM(CASE WHEN a.receipt_settled_at_ms IS NOT NULL THEN 1 ELSE 0 END) AS settled,"
         " SUM(CASE WHEN a.receipt_state = 'quarantined' THEN 1 ELSE 0 END) AS quarantined"
-        f" FROM run_attempts a WHERE {_ENTRY}")
+        f" FROM run_attempts a WHERE {_ENTRY}{mine}", by)
     if row is None:
         return {}
     return {k: int(row[k] or 0) for k in ("active", "terminal", "settled", "quarantined")}

@@ -55,6 +55,8 @@ class Reconciler:
         self.consumer = consumer
         self.completion = completion
         self.node_id = node_id
+        # Fleet mode: this node's journal entries only (their receipts are on its disk).
+        self.journal_owner: str | None = None
         self.boot_id = boot_id
         self.grace_s = publish_grace_ms / 1000
         self.reattach = reattach  # hands a pidfd to the exit watcher
@@ -111,7 +113,8 @@ class Reconciler:
         cursor = ""
         for _ in range(max_pages):
             async with self.db.read() as tx:
-                ids = await journal.journal_ended_page(tx, cursor, page_size)
+                ids = await journal.journal_ended_page(tx, cursor, page_size,
+                                                       self.journal_owner)
             if not ids:
                 break
             cursor = ids[-1]

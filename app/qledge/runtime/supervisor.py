@@ -60,6 +60,8 @@ class Supervisor:
         self.last: RoundReport | None = None
         self.age_backlog = AGE_BACKLOG
         self.age_overdue_ms = AGE_OVERDUE_MS
+        # Fleet mode: this node's entries only (their receipts are on its disk).
+        self.journal_owner: str | None = None
 
     async def round(self) -> RoundReport:
         report = RoundReport(kind="periodic", started_at_ms=now_ms())
@@ -75,7 +77,8 @@ class Supervisor:
         await self._age_out(report)
         for _ in range(pages):
             async with self.db.read() as tx:
-                rows = await journal.journal_page(tx, self.journal_cursor, size)
+                rows = await journal.journal_page(tx, self.journal_cursor, size,
+                                                  self.journal_owner)
             self.journal_cursor = rows[-1].attempt_id if len(rows) == size else ""
             await self._journal(rows, report)
             if len(rows) < size:
