@@ -79,6 +79,26 @@ async def find_attempt(tx: Tx, attempt_id: str) -> Attempt | None:
     return attempt_from_row(row) if row else None
 
 
+async def record_late_receipt(tx: Tx, run: Run, attempt: Attempt, *, exit_code: int,
+                              finished_at_ms: int, now_ms: int) -> bool:
+    """A receipt refused by its epoch (COMPLETION_STALE_EPOCH): its facts kept beside the
+    decision it came too late for, never applied. The first delivery only writes them and
+    the run event `attempt.late_receipt` (no status, no terminal event); a replay of the
+    receipt finds them set and records nothing. True: recorded now."""
+    if await tx.execute(
+            "UPDATE run_attempts SET late_exit_code = ?, late_finished_at_ms = ?"
+            " WHERE id = ? AND late_exit_code IS NULL AND late_finished_at_ms IS NULL",
+            (exit_code, finished_at_ms, attempt.id)) != 1:
+        return False
+    # The epoch the receipt was written under (the attempt's), beside its exit code.
+    # Never a command or output (docs/contract.md, events).
+    await append_events(tx, run, [NewEvent(
+        type="attempt.late_receipt", attempt_id=attempt.id,
+        data={"exit_code": exit_code, "epoch": attempt.node_epoch})], now_ms,
+        {attempt.id: attempt.attempt_no})
+    return True
+
+
 async def attempts_of_run(tx: Tx, run_id: str) -> list[Attempt]:
     rows = await tx.all(f"{ATTEMPT_SELECT} WHERE a.run_id = ? ORDER BY a.attempt_no", (run_id,))
     return [attempt_from_row(r) for r in rows]

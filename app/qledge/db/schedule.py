@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..model import Task
+from . import dialect
 from .connection import Tx
 from .rows import task_from_row
 
@@ -20,6 +21,24 @@ async def scheduled_tasks(tx: Tx) -> list[tuple[Task, int | None]]:
 async def last_due(tx: Tx, task_id: str) -> int | None:
     row = await tx.one("SELECT last_due_ms FROM task_schedule_state WHERE task_id = ?",
                        (task_id,))
+    return int(row["last_due_ms"]) if row else None
+
+
+async def lock_cursor(tx: Tx, task_id: str) -> int | None:
+    """`last_due`, re-read inside a tick's write transaction so that it holds.
+
+    SQLite: its single writer already serializes every tick of the appliance: a plain
+    read. On PostgreSQL (READ COMMITTED) two nodes could both read the old cursor and
+    both fire, so the row is locked FOR UPDATE — inserted first if missing, or a
+    second node would find no row to wait on. The placeholder cursor 0 means what no
+    row means (`_since` takes the task's last change, always later). A second node
+    waits for the first one's commit, then reads the cursor it moved."""
+    if tx.dialect != dialect.POSTGRESQL:
+        return await last_due(tx, task_id)
+    await tx.execute("INSERT INTO task_schedule_state (task_id, last_due_ms, updated_at_ms)"
+                     " VALUES (?, 0, 0) ON CONFLICT (task_id) DO NOTHING", (task_id,))
+    row = await tx.one("SELECT last_due_ms FROM task_schedule_state WHERE task_id = ?"
+                       " FOR UPDATE", (task_id,))
     return int(row["last_due_ms"]) if row else None
 
 

@@ -19,6 +19,7 @@ from . import (
     imports,
     logs_sse,
     metrics,
+    nodes,
     notifications,
     panel,
     qinglong,
@@ -55,7 +56,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
-           *imports.routes]
+           *imports.routes, *nodes.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.

@@ -45,6 +45,9 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
         "created_at_ms": a.created_at_ms, "started_at_ms": a.started_at_ms,
         "finished_at_ms": a.finished_at_ms, "deadline_at_ms": a.deadline_at_ms,
         "active": a.status in ACTIVE_ATTEMPT,
+        # Fleet mode: a receipt that came after a takeover decided the attempt (its
+        # facts, never applied: COMPLETION_STALE_EPOCH). None: no late receipt.
+        "late_exit_code": a.late_exit_code, "late_finished_at_ms": a.late_finished_at_ms,
     }
 
 

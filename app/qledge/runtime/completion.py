@@ -5,6 +5,10 @@ receipts here. In one transaction it validates the receipt against the
 attempt, returns `already_terminal` without a new event for a finished
 attempt, lets a committed cancel intent decide, and appends the attempt and
 run terminal events in order with CAS on the run version.
+
+In a fleet (PostgreSQL) the attempt also carries the epoch of its owner's lease: a
+receipt from an epoch a takeover has ended is refused (COMPLETION_STALE_EPOCH) and
+recorded beside the attempt, never applied (docs/fleet-plan.md, "Fencing").
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ import msgspec
 
 from .. import failpoints, transitions
 from ..clock import now_ms
-from ..db import attempts, errors, journal, rows, runs
+from ..db import attempts, epochs, errors, journal, rows, runs
 from ..db.connection import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
 from ..launch.unrecorded import Identities
-from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, AttemptStatus, Reason, Run
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, Attempt, AttemptStatus, Reason, Run
 from ..receipts.codec import Receipt, token_matches
 
 # Kept for a later attempt: a lost compare-and-set or a transient storage error (the
@@ -41,6 +45,7 @@ class Rejection(enum.StrEnum):
     WRONG_EXECUTOR = "COMPLETION_WRONG_EXECUTOR"
     BAD_TOKEN = "COMPLETION_BAD_TOKEN"  # noqa: S105 - a reason code, not a secret
     BAD_SEQUENCE = "COMPLETION_BAD_SEQUENCE"
+    STALE_EPOCH = "COMPLETION_STALE_EPOCH"
 
 
 class Result(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,9 +94,18 @@ class CompletionService:
             # race to a cancel/lost decision): no second terminal event.
             if receipt.callback_sequence > attempt.callback_sequence:
                 return _rejected(Rejection.BAD_SEQUENCE)
+            # Decided without a receipt (no exit code: `lost` by a takeover) under an
+            # epoch that has moved: this receipt is late, kept as such. One that was
+            # applied is a replay, whatever the epoch is now.
+            if attempt.exit_code is None and await self._stale(tx, attempt):
+                return await self._late(tx, attempt, receipt)
             return Result(outcome=Outcome.ALREADY_TERMINAL, status=attempt.status.value)
         if receipt.callback_sequence != attempt.callback_sequence:
             return _rejected(Rejection.BAD_SEQUENCE)
+        if await self._stale(tx, attempt):
+            # A takeover committed and its pages have not decided this attempt yet:
+            # the decision is theirs (`lost`, NODE_LEASE_EXPIRED), not this receipt's.
+            return await self._late(tx, attempt, receipt)
         # A run already terminal with this attempt still active is an orphan (a cancel
         # that raced the spawn in an earlier version): the receipt settles the attempt
         # alone, the run keeps its result (transitions._finish).
@@ -112,6 +126,26 @@ class CompletionService:
             log_bytes=log_bytes, leftover_processes=leftovers)
         new = await runs.apply(tx, run, tr, now_ms())  # `queued` again for a retry
         return Result(outcome=Outcome.APPLIED, status=_status(run, new, tr))
+
+    @staticmethod
+    async def _stale(tx: Tx, attempt: Attempt) -> bool:
+        """Fleet mode only (SQLite attempts carry no epoch): the owner's lease epoch is no
+        longer the attempt's, or the owner has no row. Read FOR SHARE (db/epochs.py), so
+        a takeover cannot commit between this check and the commit that relies on it."""
+        if attempt.node_epoch is None:
+            return False
+        return await epochs.current_epoch(tx, attempt.runtime_owner) != attempt.node_epoch
+
+    @staticmethod
+    async def _late(tx: Tx, attempt: Attempt, receipt: Receipt) -> Result:
+        """Refused, and recorded in the caller's transaction, which commits it: the
+        rejection is a returned result, not an exception, so no savepoint rolls back.
+        The consumer then quarantines the file like any deterministic rejection."""
+        run = await runs.get_run(tx, attempt.run_id)
+        await attempts.record_late_receipt(
+            tx, run, attempt, exit_code=receipt.exit_code,
+            finished_at_ms=receipt.finished_at_ms, now_ms=now_ms())
+        return _rejected(Rejection.STALE_EPOCH)
 
     async def without_receipt(
         self, attempt_id: str, reason: Reason, status: AttemptStatus = AttemptStatus.LOST,

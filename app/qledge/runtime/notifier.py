@@ -10,6 +10,9 @@
   gives it up after `max_tries` sends or `max_age_s` past its due time, keeping
   the (redacted) error. Delivery is at-least-once: a worker killed between a
   send and its mark sends that row once more after the restart.
+* Fleet mode: the outbox is shared, so only the scheduler lease's holder sends
+  (runtime/leader.py); every node still queues its own results' messages. A
+  handover mid-send may send a row twice — the same at-least-once as a kill.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..db import notifications as q
 from ..db.connection import Database, Tx
 from ..launch import logs
 from ..model import Run, RunStatus
+from .leader import Leader
 from .loop import PeriodicLoop, settle
 
 log = logging.getLogger("qledge.notify")
@@ -104,8 +108,10 @@ async def env_of(tx: Tx, task_id: str | None) -> dict[str, str]:
 class Notifier:
     def __init__(self, db: Database, *, logs_root: Path, base_url: str, interval_s: float,
                  retry_base_s: float, max_tries: int, max_age_s: float,
-                 started_at_ms: int) -> None:
+                 started_at_ms: int, leader: Leader | None = None) -> None:
         self.db = db
+        # Fleet mode: send only while this node holds the lease (None: always).
+        self.leader = leader
         self.logs_root = logs_root
         self.base_url = base_url
         self.retry_base_s = retry_base_s
@@ -121,6 +127,12 @@ class Notifier:
         # row is sent again by the next worker (at least once), shutdown stays quick.
         self.loop = PeriodicLoop("notifier", interval_s, self._round)
         db.on_terminal(self.on_terminal)
+        if leader is not None:
+            leader.on_change(self._leadership)
+
+    def _leadership(self, leading: bool) -> None:
+        if leading:  # the rows the previous sender left go out now
+            self.loop.poke()
 
     def start(self) -> None:
         self.loop.start()
@@ -218,6 +230,8 @@ class Notifier:
     # -- the sender loop -----------------------------------------------------------
 
     async def _round(self) -> float | None:
+        if self.leader is not None and not self.leader.is_leader:
+            return None  # another node sends; gaining the lease pokes this loop
         now = now_ms()
         async with self.db.read() as tx:
             batch = await q.due(tx, now, BATCH)

@@ -31,6 +31,10 @@ size cap, pressure relief, `run.held` events, then database upkeep (a WAL
 checkpoint when the WAL is over its threshold, `incremental_vacuum` in bounded
 steps once free pages are a large share of the file or the data volume is short
 of space; never a full VACUUM while serving).
+
+Fleet mode: the policy deletions walk every task of the shared database, so only
+the scheduler lease's holder runs them (runtime/leader.py); every node still
+drains queued file deletions, measures and evicts its own logs.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from ..db.connection import Database, Tx
 from ..launch import logs
 from ..settings import Profile, Settings
 from .diskwatch import MIB, REASON, DiskWatch
+from .leader import Leader
 from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.retention")
@@ -154,8 +159,10 @@ class RetentionReport(msgspec.Struct, kw_only=True):
 
 class Retention:
     def __init__(self, *, db: Database, logs_root: Path, db_path: Path, profile: Profile,
-                 disk: DiskWatch) -> None:
+                 disk: DiskWatch, leader: Leader | None = None) -> None:
         self.db = db
+        # Fleet mode: policy deletions only while this node holds the lease.
+        self.leader = leader
         self.logs_root = logs_root
         self.db_path = db_path
         self.profile = profile
@@ -189,7 +196,8 @@ class Retention:
             await self.disk.check()
             if self.disk.bytes_to_leave_critical() > 0:
                 await self._evict(self.disk.bytes_to_leave_critical(), DISK_CRITICAL, report)
-        await self._apply_policy(report)
+        if self.leader is None or self.leader.is_leader:
+            await self._apply_policy(report)
         await self._measure(report)
         excess = cap_excess(self.logs_total_bytes or 0, self.cap_bytes)
         if excess:
@@ -485,7 +493,7 @@ class DiskKeeper:
     """DiskWatch + Retention + their PeriodicLoop, as the Runtime starts and stops them."""
 
     def __init__(self, *, db: Database, settings: Settings, profile: Profile,
-                 wake_dispatcher: Callable[[], None]) -> None:
+                 wake_dispatcher: Callable[[], None], leader: Leader | None = None) -> None:
         self.db = db
         self.profile = profile
         self._wake_dispatcher = wake_dispatcher
@@ -496,7 +504,8 @@ class DiskKeeper:
             critical_water_mb=profile.critical_water_mb, on_change=self._pressure_changed,
             guard_unknown=settings.disk_guard_unknown)
         self.retention = Retention(db=db, logs_root=settings.logs_path,
-                                   db_path=settings.db_path, profile=profile, disk=self.disk)
+                                   db_path=settings.db_path, profile=profile, disk=self.disk,
+                                   leader=leader)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
         self._last_poke = 0.0
         self.on_pressure: Callable[[bool, dict[str, object]], None] | None = None

@@ -28,6 +28,14 @@ Rules (docs/qinglong-compat.md explains them to operators):
 * No busy polling: the loop sleeps until the earliest next due time across
   enabled tasks, at most MAX_SLEEP_S, and `wake()` re-reads at once after a
   task changed.
+* Fleet mode (PostgreSQL, runtime/leader.py): only the holder of the scheduler
+  lease runs rounds. Each tick transaction first checks the lease in itself
+  (`fleet_leases.holds_in`, FOR SHARE: a stale leader's transaction fires
+  nothing), and the cursor re-read locks the task's cursor row
+  (db/schedule.last_due), so even two nodes that both believe they lead fire a
+  tick once — SQLite's single writer gave that for free. A node that gains the
+  lease runs a round at once: what fell due meanwhile fires once (the catch-up
+  rule above). `@boot` runs stay per node start (`fire_boot`).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from ..launch.executor import Prepared
 from ..model import NewEvent, Overlap, Task, Trigger
 from . import overlap
 from .dispatcher import Dispatcher
+from .leader import Leader
 from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.scheduler")
@@ -55,6 +64,10 @@ FIRES_PER_TX = 16
 MAX_SKIP_EVENTS = 100  # schedule.skipped events recorded per blocking run
 LATE_MS = 60_000  # a tick fired later than this counts as a catch-up
 WAKE_SLACK_S = 0.005  # timers may fire a hair early: look just after the due time
+
+
+class _NotLeader(Exception):
+    """The lease check failed inside a tick transaction: roll it back."""
 
 
 class Outcome:
@@ -91,8 +104,13 @@ class Scheduler:
                  clock: Callable[[], int] = now_ms, max_sleep_s: float = MAX_SLEEP_S,
                  stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None,
                  random_delay_s: int = 0,
-                 on_replaced: Callable[[], None] = lambda: None) -> None:
+                 on_replaced: Callable[[], None] = lambda: None,
+                 leader: Leader | None = None) -> None:
         self.db = db
+        # Fleet mode: ticks only while this node holds the scheduler lease (None, or
+        # SQLite's Leader: always, as before).
+        self.leader = leader
+        self.not_leader_rounds = 0  # rounds skipped, or tick transactions rolled back
         self.random_delay_s = random_delay_s
         self.on_queued = on_queued
         # Overlap `replace` committed cancel intents: have their drivers signal now.
@@ -114,6 +132,8 @@ class Scheduler:
         # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
         self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
                                  stop_timeout_s)
+        if leader is not None:
+            leader.on_change(self._leadership)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -133,6 +153,13 @@ class Scheduler:
         """Let a running round finish within the bound, then cancel it."""
         await self.loop.stop()
 
+    def _leadership(self, leading: bool) -> None:
+        if leading:  # fire what fell due while another node led, or none did
+            self.loop.poke()
+
+    def _leads(self) -> bool:
+        return self.leader is None or self.leader.is_leader
+
     async def _round_then_sleep(self) -> float | None:
         next_ms = await self.round()
         if next_ms is None:
@@ -143,6 +170,11 @@ class Scheduler:
 
     async def round(self) -> int | None:
         """Fire every due tick; returns the earliest next due time (ms) or None."""
+        if not self._leads():
+            # Another node fires the ticks; gaining the lease pokes this loop.
+            self.not_leader_rounds += 1
+            self.next_due_ms = None
+            return None
         now = self.clock()
         async with self.db.read() as tx:
             scheduled = await schedule.scheduled_tasks(tx)
@@ -173,16 +205,18 @@ class Scheduler:
             # Several ticks per transaction (one fsync), each in its own savepoint.
             results: list[tuple[str, int | None]] = []
             prepared: list[Prepared] = []
-            async with self.db.write() as tx:
-                for task_id in batch[start:start + FIRES_PER_TX]:
-                    mine: list[Prepared] = []  # kept only if its savepoint is released
-                    try:
-                        async with tx.savepoint():
-                            results.append(await self.fire(tx, task_id, now, mine))
-                    except (rows.Conflict, rows.NotFound, ValueError):
-                        log.exception("schedule: task %s not fired this round", task_id)
-                        continue
-                    prepared.extend(mine)
+            try:
+                async with self.db.write() as tx:
+                    await self._check_lease(tx)
+                    await self._fire_batch(tx, batch[start:start + FIRES_PER_TX], now,
+                                           results, prepared)
+            except _NotLeader:
+                # Lost the lease (or it ran out) since the round began: nothing of
+                # this transaction is written; the new leader fires these ticks.
+                self.not_leader_rounds += 1
+                log.warning("schedule: not the scheduler leader any more; ticks left to it")
+                next_ms = None
+                break
             if self.dispatcher is not None:
                 for p in prepared:
                     self.dispatcher.launch_soon(p)
@@ -206,6 +240,24 @@ class Scheduler:
             self.replaced = 0
             self.on_replaced()
         return next_ms
+
+    async def _check_lease(self, tx: Tx) -> None:
+        """Fleet mode: this transaction fires ticks only under the lease it checks."""
+        if self.leader is not None and not await self.leader.holds_in(tx):
+            raise _NotLeader
+
+    async def _fire_batch(self, tx: Tx, task_ids: list[str], now: int,
+                          results: list[tuple[str, int | None]],
+                          prepared: list[Prepared]) -> None:
+        for task_id in task_ids:
+            mine: list[Prepared] = []  # kept only if its savepoint is released
+            try:
+                async with tx.savepoint():
+                    results.append(await self.fire(tx, task_id, now, mine))
+            except (rows.Conflict, rows.NotFound, ValueError):
+                log.exception("schedule: task %s not fired this round", task_id)
+                continue
+            prepared.extend(mine)
 
     async def fire_boot(self, start_id: str) -> int:
         """`@boot`: once per appliance start, after recovery (Runtime.start). `start_id`
@@ -255,7 +307,8 @@ class Scheduler:
         schedules = task.schedules
         if not task.enabled or not schedules:
             return Outcome.NOT_DUE, None
-        last = await schedule.last_due(tx, task.id)  # re-read under the write lock
+        # Re-read under the write lock (PostgreSQL: the cursor row's lock, across nodes).
+        last = await schedule.lock_cursor(tx, task.id)
         anchor = task.updated_at_ms  # an interval's grid (cron ignores it)
         first = first_due_after_any(schedules, _since(task, last), task.tz, anchor)
         if first is None or first > now:
