@@ -31,6 +31,18 @@ _NO_ACTIVE_PARENT = ("({parent} IS NULL OR NOT EXISTS (SELECT 1 FROM runs p"  # 
 LOGS = "logs"
 
 
+def volume(tx: Tx, owner: str) -> str:
+    """The `file_deletions` volume of a log written by node `owner`: a fleet's logs are
+    on the disk of the node that ran the attempt, and only that node may unlink them
+    (docs/fleet.md); the embedded SQLite has one node and one volume."""
+    return LOGS if tx.dialect == dialect.SQLITE else f"{LOGS}@{owner}"
+
+
+def _owned(owner: str | None, column: str = "a.runtime_owner") -> tuple[str, tuple[str, ...]]:
+    """A node's own logs in a fleet (`owner` = its node id); None: all (one node)."""
+    return ("", ()) if owner is None else (f" AND {column} = ?", (owner,))
+
+
 # -- run policy ------------------------------------------------------------------
 
 class TaskPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,11 +94,14 @@ class Deleted(msgspec.Struct, kw_only=True):
     run_ids: list[str] = []
 
 
-async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
+async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int,
+                      owner: str | None = None) -> Deleted:
     """Delete terminal runs with their attempts (and their logs' rows), events and leases.
 
     One transaction (the caller's). The log files are queued in `file_deletions`
-    in the same transaction and unlinked only after commit.
+    in the same transaction and unlinked only after commit: `log_paths` are the ones
+    the caller may unlink now — in a fleet only its own (`owner`), the others wait in
+    their node's volume of the queue.
     """
     if not run_ids:
         return Deleted()
@@ -101,43 +116,51 @@ async def delete_runs(tx: Tx, run_ids: list[str], now_ms: int) -> Deleted:
     if not ids:
         return Deleted()
     arts = await tx.all(
-        "SELECT a.log_path, a.log_evicted_at_ms FROM run_attempts a"  # noqa: S608
+        "SELECT a.log_path, a.log_evicted_at_ms, a.runtime_owner FROM run_attempts a"  # noqa: S608
         f" WHERE {dialect.in_list(tx.dialect, 'a.run_id', len(ids))}",
         dialect.in_params(tx.dialect, ids))
     # run_attempts go with their runs (ON DELETE CASCADE), their logs' columns with them.
     deleted = await tx.execute(
         f"DELETE FROM runs WHERE {dialect.in_list(tx.dialect, 'id', len(ids))}",  # noqa: S608
         dialect.in_params(tx.dialect, ids))
-    paths = [str(a["log_path"]) for a in arts if a["log_evicted_at_ms"] is None]
-    await enqueue_deletions(tx, paths, now_ms)
+    live = [a for a in arts if a["log_evicted_at_ms"] is None]
+    for a in live:
+        await enqueue_deletions(tx, [str(a["log_path"])], now_ms,
+                                volume(tx, str(a["runtime_owner"])))
+    paths = [str(a["log_path"]) for a in live
+             if owner is None or a["runtime_owner"] == owner]
     return Deleted(runs=deleted, attempts=len(arts), log_paths=paths, run_ids=ids)
 
 
 # -- files deleted after commit -------------------------------------------------
 
-async def enqueue_deletions(tx: Tx, relative_paths: list[str], now_ms: int) -> None:
+async def enqueue_deletions(tx: Tx, relative_paths: list[str], now_ms: int,
+                            vol: str = LOGS) -> None:
     """Record log files to unlink after this transaction commits (crash-safe)."""
     for rel in relative_paths:
         await tx.execute(
             "INSERT INTO file_deletions (volume, relative_path, created_at_ms)"
-            " VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (LOGS, rel, now_ms))
+            " VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (vol, rel, now_ms))
 
 
-async def pending_deletions(tx: Tx, limit: int) -> list[str]:
+async def pending_deletions(tx: Tx, limit: int, vol: str = LOGS) -> list[str]:
     rows = await tx.all(
         "SELECT relative_path FROM file_deletions WHERE volume = ? ORDER BY created_at_ms,"
-        " relative_path LIMIT ?", (LOGS, limit))
+        " relative_path LIMIT ?", (vol, limit))
     return [str(r["relative_path"]) for r in rows]
 
 
-async def forget_deletions(tx: Tx, relative_paths: list[str]) -> None:
+async def forget_deletions(tx: Tx, relative_paths: list[str], vol: str = LOGS) -> None:
     for rel in relative_paths:
         await tx.execute("DELETE FROM file_deletions WHERE volume = ? AND relative_path = ?",
-                         (LOGS, rel))
+                         (vol, rel))
 
 
-async def count_pending_deletions(tx: Tx) -> int:
-    row = await tx.one("SELECT COUNT(*) AS n FROM file_deletions")
+async def count_pending_deletions(tx: Tx, vol: str | None = None) -> int:
+    if vol is None:
+        row = await tx.one("SELECT COUNT(*) AS n FROM file_deletions")
+    else:
+        row = await tx.one("SELECT COUNT(*) AS n FROM file_deletions WHERE volume = ?", (vol,))
     return int(row["n"]) if row else 0
 
 
@@ -160,11 +183,12 @@ _LOG_SELECT = (
 )
 
 
-async def unsized_logs(tx: Tx, limit: int) -> list[LogRow]:
+async def unsized_logs(tx: Tx, limit: int, owner: str | None = None) -> list[LogRow]:
     """Logs of terminal attempts whose final size has not been measured yet."""
+    mine, by = _owned(owner)
     rows = await tx.all(
         f"{_LOG_SELECT} WHERE {_A_TERMINAL} AND a.log_size_bytes IS NULL"
-        " AND a.log_evicted_at_ms IS NULL ORDER BY a.id LIMIT ?", (limit,))
+        f" AND a.log_evicted_at_ms IS NULL{mine} ORDER BY a.id LIMIT ?", (*by, limit))
     return [_log(r) for r in rows]
 
 
@@ -174,16 +198,17 @@ async def set_sizes(tx: Tx, sizes: list[tuple[str, int]]) -> None:
                          (size, attempt_id))
 
 
-async def active_logs(tx: Tx, limit: int) -> list[str]:
+async def active_logs(tx: Tx, limit: int, owner: str | None = None) -> list[str]:
     # Through the running runs (runs_active, then each one's attempts by run_id: no
     # index of active attempts since migration 0022). No ORDER BY: the caller sums
     # their sizes, so the order is of no use. An older version's orphan (an active
     # attempt under a run not `running`) is not counted: start-up ends or adopts it.
+    mine, by = _owned(owner)
     rows = await tx.all(
         "SELECT a.log_path AS relative_path FROM runs r"  # noqa: S608
         f" {dialect.ordered_join(tx.dialect)} run_attempts a"
-        f" ON a.run_id = r.id WHERE {_R_RUNNING} AND {_A_ACTIVE} LIMIT ?",
-        (limit,))
+        f" ON a.run_id = r.id WHERE {_R_RUNNING} AND {_A_ACTIVE}{mine} LIMIT ?",
+        (*by, limit))
     return [str(r["relative_path"]) for r in rows]
 
 
@@ -193,11 +218,12 @@ class LogTotals(msgspec.Struct, frozen=True, kw_only=True):
     unsized: int  # not measured yet: active attempts and the newest terminal ones
 
 
-async def log_totals(tx: Tx) -> LogTotals:
+async def log_totals(tx: Tx, owner: str | None = None) -> LogTotals:
+    mine, by = _owned(owner, "runtime_owner")
     row = await tx.one(
         "SELECT COUNT(*) AS live, COALESCE(SUM(log_size_bytes), 0) AS bytes,"
         " SUM(CASE WHEN log_size_bytes IS NULL THEN 1 ELSE 0 END) AS unsized FROM run_attempts"
-        " WHERE log_evicted_at_ms IS NULL")
+        f" WHERE log_evicted_at_ms IS NULL{mine}", by)
     if row is None:
         return LogTotals(live=0, sized_bytes=0, unsized=0)
     return LogTotals(live=int(row["live"]), sized_bytes=int(row["bytes"]),
@@ -213,7 +239,8 @@ _NEWER_TERMINAL = (
 
 
 async def eviction_candidates(tx: Tx, after_attempt: str, limit: int, *,
-                              keep_newest: bool = True) -> list[LogRow]:
+                              keep_newest: bool = True, owner: str | None = None
+                              ) -> list[LogRow]:
     """Logs of terminal attempts that still exist, oldest attempt first (UUIDv7 ids).
 
     `keep_newest`: not the logs of each task's newest terminal run (only a critically
@@ -224,13 +251,13 @@ async def eviction_candidates(tx: Tx, after_attempt: str, limit: int, *,
            " a.log_size_bytes AS size_bytes,"
            f" NOT {_NEWER_TERMINAL} AS newest FROM run_attempts a JOIN runs r ON r.id = a.run_id"
            f" WHERE a.id > ? AND {_A_TERMINAL} AND a.log_evicted_at_ms IS NULL"
-           f"{only_older} ORDER BY a.id LIMIT ?")
-    rows = await tx.all(sql, (after_attempt, limit))
+           f"{only_older}{_owned(owner)[0]} ORDER BY a.id LIMIT ?")
+    rows = await tx.all(sql, (after_attempt, *_owned(owner)[1], limit))
     return [_log(r, newest=bool(r["newest"])) for r in rows]
 
 
 async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
-                     now_ms: int) -> list[tuple[str, str]]:
+                     now_ms: int, vol: str = LOGS) -> list[tuple[str, str]]:
     """Mark these attempts' logs evicted and queue their files: (attempt id, path) of each.
 
     Re-checked inside the transaction: a log of an active attempt is never evicted.
@@ -246,7 +273,7 @@ async def evict_logs(tx: Tx, attempt_ids: list[str], reason: str,
             "UPDATE run_attempts SET log_evicted_at_ms = ?, log_evicted_reason = ? WHERE id = ?",
             (now_ms, reason, r["id"]))
     evicted = [(str(r["attempt_id"]), str(r["relative_path"])) for r in rows]
-    await enqueue_deletions(tx, [path for _, path in evicted], now_ms)
+    await enqueue_deletions(tx, [path for _, path in evicted], now_ms, vol)
     return evicted
 
 

@@ -132,15 +132,17 @@ async def delete_task(tx: Tx, task_id: str, now_ms: int = 0) -> list[str]:
     """
     await get_task(tx, task_id)
     logs = await tx.all(
-        "SELECT a.log_path FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+        "SELECT a.log_path, a.runtime_owner FROM run_attempts a JOIN runs r ON r.id = a.run_id"
         " WHERE r.task_id = ?", (task_id,))
     # Its runs and their attempts (with their logs' columns) go by ON DELETE CASCADE.
     await tx.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
     paths = [str(r["log_path"]) for r in logs]
-    for rel in paths:
+    for r in logs:
+        # A fleet node unlinks only its own logs: each is queued for its owner's disk.
+        vol = "logs" if tx.dialect == "sqlite" else f"logs@{r['runtime_owner']}"
         await tx.execute(
             "INSERT INTO file_deletions (volume, relative_path, created_at_ms)"
-            " VALUES ('logs', ?, ?) ON CONFLICT DO NOTHING", (rel, now_ms))
+            " VALUES (?, ?, ?) ON CONFLICT DO NOTHING", (vol, str(r["log_path"]), now_ms))
     return paths
 
 

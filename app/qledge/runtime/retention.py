@@ -159,10 +159,15 @@ class RetentionReport(msgspec.Struct, kw_only=True):
 
 class Retention:
     def __init__(self, *, db: Database, logs_root: Path, db_path: Path, profile: Profile,
-                 disk: DiskWatch, leader: Leader | None = None) -> None:
+                 disk: DiskWatch, leader: Leader | None = None,
+                 owner: str | None = None) -> None:
         self.db = db
         # Fleet mode: policy deletions only while this node holds the lease.
         self.leader = leader
+        # Fleet mode: this node's id. Its file work (sizes, eviction, unlinks) is on
+        # its own logs, the ones on its disk; None: the one node's (all of them).
+        self.owner = owner
+        self.vol = q.LOGS if owner is None else f"{q.LOGS}@{owner}"
         self.logs_root = logs_root
         self.db_path = db_path
         self.profile = profile
@@ -225,7 +230,7 @@ class Retention:
         done = list(self._done)
         async with self.db.write(durable=durable) as tx:
             if done:
-                await q.forget_deletions(tx, done)
+                await q.forget_deletions(tx, done, self.vol)
             yield tx
         forgotten = set(done)
         self._done = [p for p in self._done if p not in forgotten]
@@ -262,7 +267,7 @@ class Retention:
             return
         limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
-            pending = await q.pending_deletions(tx, limit)
+            pending = await q.pending_deletions(tx, limit, self.vol)
         gone = await self._remove_files(pending, report)
         # More queued, and progress made (files that keep failing wait for the interval).
         report.more |= len(pending) == limit and gone > 0
@@ -309,7 +314,8 @@ class Retention:
 
     async def _delete(self, victims: list[tuple[str, str]], report: RetentionReport) -> None:
         async with self._tx() as tx:
-            deleted = await q.delete_runs(tx, [run_id for run_id, _ in victims], now_ms())
+            deleted = await q.delete_runs(tx, [run_id for run_id, _ in victims], now_ms(),
+                                          self.owner)
         report.add("runs_deleted", deleted.runs)
         why = dict(victims)
         for run_id in deleted.run_ids:
@@ -346,8 +352,8 @@ class Retention:
         """Record the final size of finished logs; total = measured + active ones now."""
         limit = self.profile.retention_pages * self.profile.retention_page_size
         async with self.db.read() as tx:
-            unsized = await q.unsized_logs(tx, limit)
-            active = await q.active_logs(tx, 256)
+            unsized = await q.unsized_logs(tx, limit, self.owner)
+            active = await q.active_logs(tx, 256, self.owner)
         root = self.logs_root
 
         def stat_all() -> tuple[list[tuple[str, int]], int]:
@@ -361,7 +367,7 @@ class Retention:
                 await q.set_sizes(tx, sizes)
             report.add("logs_measured", len(sizes))
         async with self.db.read() as tx:
-            totals = await q.log_totals(tx)
+            totals = await q.log_totals(tx, self.owner)
         self.logs_total_bytes = totals.sized_bytes + active_bytes
         self.logs_unmeasured = max(0, totals.unsized - len(active))
         self.live_logs = totals.live
@@ -378,7 +384,8 @@ class Retention:
                 break
             async with self.db.read() as tx:
                 cands = await q.eviction_candidates(tx, after, size,
-                                                    keep_newest=reason != DISK_CRITICAL)
+                                                    keep_newest=reason != DISK_CRITICAL,
+                                                    owner=self.owner)
             if not cands:
                 break
             after = cands[-1].attempt_id
@@ -394,7 +401,8 @@ class Retention:
                 async with self._tx(durable=True) as tx:
                     for label in sorted(set(why.values())):
                         evicted += await q.evict_logs(
-                            tx, [a for a in chosen if why[a] == label], label, now_ms())
+                            tx, [a for a in chosen if why[a] == label], label, now_ms(),
+                            self.vol)
             except errors.Transient as exc:
                 if not on_disk or not _disk_full(exc):
                     raise
@@ -493,7 +501,8 @@ class DiskKeeper:
     """DiskWatch + Retention + their PeriodicLoop, as the Runtime starts and stops them."""
 
     def __init__(self, *, db: Database, settings: Settings, profile: Profile,
-                 wake_dispatcher: Callable[[], None], leader: Leader | None = None) -> None:
+                 wake_dispatcher: Callable[[], None], leader: Leader | None = None,
+                 owner: str | None = None) -> None:
         self.db = db
         self.profile = profile
         self._wake_dispatcher = wake_dispatcher
@@ -505,7 +514,7 @@ class DiskKeeper:
             guard_unknown=settings.disk_guard_unknown)
         self.retention = Retention(db=db, logs_root=settings.logs_path,
                                    db_path=settings.db_path, profile=profile, disk=self.disk,
-                                   leader=leader)
+                                   leader=leader, owner=owner)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
         self._last_poke = 0.0
         self.on_pressure: Callable[[bool, dict[str, object]], None] | None = None
@@ -545,7 +554,8 @@ class DiskKeeper:
         r = self.retention
         async with self.db.read() as tx:
             runs = await q.count_runs(tx)
-            pending = await q.count_pending_deletions(tx)
+            pending = await q.count_pending_deletions(
+                tx, None if r.owner is None else r.vol)
         next_at: int | None = None
         if self.loop.next_round_at is not None:
             wait = self.loop.next_round_at - asyncio.get_running_loop().time()
