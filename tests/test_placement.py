@@ -73,6 +73,24 @@ def test_a_queued_run_no_node_can_take_says_why(client: TestClient) -> None:
     assert [r["waiting"]["reason"] for r in listed] == ["PLACEMENT_NO_NODE"]
 
 
+def test_qinglong_crons_carry_the_placement_as_an_extension(client: TestClient) -> None:
+    r = client.post("/open/crons", json={"command": "echo hi", "schedule": "0 * * * *"})
+    assert r.json()["data"]["qledge_placement"] == {"node": None, "labels": []}
+    num = r.json()["data"]["id"]
+    r = client.put("/open/crons", json={"id": num, "qledge_placement": {
+        "node": "garage-pi", "labels": ["gpio"]}})
+    assert r.status_code == 200, r.text
+    cron = r.json()["data"]
+    assert cron["qledge_placement"] == {"node": "garage-pi", "labels": ["gpio"]}
+    native = client.get(f"/api/v1/tasks/{cron['qledge_id']}").json()
+    assert native["placement"] == cron["qledge_placement"]
+    # A QingLong client's update without the extension leaves it as it is.
+    r = client.put("/open/crons", json={"id": num, "name": "renamed"})
+    assert r.json()["data"]["qledge_placement"] == cron["qledge_placement"]
+    r = client.put("/open/crons", json={"id": num, "qledge_placement": {"node": "Bad!"}})
+    assert r.status_code == 400 and "placement" in r.text
+
+
 def test_waiting_names_the_down_node_or_the_missing_labels() -> None:
     run = Run(id="r", task_id="t", trigger=Trigger.API, status=RunStatus.QUEUED, version=1,
               event_seq=1, cancel_reason=None, cancel_requested_at_ms=None, created_at_ms=1,
