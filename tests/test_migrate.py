@@ -572,6 +572,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
         rows,
         runs,
     )
+    from qledge.node import Node
 
     db = tmp_path / "q.db"
     migrate.apply(db)
@@ -580,6 +581,7 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
     a, r, t, owner = ids.uuid7(), ids.uuid7(), ids.uuid7(), ids.uuid7()
     calls = [
         runs.get_run(tx, r), runs.active_run_of_task(tx, t), runs.queued_runs(tx, 8, 1),
+        runs.queued_runs(tx, 8, 1, Node(name="n1", labels=("node=n1", "gpio"))),
         runs.next_not_before(tx, 1), conc_runs.children(tx, r),
         conc_runs.has_active_child(tx, r),
         runs.list_runs(tx, task_id=None, status="queued", before=None, limit=50),
@@ -648,6 +650,10 @@ async def test_hot_queries_use_indexes(tmp_path: Path) -> None:
                         plan[0]), plan
         assert plan[1] == "SEARCH a USING INDEX sqlite_autoindex_run_attempts_2 (run_id=?)", plan
     assert not any("attempts_active" in step for plan in plans.values() for step in plan)
+    # The claim's page filtered by placement (fleet): still runs_active, oldest first.
+    [placed] = [plan for sql, plan in plans.items() if "placement_node = ?" in sql]
+    assert re.match(r"SEARCH runs USING INDEX runs_active \(status=\?\)", placed[0]), placed
+    assert not any("TEMP B-TREE" in step for step in placed), placed
     assert len(rec.calls) >= len(calls)
     assert scans == {}
 

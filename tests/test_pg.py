@@ -39,6 +39,7 @@ from qledge.db import (
 )
 from qledge.db.connection import Database
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
+from qledge.node import Node
 from qledge.qinglong_source import QlDependency
 
 from conftest import free_port
@@ -1318,9 +1319,10 @@ async def test_hot_queries_use_the_partial_indexes_on_postgresql(pgdb: pg.Databa
         await journal.journal_due(xt, 1, 33)
         await journal.journal_age_in_spawn(xt, 1)
         await runs.queued_runs(xt, 8, 1)
+        await runs.queued_runs(xt, 8, 1, Node(name="n1", labels=("node=n1", "gpio")))
         await runs.next_not_before(xt, 1)
         await runs.list_runs(xt, task_id=None, status="queued", before=None, limit=50)
-    assert len(ex.plans) == 11, list(ex.plans)
+    assert len(ex.plans) == 12, list(ex.plans)
     seq = {sql: scans for sql, plan in ex.plans.items()
            if (scans := [s for s in _scans(plan[0]["Plan"]) if s[0] == "Seq Scan"
                          and s[1] in ("runs", "run_attempts")])}
@@ -1339,5 +1341,5 @@ async def test_hot_queries_use_the_partial_indexes_on_postgresql(pgdb: pg.Databa
     # Queued runs through runs_active (list_runs's `status = ?`: a custom plan, whose
     # bound value implies the index's predicate).
     queued = [ix for sql, ix in indexes.items() if sql.startswith("SELECT")
-              and "FROM runs WHERE" in sql]  # queued_runs, next_not_before, list_runs
-    assert len(queued) == 3 and all(ix == {"runs_active"} for ix in queued), queued
+              and "FROM runs WHERE" in sql]  # queued_runs (both), next_not_before, list_runs
+    assert len(queued) == 4 and all(ix == {"runs_active"} for ix in queued), queued

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from ..model import NewEvent, Run, RunStatus
 from . import statuses as st
 from .connection import Tx
 from .events import append_events
 from .rows import run_from_row
-from .runs import get_run
+from .runs import get_run, notify_queued
 
 _ACTIVE = st.active_run()
+_json = msgspec.json.Encoder()
 
 
 async def create_child(tx: Tx, run_id: str, parent: Run, conc_index: int,
                        now_ms: int) -> Run:
     await tx.execute(
         "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, parent_run_id,"
-        " conc_index) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        " conc_index, placement_node, placement_labels_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",  # a child runs where its parent may
         (run_id, parent.task_id, parent.trigger.value, RunStatus.QUEUED.value, now_ms,
-         parent.id, conc_index))
+         parent.id, conc_index, parent.placement_node,
+         _json.encode(parent.placement_labels).decode() if parent.placement_labels
+         else None))
+    await notify_queued(tx)
     run = await get_run(tx, run_id)
     await append_events(tx, run, [NewEvent(type="run.created", data={
         "trigger": parent.trigger.value, "parent_run_id": parent.id,

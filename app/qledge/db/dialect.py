@@ -119,3 +119,18 @@ def like(dialect: Dialect, column: str, pattern: str) -> str:
     take the escape character in `ESCAPE '\\'`."""
     op = "LIKE" if dialect == SQLITE else "ILIKE"
     return f"{column} {op} {pattern} ESCAPE '\\'"
+
+
+@lru_cache(maxsize=16)
+def labels_within(dialect: Dialect, column: str) -> str:
+    """Every label of the JSON array in `column` (NULL: none) is one of the JSON array
+    given as one parameter: a run's placement labels against a node's labels.
+
+    Why: SQLite reads each array with `json_each` (a correlated NOT EXISTS over the
+    run's labels; a NULL column, the common case, is decided before it runs);
+    PostgreSQL's `jsonb` containment `<@` says the same of two arrays of strings in
+    one operator."""
+    if dialect == SQLITE:
+        return (f"({column} IS NULL OR NOT EXISTS (SELECT 1 FROM json_each({column}) pl"  # noqa: S608
+                " WHERE pl.value NOT IN (SELECT value FROM json_each(?))))")
+    return f"({column} IS NULL OR {column}::jsonb <@ ?::jsonb)"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -42,6 +43,7 @@ from ._durability import Durability
 from .connection import Params, TerminalListener
 from .dialect import POSTGRESQL, Dialect
 
+log = logging.getLogger("qledge.pg")
 T = TypeVar("T")
 Row = Any  # an asyncpg.Record: row["column"], row[0], keys(), dict(row)
 
@@ -260,6 +262,7 @@ class Database(Durability):
         self._readers: asyncio.Queue[Any] = asyncio.Queue()
         self._all: list[Any] = []
         self._terminal: tuple[TerminalListener, ...] = ()
+        self._listening: list[asyncio.Task[None]] = []
 
     def on_terminal(self, listener: TerminalListener) -> None:
         """Register `listener` for every write transaction that makes a run terminal."""
@@ -277,6 +280,12 @@ class Database(Durability):
         await self._flush()
 
     async def close(self) -> None:
+        listening, self._listening = self._listening, []
+        for task in listening:
+            task.cancel()
+        for task in listening:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         conns, self._all = self._all, []
         self._writer = None
         while not self._readers.empty():
@@ -372,3 +381,44 @@ class Database(Durability):
                 await conn.execute("COMMIT")
         finally:
             self._readers.put_nowait(conn)
+
+    # -- LISTEN -------------------------------------------------------------------------
+
+    def listen(self, channel: str, callback: Callable[[], None], *,
+               ping_s: float = 10.0, max_backoff_s: float = 30.0) -> None:
+        """Call `callback()` for every notification on `channel`, on a connection of its
+        own, until close(). After a drop (a server restart, a network cut) it reconnects
+        with backoff, and calls `callback()` once on every (re)connection: what was
+        notified while nobody listened is lost, so the listener looks once. `ping_s`: a
+        silent connection is probed that often (a dead peer shows no error otherwise)."""
+        task = asyncio.create_task(self._listen(channel, callback, ping_s, max_backoff_s),
+                                   name=f"listen:{channel}")
+        self._listening.append(task)
+
+    async def _listen(self, channel: str, callback: Callable[[], None], ping_s: float,
+                      max_backoff_s: float) -> None:
+        delay = 0.2
+        while True:
+            conn: Any = None
+            try:
+                conn = await _connect(self.dsn, readonly=False)
+                gone = asyncio.Event()
+                conn.add_termination_listener(lambda *_, ev=gone: ev.set())
+                await conn.add_listener(channel, lambda *_: callback())
+                delay = 0.2
+                callback()
+                while not conn.is_closed():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(gone.wait(), ping_s)
+                    await asyncio.wait_for(conn.execute("SELECT 1"), ping_s)
+            except asyncio.CancelledError:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+                raise
+            except Exception as exc:  # the server or the network: try again later
+                log.warning("LISTEN %s lost (%s); reconnecting in %.1f s", channel,
+                            type(exc).__name__, delay)
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_backoff_s)

@@ -11,6 +11,7 @@ import msgspec
 
 from .. import transitions
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
+from ..node import Node
 from ..transitions import Transition
 from . import dialect, events, policies
 from . import statuses as st
@@ -22,6 +23,9 @@ from .rows import Conflict, NotFound, run_from_row
 _json = msgspec.json.Encoder()
 _ACTIVE_RUN = st.active_run()
 _QUEUED = st.is_("status", RunStatus.QUEUED)
+# The channel a node LISTENs on for queued runs (PostgreSQL; docs/fleet-plan.md, "The
+# claim"): delivered on commit, dropped with a rollback, one per transaction.
+QUEUED_CHANNEL = "qledge_queued"
 # apply's run UPDATE, per dialect (the event-log append differs: events.APPEND_SET).
 _APPLY = {
     d: "UPDATE runs SET status = ?, version = ?, cancel_reason = ?, cancel_requested_at_ms = ?,"  # noqa: S608
@@ -34,17 +38,33 @@ _APPLY = {
 async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms: int,
                      not_before_ms: int | None = None) -> Run:
     """A queued run; with `not_before_ms` the dispatcher leaves it until that time
-    (and a `run.created` event that says so)."""
+    (and a `run.created` event that says so).
+
+    The run takes the task's placement as it is now: editing the task later never
+    moves a queued run (scalar subqueries, so a missing task is still the foreign
+    key's error)."""
     await tx.execute(
-        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, not_before_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms, not_before_ms))
+        "INSERT INTO runs (id, task_id, trigger, status, created_at_ms, not_before_ms,"
+        " placement_node, placement_labels_json) VALUES (?, ?, ?, ?, ?, ?,"
+        " (SELECT placement_node FROM tasks WHERE id = ?),"
+        " (SELECT placement_labels_json FROM tasks WHERE id = ?))",
+        (run_id, task_id, trigger.value, RunStatus.QUEUED.value, now_ms, not_before_ms,
+         task_id, task_id))
+    await notify_queued(tx)
     run = await get_run(tx, run_id)
     data: dict[str, str | int | None] = {"trigger": trigger.value}
     if not_before_ms is not None:
         data["not_before_ms"] = not_before_ms
     await append_events(tx, run, [NewEvent(type="run.created", data=data)], now_ms)
     return await get_run(tx, run_id)
+
+
+async def notify_queued(tx: Tx) -> None:
+    """Wake every node's dispatcher when this transaction commits (PostgreSQL: the
+    other nodes cannot see this node's queue otherwise; on SQLite the one node's own
+    callers wake it)."""
+    if tx.dialect == dialect.POSTGRESQL:
+        await tx.execute(f"NOTIFY {QUEUED_CHANNEL}")
 
 
 async def get_run(tx: Tx, run_id: str) -> Run:
@@ -108,12 +128,23 @@ async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:
     return out
 
 
-async def queued_runs(tx: Tx, limit: int, now_ms: int) -> list[Run]:
-    """Queued runs that may start now (no not-before time, or one that has passed)."""
-    rows = await tx.all(
-        f"SELECT * FROM runs WHERE {_QUEUED}"  # noqa: S608
-        " AND (not_before_ms IS NULL OR not_before_ms <= ?) ORDER BY id LIMIT ?",
-        (now_ms, limit))
+async def queued_runs(tx: Tx, limit: int, now_ms: int, node: Node | None = None) -> list[Run]:
+    """Queued runs that may start now (no not-before time, or one that has passed);
+    with `node`, only those whose placement it satisfies (node.allows, in SQL: a node
+    never starves behind a page of runs meant for others)."""
+    if node is None:
+        rows = await tx.all(
+            f"SELECT * FROM runs WHERE {_QUEUED}"  # noqa: S608
+            " AND (not_before_ms IS NULL OR not_before_ms <= ?) ORDER BY id LIMIT ?",
+            (now_ms, limit))
+    else:
+        rows = await tx.all(
+            f"SELECT * FROM runs WHERE {_QUEUED}"  # noqa: S608
+            " AND (not_before_ms IS NULL OR not_before_ms <= ?)"
+            " AND (placement_node IS NULL OR placement_node = ?)"
+            f" AND {dialect.labels_within(tx.dialect, 'placement_labels_json')}"
+            " ORDER BY id LIMIT ?",
+            (now_ms, node.name, _json.encode(list(node.labels)).decode(), limit))
     return [run_from_row(r) for r in rows]
 
 
@@ -147,6 +178,8 @@ async def apply(tx: Tx, old: Run, transition: Transition, now_ms: int) -> Run:
          old.version))
     if changed == 0:
         raise Conflict(f"run {old.id} version {old.version}")
+    if new.status is RunStatus.QUEUED and old.status is not RunStatus.QUEUED:
+        await notify_queued(tx)  # a retry queued again
     if att is not None:
         # An attempt that ends starts its journal entry's retention clock in the same
         # UPDATE (what journal.journal_mark_terminal does on its own).

@@ -33,6 +33,10 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
     for field in CHAIN_FIELDS:
         if field in out:
             out[f"{field}_json"] = _json.encode(list(dict.fromkeys(out.pop(field)))).decode()
+    if "placement_labels" in out:
+        # No labels is NULL (no requirement, no bytes per row), as rows._labels reads it.
+        labels = list(dict.fromkeys(out.pop("placement_labels") or []))
+        out["placement_labels_json"] = _json.encode(labels).decode() if labels else None
     if "retry_on" in out:
         out["retry_on_json"] = _json.encode(sorted(set(out.pop("retry_on")))).decode()
     if "enabled" in out:

@@ -178,6 +178,8 @@ class CronIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     task_after: str | None = None
     log_name: str | None = None
     work_dir: str | None = None
+    # qledge extension (QingLong clients neither send nor read it): where its runs go.
+    qledge_placement: native_tasks.PlacementIn | None = None
 
 
 class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -193,6 +195,7 @@ class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     task_after: str | None = None
     log_name: str | None = None
     work_dir: str | None = None
+    qledge_placement: native_tasks.PlacementIn | None = None  # None: unchanged
 
 
 def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
@@ -233,6 +236,8 @@ def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
         # qledge extras (ignored by QingLong clients)
         "qledge_id": task.id,
         "timeout_s": task.timeout_s,
+        "qledge_placement": native_tasks.placement_view(task.placement_node,
+                                                        task.placement_labels),
     }
 
 
@@ -269,6 +274,8 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
         fields["overlap"] = "allow" if body.allow_multiple_instances else "replace"
     if body.extra_schedules is not None:
         fields["extra_schedules"] = _extra_schedules(body.extra_schedules)
+    if body.qledge_placement is not None:
+        fields["placement"] = body.qledge_placement
     if "schedule" in fields and not str(fields["schedule"]).strip():
         raise BadRequest("schedule must not be empty", field="schedule")
     return native_tasks.validated(fields, BadRequest)

@@ -10,7 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
-from ..db import attempts, conc_runs, events, runs
+from ..db import attempts, claims, conc_runs, events, runs
+from ..db.connection import Tx
 from ..model import (
     ACTIVE_ATTEMPT,
     TERMINAL_RUN,
@@ -31,10 +32,23 @@ def _rt(request: Request) -> Runtime:
     return rt
 
 
-def run_view(run: Run) -> dict[str, Any]:
+def run_view(run: Run, waiting: claims.Waiting | None = None) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(run)
     body["terminal"] = run.status in TERMINAL_RUN
+    body["placement"] = {"node": body.pop("placement_node", None),
+                         "labels": body.pop("placement_labels", [])}
+    # A queued run that no live node can take says why (docs/fleet.md), else null.
+    body["waiting"] = msgspec.to_builtins(waiting) if waiting is not None else None
     return body
+
+
+async def _waiting(rt: Runtime, tx: Tx, page: list[Run]) -> dict[str, claims.Waiting]:
+    """Computed on read, for queued runs with a placement only (one read of the nodes)."""
+    placed = [r for r in page if claims.placed_queued(r)]
+    if not placed:
+        return {}
+    known = await claims.known_nodes(tx, rt.dispatcher.node)
+    return {r.id: w for r in placed if (w := claims.judge(r, known)) is not None}
 
 
 def attempt_view(a: Attempt) -> dict[str, Any]:
@@ -72,8 +86,10 @@ async def list_(request: Request) -> Response:
     async with _rt(request).db.read() as tx:
         page = await runs.list_runs(tx, task_id=task_id, status=status,
                                      before=cursor, limit=limit)
+        waits = await _waiting(_rt(request), tx, page)
     nxt = page[-1].id if len(page) == limit else None
-    return json_response({"items": [run_view(r) for r in page], "next_cursor": nxt})
+    return json_response({"items": [run_view(r, waits.get(r.id)) for r in page],
+                          "next_cursor": nxt})
 
 
 async def _run_id(request: Request) -> str:
@@ -90,6 +106,7 @@ async def get(request: Request) -> Response:
         run = await runs.get_run(tx, run_id)
         tried = await attempts.attempts_of_run(tx, run_id)
         children = await conc_runs.children(tx, run_id)
+        waits = await _waiting(rt, tx, [run])
     views = []
     for a in tried:
         view = attempt_view(a)
@@ -100,7 +117,8 @@ async def get(request: Request) -> Response:
     # A `task … conc` parent's child runs (docs/tasks.md): ids and results.
     kids = [{"id": c.id, "conc_index": c.conc_index, "status": c.status.value,
              "exit_code": c.exit_code, "reason_code": c.reason_code} for c in children]
-    return json_response({**run_view(run), "attempts": views, "children": kids})
+    return json_response({**run_view(run, waits.get(run.id)), "attempts": views,
+                          "children": kids})
 
 
 async def run_events(request: Request) -> Response:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron
+from .. import cron, node
 from ..clock import now_ms
 from ..db import tasks
 from ..model import DEFAULT_RETRY_ON, RETRYABLE, Task
@@ -25,6 +25,14 @@ _Overlap = Literal["skip", "queue", "replace", "allow"]
 MAX_RETRIES = 10
 MAX_RETRY_DELAY_S = 86400
 MAX_EXTRA_SCHEDULES = 20
+
+
+class PlacementIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Where a task's runs may execute (docs/fleet.md): a node by name, labels a node
+    must all carry, both, or neither (any node)."""
+
+    node: str | None = None
+    labels: list[str] = []
 
 
 class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -48,6 +56,7 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     on_finish: list[str] = []
     extra_schedules: list[str] = []  # more cron expressions (QingLong extra_schedules)
     tz: str | None = None  # IANA zone the schedules tick in; None = the container's TZ
+    placement: PlacementIn | None = None  # None: any node
 
 
 class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -71,6 +80,7 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     on_finish: list[str] | msgspec.UnsetType = UNSET
     extra_schedules: list[str] | msgspec.UnsetType = UNSET
     tz: str | msgspec.UnsetType | None = UNSET
+    placement: PlacementIn | msgspec.UnsetType | None = UNSET
 
 
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
@@ -124,7 +134,32 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
     if out.get("keep_days") is not None:
         inputs.bounded(out["keep_days"], "keep_days", 0, 36_500, error)
     _policies(out, error)
+    if "placement" in out:
+        out.update(placement(out.pop("placement"), error))
     return out
+
+
+def placement(value: PlacementIn | dict[str, Any] | None,
+              error: type[ApiError] = Invalid) -> dict[str, Any]:
+    """A placement as the task's columns (`placement_node`, `placement_labels`), checked
+    by the node rules (node.check_name / check_labels); None or {} is "any node"."""
+    if value is None:
+        return {"placement_node": None, "placement_labels": []}
+    if isinstance(value, dict):
+        try:
+            value = msgspec.convert(value, PlacementIn)
+        except msgspec.ValidationError as exc:
+            raise error(f"placement: {exc}", field="placement") from exc
+    try:
+        name = node.check_name(value.node) if value.node is not None else None
+        labels = node.check_labels(value.labels)
+    except node.NodeError as exc:
+        raise error(f"placement: {exc}", field="placement") from exc
+    return {"placement_node": name, "placement_labels": labels}
+
+
+def placement_view(placement_node: str | None, labels: list[str]) -> dict[str, Any]:
+    return {"node": placement_node, "labels": list(labels)}
 
 
 def _extra_schedules(items: list[str], error: type[ApiError]) -> list[str]:
@@ -166,6 +201,8 @@ def _policies(out: dict[str, Any], error: type[ApiError]) -> None:
 
 def task_view(task: Task) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(task)
+    body["placement"] = placement_view(body.pop("placement_node", None),
+                                       body.pop("placement_labels", []))
     body["next_fire_at_ms"] = None
     if task.schedules and task.enabled:
         body["next_fire_at_ms"] = cron.first_due_after_any(task.schedules, now_ms(), task.tz,

@@ -27,6 +27,7 @@ from ..clock import now_ms
 from ..db import attempts, conc_runs, journal, runs, tasks
 from ..db.connection import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
+from ..node import Node
 from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
 from . import identity, logs
@@ -121,8 +122,11 @@ class LocalExecutor:
         identity_grace_s: float = 0.0, identities: Identities | None = None,
         on_cancelling: Callable[[], None] | None = None,
         journal_cutoff: Callable[[int], int | None] = lambda now: None,
+        node: Node | None = None,
     ) -> None:
         self.db = db
+        # The runtime's Node: its lease epoch (None on SQLite) goes on every attempt.
+        self.node = node
         self.receipts = receipts
         self.logs_root = logs_root
         self.work_dir = work_dir
@@ -198,7 +202,8 @@ class LocalExecutor:
             tx, run, attempt_id=attempt_id, owner=self.node_id,
             executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
             deadline_at_ms=deadline, log_path=logs.relative_path(attempt_id),
-            receipt_path=self.receipts.relative_path(attempt_id), now_ms=now)
+            receipt_path=self.receipts.relative_path(attempt_id), now_ms=now,
+            node_epoch=self.node.epoch if self.node is not None else None)
         # In the same commit: from here on the run is not "nothing started" (a cancel
         # goes through the attempt, docs/recovery.md).
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)

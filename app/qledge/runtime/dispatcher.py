@@ -5,6 +5,11 @@ prepares the attempt, so they cannot both take the last slot): the loop below
 for runs that waited, and `admit_new` for a run created just now — its
 creator's transaction also does spawn step 1 when a slot is free and no older
 run waits, so a run that starts at once costs one durable commit, not two.
+
+Both doors take only runs whose placement this node satisfies (`node.allows`; the
+loop's page is filtered in SQL), and a fenced node takes none. On PostgreSQL the
+claim adds what SQLite's single writer gave for free (db/claims.py): the task's
+overlap lock, the run's row lock (SKIP LOCKED), and the node's lease at its epoch.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
-from ..db import attempts, runs, tasks
+from ..db import attempts, claims, runs, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
-from ..model import Run, Task
+from ..model import Overlap, Run, Task
+from ..node import Node, allows
 from . import overlap
 from .loop import settle
 
@@ -34,8 +40,12 @@ class Dispatcher:
 
     def __init__(self, db: Database, executor: LocalExecutor, node_id: str, limit: int,
                  on_spawned: Callable[[SpawnResult], None],
-                 may_spawn: Callable[[], Awaitable[str | None]] = _no_hold) -> None:
+                 may_spawn: Callable[[], Awaitable[str | None]] = _no_hold,
+                 node: Node | None = None) -> None:
         self.db = db
+        # The runtime's one Node (mutated in place by runtime/fleet.py: epoch, fenced);
+        # without one, a node of no name and no labels (runs without placement only).
+        self.node = node if node is not None else Node(name="", labels=())
         self.executor = executor
         self.node_id = node_id
         self.limit = limit
@@ -104,12 +114,27 @@ class Dispatcher:
         that waits)."""
         if self._stopping or self._task is None or await self.may_spawn() is not None:
             return None
-        if not await self._slot_free(tx) or not await overlap.may_start(tx, task, run):
+        if not self._may_take(run) or not await self._slot_free(tx):
             return None
-        oldest = await runs.queued_runs(tx, 1, now_ms())
+        await self._serialize(tx, task)
+        if not await overlap.may_start(tx, task, run):
+            return None
+        oldest = await runs.queued_runs(tx, 1, now_ms(), self.node)
         if not oldest or oldest[0].id != run.id:
             return None
+        if not await claims.holds_lease(tx, self.node):
+            return None
         return await self.executor.prepare_in(tx, run, task)
+
+    def _may_take(self, run: Run) -> bool:
+        return not self.node.fenced and allows(
+            self.node, run.placement_node, run.placement_labels)
+
+    @staticmethod
+    async def _serialize(tx: Tx, task: Task) -> None:
+        """The overlap decision of a non-`allow` task, one node at a time (PostgreSQL)."""
+        if task.overlap is not Overlap.ALLOW:
+            await claims.serialize_task(tx, task.id)
 
     async def _slot_free(self, tx: Tx) -> bool:
         """The admission rule of both doors, read inside the preparing transaction."""
@@ -134,19 +159,30 @@ class Dispatcher:
     async def dispatch_once(self) -> int:
         if await self.may_spawn() is not None:
             return 0
+        if self.node.fenced:
+            return 0  # until runtime/fleet.py registers the node again
         async with self.db.read() as tx:
-            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
+            queued = await runs.queued_runs(tx, self.limit * 2, now_ms(), self.node)
             self._wake_at(await runs.next_not_before(tx, now_ms()))
         started = 0
         fanned = self.executor.fanned_out
         for run in queued:
-            if self._stopping:
+            if self._stopping or self.node.fenced:
                 break
             async with self.db.write() as tx:
                 if not await self._slot_free(tx):
                     return started  # a finished attempt wakes us again
-                if not await overlap.may_start(tx, await tasks.get_task(tx, run.task_id), run):
+                task = await tasks.get_task(tx, run.task_id)
+                # The task's lock before the run's: a creator deciding `replace` holds
+                # the first and then writes runs of the task; the other order could
+                # deadlock with it. SKIP LOCKED never waits, so this order cannot.
+                await self._serialize(tx, task)
+                if not await claims.lock_queued(tx, run.id):
+                    continue  # another node has it (or it moved on)
+                if not await overlap.may_start(tx, task, run):
                     continue  # behind a run of its task (overlap queue/replace)
+                if not await claims.holds_lease(tx, self.node):
+                    return started  # fenced or lease lapsed: nothing is spawned
                 prepared = await self.executor.prepare_in(tx, run)
             if prepared is None:
                 continue

@@ -25,7 +25,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import transitions
-from ..db import attempts, events, runs
+from ..db import attempts, claims, events, runs
 from ..db.connection import Tx
 from ..model import CancelReason, NewEvent, Overlap, Run, RunStatus, Task
 from . import conc
@@ -42,6 +42,9 @@ async def decide(tx: Tx, task: Task, now_ms: int) -> Decision:
     the cancel intents) and say whether to create it. `allow` is not decided here."""
     if task.overlap is Overlap.ALLOW:
         return Decision()
+    # Fleet-wide, one creator or claimer of this task at a time (PostgreSQL; a no-op
+    # under SQLite's single writer): two nodes never both see "no active run".
+    await claims.serialize_task(tx, task.id)
     # A `task … conc` parent stands for its children (runtime/conc.py): they are not
     # separate runs of the task here.
     active = [r for r in await runs.active_runs_of_task(tx, task.id)
