@@ -37,3 +37,9 @@ CREATE TABLE fleet_leases (
     epoch bigint NOT NULL,
     expires_at_ms bigint NOT NULL
 );
+
+-- A fleet's logs are on the disk of the node that ran the attempt: a deleted log is
+-- queued in its owner's volume, `logs@<node id>`, which only that node drains.
+ALTER TABLE file_deletions DROP CONSTRAINT file_deletions_volume_check;
+ALTER TABLE file_deletions ADD CONSTRAINT file_deletions_volume_check
+    CHECK (volume = 'logs' OR volume LIKE 'logs@%');
