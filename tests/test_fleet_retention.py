@@ -20,6 +20,7 @@ from qledge.db import retention_queries as q
 from qledge.db.connection import Database
 from qledge.model import Trigger
 
+
 @pytest.fixture
 async def pgdb(pg_dsn: str) -> AsyncIterator[pg.Database]:
     await migrate_pg.apply(pg_dsn)

@@ -221,7 +221,7 @@ class LogTotals(msgspec.Struct, frozen=True, kw_only=True):
 async def log_totals(tx: Tx, owner: str | None = None) -> LogTotals:
     mine, by = _owned(owner, "runtime_owner")
     row = await tx.one(
-        "SELECT COUNT(*) AS live, COALESCE(SUM(log_size_bytes), 0) AS bytes,"
+        "SELECT COUNT(*) AS live, COALESCE(SUM(log_size_bytes), 0) AS bytes,"  # noqa: S608
         " SUM(CASE WHEN log_size_bytes IS NULL THEN 1 ELSE 0 END) AS unsized FROM run_attempts"
         f" WHERE log_evicted_at_ms IS NULL{mine}", by)
     if row is None:
