@@ -198,8 +198,9 @@ def test_a_node_on_postgresql_runs_survives_a_worker_kill_and_the_server_away(
         tmp_path: Path, own_pg: _pg.Cluster) -> None:
     dsn = own_pg.dsn
     state = tmp_path / "state"
+    # Short supervision rounds: a result kept while the server was away is found soon.
     app = Appliance(state, free_port(), database_url=dsn, cluster_secret=SECRET,
-                    node_name="garage")
+                    node_name="garage", round_interval_s="2")
     app.start(60)
     try:
         system = app.api("GET", "/system").json()
@@ -245,8 +246,16 @@ def test_a_node_on_postgresql_runs_survives_a_worker_kill_and_the_server_away(
         assert b"after" in app.api("GET", f"/runs/{run_slow['id']}/log").content
 
         # The server away: the API says database_unavailable (503), /readyz 503,
-        # /healthz stays 200; back, and everything works again.
+        # /healthz stays 200; a task that ends meanwhile keeps its receipt; back, its
+        # real exit code is applied and everything works again.
+        gate2 = tmp_path / "gate2"
+        away = app.api("POST", "/tasks", json={"name": "away", "command":
+                       f"while [ ! -e {gate2} ]; do sleep 0.05; done; echo late; exit 5"}
+                       ).json()
+        run_away = app.api("POST", f"/tasks/{away['id']}/runs").json()["run"]
+        _wait(lambda: _run_of(app, run_away["id"])["started_at_ms"], 20, "the run")
         _pg_ctl(own_pg, "-m", "fast", "-w", "stop")
+        gate2.touch()
         r = _wait(lambda: (x := app.api("GET", "/tasks")).status_code == 503 and x, 20,
                   "503 from the API")
         assert r.json()["error"] == "database_unavailable"
@@ -256,9 +265,13 @@ def test_a_node_on_postgresql_runs_survives_a_worker_kill_and_the_server_away(
         assert app.http.get("/healthz").status_code == 200
         assert app.api("POST", "/tasks", json={"name": "x", "command": "true"}
                        ).status_code == 503
+        time.sleep(3)  # the launcher has exited and published; the worker kept trying
         _pg_ctl(own_pg, "-w", "-t", "60", "-l", str(own_pg.dir / "server.log"), "-o",
                 f"-c listen_addresses=127.0.0.1 -p {own_pg.port} -k {own_pg.dir}", "start")
         app.wait_ready(60)
+        done = _terminal(app, run_away["id"])
+        assert (done["status"], done["exit_code"]) == ("failed", 5)
+        assert b"late" in app.api("GET", f"/runs/{run_away['id']}/log").content
         again = app.api("POST", f"/tasks/{ok['id']}/runs")
         assert again.status_code < 300, again.text
         assert _terminal(app, again.json()["run"]["id"])["status"] == "succeeded"

@@ -29,7 +29,7 @@ from ..receipts.store import ReceiptStore
 from ..settings import Settings, redact_dsn
 from . import chains, conc
 from .cancellation import Cancellation
-from .completion import CompletionService
+from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 from .dependencies import Dependencies
 from .dispatcher import Dispatcher
@@ -266,8 +266,11 @@ class Runtime:
                     result = await self.completion.without_receipt(
                         attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT,
                         settled=got is Consumed.MISSING)
-                    log.warning("attempt %s exited without a receipt: %s", attempt_id,
-                                result.status)
+                    if result.outcome is Outcome.APPLIED:
+                        # (Not when the supervisor consumed the receipt meanwhile: after
+                        # the database was away, the fast path's retries may outlast it.)
+                        log.warning("attempt %s exited without a receipt: %s", attempt_id,
+                                    result.status)
         except Exception:
             log.exception("completing attempt %s failed; the supervisor will retry", attempt_id)
         finally:
