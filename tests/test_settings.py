@@ -46,7 +46,7 @@ def test_toml_then_env_override(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["cluster-control", "cluster-worker"])
 def test_cluster_profiles_refused(name: str) -> None:
-    with pytest.raises(settings.SettingsError, match="not supported by this SQLite local stack"):
+    with pytest.raises(settings.SettingsError, match="needs QLEDGE_DATABASE_URL"):
         settings.load({"QLEDGE_PROFILE": name})
 
 

@@ -42,7 +42,7 @@ def serve(*, boot_id: str | None = None) -> int:
     from hypercorn.config import Config, Sockets
 
     from . import paths, process, settings
-    from .db import migrate
+    from .db import backend, migrate
     from .http.app import create_app
     from .launch import isolation
     from .launch.identity import pidfd_unavailable
@@ -57,7 +57,10 @@ def serve(*, boot_id: str | None = None) -> int:
         paths.prepare_roots(conf)
         isolation.check_layout(conf)
         lock_fd = paths.acquire_runtime_lock(conf)
-        migrate.apply(conf.db_path)
+        if conf.fleet:
+            log.info("fleet mode: database %s, node %s", settings.redact_dsn(conf.database_url),
+                     conf.node_name or "(host name)")
+        backend.migrate_now(conf)
         probe(conf.receipts_path)
         token, generated = paths.admin_token(conf)
     except paths.AlreadyRunning as exc:
@@ -119,16 +122,36 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def migrate_cmd() -> int:
     from . import paths, settings
-    from .db import migrate
+    from .db import backend, migrate
 
     try:
         conf = settings.load()
         paths.prepare_roots(conf)
-        done = migrate.apply(conf.db_path)
+        done = backend.migrate_now(conf)
     except (settings.SettingsError, migrate.MigrationError, paths.RootError, OSError) as exc:
         return _fail(str(exc))
-    print(f"migrations applied: {done or 'none (up to date)'}")
+    where = settings.redact_dsn(conf.database_url) if conf.fleet else str(conf.db_path)
+    print(f"migrations applied to {where}: {done or 'none (up to date)'}")
     return 0
+
+
+def embedded_only(what: str, words: list[str]) -> int | None:
+    """A command that reads the embedded SQLite file: in fleet mode (and without an
+    explicit --db file) it says so and stops, instead of reading a stale or absent
+    file next to a node whose data is in PostgreSQL."""
+    from . import settings
+
+    if any(w == "--db" or w.startswith("--db=") for w in words):
+        return None
+    try:
+        fleet = settings.load().fleet
+    except settings.SettingsError:
+        return None  # the command itself reports the settings' problem
+    if not fleet:
+        return None
+    return _fail(f"`qledge {what}` is for the embedded SQLite database; this node is in"
+                 " fleet mode (QLEDGE_DATABASE_URL set) and its data is in PostgreSQL."
+                 " Pass --db <file> to audit an embedded database file")
 
 
 def import_cmd(args: argparse.Namespace) -> int:
@@ -137,14 +160,13 @@ def import_cmd(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from . import paths, qinglong_report, settings
-    from .db import migrate
-    from .db.connection import Database
+    from .db import backend, migrate
     from .qinglong_plan import ImportFailed
     from .qinglong_source import SourceError
     from .runtime import imports
 
     async def go(conf: settings.Settings) -> int:
-        db = Database(conf.db_path, readers=1)
+        db = backend.database(conf, readers=1)
         await db.open()
         try:
             plan = await imports.run(db, conf, Path(args.path), apply=args.apply,
@@ -160,7 +182,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     try:
         conf = settings.load()
         paths.prepare_roots(conf)
-        migrate.apply(conf.db_path)
+        backend.migrate_now(conf)
         return asyncio.run(go(conf))
     except (SourceError, ImportFailed) as exc:
         return _fail(str(exc), 1)
@@ -230,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "version":
         print(f"qledge {__version__}")
         return 0
+    refused = embedded_only("audit receipts", args.rest)
+    if refused is not None:
+        return refused
     from . import audit as audit_mod
 
     return audit_mod.main(args.rest)

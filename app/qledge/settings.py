@@ -13,8 +13,10 @@ from typing import Annotated, Literal
 
 import msgspec
 
-ProfileName = Literal["edge", "standalone"]
+ProfileName = Literal["edge", "standalone", "cluster-control", "cluster-worker"]
+# Fleet profiles (docs/fleet-plan.md, "Settings added"): only with database_url set.
 _CLUSTER = ("cluster-control", "cluster-worker")
+_DSN_SCHEMES = ("postgresql://", "postgres://")
 # A guessable admin token is no lock at all; the generated one has 43 characters.
 MIN_ADMIN_TOKEN = 32
 
@@ -109,6 +111,10 @@ PROFILES: dict[str, Profile] = {
         identity_grace_s=0.5,
     ),
 }
+# A control node has the standalone box's room; a worker node may be a Pi (edge limits).
+PROFILES["cluster-control"] = msgspec.structs.replace(PROFILES["standalone"],
+                                                      name="cluster-control")
+PROFILES["cluster-worker"] = msgspec.structs.replace(PROFILES["edge"], name="cluster-worker")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -195,6 +201,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fenced_tasks: Literal["stop", "leave"] = "stop"
 
     @property
+    def fleet(self) -> bool:
+        """Fleet mode: this node runs on the shared PostgreSQL, not the embedded SQLite."""
+        return bool(self.database_url)
+
+    @property
     def profile_limits(self) -> Profile:
         base = PROFILES[self.profile]
         changes: dict[str, float | int] = {}
@@ -271,12 +282,6 @@ def load(environ: dict[str, str] | None = None) -> Settings:
         if name not in _FIELDS:
             raise SettingsError(f"unknown setting {key} (no field {name!r})")
         raw[name] = value
-    profile = raw.get("profile", "edge")
-    if profile in _CLUSTER:
-        raise SettingsError(
-            f"profile {profile!r} is not supported by this SQLite local stack: "
-            "qledge runs only as 'edge' or 'standalone' on one node"
-        )
     try:
         conf = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
@@ -285,6 +290,87 @@ def load(environ: dict[str, str] | None = None) -> Settings:
     _check_mirrors(conf)
     check_admin_token(conf.admin_token, _FILE_SOURCE if conf.admin_token_file
                       else "QLEDGE_ADMIN_TOKEN")
+    return _check_fleet(_with_fleet_files(conf))
+
+
+def redact_dsn(url: str) -> str:
+    """A database URL safe to log: no user, password or query (`?password=` exists)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return "***"
+    user = "***@" if "@" in parts.netloc else ""
+    query = "?***" if parts.query else ""
+    return f"{parts.scheme}://{user}{host}{parts.path}{query}"
+
+
+def _read_secret(conf: Settings, field: str) -> Settings:
+    """`<field>_file` read into `<field>` (a password or a key kept out of the env)."""
+    path = getattr(conf, f"{field}_file")
+    env = f"QLEDGE_{field.upper()}"
+    if not path:
+        return conf
+    if getattr(conf, field):
+        raise SettingsError(f"set {env} or {env}_FILE, not both")
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+    except OSError as exc:
+        raise SettingsError(f"cannot read {env}_FILE: {exc}") from exc
+    except UnicodeDecodeError:  # its message would quote a byte of the secret
+        raise SettingsError(f"{env}_FILE is not UTF-8 text") from None
+    if not value:
+        raise SettingsError(f"{env}_FILE is empty")
+    return msgspec.structs.replace(conf, **{field: value})
+
+
+def _with_fleet_files(conf: Settings) -> Settings:
+    return _read_secret(_read_secret(conf, "database_url"), "cluster_secret")
+
+
+def _check_fleet(conf: Settings) -> Settings:
+    """Fleet mode's settings (docs/fleet-plan.md, "Settings added"); without
+    database_url a cluster profile is refused and the rest is not looked at."""
+    from .node import NodeError, check_labels, check_name
+
+    if not conf.fleet:
+        if conf.profile in _CLUSTER:
+            raise SettingsError(
+                f"profile {conf.profile!r} is fleet mode: it needs QLEDGE_DATABASE_URL"
+                " (or QLEDGE_DATABASE_URL_FILE), a postgresql:// URL of the shared"
+                " database; one node on the embedded SQLite runs as 'edge' or"
+                " 'standalone'")
+        return conf
+    url = conf.database_url
+    if not url.startswith(_DSN_SCHEMES) or any(c.isspace() for c in url):
+        raise SettingsError(f"QLEDGE_DATABASE_URL {redact_dsn(url)!r} must be a"
+                            " postgresql:// (or postgres://) URL without spaces")
+    if not conf.cluster_secret:
+        raise SettingsError(
+            "fleet mode (QLEDGE_DATABASE_URL set) needs QLEDGE_CLUSTER_SECRET or"
+            " QLEDGE_CLUSTER_SECRET_FILE: the key the nodes sign their requests to each"
+            " other with, the same on every node (e.g. `openssl rand -base64 33`)")
+    secret = conf.cluster_secret
+    if len(secret) < MIN_ADMIN_TOKEN or secret != secret.strip():
+        raise SettingsError(
+            f"the cluster secret is too weak: at least {MIN_ADMIN_TOKEN} characters"
+            f" without surrounding whitespace (this one has {len(secret)})")
+    for key, check in (("NODE_NAME", lambda: conf.node_name and check_name(conf.node_name)),
+                       ("NODE_LABELS", lambda: check_labels(conf.node_labels.split()))):
+        try:
+            check()
+        except NodeError as exc:
+            raise SettingsError(f"QLEDGE_{key}: {exc}") from None
+    if conf.node_url and not conf.node_url.startswith(("http://", "https://")):
+        raise SettingsError("QLEDGE_NODE_URL must be an http:// or https:// URL")
+    if conf.node_heartbeat_s * 3 > conf.node_lease_s:
+        raise SettingsError(
+            f"QLEDGE_NODE_HEARTBEAT_S ({conf.node_heartbeat_s:g}) must be at most a third"
+            f" of QLEDGE_NODE_LEASE_S ({conf.node_lease_s:g}): a lease must survive a"
+            " lost heartbeat or two")
     return conf
 
 

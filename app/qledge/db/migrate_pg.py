@@ -9,7 +9,7 @@ truth"); from then on every migration is a pair with SQLite's, same number and n
 
 Several nodes may start against one empty database at once: the whole check and
 apply runs under a session advisory lock, so one migrates and the others wait,
-then find nothing pending. Nothing selects this backend yet.
+then find nothing pending. db/backend.py runs it at start-up in fleet mode.
 """
 
 from __future__ import annotations

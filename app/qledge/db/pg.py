@@ -2,8 +2,8 @@
 
 One writer connection under an asyncio lock (writes of a node stay serialized, as
 on SQLite), reader connections for `REPEATABLE READ READ ONLY` snapshots. Built
-for fleet mode (docs/fleet-plan.md, build step 3); nothing selects it yet: the
-appliance opens db/connection.Database (SQLite) whatever its settings say.
+for fleet mode (docs/fleet-plan.md, build step 3); db/backend.py opens it when
+`database_url` is set.
 
 Durability (docs/storage.md, "Durability classes"): a durable write commits with
 `synchronous_commit = on` (the writer's session default), a deferred one with

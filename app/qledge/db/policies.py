@@ -46,9 +46,16 @@ async def chain_edges(tx: Tx) -> dict[str, set[str]]:
     return edges
 
 
-async def claim_boot(tx: Tx, start_id: str) -> bool:
+async def claim_boot(tx: Tx, start_id: str, node_name: str = "") -> bool:
     """True once per appliance start: the caller creates the @boot runs in this same
-    transaction, so a worker killed before its commit leaves the claim to the next one."""
+    transaction, so a worker killed before its commit leaves the claim to the next one.
+
+    PostgreSQL: per node, in this node's `nodes` row (its registration creates it; no
+    row yet, no claim). SQLite: the `node` singleton."""
+    if tx.dialect == dialect.POSTGRESQL:
+        return await tx.execute(
+            "UPDATE nodes SET boot_fired_for = ? WHERE name = ?"
+            " AND boot_fired_for IS DISTINCT FROM ?", (start_id, node_name, start_id)) == 1
     return await tx.execute(
         "UPDATE node SET boot_fired_for = ? WHERE singleton = 1"
         " AND boot_fired_for IS DISTINCT FROM ?", (start_id, start_id)) == 1

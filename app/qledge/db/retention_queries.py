@@ -347,6 +347,16 @@ class DbStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def db_stats(tx: Tx) -> DbStats:
+    """The database's size in pages. PostgreSQL: the whole database (this node's share
+    of a server it does not own); no free-list or auto-vacuum of ours (autovacuum is
+    the server's), so retention never vacuums there."""
+    if tx.dialect == dialect.POSTGRESQL:
+        row = await tx.one("SELECT current_setting('block_size')::bigint AS size,"
+                           " pg_database_size(current_database()) AS bytes")
+        size = int(row["size"]) if row is not None else 8192
+        total = int(row["bytes"]) if row is not None else 0
+        return DbStats(page_size=size, page_count=total // size, freelist_pages=0,
+                       auto_vacuum=0)
     values = []
     for pragma in ("page_size", "page_count", "freelist_count", "auto_vacuum"):
         row = await tx.one(f"PRAGMA {pragma}")

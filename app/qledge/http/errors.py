@@ -194,6 +194,10 @@ def disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+# Seconds a client waits before retrying a request the database could not serve.
+RETRY_AFTER_S = 5
+
+
 async def handle_unexpected(request: Request, exc: BaseException) -> Response:
     """Any exception no handler above claims: JSON with an error id that is also in
     the worker log (with the traceback); a full disk is named as such (507)."""
@@ -204,6 +208,18 @@ async def handle_unexpected(request: Request, exc: BaseException) -> Response:
         return await handle_api_error(request, DiskFull(
             f"disk full: no space left to save this change (error id {error_id}); nothing"
             " was saved, free some space and retry", extra={"error_id": error_id}))
+    if isinstance(exc, storage.PgTransient):
+        # PostgreSQL unreachable (fleet mode), or a lock/serialization timeout: the same
+        # request may succeed in a moment, and nothing of it was committed. SQLite's
+        # transient class is all of OperationalError (a missing table too): unchanged.
+        log.warning("database unavailable answering %s: %s (sqlstate %s)", where,
+                    type(exc.__cause__ or exc).__name__, exc.sqlstate)
+        error = Unavailable("the database cannot be reached right now; nothing was"
+                            " saved, retry shortly")
+        error.code = "database_unavailable"
+        response = await handle_api_error(request, error)
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
     log.error("unhandled error (error id %s) answering %s", error_id, where, exc_info=exc)
     return await handle_api_error(request, Internal(
         f"internal error (error id {error_id}); the worker log has the details",

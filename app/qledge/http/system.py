@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
+from ..db import errors as storage
 from ..runtime.lifecycle import Runtime
-from .errors import json_response
+from .errors import RETRY_AFTER_S, json_response
+
+PROBE_TIMEOUT_S = 2.0
 
 
 def _rt(request: Request) -> Runtime:
@@ -22,9 +27,28 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     rt = _rt(request)
-    if rt.ready and rt.db.is_open:
-        return json_response({"status": "ready"})
-    return json_response({"status": "starting"}, 503)
+    if not (rt.ready and rt.db.is_open):
+        return json_response({"status": "starting"}, 503)
+    if rt.node.fleet and not await _reachable(rt):
+        return json_response({"status": "database_unavailable"}, 503,
+                             {"Retry-After": str(RETRY_AFTER_S)})
+    return json_response({"status": "ready"})
+
+
+async def _reachable(rt: Runtime) -> bool:
+    """Fleet mode: the shared database answers now (a node without it serves no API).
+    Bounded: a server behind a dead route would otherwise hold the probe for minutes."""
+    async def probe() -> None:
+        async with rt.db.read() as tx:
+            await tx.one("SELECT 1")
+
+    try:
+        await asyncio.wait_for(probe(), PROBE_TIMEOUT_S)
+    except TimeoutError:
+        return False
+    except storage.StorageError:
+        return False
+    return True
 
 
 async def system(request: Request) -> Response:

@@ -1,6 +1,7 @@
 """The Runtime: opens the store, recovers, then starts and stops every loop explicitly.
 
-Start order: database → node id → receipts volume → start-up reconciler
+Start order: database (db/backend.py: the embedded SQLite, or PostgreSQL in fleet
+mode) → node id → receipts volume → start-up reconciler
 (before /readyz turns 200) → exit watcher, dispatcher, supervisor,
 cancellation, scheduler. Stop order is the reverse, each within a bound;
 running launchers are left alone (they don't depend on this process).
@@ -11,22 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from pathlib import Path
 
 from .. import ids, notify, shipped_scripts
 from ..clock import now_ms
-from ..db import attempts, envs, journal
-from ..db.connection import Database, Tx
+from ..db import attempts, backend, envs, journal
+from ..db.connection import Tx
 from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..launch.unrecorded import Identities
 from ..model import Run, Task
+from ..node import Node, default_name, labels_of
 from ..receipts.store import ReceiptStore
-from ..settings import Settings
+from ..settings import Settings, redact_dsn
 from . import chains, conc
 from .cancellation import Cancellation
-from .completion import CompletionService
+from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 from .dependencies import Dependencies
 from .dispatcher import Dispatcher
@@ -64,7 +67,13 @@ class Runtime:
         them and always reads the kernel's / its supervisor's."""
         self.settings = settings
         self.profile = settings.profile_limits
-        self.db = Database(settings.db_path)
+        self.db = backend.database(settings)
+        # This node as the fleet sees it; one value shared by every component (the
+        # fleet's lease code sets its epoch). On SQLite a fleet of one, no epoch.
+        name = settings.node_name or default_name()
+        self.node = Node(name=name, labels=labels_of(name, settings.node_labels),
+                         url=settings.node_url or node_url(settings.host, settings.port),
+                         fleet=settings.fleet)
         # A `task … conc` parent finishes in the commit of its last child's result.
         self.db.on_terminal(conc.on_terminal)
         # Chains: downstream runs commit with their upstream run's end (runtime/chains.py).
@@ -105,8 +114,13 @@ class Runtime:
         os.chdir(work_dir)
         await asyncio.to_thread(shipped_scripts.ship, s.scripts_path, work_dir)
         await self.db.open()
-        async with self.db.write() as tx:
-            self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
+        if s.fleet:
+            # A shared database cannot keep one node's identity: its state dir does.
+            self.node_id = await asyncio.to_thread(backend.fleet_node_id, s.data_path)
+        else:
+            async with self.db.write() as tx:
+                self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
+        self.node.node_id = self.node_id
         self.isolation = isolation.decide(s)
         self.subscriptions = Syncer(self)
         self.dependencies = Dependencies(self)
@@ -149,8 +163,9 @@ class Runtime:
             on_expired=self.cancellation.expire_deadlines)
         self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
                                         self._supervise)
-        log.info("runtime starting node=%s incarnation=%s profile=%s",
-                 self.node_id, self.incarnation, self.profile.name)
+        log.info("runtime starting node=%s incarnation=%s profile=%s name=%s database=%s",
+                 self.node_id, self.incarnation, self.profile.name, self.node.name,
+                 redact_dsn(s.database_url) if s.fleet else "embedded SQLite")
         self.startup_report = await self.reconciler.startup(
             page_size=max(self.profile.page_size, 64))
         log.info("start-up recovery: %s", self.startup_report.counts)
@@ -162,7 +177,7 @@ class Runtime:
                                    random_delay_s=s.random_delay_s,
                                    on_replaced=self._sweep_cancels)
         # @boot runs: recovery has finished; once per appliance start, not per worker.
-        await self.scheduler.fire_boot(self.start_id)
+        await self.scheduler.fire_boot(self.start_id, self.node.name)
         self.scheduler.start()
         self.supervision.start()
         self.disk.start()
@@ -251,8 +266,11 @@ class Runtime:
                     result = await self.completion.without_receipt(
                         attempt_id, Reason.PROCESS_EXITED_WITHOUT_RECEIPT,
                         settled=got is Consumed.MISSING)
-                    log.warning("attempt %s exited without a receipt: %s", attempt_id,
-                                result.status)
+                    if result.outcome is Outcome.APPLIED:
+                        # (Not when the supervisor consumed the receipt meanwhile: after
+                        # the database was away, the fast path's retries may outlast it.)
+                        log.warning("attempt %s exited without a receipt: %s", attempt_id,
+                                    result.status)
         except Exception:
             log.exception("completing attempt %s failed; the supervisor will retry", attempt_id)
         finally:
@@ -296,6 +314,10 @@ class Runtime:
         return {
             "profile": self.profile.name,
             "node_id": self.node_id,
+            "node": {"name": self.node.name, "labels": list(self.node.labels),
+                     "url": self.node.url, "fleet": self.node.fleet,
+                     "epoch": self.node.epoch, "fenced": self.node.fenced},
+            "backend": "postgresql" if self.node.fleet else "sqlite",
             "incarnation": self.incarnation,
             "uptime_s": (now_ms() - self.started_at_ms) // 1000,
             "ready": self.ready,
@@ -326,6 +348,16 @@ def _report(r: RoundReport | None) -> dict[str, object] | None:
         return None
     return {"kind": r.kind, "started_at_ms": r.started_at_ms, "finished_at_ms": r.finished_at_ms,
             "examined": r.examined, "counts": dict(r.counts)}
+
+
+def node_url(host: str, port: int) -> str:
+    """Where the other nodes reach this one when node_url is not set: the host name
+    when listening on every address, else the address listened on."""
+    if host in ("0.0.0.0", "", "::"):  # noqa: S104
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def default_launcher() -> str:

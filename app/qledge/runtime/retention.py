@@ -54,6 +54,7 @@ from ..clock import now_ms
 from ..db import errors
 from ..db import retention_queries as q
 from ..db.connection import Database, Tx
+from ..db.dialect import POSTGRESQL
 from ..launch import logs
 from ..settings import Profile, Settings
 from .diskwatch import MIB, REASON, DiskWatch
@@ -472,6 +473,13 @@ class Retention:
         report.add("runs_held", held)
 
     async def _upkeep(self, report: RetentionReport) -> None:
+        async with self.db.read() as tx:
+            if tx.dialect == POSTGRESQL:
+                # The server checkpoints and vacuums its own files: only the size here
+                # (a stale SQLite file at db_path, from before fleet mode, is not ours).
+                self.wal_bytes = 0
+                self.stats = await q.db_stats(tx)
+                return
         try:
             self.wal_bytes = os.stat(f"{self.db_path}-wal").st_size
         except FileNotFoundError:

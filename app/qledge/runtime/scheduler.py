@@ -259,7 +259,7 @@ class Scheduler:
                 continue
             prepared.extend(mine)
 
-    async def fire_boot(self, start_id: str) -> int:
+    async def fire_boot(self, start_id: str, node_name: str = "") -> int:
         """`@boot`: once per appliance start, after recovery (Runtime.start). `start_id`
         names the start (lifecycle.appliance_start_id); the runs and the claim commit
         together, so a kill before the commit leaves them to the respawned worker and
@@ -267,7 +267,7 @@ class Scheduler:
         now = self.clock()
         created = 0
         async with self.db.write() as tx:
-            if not await policies.claim_boot(tx, start_id):
+            if not await policies.claim_boot(tx, start_id, node_name):
                 return 0
             for task_id in await policies.boot_task_ids(tx):
                 task = await tasks.get_task(tx, task_id)
