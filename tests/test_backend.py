@@ -27,8 +27,12 @@ SECRET = "cluster-secret-0123456789abcdefghij"
 DSN = "postgresql://qledge:hunter2-pw@db.lan:5432/qledge"
 
 
+ADMIN = "admin-token-0123456789abcdefghijkl"
+
+
 def _fleet(**extra: str) -> dict[str, str]:
-    return {"QLEDGE_DATABASE_URL": DSN, "QLEDGE_CLUSTER_SECRET": SECRET, **extra}
+    return {"QLEDGE_DATABASE_URL": DSN, "QLEDGE_CLUSTER_SECRET": SECRET,
+            "QLEDGE_ADMIN_TOKEN": ADMIN, **extra}
 
 
 # -- settings ---------------------------------------------------------------------------
@@ -80,12 +84,33 @@ def test_fleet_mode_needs_a_strong_cluster_secret() -> None:
     assert settings.load({}).cluster_secret == ""
 
 
+def test_fleet_mode_needs_one_admin_token_for_every_node() -> None:
+    env = _fleet()
+    del env["QLEDGE_ADMIN_TOKEN"]
+    with pytest.raises(settings.SettingsError, match="QLEDGE_ADMIN_TOKEN.*every node"):
+        settings.load(env)
+    assert settings.load({}).admin_token == ""  # one node generates its own
+
+
+def test_the_embedded_path_never_imports_the_postgresql_driver() -> None:
+    """The arm/v7 image has no asyncpg: a node on SQLite must start without it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['asyncpg'] = None\n"
+            "import qledge.__main__, qledge.http.app, qledge.runtime.lifecycle\n"
+            "assert sys.modules['asyncpg'] is None")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_url_and_secret_from_files(tmp_path: Path) -> None:
     (tmp_path / "url").write_text(DSN + "\n")
     (tmp_path / "secret").write_text(SECRET + "\n")
     conf = settings.load({"QLEDGE_DATABASE_URL_FILE": str(tmp_path / "url"),
                           "QLEDGE_CLUSTER_SECRET_FILE": str(tmp_path / "secret"),
-                          "QLEDGE_PROFILE": "cluster-worker"})
+                          "QLEDGE_PROFILE": "cluster-worker", "QLEDGE_ADMIN_TOKEN": ADMIN})
     assert (conf.database_url, conf.cluster_secret, conf.fleet) == (DSN, SECRET, True)
     with pytest.raises(settings.SettingsError, match="not both"):
         settings.load({**_fleet(), "QLEDGE_DATABASE_URL_FILE": str(tmp_path / "url")})

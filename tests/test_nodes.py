@@ -305,7 +305,7 @@ def test_the_sqlite_appliance_lists_itself_as_a_fleet_of_one(client: TestClient)
     assert got.status_code == 200
     body = got.json()
     assert body["fleet"] is False
-    (me,) = body["nodes"]
+    (me,) = body["items"]
     assert me["name"] == body["self"] and me["epoch"] is None
     assert any(label.startswith("arch=") for label in me["labels"])
     assert me["running_attempts"] == 0

@@ -358,6 +358,11 @@ def _check_fleet(conf: Settings) -> Settings:
         raise SettingsError(
             f"the cluster secret is too weak: at least {MIN_ADMIN_TOKEN} characters"
             f" without surrounding whitespace (this one has {len(secret)})")
+    if not conf.admin_token:
+        raise SettingsError(
+            "fleet mode (QLEDGE_DATABASE_URL set) needs QLEDGE_ADMIN_TOKEN (or"
+            " QLEDGE_ADMIN_TOKEN_FILE), the same on every node: one API, one token (a"
+            " generated token would differ from node to node)")
     for key, check in (("NODE_NAME", lambda: conf.node_name and check_name(conf.node_name)),
                        ("NODE_LABELS", lambda: check_labels(conf.node_labels.split()))):
         try:

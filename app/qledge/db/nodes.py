@@ -21,7 +21,7 @@ import msgspec
 
 from ..model import Attempt, AttemptStatus, Reason, RunStatus
 from . import statuses as st
-from .pg import Tx
+from .connection import Tx
 from .rows import attempt_from_row
 
 # The database's clock in ms (docs/fleet-plan.md: times compared across nodes).

@@ -14,28 +14,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..db import attempts, nodes
-from ..node import Node, default_name, labels_of
-from ..runtime.fleet import Fleet
+from ..db import attempts, fleet_leases, nodes
 from ..runtime.lifecycle import Runtime
 from .errors import json_response
 
 
-def _node(rt: Runtime) -> Node:
-    # runtime.node is set by the lifecycle in fleet mode and on SQLite alike; before
-    # it is wired, the settings describe this node the same way.
-    node: Node | None = getattr(rt, "node", None)
-    if node is not None:
-        return node
-    s = rt.settings
-    name = s.node_name or default_name()
-    return Node(name=name, labels=labels_of(name, s.node_labels), url=s.node_url,
-                node_id=rt.node_id)
-
-
-def _view(row: nodes.NodeRow) -> dict[str, Any]:
+def _view(row: nodes.NodeRow, leader: str | None) -> dict[str, Any]:
     live = row.state == "live"
     return {
+        # This node holds the scheduler's lease (fires the ticks, sends notifications).
+        "leader": row.name == leader,
         "name": row.name, "labels": list(row.labels), "url": row.url, "state": row.state,
         "epoch": row.epoch, "version": row.version,
         "heartbeat_age_ms": max(0, row.db_now_ms - row.heartbeat_at_ms),
@@ -47,17 +35,19 @@ def _view(row: nodes.NodeRow) -> dict[str, Any]:
 
 async def list_nodes(request: Request) -> Response:
     rt: Runtime = request.app.state.runtime
-    fleet: Fleet | None = getattr(rt, "fleet", None)
-    me = _node(rt)
-    if fleet is not None:
-        async with fleet.db.read() as tx:
+    me = rt.node
+    if me.fleet:
+        async with rt.db.read() as tx:
             rows = await nodes.list_nodes(tx)
+            lease = await fleet_leases.current(tx, fleet_leases.SCHEDULER)
+        leader = None if lease is None or lease.expires_at_ms < (
+            rows[0].db_now_ms if rows else 0) else lease.holder
         return json_response({"fleet": True, "self": me.name,
-                              "nodes": [_view(r) for r in rows]})
+                              "items": [_view(r, leader) for r in rows]})
     async with rt.db.read() as tx:
         running = await attempts.count_active_attempts(tx, rt.node_id)
-    return json_response({"fleet": False, "self": me.name, "nodes": [{
-        "name": me.name, "labels": list(me.labels), "url": me.url, "state": "live",
+    return json_response({"fleet": False, "self": me.name, "items": [{
+        "leader": True, "name": me.name, "labels": list(me.labels), "url": me.url, "state": "live",
         "epoch": None, "version": __version__, "heartbeat_age_ms": None,
         "lease_left_ms": None, "lease_expired": False, "clock_skew_ms": None,
         "running_attempts": running}]})

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
-from ..db import attempts, claims, conc_runs, events, runs
+from ..db import attempts, claims, conc_runs, events, nodes, runs
 from ..db.connection import Tx
 from ..model import (
     ACTIVE_ATTEMPT,
@@ -107,9 +107,12 @@ async def get(request: Request) -> Response:
         tried = await attempts.attempts_of_run(tx, run_id)
         children = await conc_runs.children(tx, run_id)
         waits = await _waiting(rt, tx, [run])
+        where = await _nodes_of(rt, tx, {a.runtime_owner for a in tried})
     views = []
     for a in tried:
         view = attempt_view(a)
+        # What ran where (fleet mode: the owner's node name; one node: its own).
+        view["node"] = where.get(a.runtime_owner)
         state = await log_state(rt, a)
         view.update(log_size=state.size, log_bytes_at_exit=a.log_bytes_at_exit,
                     log_truncated=state.truncated, log_note=state.note)
@@ -119,6 +122,18 @@ async def get(request: Request) -> Response:
              "exit_code": c.exit_code, "reason_code": c.reason_code} for c in children]
     return json_response({**run_view(run, waits.get(run.id)), "attempts": views,
                           "children": kids})
+
+
+async def _nodes_of(rt: Runtime, tx: Tx, owners: set[str]) -> dict[str, str]:
+    """Node names of attempt owners (runtime_owner = a node id)."""
+    if not rt.node.fleet:
+        return {rt.node_id: rt.node.name}
+    found = {}
+    for owner in owners:
+        row = await nodes.node_by_id(tx, owner)
+        if row is not None:
+            found[owner] = row.name
+    return found
 
 
 async def run_events(request: Request) -> Response:

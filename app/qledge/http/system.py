@@ -29,6 +29,9 @@ async def readyz(request: Request) -> Response:
     rt = _rt(request)
     if not (rt.ready and rt.db.is_open):
         return json_response({"status": "starting"}, 503)
+    if rt.fleet is not None and not rt.fleet.ready:
+        # Fenced, or no heartbeat within the lease: this node claims nothing now.
+        return json_response({"status": "fenced" if rt.node.fenced else "no_lease"}, 503)
     if rt.node.fleet and not await _reachable(rt):
         return json_response({"status": "database_unavailable"}, 503,
                              {"Retry-After": str(RETRY_AFTER_S)})

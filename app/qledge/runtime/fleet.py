@@ -26,13 +26,12 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from .. import transitions
 from ..clock import now_ms
 from ..db import errors, nodes, rows, runs
-from ..db.connection import Tx
-from ..db.pg import Database
+from ..db.connection import Database, Tx
 from ..launch import identity
 from ..model import Attempt, Reason
 from ..node import Node
@@ -181,7 +180,7 @@ class Fleet:
                 async with self.db.write() as tx:
                     page = await nodes.stale_attempts(tx, PAGE)
                     for attempt in page:
-                        decided += await self._decide(cast(Tx, tx), attempt)
+                        decided += await self._decide(tx, attempt)
             except errors.Transient:
                 log.warning("deciding stale attempts: transient error, next round retries")
                 break

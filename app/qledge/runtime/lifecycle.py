@@ -15,9 +15,9 @@ import os
 import socket
 from pathlib import Path
 
-from .. import ids, notify, shipped_scripts
+from .. import __version__, ids, notify, shipped_scripts
 from ..clock import now_ms
-from ..db import attempts, backend, envs, journal
+from ..db import attempts, backend, envs, journal, runs
 from ..db.connection import Tx
 from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
@@ -33,6 +33,8 @@ from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 from .dependencies import Dependencies
 from .dispatcher import Dispatcher
+from .fleet import Fleet
+from .leader import Leader
 from .loop import PeriodicLoop, settle
 from .metrics import Metrics
 from .notifier import Notifier
@@ -74,12 +76,17 @@ class Runtime:
         self.node = Node(name=name, labels=labels_of(name, settings.node_labels),
                          url=settings.node_url or node_url(settings.host, settings.port),
                          fleet=settings.fleet)
+        # Fleet mode: the node's lease (runtime/fleet.py, from start()) and the
+        # scheduler's (one node fires the ticks and sends notifications); on SQLite the
+        # one node always leads and has no lease.
+        self.fleet: Fleet | None = None
         # A `task … conc` parent finishes in the commit of its last child's result.
         self.db.on_terminal(conc.on_terminal)
         # Chains: downstream runs commit with their upstream run's end (runtime/chains.py).
         self.db.on_terminal(chains.listener(self.kick, self._sweep_cancels))
         self.node_id = ""
         self.incarnation = ids.uuid7()
+        self.leader = Leader(self.db, self.node, settings, incarnation=self.incarnation)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.start_id = start_id if start_id is not None else appliance_start_id(self.boot_id)
         self.started_at_ms = now_ms()
@@ -103,7 +110,7 @@ class Runtime:
             interval_s=settings.notify_interval_s,
             retry_base_s=settings.notify_retry_base_s,
             max_tries=settings.notify_max_tries, max_age_s=settings.notify_max_age_s,
-            started_at_ms=self.started_at_ms)
+            started_at_ms=self.started_at_ms, leader=self.leader)
 
     # -- start / stop ------------------------------------------------------------
 
@@ -121,6 +128,15 @@ class Runtime:
             async with self.db.write() as tx:
                 self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
         self.node.node_id = self.node_id
+        if s.fleet:
+            # Registered (and this node's epoch known) before recovery and before any
+            # claim: every attempt prepared from here carries the epoch.
+            self.fleet = Fleet(self.db, self.node, s, self.incarnation, __version__,
+                               boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
+                               wake=self.kick)
+            await self.fleet.register()
+        # Fleet mode: this node's files only (receipts, logs): they are on its disk.
+        owner = self.node_id if s.fleet else None
         self.isolation = isolation.decide(s)
         self.subscriptions = Syncer(self)
         self.dependencies = Dependencies(self)
@@ -138,7 +154,7 @@ class Runtime:
             scripts_dir=s.scripts_path, task_env=self._task_env,
             run_env=self._run_env, identity_grace_s=self.profile.identity_grace_s,
             identities=self.identities, on_cancelling=self._sweep_cancels,
-            journal_cutoff=lambda now: self.supervisor.journal_cutoff(now))
+            journal_cutoff=lambda now: self.supervisor.journal_cutoff(now), node=self.node)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
@@ -150,17 +166,19 @@ class Runtime:
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
             in_flight=lambda a: (a in self.executor.in_flight or self.watcher.watching(a)
                                  or a in self.identities))
+        self.reconciler.journal_owner = owner
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
-                               wake_dispatcher=self.kick)
+                               wake_dispatcher=self.kick, leader=self.leader, owner=owner)
         self.disk.on_pressure = self.notifier.pressure_changed
         self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
                                      self.profile.max_concurrent_attempts, self._spawned,
-                                     may_spawn=self.disk.may_spawn)
+                                     may_spawn=self.disk.may_spawn, node=self.node)
         self.supervisor = Supervisor(
             db=self.db, consumer=self.consumer, reconciler=self.reconciler,
             receipts=self.receipts, node_id=self.node_id, profile=self.profile,
             on_expired=self.cancellation.expire_deadlines)
+        self.supervisor.journal_owner = owner
         self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
                                         self._supervise)
         log.info("runtime starting node=%s incarnation=%s profile=%s name=%s database=%s",
@@ -173,13 +191,19 @@ class Runtime:
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
         self.dispatcher.start()
+        if self.fleet is not None:
+            # A run queued on any node wakes every dispatcher (NOTIFY on commit).
+            self.db.listen(runs.QUEUED_CHANNEL, self.kick)  # type: ignore[attr-defined]
         self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
                                    random_delay_s=s.random_delay_s,
-                                   on_replaced=self._sweep_cancels)
+                                   on_replaced=self._sweep_cancels, leader=self.leader)
         # @boot runs: recovery has finished; once per appliance start, not per worker.
         await self.scheduler.fire_boot(self.start_id, self.node.name)
+        self.leader.start()
         self.scheduler.start()
         self.supervision.start()
+        if self.fleet is not None:
+            self.fleet.start()
         self.disk.start()
         self.subscriptions.start()
         await self.dependencies.start()
@@ -197,6 +221,10 @@ class Runtime:
         await self.notifier.stop()
         await self.supervision.stop()
         await self.disk.stop()
+        # Handed over at once rather than after the lease runs out.
+        await self.leader.stop()
+        if self.fleet is not None:
+            await self.fleet.stop()
         await self.dispatcher.stop()
         await self.executor.stop()
         await self.cancellation.stop()
@@ -318,6 +346,8 @@ class Runtime:
                      "url": self.node.url, "fleet": self.node.fleet,
                      "epoch": self.node.epoch, "fenced": self.node.fenced},
             "backend": "postgresql" if self.node.fleet else "sqlite",
+            "fleet": None if self.fleet is None else self.fleet.report(),
+            "scheduler_leader": self.leader.is_leader,
             "incarnation": self.incarnation,
             "uptime_s": (now_ms() - self.started_at_ms) // 1000,
             "ready": self.ready,
