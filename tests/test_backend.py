@@ -87,7 +87,7 @@ def test_fleet_mode_needs_a_strong_cluster_secret() -> None:
 def test_fleet_mode_needs_one_admin_token_for_every_node() -> None:
     env = _fleet()
     del env["QLEDGE_ADMIN_TOKEN"]
-    with pytest.raises(settings.SettingsError, match="QLEDGE_ADMIN_TOKEN.*every node"):
+    with pytest.raises(settings.SettingsError, match=r"QLEDGE_ADMIN_TOKEN.*every node"):
         settings.load(env)
     assert settings.load({}).admin_token == ""  # one node generates its own
 

@@ -198,22 +198,23 @@ def test_frozen_node_is_taken_over_and_its_late_receipts_are_recorded(
 
 
 def test_postgresql_crash_mid_load_loses_nothing(fleet: Fleet, cluster: Cluster) -> None:
-    n1 = fleet.start("n1")
-    fleet.start("n2")
-    fleet.start("n3", profile="cluster-worker")
+    nodes = [fleet.start("n1"), fleet.start("n2"), fleet.start("n3", profile="cluster-worker")]
+    n1 = nodes[0]
     tasks = [make_task(n1, fleet.marked(f"load{i}", i % 3, sleep="0.3")) for i in range(24)]
     runs: dict[str, str] = {}
+    # A run triggered through a node starts there when it has room: spread the load.
     for i, task in enumerate(tasks[:12]):
-        runs[trigger(n1, task["id"])] = f"load{i}"
+        runs[trigger(nodes[i % 3], task["id"])] = f"load{i}"
     time.sleep(0.5)
     cluster.crash()
     time.sleep(2)  # tasks keep running and finishing; receipts wait on their nodes
     cluster.start_again()
     for i, task in enumerate(tasks[12:], start=12):
-        runs[ok(api(n1, "POST", f"/tasks/{task['id']}/runs"), 202)["run"]["id"]] = f"load{i}"
+        node = nodes[i % 3]
+        runs[ok(api(node, "POST", f"/tasks/{task['id']}/runs"), 202)["run"]["id"]] = f"load{i}"
     seen = check_fleet(fleet, n1, runs)
     assert {r["status"] for r in seen.values()} <= {"succeeded", "failed"}, seen
-    assert len({fleet.marker(t)[0] for t in runs.values() if fleet.marker(t)}) >= 2
+    assert {m[0] for m in map(fleet.marker, runs.values()) if m} == {"n1", "n2", "n3"}
 
 
 # -- 5. the scheduler's leader killed at a tick -----------------------------------------------
@@ -245,3 +246,24 @@ def test_leader_killed_at_a_tick_fires_that_tick_once(fleet: Fleet, point: str) 
         return dues if len(dues) >= 3 else None
     dues = wait_until(fired, 40, "three ticks fired")
     assert len(dues) == len(set(dues)), f"a tick fired twice: {sorted(dues)}"
+
+
+# -- 6. cancel from any node -------------------------------------------------------------------
+
+
+def test_cancel_on_one_node_stops_the_run_on_another(fleet: Fleet) -> None:
+    n1 = fleet.start("n1", round_interval_s="30")  # the NOTIFY, not the periodic sweep
+    fleet.start("n2", round_interval_s="30")
+    gate = fleet.root / "never"
+    task = make_task(n1, fleet.marked("c", 0, gate=gate), **placed(node="n2"))
+    run_id = trigger(n1, task["id"])
+    wait_until(lambda: get_run(n1, run_id)["status"] == "running", 30, "running on n2")
+    t0 = time.monotonic()
+    ok(api(n1, "POST", f"/runs/{run_id}/cancel"), 202)
+    run = wait_terminal(n1, run_id, 20)
+    assert (run["status"], run["reason_code"]) == ("cancelled", "CANCEL_REQUESTED"), run
+    assert time.monotonic() - t0 < 15, "the owner was not woken: it waited for a round"
+    assert fleet.marker("c") is None, "the task ran to its end"
+    assert attempt_nodes(run) == ["n2"]
+    evs = [e["type"] for e in events_of(n1, run_id)]
+    assert evs.count("run.finished") == 1, evs

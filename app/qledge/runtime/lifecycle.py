@@ -28,7 +28,7 @@ from ..node import Node, default_name, labels_of
 from ..receipts.store import ReceiptStore
 from ..settings import Settings, redact_dsn
 from . import chains, conc
-from .cancellation import Cancellation
+from .cancellation import CANCEL_CHANNEL, Cancellation
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 from .dependencies import Dependencies
@@ -47,6 +47,8 @@ from .supervisor import Supervisor
 from .watcher import ExitWatcher
 
 log = logging.getLogger("qledge.runtime")
+# Fleet mode: a task's schedule changed (LISTEN/NOTIFY; the leader re-reads).
+SCHEDULE_CHANNEL = "qledge_schedule"
 
 
 def appliance_start_id(boot_id: str) -> str:
@@ -194,11 +196,18 @@ class Runtime:
         if self.fleet is not None:
             # A run queued on any node wakes every dispatcher (NOTIFY on commit).
             self.db.listen(runs.QUEUED_CHANNEL, self.kick)  # type: ignore[attr-defined]
-        self.scheduler = Scheduler(self.db, on_queued=self.kick, dispatcher=self.dispatcher,
+            self.db.listen(CANCEL_CHANNEL, self._sweep_cancels)  # type: ignore[attr-defined]
+        # Fleet mode: the leader queues its ticks' runs and every node may claim them
+        # (NOTIFY); it does not start them itself, or it would run every scheduled run.
+        self.scheduler = Scheduler(self.db, on_queued=self.kick,
+                                   dispatcher=None if s.fleet else self.dispatcher,
                                    random_delay_s=s.random_delay_s,
                                    on_replaced=self._sweep_cancels, leader=self.leader)
         # @boot runs: recovery has finished; once per appliance start, not per worker.
         await self.scheduler.fire_boot(self.start_id, self.node.name)
+        if self.fleet is not None:
+            self.scheduler.tell_peers = self._tell_schedule_changed
+            self.db.listen(SCHEDULE_CHANNEL, self.scheduler.poke)  # type: ignore[attr-defined]
         self.leader.start()
         self.scheduler.start()
         self.supervision.start()
@@ -315,6 +324,19 @@ class Runtime:
         task = asyncio.create_task(self.cancellation.sweep(64), name="sweep-cancels")
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
+
+    def _tell_schedule_changed(self) -> None:
+        """A schedule changed on this node (committed): the leader may be another."""
+        task = asyncio.create_task(self._notify(SCHEDULE_CHANNEL), name="notify-schedule")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _notify(self, channel: str) -> None:
+        try:
+            async with self.db.write(durable=False) as tx:
+                await tx.execute(f"NOTIFY {channel}")
+        except Exception:  # the peers' periodic rounds find it (at most a minute)
+            log.warning("could not notify the other nodes on %s", channel)
 
     def kick(self) -> None:
         """A run was queued: let the dispatcher look."""

@@ -44,7 +44,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from .. import ids, taskform
+from .. import failpoints, ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after_any, last_due_any
 from ..db import events, policies, rows, runs, schedule, tasks
@@ -129,6 +129,8 @@ class Scheduler:
         # task id -> (schedules+zone, since, first due after since): cron arithmetic only
         # on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
+        # Fleet mode: tells the other nodes' schedulers that a schedule changed.
+        self.tell_peers: Callable[[], None] | None = None
         # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
         self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
                                  stop_timeout_s)
@@ -146,7 +148,14 @@ class Scheduler:
         self.loop.poke()  # the first round at once: ticks due while nobody ran
 
     def wake(self) -> None:
-        """A task was created/changed/enabled: re-read schedules now."""
+        """A task was created/changed/enabled: re-read schedules now — here, and in a
+        fleet on every node (the leader fires; the change may have come to another)."""
+        self.loop.poke()
+        if self.tell_peers is not None:
+            self.tell_peers()
+
+    def poke(self) -> None:
+        """Re-read schedules now, this node only (a peer said a task changed)."""
         self.loop.poke()
 
     async def stop(self) -> None:
@@ -210,6 +219,10 @@ class Scheduler:
                     await self._check_lease(tx)
                     await self._fire_batch(tx, batch[start:start + FIRES_PER_TX], now,
                                            results, prepared)
+                    if results:  # drills: a leader killed at a tick
+                        failpoints.hit("scheduler.before_commit")
+                if results:
+                    failpoints.hit("scheduler.after_commit")
             except _NotLeader:
                 # Lost the lease (or it ran out) since the round began: nothing of
                 # this transaction is written; the new leader fires these ticks.
