@@ -17,6 +17,7 @@ from . import (
     dependencies,
     envs,
     imports,
+    internal,
     logs_sse,
     metrics,
     nodes,
@@ -62,7 +63,9 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         # The operator panel (static files) at / and /assets/*.
         # /notify (a task's credential) and /metrics (admin token unless
         # metrics_public) check their callers themselves.
+        # /internal/v1/* (fleet mode, node to node) checks the cluster credential itself.
         routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
+                *internal.routes,
                 *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes,
                                         *qinglong_subscriptions.routes,

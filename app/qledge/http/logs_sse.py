@@ -11,13 +11,17 @@ symlink or a directory answers 409 `LOG_NOT_REGULAR_FILE`, and a stream ends
 with an `end` event that carries the same `error` (a client must not
 reconnect forever). An idle stream sends an SSE comment every KEEPALIVE_S so
 proxies keep it open and a half-open client is noticed.
+
+Fleet mode: an attempt that ran on another node is read from that node
+(http/_proxy.py); its internal routes (http/internal.py) serve them with the
+same functions as here (`serve_read`, `tail`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 from starlette.requests import Request
@@ -30,7 +34,7 @@ from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
 from ..model import TERMINAL_RUN, Attempt
 from ..runtime.lifecycle import Runtime
-from . import inputs
+from . import _proxy, inputs
 from .errors import Invalid, Missing, json_response
 
 CHUNK = 64 * 1024
@@ -46,7 +50,10 @@ def _rt(request: Request) -> Runtime:
     return rt
 
 
-async def _target(rt: Runtime, run_id: str) -> tuple[Attempt | None, bool, str]:
+Target = tuple[Attempt | None, bool, str]  # (the attempt to read, run over?, run status)
+
+
+async def _target(rt: Runtime, run_id: str) -> Target:
     """(the latest attempt, run terminal?, status)."""
     if not ids.is_uuid7(run_id):
         raise Missing("run not found")
@@ -76,6 +83,8 @@ class LogState(msgspec.Struct, frozen=True, kw_only=True):
 
 async def log_state(rt: Runtime, attempt: Attempt) -> LogState:
     expected = attempt.log_bytes_at_exit
+    if _proxy.elsewhere(rt, attempt):  # its file is on another node: not looked at here
+        return LogState(size=None, expected=expected, truncated=None)
     try:
         size = await rt.files.run(logs.size, rt.settings.logs_path, attempt.log_path)
     except (FileBusy, FileTimeout):
@@ -96,12 +105,24 @@ def _offset(request: Request) -> int:
     return 0
 
 
+def read_window(rt: Runtime, request: Request) -> tuple[int, int]:
+    """(offset, limit) of a log read."""
+    most = rt.settings.log_read_limit
+    return _offset(request), inputs.query_int(request, "limit", most, 1, most)
+
+
 async def read(request: Request) -> Response:
     rt = _rt(request)
-    offset = _offset(request)
-    most = rt.settings.log_read_limit
-    limit = inputs.query_int(request, "limit", most, 1, most)
+    offset, limit = read_window(rt, request)
     attempt, terminal, status = await _target(rt, request.path_params["run_id"])
+    if attempt is not None and (peer := await _proxy.owner(rt, attempt)) is not None:
+        return await _proxy.relay_read(rt, peer, attempt.id, offset, limit)
+    return await serve_read(rt, attempt, terminal, status, offset, limit)
+
+
+async def serve_read(rt: Runtime, attempt: Attempt | None, terminal: bool, status: str,
+                     offset: int, limit: int) -> Response:
+    """A window of this node's copy of `attempt`'s log, with the log headers."""
     path = None if attempt is None else attempt.log_path
     data, size = (b"", 0) if path is None else await rt.files.run(
         logs.read, rt.settings.logs_path, path, offset, limit)
@@ -160,7 +181,16 @@ async def stream(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     offset = _offset(request)
     await _target(rt, run_id)  # 404 before the stream starts
-    return StreamingResponse(_tail(rt, run_id, offset), media_type="text/event-stream",
+    return sse_response(_tail(rt, run_id, offset))
+
+
+def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
+    """The public tail: the run's latest attempt, wherever its log is."""
+    return tail(rt, lambda: _target(rt, run_id), run_id, offset, follow_owner=True)
+
+
+def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
@@ -179,16 +209,25 @@ async def _end(rt: Runtime, run_id: str, offset: int, attempt: Attempt | None = 
     return _sse("end", _enc.encode(body).decode(), offset)
 
 
-async def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
+async def tail(rt: Runtime, target: Callable[[], Awaitable[Target]], run_id: str,
+               offset: int, *, follow_owner: bool) -> AsyncIterator[bytes]:
+    """The SSE tail of `target()`'s attempt. `follow_owner`: an attempt that ran on
+    another node is relayed from it (the public route; the internal one serves only
+    its own attempts)."""
     rt.log_streams += 1
     try:
         yield b"retry: 1000\n\n"
         sent_at = time.monotonic()
         polls = 0
-        attempt, terminal, _ = await _target(rt, run_id)
+        attempt, terminal, _ = await target()
         while True:
             if attempt is None or polls % STATUS_EVERY == 0:
-                attempt, terminal, _ = await _target(rt, run_id)
+                attempt, terminal, _ = await target()
+            if follow_owner and attempt is not None and \
+                    (peer := await _proxy.owner(rt, attempt)) is not None:
+                async for block in _proxy.relay_stream(rt, peer, attempt.id, offset):
+                    yield block
+                return
             path = None if attempt is None else attempt.log_path
             data = b""
             if path is not None:
