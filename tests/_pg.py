@@ -140,3 +140,26 @@ def pg_dsn(pg_server: str) -> Iterator[str]:
         yield f"{base}/{name}"
     finally:
         psql(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+_shared: Cluster | None = None
+
+
+def fresh_database() -> str:
+    """QLTEST_BACKEND=pg (tests/conftest.py): a new empty database on a cluster shared
+    by the whole session, started at the first call and stopped at exit."""
+    global _shared
+    import atexit
+
+    from conftest import free_port
+
+    server = os.environ.get(DSN_ENV)
+    if server is None:
+        if _shared is None:
+            _shared = Cluster(pg_bindir(), free_port())
+            _shared.start()
+            atexit.register(_shared.stop)
+        server = _shared.dsn
+    name = f"qlb_{os.getpid()}_{next(_names)}"
+    psql(server, f"CREATE DATABASE {name} TEMPLATE template0")
+    return f"{server.rsplit('/', 1)[0]}/{name}"

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from _pg import pg_dsn, pg_server  # noqa: F401  (fixtures: a throwaway PostgreSQL)
 from qledge import paths, settings
-from qledge.db import migrate
+from qledge.db import backend, migrate
 from qledge.db.connection import Database
 from qledge.runtime.lifecycle import Runtime
 
@@ -48,6 +48,13 @@ def free_port() -> int:
     raise RuntimeError("no free port")
 
 
+# QLTEST_BACKEND=pg runs the suites built on these fixtures (make_settings, `db`,
+# `client`, make_runtime) on PostgreSQL — a node in fleet mode, alone on a fresh
+# database — instead of the embedded SQLite (scripts/test runs a selection both ways).
+BACKEND = os.environ.get("QLTEST_BACKEND", "sqlite")
+CLUSTER_SECRET = "test-cluster-secret-0123456789abcdef"
+
+
 def make_settings(state: Path, **overrides: str) -> settings.Settings:
     env = {
         "QLEDGE_STATE_DIR": str(state),
@@ -56,16 +63,59 @@ def make_settings(state: Path, **overrides: str) -> settings.Settings:
         "QLEDGE_LAUNCHER": launcher_path(),
         "QLEDGE_PUBLISH_GRACE_MS": "200",
     }
+    if BACKEND == "pg":
+        import _pg
+
+        env.update(QLEDGE_DATABASE_URL=_pg.fresh_database(),
+                   QLEDGE_CLUSTER_SECRET=CLUSTER_SECRET)
     env.update({f"QLEDGE_{k.upper()}": v for k, v in overrides.items()})
     conf = settings.load(env)
     paths.prepare_roots(conf)
     return conf
 
 
+def migrate_for(conf: settings.Settings) -> None:
+    """Migrate the settings' database; callable inside a running event loop too (the
+    PostgreSQL migration runs its own, so it goes to a thread of its own)."""
+    if not conf.fleet:
+        migrate.apply(conf.db_path)
+        return
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(backend.migrate_now, conf).result()
+
+
+def sql(conf: settings.Settings, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    """One statement on the settings' database from outside the app (a test's own look
+    or change), on either backend: the first column of each row returned."""
+    if not conf.fleet:
+        import sqlite3
+
+        with sqlite3.connect(conf.db_path) as db:
+            return [r[0] for r in db.execute(statement, params).fetchall()]
+
+    async def on_pg() -> list[Any]:
+        import asyncpg
+
+        from qledge.db import pg
+
+        conn = await asyncpg.connect(conf.database_url)
+        try:
+            return [r[0] for r in await conn.fetch(pg.translate(statement)[0], *params)]
+        finally:
+            await conn.close()
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, on_pg()).result()
+
+
 def make_runtime(state: Path, **overrides: str) -> Runtime:
     """An in-process runtime on a migrated database; the caller starts and stops it."""
     conf = make_settings(state, **overrides)
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
     return Runtime(conf)
 
 
@@ -220,8 +270,8 @@ def conf(tmp_path: Path) -> settings.Settings:
 
 @pytest.fixture
 async def db(conf: settings.Settings) -> AsyncIterator[Database]:
-    migrate.apply(conf.db_path)
-    database = Database(conf.db_path)
+    migrate_for(conf)
+    database = backend.database(conf)
     await database.open()
     try:
         yield database
@@ -274,7 +324,7 @@ def tmpfs(mnt: Path, why: str) -> Iterator[Path]:
 def client(conf: settings.Settings) -> Iterator[TestClient]:
     from qledge.http.app import create_app
 
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
     app = create_app(conf, ADMIN)
     with TestClient(app, headers={"Authorization": f"Bearer {ADMIN}"}) as c:
         yield c

@@ -329,3 +329,32 @@ def test_outside_fleet_mode_there_is_no_internal_route(fleet: Fleet) -> None:
     _, attempt_id, _ = _on_a(fleet)
     fleet.nodes["a"].fleet = False
     assert _internal(fleet, attempt_id).status_code == 404
+
+
+def _ql_token(fleet: Fleet, node: str) -> dict[str, str]:
+    app = httpx.post(f"{fleet.urls[node]}/api/v1/apps", headers=AUTH, timeout=30,
+                     json={"name": f"ql-{time.monotonic_ns()}", "scopes": ["crons"]}).json()
+    got = httpx.get(f"{fleet.urls[node]}/open/auth/token", timeout=30, params={
+        "client_id": app["client_id"], "client_secret": app["client_secret"]}).json()
+    return {"Authorization": f"Bearer {got['data']['token']}"}
+
+
+def test_qinglongs_log_route_reads_the_owners_tail_or_says_it_is_down(fleet: Fleet) -> None:
+    """QingLong's /open/crons/{num}/log on B: the tail A holds, never an empty log."""
+    big = b"".join(b"line %06d\n" % i for i in range(200_000))  # 2.2 MB > the 1 MiB read
+    run_id, _, _ = _on_a(fleet, big)
+    num = _get(fleet, "b", f"/api/v1/runs/{run_id}").json()["task_id"]
+    task = _get(fleet, "b", f"/api/v1/tasks/{num}").json()
+    headers = _ql_token(fleet, "b")
+    r = httpx.get(f"{fleet.urls['b']}/open/crons/{task['num']}/log", headers=headers,
+                  timeout=30)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"].encode()
+    assert big.endswith(data) and len(data) == 1 << 20  # the last log_read_limit bytes
+    on_a = httpx.get(f"{fleet.urls['a']}/open/crons/{task['num']}/log", timeout=30,
+                     headers=_ql_token(fleet, "a"))
+    assert on_a.json() == r.json()  # as the owner itself answers
+    fleet.sql("UPDATE nodes SET lease_expires_at_ms = 5 WHERE name = 'a'")
+    r = httpx.get(f"{fleet.urls['b']}/open/crons/{task['num']}/log", headers=headers,
+                  timeout=30)
+    assert r.status_code == 503 and r.json()["error"] == "node_unavailable", r.text

@@ -7,7 +7,6 @@ control-plane output for leaked secrets.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from starlette.testclient import TestClient
 from qledge.settings import Settings
 
 from _appliance import Appliance
-from conftest import free_port
+from conftest import free_port, sql
 
 ENV_SECRET = "env-v4lue-th4t-must-n0t-leak"
 
@@ -118,8 +117,7 @@ def test_scopes_expiry_and_revocation(client: TestClient, conf: Settings) -> Non
     assert client.get("/open/crons").json()["code"] == 200
 
     # expiry: the stored deadline is what counts
-    with sqlite3.connect(conf.db_path) as db:
-        db.execute("UPDATE app_tokens SET expires_at_ms = ?", (int(time.time() * 1000) - 1,))
+    sql(conf, "UPDATE app_tokens SET expires_at_ms = ?", (int(time.time() * 1000) - 1,))
     r = client.get("/open/envs", headers=bearer(token))
     assert r.status_code == 401 and "expired" in r.json()["message"]
 
@@ -301,19 +299,17 @@ def test_deleting_a_cron_wakes_the_scheduler_and_dates_its_log_deletions(
     # Woken: the next round sees no schedule left (its sleep had ~a minute to go).
     poll(lambda: (rt.scheduler.rounds, rt.scheduler.next_due_ms),
          lambda seen: seen[0] > rounds and seen[1] is None, timeout=5)
-    with sqlite3.connect(conf.db_path) as db:
-        queued = [row[0] for row in db.execute("SELECT created_at_ms FROM file_deletions")]
+    queued = sql(conf, "SELECT created_at_ms FROM file_deletions")
     assert queued and all(at >= asked_at_ms - 1000 for at in queued)
 
 
 def test_log_is_the_bounded_tail(tmp_path: Path) -> None:
-    from qledge.db import migrate
     from qledge.http.app import create_app
 
-    from conftest import ADMIN, make_settings
+    from conftest import ADMIN, make_settings, migrate_for
 
     conf = make_settings(tmp_path / "state", log_read_limit="1000")
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
     with TestClient(create_app(conf, ADMIN), headers={"Authorization": f"Bearer {ADMIN}"}) as c:
         num = c.post("/open/crons", json={
             "command": "i=0; while [ $i -lt 300 ]; do echo line-$i-é; i=$((i+1)); done",

@@ -6,6 +6,7 @@ import sqlite3
 
 import msgspec
 
+from . import dialect
 from .connection import Tx
 from .rows import NotFound
 
@@ -103,10 +104,19 @@ async def issue_token(tx: Tx, app_id: str, token_hash: bytes, expires_at_ms: int
     await tx.execute(
         "INSERT INTO app_tokens (token_hash, app_id, created_at_ms, expires_at_ms)"
         " VALUES (?, ?, ?, ?)", (token_hash, app_id, now_ms, expires_at_ms))
+    if tx.dialect == dialect.SQLITE:
+        await tx.execute(
+            "DELETE FROM app_tokens WHERE app_id = ? AND token_hash NOT IN (SELECT token_hash"
+            " FROM app_tokens WHERE app_id = ? ORDER BY created_at_ms DESC, rowid DESC LIMIT ?)",
+            (app_id, app_id, keep))
+        return
+    # PostgreSQL has no rowid (the insertion order SQLite breaks ties with): the token
+    # just issued is kept by name, then the newest `keep - 1` others.
     await tx.execute(
-        "DELETE FROM app_tokens WHERE app_id = ? AND token_hash NOT IN (SELECT token_hash"
-        " FROM app_tokens WHERE app_id = ? ORDER BY created_at_ms DESC, rowid DESC LIMIT ?)",
-        (app_id, app_id, keep))
+        "DELETE FROM app_tokens WHERE app_id = ? AND token_hash <> ? AND token_hash NOT IN"
+        " (SELECT token_hash FROM app_tokens WHERE app_id = ? AND token_hash <> ?"
+        " ORDER BY created_at_ms DESC, token_hash DESC LIMIT ?)",
+        (app_id, token_hash, app_id, token_hash, max(keep - 1, 0)))
 
 
 async def token_grant(tx: Tx, token_hash: bytes) -> TokenGrant | None:

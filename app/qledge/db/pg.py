@@ -96,6 +96,8 @@ def _args(sql: str, params: Params) -> tuple[str, list[Any]]:
     text, names = translate(sql)
     if names is None:
         if isinstance(params, dict):
+            if not params:  # a search without a filter: no parameter at all (SQLite's too)
+                return text, []
             raise TypeError("named parameters given to SQL with ? placeholders")
         return text, list(params)
     if not isinstance(params, dict):

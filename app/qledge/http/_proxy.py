@@ -140,6 +140,35 @@ async def relay_read(rt: Runtime, peer: peers.Peer, attempt_id: str, offset: int
     return StreamingResponse(body(), status_code=upstream.status_code, headers=headers)
 
 
+async def fetch_tail(rt: Runtime, peer: peers.Peer, attempt_id: str, limit: int
+                     ) -> tuple[bytes, int] | None:
+    """The last `limit` bytes of a remote attempt's log and their offset (QingLong's log
+    route shows a tail); None when the owner cannot answer."""
+    data, offset = b"", 0
+    for _ in range(2):  # the size first, then the window ending there
+        try:
+            client, upstream = await _open(rt, peer, _path(attempt_id, False),
+                                           {"offset": str(offset), "limit": str(limit)})
+        except _Down:
+            return None
+        try:
+            body = await upstream.aread()
+            size = int(upstream.headers.get("X-Log-Size", "0"))
+            ok = upstream.status_code == 200
+        except (httpx.HTTPError, OSError, ValueError):
+            ok, body, size = False, b"", 0
+        finally:
+            await upstream.aclose()
+            await client.aclose()
+        if not ok:
+            return None if upstream.status_code >= 500 else (b"", 0)
+        data = body
+        if size - offset <= limit:
+            return data, offset
+        offset = size - limit
+    return data, offset
+
+
 async def relay_stream(rt: Runtime, peer: peers.Peer, attempt_id: str, offset: int
                        ) -> AsyncIterator[bytes]:
     """The SSE tail of a remote attempt: the owner's events, whole events only, then

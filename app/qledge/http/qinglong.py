@@ -27,7 +27,7 @@ from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
-from . import inputs
+from . import _proxy, inputs
 from . import tasks as native_tasks
 from .apps import digest, new_secret
 from .envs import env_name, validate_env
@@ -423,8 +423,17 @@ async def latest_log(rt: Runtime, task_id: str | None) -> Response:
     status = "running" if active else "completed"
     if not tried:
         return json_response({"code": 200, "data": "", "logStatus": status})
-    data, offset = await rt.files.run(logs.tail, rt.settings.logs_path, tried[-1].log_path,
-                                      rt.settings.log_read_limit)
+    peer = await _proxy.owner(rt, tried[-1])
+    if peer is not None:
+        # Fleet mode: the log is on the node that ran it; never an empty log that
+        # looks complete when that node cannot answer.
+        got = await _proxy.fetch_tail(rt, peer, tried[-1].id, rt.settings.log_read_limit)
+        if got is None:
+            return _proxy.unavailable(peer)
+        data, offset = got
+    else:
+        data, offset = await rt.files.run(logs.tail, rt.settings.logs_path,
+                                          tried[-1].log_path, rt.settings.log_read_limit)
     data = _utf8_start(data) if offset else data
     return json_response({"code": 200, "data": data.decode("utf-8", "replace"),
                           "logStatus": status})
