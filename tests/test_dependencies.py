@@ -18,9 +18,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from _pkg_index import PackageServer, make_wheel, npm_pack
-from qledge.db import migrate
 
-from conftest import ADMIN, make_settings
+from conftest import ADMIN, make_settings, migrate_for
 
 API = "/api/v1/dependencies"
 SECRET = "mirror-pw-5d2c9e"
@@ -51,7 +50,7 @@ def client(state: Path, srv: PackageServer, **overrides: str) -> TestClient:
 
     settings = {"pip_index_url": srv.index_url(), "npm_registry": srv.registry(), **overrides}
     conf = make_settings(state, **settings)
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
     return TestClient(create_app(conf, ADMIN), headers={"Authorization": f"Bearer {ADMIN}"})
 
 

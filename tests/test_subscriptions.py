@@ -14,9 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from _git_server import GitRepo, GitServer, tree_bytes
-from qledge.db import migrate
 
-from conftest import ADMIN, make_settings
+from conftest import ADMIN, make_settings, migrate_for
 
 API = "/api/v1/subscriptions"
 SECRET = "s3cr3t-TOKEN-7d1f0a"
@@ -60,7 +59,7 @@ def _client(state: Path, **overrides: str) -> TestClient:
     from qledge.http.app import create_app
 
     conf = make_settings(state, **overrides)
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
     return TestClient(create_app(conf, ADMIN), headers={"Authorization": f"Bearer {ADMIN}"})
 
 
