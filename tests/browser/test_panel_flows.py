@@ -391,6 +391,7 @@ EVENT_SAMPLES: dict[str, dict[str, object]] = {
                            "status": "succeeded"},
     "chain.skipped": {"task_id": "01900000-0000-7000-8000-000000000007",
                       "reason": "disabled"},
+    "attempt.late_receipt": {"exit_code": 4, "epoch": 2},
 }
 
 

@@ -77,6 +77,9 @@ window.QLEDGE = (() => {
     return (i === 0 ? String(v) : v.toFixed(v < 10 ? 1 : 0)) + ' ' + units[i];
   }
   const shortId = (id) => (id ? id.slice(-8) : '');
+  // A task's or run's placement (docs/fleet.md) in words; null: any node.
+  const placeText = (p) => (p && (p.node || p.labels.length) ? t('place', {
+    node: p.node || t('place.any'), labels: p.labels.join(' ') || '—' }) : null);
 
   // ---- DOM
   const PROPS = new Set(['value', 'checked', 'selected', 'disabled', 'hidden', 'htmlFor',
@@ -389,7 +392,7 @@ window.QLEDGE = (() => {
   document.addEventListener('DOMContentLoaded', start);
 
   return {
-    pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
+    pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId, placeText,
     h, append, clear, fill, nextId, badge, btn, rowBtn, field, markField, unmark, actionsCell, dl, loading,
     refreshBtn, grid, row, guarded, apiPath, saveFile, notify, modal, confirmDialog, ApiError,
     api, q, loadAllTasks, onLeave, render, heading, failBox, signIn,

@@ -131,6 +131,7 @@
       enabled: true, overlap: 'skip', labels: [], keep_background: false, retries: 0,
       retry_delay_s: 10, retry_on: ['failed', 'lost'], extra_schedules: [], tz: null,
       on_success: [], on_failure: [], on_finish: [], ...prefill };
+    const place = v.placement || { node: null, labels: [] };
     // The saved ids at once (the form does not wait), then the other tasks by name; an id no
     // task has any more stays, shown as the id.
     const picked = (sel) => [...sel.selectedOptions].map((o) => o.value);
@@ -165,6 +166,11 @@
       ...Object.fromEntries(CHAINS.map((k) => [k, chain(k)])),
       labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
         autocomplete: 'off' }),
+      // where its runs may execute (docs/fleet.md); both empty: any node
+      placeNode: h('input', { id: 'f-place-node', type: 'text', value: place.node || '',
+        autocomplete: 'off', spellcheck: 'false' }),
+      placeLabels: h('input', { id: 'f-place-labels', type: 'text', class: 'mono',
+        value: place.labels.join(' '), autocomplete: 'off', spellcheck: 'false' }),
     };
     f.command.value = v.command;
     f.extra.value = v.extra_schedules.join('\n');
@@ -197,6 +203,8 @@
         h('div.row3', CHAINS.map((k) => field('f-' + k, t('editor.' + k), f[k], null, k)))),
       envs.el,
       field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),
+      h('div.row2', field('f-place-node', t('place.node'), f.placeNode, t('place.help'),
+        'placement'), field('f-place-labels', t('place.labels'), f.placeLabels)),
       h('div.field.check', { 'data-field': 'enabled' }, f.enabled,
         h('label', { htmlFor: 'f-enabled' }, t('editor.enabled')),
         h('p.field-error', { id: 'f-enabled-err', hidden: true })),
@@ -245,6 +253,8 @@
           tz: f.tz.value.trim() || null,
           ...Object.fromEntries(CHAINS.map((k) => [k, picked(f[k])])),
           labels: f.labels.value.split(',').map((s) => s.trim()).filter(Boolean),
+          placement: { node: f.placeNode.value.trim() || null,
+            labels: f.placeLabels.value.split(/\s+/).filter(Boolean) },
         };
         if (task) await api('PUT', apiPath('tasks', task.id), body);
         else await api('POST', '/tasks', body);

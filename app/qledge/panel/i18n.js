@@ -207,6 +207,7 @@ window.QLEDGE_I18N = ((table) => {
     '更早的输出未在此显示，请使用“下载”获取完整日志。',
   'log.evicted': 'This log was deleted by log retention ({reason}); the run’s record is kept.|' +
     '该日志已被日志保留策略删除（{reason}），运行记录仍然保留。',
+  'log.nodeDown': 'the log is on {node}, which has not answered since {time}|日志在节点 {node} 上，该节点自 {time} 起未响应',
   'log.stopped': 'stopped — the log cannot be read (run {status})|已停止 — 无法读取日志（运行{status}）',
   'log.err.LOG_NOT_REGULAR_FILE': 'The log cannot be shown: the task replaced its log file with a {kind}, and qledge reads regular files only. The run itself is not affected.|' +
     '无法显示日志：任务把自己的日志文件换成了{kind}，而 qledge 只读取普通文件。运行本身不受影响。',
@@ -244,6 +245,7 @@ window.QLEDGE_I18N = ((table) => {
   'ev.chained': 'Started run {id} (chain)|已触发运行 {id}（任务链）',
   'ev.chainedBy': 'After run {id} ended {status}|在运行 {id} 结束（{status}）之后',
   'ev.chainSkipped': 'Chain to task {id} skipped: {reason}|任务链到 {id} 被跳过：{reason}',
+  'ev.late': 'Late receipt (lease epoch {epoch}): exit {code}, not applied|迟到回执（租约纪元 {epoch}）：退出码 {code}，未采用',
   'ev.held': 'Held in the queue: {why}|在队列中暂缓：{why}',
   'held.DISK_PRESSURE': 'low disk space on {volumes}; it starts when space is back|' +
     '{volumes} 磁盘空间不足；空间恢复后开始运行',
@@ -289,6 +291,8 @@ window.QLEDGE_I18N = ((table) => {
   'reason.TASK_INTERPRETER_MISSING': 'task form: the interpreter is missing (JS needs the -node image); nothing was started.|task 命令：缺少解释器（JS 需要 -node 镜像）；未启动任何进程。',
   'reason.TASK_ENV_EMPTY': 'task form: desi/conc picked no value of the variable; nothing was started.|task 命令：desi/conc 未选中该变量的任何值；未启动任何进程。',
   'reason.CONC_CHILDREN': 'task … conc: the result of its child runs (succeeded only if all did).|task … conc：取其子运行的结果（全部成功才算成功）。',
+  'reason.NODE_LEASE_EXPIRED': 'Its node stopped renewing its lease; another node took over and declared the attempt lost (a late receipt is recorded, never applied).|' +
+    '其节点未续租；另一节点接管并判定该尝试丢失（迟到的回执只记录，不采用）。',
   'reason.unknown': 'See docs/recovery.md for this reason code.|此原因码的说明见 docs/recovery.md。',
 
   'nav.subs': 'Subscriptions|订阅',
@@ -508,6 +512,30 @@ window.QLEDGE_I18N = ((table) => {
     '任务隔离设为必需但不可用（{reason}）：不会启动任何任务，每次运行都以“已阻断”结束。',
   'system.iso.off': 'Task isolation is off: tasks can read the database and the admin token.|' +
     '任务隔离已关闭：任务可以读取数据库和管理员令牌。',
+  'nodes.title': 'Nodes|节点',
+  'nodes.self': 'this node|本节点',
+  'nodes.leader': 'scheduler|调度者',
+  'nodes.live': 'live: healthy|在线：正常',
+  'nodes.late': 'no heartbeat: lease ran out|无心跳：租约已到期',
+  'nodes.expired': 'expired: taken over|已过期：已被接管',
+  'nodes.left': 'left|已离开',
+  'nodes.running': 'Running|运行中',
+  'nodes.hb': 'Last heartbeat|距上次心跳',
+  'nodes.lease': 'Lease left|租约剩余',
+  'nodes.skew': 'Clock skew|时钟偏差',
+  'place': 'node {node} · labels {labels}|节点 {node} · 标签 {labels}',
+  'place.any': 'any|任意',
+  'place.title': 'Placement|运行位置',
+  'place.node': 'Run on node|运行节点',
+  'place.labels': 'Required node labels|所需节点标签',
+  'place.help': 'Empty: any node. Labels space-separated, e.g. arch=aarch64 gpio.|留空：任意节点。标签以空格分隔，如 arch=aarch64 gpio。',
+  'att.node': 'Node|节点',
+  'att.late': 'Attempt {n}: late receipt: exited {code} on {node} after its lease expired (not applied).|' +
+    '第 {n} 次尝试：迟到回执：在 {node} 上以 {code} 退出，但租约已过期（未采用）。',
+  'run.waiting': 'Waiting|等待',
+  'wait.PLACEMENT_NODE_DOWN': 'node {node} is down; it starts when that node is back|节点 {node} 已离线；恢复后开始',
+  'wait.PLACEMENT_NO_NODE': 'no node is named {node}|没有名为 {node} 的节点',
+  'wait.PLACEMENT_NO_LABEL': 'no live node it may use has the labels {labels}|可用的在线节点都没有标签 {labels}',
   'system.noRound': 'No round yet.|尚未进行。',
   'system.kind': 'Kind|类型',
   'system.import': 'Import from QingLong (backup .tgz)|从青龙导入（备份 .tgz）',

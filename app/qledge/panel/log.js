@@ -1,7 +1,7 @@
 /* qledge panel: the live log of a run and its download (run.js shows the section). */
 'use strict';
 (() => {
-  const { t, words, statusLabel, h, fill, btn, apiPath, saveFile, notify, api, q,
+  const { t, words, statusLabel, fmtTime, h, fill, btn, apiPath, saveFile, notify, api, q,
     onLeave } = window.QLEDGE;
   const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
@@ -29,6 +29,9 @@
       start: (alive, onEnd) => follow(runId, pre, stateEl, el, trimmed, problem, truncated,
         alive, onEnd) };
   }
+
+  // Fleet mode: the log is on a node that does not answer (docs/fleet.md).
+  const downText = (d) => t('log.nodeDown', { node: d.node, time: fmtTime(d.last_seen_ms) });
 
   // A log the API cannot read (docs/api.md): words for the code, the API's message under them.
   function showProblem(box, code, kind, message, from) {
@@ -113,6 +116,14 @@
         trimmedNote.hidden = false;
         section.dataset.evicted = 'true';
       });
+      source.addEventListener('node_down', (ev) => {
+        // fleet mode: the log is on another node that does not answer; reconnecting
+        // now would only say the same (docs/fleet.md)
+        source.close();
+        es = null;
+        done = true;
+        setState('error', downText(JSON.parse(ev.data)));
+      });
       source.addEventListener('end', (ev) => {
         source.close();
         es = null;
@@ -161,9 +172,11 @@
       saveFile(new Blob(parts, { type: 'text/plain' }), `run-${runId}.log`);
     } catch (e) {
       // 409 LOG_NOT_REGULAR_FILE, 410 LOG_EVICTED, 503 LOG_READ_TIMEOUT / LOG_READ_BUSY:
-      // said in the log card, where it stays (a toast would be gone in 6 s)
-      if (e.code.startsWith('LOG_')) {
-        showProblem(problem, e.code, e.body.kind, e.message, 'download');
+      // and 503 node_unavailable (fleet mode): said in the log card, where it stays (a
+      // toast would be gone in 6 s)
+      const down = e.code === 'node_unavailable';
+      if (down || e.code.startsWith('LOG_')) {
+        showProblem(problem, e.code, e.body.kind, down ? downText(e.body) : e.message, 'download');
       } else {
         notify(e.message, 'error');
       }

@@ -1,7 +1,7 @@
 /* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
 'use strict';
 (() => {
-  const { t, statusLabel, fmtTime, fmtDur, shortId, h, fill, badge, btn, dl, grid, row, apiPath,
+  const { t, statusLabel, fmtTime, fmtDur, shortId, placeText, h, fill, badge, btn, dl, grid, row, apiPath,
     notify, confirmDialog, api, onLeave, heading, logSection } = window.QLEDGE;
 
   function eventText(ev) {
@@ -21,6 +21,7 @@
         finishFacts(d);
       case 'schedule.skipped': return t(d.reason === 'queued_run' ? 'ev.skippedQueued'
         : 'ev.skipped', { at: fmtTime(d.scheduled_for_ms) });
+      case 'attempt.late_receipt': return t('ev.late', { code: d.exit_code, epoch: d.epoch });
       case 'run.held': return t('ev.held', { why: heldText(d) });
       case 'run.retry_scheduled': return t('ev.retry', { n: d.attempt_no,
         status: statusLabel(d.status), at: fmtTime(d.not_before_ms) });
@@ -87,6 +88,10 @@
           h('span', { id: 'run-retry-in' }, fmtDur(r.not_before_ms - now))] : null,
         leftover ? [t('run.leftover'), h('span', { id: 'run-leftover' }, leftoverText(leftover))]
           : null,
+        // fleet mode (docs/fleet.md): where it may run, and why no node takes it yet
+        placeText(r.placement) ? [t('place.title'), placeText(r.placement)] : null,
+        r.waiting ? [t('run.waiting'), h('span', { id: 'run-waiting' }, t('wait.' + r.waiting.reason,
+          { node: r.waiting.node, labels: r.waiting.labels.join(' ') }))] : null,
         // The `task` form (docs/tasks.md): a random delay's wait; a conc run's parent/children.
         r.not_before_ms && !r.started_at_ms ? [t('run.notBefore'), fmtTime(r.not_before_ms)] : null,
         r.parent_run_id ? [t('run.parent'), runLink(r.parent_run_id, shortId(r.parent_run_id))]
@@ -134,16 +139,21 @@
 
   function attemptsView(r, now) {
     if (!r.attempts.length) return h('p.muted', t('run.noAttempts'));
-    const cols = [t('att.no'), t('runs.status'), t('runs.col.exit'), t('att.reason'), t('att.pid'),
-      t('run.started'), t('runs.col.duration')];
-    return grid(null, cols, r.attempts.map((a) => row(null, cols,
+    const cols = [t('att.no'), t('runs.status'), t('runs.col.exit'), t('att.reason'), t('att.node'),
+      t('att.pid'), t('run.started'), t('runs.col.duration')];
+    // A receipt that came after a takeover decided the attempt: recorded, never applied.
+    const late = r.attempts.filter((a) => a.late_exit_code != null).map((a) => h('p.alert.warn',
+      { 'data-late': a.attempt_no }, t('att.late', { n: a.attempt_no, code: a.late_exit_code,
+        node: a.node || '?' })));
+    return [grid(null, cols, r.attempts.map((a) => row(null, cols,
       '#' + a.attempt_no,
       badge(a.status === 'preparing' ? r.status : a.status),
       a.exit_code == null ? '—' : String(a.exit_code),
       a.reason_code ? h('code', a.reason_code) : '—',
+      a.node || '—',
       a.pid == null ? '—' : String(a.pid),
       fmtTime(a.started_at_ms),
-      a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—')));
+      a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—'))), late];
   }
 
   function cancelButton(runId, refresh) {

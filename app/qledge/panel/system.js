@@ -102,6 +102,24 @@
       { class: 'compact', id: 'sys-deleted' })];
   }
 
+  // The fleet's nodes (docs/fleet.md): health by the database clock, what runs where. On
+  // SQLite the one node (no lease, so no heartbeat either).
+  function nodesView(n) {
+    const cols = [t('tasks.col.name'), t('runs.status'), t('editor.labels'), t('nodes.running'),
+      t('nodes.hb'), t('nodes.lease'), t('nodes.skew')];
+    const ms = (v) => (v == null ? '—' : (v < 0 ? '-' : '') + fmtDur(Math.abs(v)));
+    return h('section.card', { id: 'sys-nodes', 'data-fleet': String(n.fleet) },
+      h('h2', t('nodes.title')), grid(null, cols, n.items.map((x) => {
+        const state = x.state === 'live' && x.lease_expired ? 'late' : x.state;
+        return row({ 'data-node': x.name, 'data-state': state }, cols,
+          [h('strong', x.name), h('div.labels', x.name === n.self ? h('span.label', t('nodes.self'))
+            : null, x.leader ? h('span.label', t('nodes.leader')) : null)],
+          h('span', { class: state === 'live' ? 'on' : 'warn-text' }, words('nodes.', state)),
+          h('div.labels', x.labels.map((l) => h('span.label', l))), String(x.running_attempts),
+          ms(x.heartbeat_age_ms), ms(x.lease_left_ms), ms(x.clock_skew_ms));
+      }), { class: 'compact' }));
+  }
+
   // QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply.
   function importCard() {
     const file = h('input', { type: 'file', accept: '.tgz', id: 'imp-file' });
@@ -125,7 +143,10 @@
     main.append(box);
     async function load() {
       let s;
-      try { s = await api('GET', '/system'); } catch (e) {
+      let n;
+      try {
+        [s, n] = await Promise.all([api('GET', '/system'), api('GET', '/nodes')]);
+      } catch (e) {
         if (alive()) failBox(box, e);
         return;
       }
@@ -143,6 +164,7 @@
             [t('system.streams'), String(s.log_streams ?? '—')],
             [t('system.fileReads'), fileReads(s.file_reads)],
             [t('system.rounds'), String(s.rounds ?? '—')]])),
+        nodesView(n),
         s.task_isolation ? isolationView(s.task_isolation) : null,
         h('section.card', { 'aria-labelledby': 'sys-h2' },
           h('h2', { id: 'sys-h2' }, t('system.journal')),

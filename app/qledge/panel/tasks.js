@@ -1,7 +1,7 @@
 /* qledge panel: the task list (#/tasks). */
 'use strict';
 (() => {
-  const { t, fmtTime, fmtRelative, h, badge, btn, rowBtn, actionsCell, loading, refreshBtn, grid,
+  const { t, fmtTime, fmtRelative, placeText, h, badge, btn, rowBtn, actionsCell, loading, refreshBtn, grid,
     row, guarded, apiPath, notify, confirmDialog, api, q, loadAllTasks, heading, failBox,
     fill } = window.QLEDGE;
 
@@ -48,7 +48,9 @@
       'aria-label': `${label} — ${task.name}` }, label);
     return row({ 'data-task-id': task.id, 'data-task-name': task.name }, cols,
       [h('a.strong', { href: '#/tasks/' + task.id }, task.name),
-        task.labels.length ? h('div.labels', task.labels.map((l) => h('span.label', l))) : null],
+        task.labels.length ? h('div.labels', task.labels.map((l) => h('span.label', l))) : null,
+        placeText(task.placement) && h('div.muted.small', { 'data-role': 'placement' },
+          t('place.title') + ': ' + placeText(task.placement))],
       sched,
       lastCell,
       h('span', { class: task.enabled ? 'on' : 'off' }, task.enabled ? t('common.yes') : t('common.no')),
