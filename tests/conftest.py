@@ -53,6 +53,7 @@ def free_port() -> int:
 # database — instead of the embedded SQLite (scripts/test runs a selection both ways).
 BACKEND = os.environ.get("QLTEST_BACKEND", "sqlite")
 CLUSTER_SECRET = "test-cluster-secret-0123456789abcdef"
+_PG_BY_STATE: dict[Path, str] = {}
 
 
 def make_settings(state: Path, **overrides: str) -> settings.Settings:
@@ -66,8 +67,10 @@ def make_settings(state: Path, **overrides: str) -> settings.Settings:
     if BACKEND == "pg":
         import _pg
 
-        env.update(QLEDGE_DATABASE_URL=_pg.fresh_database(),
-                   QLEDGE_CLUSTER_SECRET=CLUSTER_SECRET)
+        # One database per state dir: the same node started again (a restart) finds
+        # its data, as it finds its SQLite file.
+        dsn = _PG_BY_STATE.get(state) or _PG_BY_STATE.setdefault(state, _pg.fresh_database())
+        env.update(QLEDGE_DATABASE_URL=dsn, QLEDGE_CLUSTER_SECRET=CLUSTER_SECRET)
     env.update({f"QLEDGE_{k.upper()}": v for k, v in overrides.items()})
     conf = settings.load(env)
     paths.prepare_roots(conf)

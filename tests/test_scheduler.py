@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from qledge import failpoints, ids, transitions
-from qledge.db import events, runs, schedule, tasks
+from qledge.db import backend, events, runs, schedule, tasks
 from qledge.db.connection import Database
 from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
@@ -200,7 +200,7 @@ async def test_a_restarted_scheduler_never_fires_the_same_tick_twice(
     assert len(await runs_of(db, task_id)) == 1
 
     # A new worker: new Database connections and a new Scheduler, mid-minute.
-    other = Database(conf.db_path)
+    other = backend.database(conf)
     await other.open()
     try:
         again = Scheduler(other, clock=Clock(at(2024, 1, 1, 10, 1, 30)))
