@@ -283,7 +283,7 @@ def test_a_node_on_postgresql_runs_survives_a_worker_kill_and_the_server_away(
         gate2.touch()
         r = _wait(lambda: (x := app.api("GET", "/tasks")).status_code == 503 and x, 20,
                   "503 from the API")
-        assert r.json()["error"] == "database_unavailable"
+        assert r.json()["error"] == "DATABASE_UNAVAILABLE"
         assert int(r.headers["Retry-After"]) > 0
         ready = app.http.get("/readyz")
         assert ready.status_code == 503 and ready.json()["status"] == "database_unavailable"

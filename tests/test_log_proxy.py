@@ -267,7 +267,7 @@ def _down(fleet: Fleet, run_id: str, last_seen: int) -> None:
     r = _get(fleet, "b", f"/api/v1/runs/{run_id}/log")
     assert time.monotonic() - started < 5
     assert r.status_code == 503, r.text
-    assert r.json()["error"] == "node_unavailable"
+    assert r.json()["error"] == "NODE_UNAVAILABLE"
     assert (r.json()["node"], r.json()["last_seen_ms"]) == ("a", last_seen)
     with httpx.stream("GET", f"{fleet.urls['b']}/api/v1/runs/{run_id}/log/stream",
                       headers=AUTH, timeout=30) as s:
@@ -357,4 +357,4 @@ def test_qinglongs_log_route_reads_the_owners_tail_or_says_it_is_down(fleet: Fle
     fleet.sql("UPDATE nodes SET lease_expires_at_ms = 5 WHERE name = 'a'")
     r = httpx.get(f"{fleet.urls['b']}/open/crons/{task['num']}/log", headers=headers,
                   timeout=30)
-    assert r.status_code == 503 and r.json()["error"] == "node_unavailable", r.text
+    assert r.status_code == 503 and r.json()["error"] == "NODE_UNAVAILABLE", r.text

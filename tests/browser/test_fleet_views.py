@@ -151,7 +151,7 @@ def test_a_frozen_node_its_log_and_its_late_receipt(fleet: Fleet, page: Page) ->
             r"^the log is on n2, which has not answered since \S"))
         expect(page.locator("#log")).to_have_text("")
         page.locator("[data-action='download']").click()
-        expect(page.locator("#log-problem")).to_have_attribute("data-error", "node_unavailable")
+        expect(page.locator("#log-problem")).to_have_attribute("data-error", "NODE_UNAVAILABLE")
         expect(page.locator("#log-problem")).to_contain_text("the log is on n2")
         expect(page.locator("#run-reason")).to_contain_text("stopped renewing its lease")
         gate.touch()  # the frozen task sees it only once thawed

@@ -9,7 +9,7 @@ unchanged. At most one upstream chunk is held: the client's pace drives the
 upstream read, so a slow client slows only its own request.
 
 An owner that is down (its lease expired on the database clock, no connection, or
-no first byte within FIRST_BYTE_S) is said so: 503 `node_unavailable` with its name
+no first byte within FIRST_BYTE_S) is said so: 503 `NODE_UNAVAILABLE` with its name
 and last heartbeat, and a stream gets `event: node_down` and ends. Never an empty
 answer that would look like a complete, empty log.
 """
@@ -71,7 +71,7 @@ async def owner(rt: Runtime, attempt: Attempt) -> peers.Peer | None:
 
 
 def _down_body(peer: peers.Peer) -> dict[str, object]:
-    return {"error": "node_unavailable", "node": peer.name,
+    return {"error": "NODE_UNAVAILABLE", "node": peer.name,
             "last_seen_ms": peer.heartbeat_at_ms,
             "message": f"the log is on node {peer.name}, which is not answering"}
 

@@ -216,7 +216,7 @@ async def handle_unexpected(request: Request, exc: BaseException) -> Response:
                     type(exc.__cause__ or exc).__name__, exc.sqlstate)
         error = Unavailable("the database cannot be reached right now; nothing was"
                             " saved, retry shortly")
-        error.code = "database_unavailable"
+        error.code = "DATABASE_UNAVAILABLE"
         response = await handle_api_error(request, error)
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
         return response

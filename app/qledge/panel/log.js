@@ -172,9 +172,9 @@
       saveFile(new Blob(parts, { type: 'text/plain' }), `run-${runId}.log`);
     } catch (e) {
       // 409 LOG_NOT_REGULAR_FILE, 410 LOG_EVICTED, 503 LOG_READ_TIMEOUT / LOG_READ_BUSY:
-      // and 503 node_unavailable (fleet mode): said in the log card, where it stays (a
+      // and 503 NODE_UNAVAILABLE (fleet mode): said in the log card, where it stays (a
       // toast would be gone in 6 s)
-      const down = e.code === 'node_unavailable';
+      const down = e.code === 'NODE_UNAVAILABLE';
       if (down || e.code.startsWith('LOG_')) {
         showProblem(problem, e.code, e.body.kind, down ? downText(e.body) : e.message, 'download');
       } else {

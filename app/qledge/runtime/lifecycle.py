@@ -37,7 +37,7 @@ from .fleet import Fleet
 from .leader import Leader
 from .loop import PeriodicLoop, settle
 from .metrics import Metrics
-from .notifier import Notifier
+from .notifier import NOTIFY_CHANNEL, Notifier
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
@@ -197,6 +197,7 @@ class Runtime:
             # A run queued on any node wakes every dispatcher (NOTIFY on commit).
             self.db.listen(runs.QUEUED_CHANNEL, self.kick)  # type: ignore[attr-defined]
             self.db.listen(CANCEL_CHANNEL, self._sweep_cancels)  # type: ignore[attr-defined]
+            self.db.listen(NOTIFY_CHANNEL, self.notifier.loop.poke)  # type: ignore[attr-defined]
         # Fleet mode: the leader queues its ticks' runs and every node may claim them
         # (NOTIFY); it does not start them itself, or it would run every scheduled run.
         self.scheduler = Scheduler(self.db, on_queued=self.kick,

@@ -27,7 +27,7 @@ import msgspec
 
 from .. import failpoints, notify, qinglong_notify
 from ..clock import now_ms
-from ..db import envs, rows, tasks
+from ..db import dialect, envs, rows, tasks
 from ..db import notifications as q
 from ..db.connection import Database, Tx
 from ..launch import logs
@@ -46,6 +46,8 @@ SEND_TIMEOUT_S = 30.0
 ENV_CHANNEL = "env:"
 PRUNE_EVERY = 20  # rounds; sent and given-up rows are kept KEEP_DONE_MS for the API
 PRUNE_PAGE = 256
+# Fleet mode: rows were queued (on any node); the lease holder sends them.
+NOTIFY_CHANNEL = "qledge_notify"
 
 
 class SendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +148,13 @@ class Notifier:
 
     # -- in the terminal transaction ---------------------------------------------
 
+    async def _queued(self, tx: Tx) -> None:
+        """Rows queued in this transaction: the sender looks at its commit — here, and in
+        a fleet on the lease holder, which may be another node (NOTIFY on commit)."""
+        tx.on_commit(self.loop.poke)
+        if tx.dialect == dialect.POSTGRESQL:
+            await tx.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         if new.status is RunStatus.CANCELLED:
             return
@@ -181,7 +190,7 @@ class Notifier:
         await q.enqueue(tx, channel_ids=[c.id for c in chans], kind="run", run_id=new.id,
                         task_id=new.task_id, title=decision.title, body=decision.body,
                         log_lines=decision.log_lines, due_at_ms=due, now_ms=now)
-        tx.on_commit(self.loop.poke)
+        await self._queued(tx)
 
     async def enqueue(self, tx: Tx, *, kind: str, title: str, body: str,
                       run_id: str | None = None, task_id: str | None = None,
@@ -197,7 +206,7 @@ class Notifier:
         written = await q.enqueue(tx, channel_ids=channel_ids, kind=kind, run_id=run_id,
                                   task_id=task_id, title=title, body=body, log_lines=0,
                                   due_at_ms=now, now_ms=now)
-        tx.on_commit(self.loop.poke)
+        await self._queued(tx)
         return len(written)
 
     def pressure_changed(self, pressure: bool, report: dict[str, object]) -> None:
