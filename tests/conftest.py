@@ -56,6 +56,18 @@ CLUSTER_SECRET = "test-cluster-secret-0123456789abcdef"
 _PG_BY_STATE: dict[Path, str] = {}
 
 
+def pg_env(state: Path) -> dict[str, str]:
+    """QLTEST_BACKEND=pg: the settings that make a node of `state` a fleet node on its
+    own database — one per state dir, so a restarted node finds its data. A short
+    scheduler lease: a worker restarted by a test takes over its predecessor's lease
+    (it waits for it to run out, as a fleet node must) in 2 s, not 10."""
+    import _pg
+
+    dsn = _PG_BY_STATE.get(state) or _PG_BY_STATE.setdefault(state, _pg.fresh_database())
+    return {"QLEDGE_DATABASE_URL": dsn, "QLEDGE_CLUSTER_SECRET": CLUSTER_SECRET,
+            "QLEDGE_LEADER_LEASE_S": "2", "QLEDGE_ADMIN_TOKEN": ADMIN}
+
+
 def make_settings(state: Path, **overrides: str) -> settings.Settings:
     env = {
         "QLEDGE_STATE_DIR": str(state),
@@ -65,12 +77,7 @@ def make_settings(state: Path, **overrides: str) -> settings.Settings:
         "QLEDGE_PUBLISH_GRACE_MS": "200",
     }
     if BACKEND == "pg":
-        import _pg
-
-        # One database per state dir: the same node started again (a restart) finds
-        # its data, as it finds its SQLite file.
-        dsn = _PG_BY_STATE.get(state) or _PG_BY_STATE.setdefault(state, _pg.fresh_database())
-        env.update(QLEDGE_DATABASE_URL=dsn, QLEDGE_CLUSTER_SECRET=CLUSTER_SECRET)
+        env.update(pg_env(state))
     env.update({f"QLEDGE_{k.upper()}": v for k, v in overrides.items()})
     conf = settings.load(env)
     paths.prepare_roots(conf)
@@ -113,6 +120,23 @@ def sql(conf: settings.Settings, statement: str, params: tuple[Any, ...] = ()) -
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, on_pg()).result()
+
+
+def pg_rows(dsn: str, statement: str) -> list[tuple[Any, ...]]:
+    """Every row of one statement on a PostgreSQL database, as tuples (a test's look)."""
+    async def fetch() -> list[tuple[Any, ...]]:
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [tuple(r.values()) for r in await conn.fetch(statement)]
+        finally:
+            await conn.close()
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, fetch()).result()
 
 
 def make_runtime(state: Path, **overrides: str) -> Runtime:
@@ -358,6 +382,8 @@ class Server:
                     "QLEDGE_PORT": str(self.port), "QLEDGE_ADMIN_TOKEN": ADMIN,
                     "QLEDGE_LAUNCHER": launcher_path(), "QLEDGE_PUBLISH_GRACE_MS": "200",
                     **{f"QLEDGE_{k.upper()}": v for k, v in settings_env.items()}}
+        if BACKEND == "pg":
+            self.env.update(pg_env(state))
         self.output = state.parent / f"{state.name}.out"
         state.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "qledge", "serve"]

@@ -21,12 +21,22 @@ import pytest
 from starlette.testclient import TestClient
 
 from qledge import failpoints
-from qledge.db import migrate
-from qledge.db.connection import Database
+from qledge.db import backend
 from qledge.qinglong_plan import Plan
 from qledge.runtime import dependencies, imports
 
-from conftest import ADMIN, ROOT, Server, make_settings, wait_terminal
+from conftest import (
+    ADMIN,
+    BACKEND,
+    ROOT,
+    Server,
+    make_settings,
+    migrate_for,
+    pg_env,
+    pg_rows,
+    sql,
+    wait_terminal,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "qinglong"
 DATA_TGZ = FIXTURES / "2.21.0-data.tgz"
@@ -56,12 +66,15 @@ def snapshot(root: Path) -> dict[str, tuple[int, str]]:
 
 
 def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "QLEDGE_STATE_DIR": str(state), "PYTHONPATH": str(ROOT / "app")}
+    env = {**os.environ, "QLEDGE_STATE_DIR": str(state), "PYTHONPATH": str(ROOT / "app"),
+           **(pg_env(state) if BACKEND == "pg" else {})}
     return subprocess.run([sys.executable, "-m", "qledge", "import", "qinglong", *args],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def rows(state: Path, sql: str) -> list[tuple[Any, ...]]:
+    if BACKEND == "pg":  # the node's database is its PostgreSQL one (tests/conftest.py)
+        return pg_rows(pg_env(state)["QLEDGE_DATABASE_URL"], sql)
     conn = sqlite3.connect(state / "data" / "qledge.sqlite3")
     try:
         return conn.execute(sql).fetchall()
@@ -215,10 +228,10 @@ def test_apply_object_by_object_then_again_a_no_op(ql: Path, tmp_path: Path) -> 
 
 def _apply(state: Path, path: Path, **kw: Any) -> Plan:
     conf = make_settings(state)
-    migrate.apply(conf.db_path)
+    migrate_for(conf)
 
     async def go() -> Plan:
-        db = Database(conf.db_path)
+        db = backend.database(conf)
         await db.open()
         try:
             return await imports.run(db, conf, path, apply=True, **kw)
@@ -302,14 +315,11 @@ def test_conflicts_are_listed_and_skipped_then_renamed_or_replaced(
 def test_a_task_with_the_same_command_is_a_conflict(ql: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     conf = make_settings(state)
-    migrate.apply(conf.db_path)
-    conn = sqlite3.connect(conf.db_path)
-    conn.execute(
+    migrate_for(conf)
+    sql(conf,
         "INSERT INTO tasks (id, name, command, schedule, env_json, enabled, concurrency,"
         " labels_json, created_at_ms, updated_at_ms) VALUES ('01900000-0000-7000-8000-"
         "000000000001', 'mine', 'task hello.py', '5 5 * * *', '{}', 1, 'forbid', '[]', 1, 1)")
-    conn.commit()
-    conn.close()
     plain = cli(state, str(ql), "--apply")
     assert "  conflict  Hello Python" in plain.stdout
     assert rows(state, "SELECT name, schedule FROM tasks WHERE command = 'task hello.py'"
@@ -330,10 +340,7 @@ def test_changes_in_qinglong_flow_in_and_edits_on_both_sides_conflict(
     conn.execute("UPDATE Envs SET value = 'salut' WHERE name = 'GREETING'")
     conn.commit()
     conn.close()
-    qconn = sqlite3.connect(state / "data" / "qledge.sqlite3")
-    qconn.execute("UPDATE envs SET value = 'hallo' WHERE name = 'GREETING'")
-    qconn.commit()
-    qconn.close()
+    sql(make_settings(state), "UPDATE envs SET value = 'hallo' WHERE name = 'GREETING'")
     dry = cli(state, str(ql))
     assert "  change    Hello Python                                changed in QingLong" \
         " since the last import" in dry.stdout

@@ -22,6 +22,7 @@ from .. import notify
 from ..clock import now_ms
 from ..db import gauges
 from ..db import notifications as nq
+from ..db import retention_queries as rq
 from ..db.connection import Database, Tx
 from ..model import Reason, Run
 
@@ -69,7 +70,7 @@ _GAUGES = {
     "notify_outbox_pending": "Notification messages waiting to be sent (incl. retrying)",
     "notify_outbox_given_up": "Notification messages given up (kept 7 days)",
     "disk_pressure": "1 while new attempts are held for lack of disk space",
-    "db_size_bytes": "Size of the SQLite database file",
+    "db_size_bytes": "Size of the SQLite database file (fleet mode: of the PostgreSQL database)",
     "db_wal_size_bytes": "Size of the SQLite write-ahead log",
     "process_resident_memory_bytes": "Resident memory of the worker process",
     "up_seconds": "Seconds since the worker started",
@@ -112,6 +113,8 @@ class Metrics:
         async with rt.db.read() as tx:
             queued, running = await gauges.active_runs(tx)
             outbox = await nq.counts(tx)
+            # Fleet mode: the shared PostgreSQL's size (no file of ours to stat).
+            shared = await rq.db_stats(tx) if rt.node.fleet else None
         path = rt.settings.db_path
         v = self.snapshot.values
         v["queue_depth"] = queued
@@ -120,7 +123,8 @@ class Metrics:
         v["notify_outbox_pending"] = outbox["pending"]
         v["notify_outbox_given_up"] = outbox["given_up"]
         v["disk_pressure"] = 1.0 if rt.disk.disk.pressure else 0.0
-        v["db_size_bytes"] = _size(path)
+        v["db_size_bytes"] = (_size(path) if shared is None
+                              else shared.page_size * shared.page_count)
         v["db_wal_size_bytes"] = _size(Path(f"{path}-wal"))
         v["process_resident_memory_bytes"] = _rss()
         v["up_seconds"] = (now_ms() - rt.started_at_ms) / 1000
