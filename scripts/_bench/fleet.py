@@ -13,7 +13,8 @@ launchers), standalone limits, measured side by side in one run:
    nodes wrote (one clock: every node is on this machine). On PostgreSQL the run
    is claimed by whichever node wakes first (LISTEN/NOTIFY), as in a fleet.
 2. completion: launcher exit (attempt.finished_at_ms, the receipt's own time) ->
-   result committed (run.finished_at_ms); p50/p99 over the same runs.
+   result committed (its `run.finished` event, stamped in that transaction); p50/p99
+   over the same runs.
 3. throughput: --burst runs of `true` triggered at once, wall time until all are
    terminal, as runs per second.
 
@@ -85,7 +86,10 @@ def measure(root: Path, nodes: int, dsn: str | None, runs: int, burst: int
             run = _terminal(apps[0], run_id)
             attempt = run["attempts"][-1]
             claim.append(attempt["started_at_ms"] - run["created_at_ms"])
-            done.append(run["finished_at_ms"] - attempt["finished_at_ms"])
+            # The result's commit: its run.finished event is stamped in that transaction.
+            evs = first.get(f"/api/v1/runs/{run_id}/events").json()["items"]
+            at = next(e["at_ms"] for e in evs if e["type"] == "run.finished")
+            done.append(at - attempt["finished_at_ms"])
         t0 = time.monotonic()
         ids = [first.post(f"/api/v1/tasks/{task}/runs").json()["run"]["id"]
                for _ in range(burst)]
