@@ -20,8 +20,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,37 @@ def pg_server() -> Iterator[str]:
         yield cluster.dsn
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+async def pgdb(pg_dsn: str) -> AsyncIterator[Any]:
+    """A migrated PostgreSQL `Database` (db/pg.py) on a fresh database, open."""
+    from qledge.db import migrate_pg, pg
+
+    await migrate_pg.apply(pg_dsn)
+    db = pg.Database(pg_dsn)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+@pytest.fixture
+async def litedb(tmp_path: Path) -> AsyncIterator[Any]:
+    """The same on the embedded SQLite (db/connection.py): the reference of the
+    two-backend comparisons."""
+    from qledge.db import migrate
+    from qledge.db.connection import Database
+
+    path = tmp_path / "qledge.db"
+    migrate.apply(path)
+    db = Database(path)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
 
 
 @pytest.fixture

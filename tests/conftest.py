@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 from starlette.testclient import TestClient
 
-from _pg import pg_dsn, pg_server  # noqa: F401  (fixtures: a throwaway PostgreSQL)
+from _pg import litedb, pg_dsn, pg_server, pgdb  # noqa: F401  (fixtures: a throwaway PostgreSQL)
 from qledge import paths, settings
 from qledge.db import backend, migrate
 from qledge.db.connection import Database

@@ -8,39 +8,13 @@ unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from qledge import transitions
-from qledge.db import attempts, migrate, migrate_pg, pg, runs, tasks
+from qledge.db import attempts, pg, runs, tasks
 from qledge.db import retention_queries as q
 from qledge.db.connection import Database
 from qledge.model import Trigger
-
-
-@pytest.fixture
-async def pgdb(pg_dsn: str) -> AsyncIterator[pg.Database]:
-    await migrate_pg.apply(pg_dsn)
-    db = pg.Database(pg_dsn)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
-
-
-@pytest.fixture
-async def litedb(tmp_path: Path) -> AsyncIterator[Database]:
-    migrate.apply(tmp_path / "q.db")
-    db = Database(tmp_path / "q.db")
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def _finished(db: Any, run_id: str, owner: str, code: int = 0) -> None:

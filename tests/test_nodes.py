@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from qledge import ids, transitions
-from qledge.db import attempts, events, migrate_pg, nodes, pg, runs, tasks
+from qledge.db import attempts, events, nodes, pg, runs, tasks
 from qledge.launch import identity
 from qledge.launch.executor import EXECUTOR_TYPE
 from qledge.model import AttemptStatus, Reason, RunStatus, Trigger
@@ -28,16 +28,6 @@ from conftest import make_settings
 
 BOOT = read_boot_id()
 
-
-@pytest.fixture
-async def pgdb(pg_dsn: str) -> AsyncIterator[pg.Database]:
-    await migrate_pg.apply(pg_dsn)
-    db = pg.Database(pg_dsn)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 @pytest.fixture

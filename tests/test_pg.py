@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,6 @@ from qledge.db import (
     imports,
     journal,
     leases,
-    migrate,
-    migrate_pg,
     notifications,
     pg,
     policies,
@@ -82,16 +79,6 @@ def test_a_cluster_lives_in_its_own_directory_and_is_removed() -> None:
 
 
 # -- the connection layer (db/pg.py) on the baseline schema ----------------------------
-
-@pytest.fixture
-async def pgdb(pg_dsn: str) -> AsyncIterator[pg.Database]:
-    await migrate_pg.apply(pg_dsn)
-    db = pg.Database(pg_dsn)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 def test_parameters_are_translated_once_per_sql_string() -> None:
@@ -415,17 +402,6 @@ async def test_env_schedule_and_app_queries_run_unchanged(pgdb: pg.Database) -> 
 
 
 # -- the same functions on both backends, the same results ------------------------------
-
-@pytest.fixture
-async def litedb(tmp_path: Path) -> AsyncIterator[Database]:
-    path = tmp_path / "qledge.db"
-    migrate.apply(path)
-    db = Database(path)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:
@@ -831,6 +807,9 @@ async def _retention(db: Any) -> dict[str, Any]:
             await journal.journal_delete(tx, f"a{n}")
     out: dict[str, Any] = {}
     async with db.write() as tx:
+        # The owner's volume of file_deletions: `logs` on SQLite, `logs@node-1` on
+        # PostgreSQL (a fleet node unlinks only its own logs).
+        vol = retention_queries.volume(tx, "node-1")
         out["tasks_page"] = [await retention_queries.tasks_page(tx, 0, 10),
                              await retention_queries.tasks_page(tx, 1, 1)]
         out["candidates"] = [await retention_queries.run_candidates(tx, "t1", 2, c, 10)
@@ -844,16 +823,16 @@ async def _retention(db: Any) -> dict[str, Any]:
                            await retention_queries.eviction_candidates(
                                tx, "a1", 10, keep_newest=False)]
         out["evicted"] = await retention_queries.evict_logs(
-            tx, ["a1", "a6", "nope"], "SIZE_CAP", 50)
+            tx, ["a1", "a6", "nope"], "SIZE_CAP", 50, vol)
         out["log_eviction"] = [await retention_queries.log_eviction(tx, f"t/{a}.log")
                                for a in ("a1", "a2")]
         deleted = await retention_queries.delete_runs(tx, ["r4", "r2", "r5", "r1", "nope"], 60)
         out["deleted"] = (deleted.runs, deleted.attempts, sorted(deleted.log_paths),
                           sorted(deleted.run_ids))
-        out["pending"] = await retention_queries.pending_deletions(tx, 10)
-        await retention_queries.forget_deletions(tx, ["t/a1.log"])
-        await retention_queries.enqueue_deletions(tx, ["t/a2.log"], 61)  # already queued
-        out["pending_after"] = (await retention_queries.pending_deletions(tx, 10),
+        out["pending"] = await retention_queries.pending_deletions(tx, 10, vol)
+        await retention_queries.forget_deletions(tx, ["t/a1.log"], vol)
+        await retention_queries.enqueue_deletions(tx, ["t/a2.log"], 61, vol)  # already queued
+        out["pending_after"] = (await retention_queries.pending_deletions(tx, 10, vol),
                                 await retention_queries.count_pending_deletions(tx))
         out["unheld"] = await retention_queries.unheld_queued_runs(tx, 10)
         out["held"] = [await retention_queries.mark_held(tx, r, {"why": "disk"}, 70)

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from starlette.testclient import TestClient
 
-from qledge.db import attempts, claims, migrate, migrate_pg, pg, runs, tasks
+from qledge.db import attempts, claims, pg, runs, tasks
 from qledge.db.connection import Database
 from qledge.launch.executor import LocalExecutor, Prepared
 from qledge.launch.isolation import Isolation
@@ -110,27 +110,6 @@ def test_waiting_names_the_down_node_or_the_missing_labels() -> None:
 
 # -- both backends --------------------------------------------------------------------------
 
-@pytest.fixture
-async def litedb(tmp_path: Path) -> AsyncIterator[Database]:
-    path = tmp_path / "qledge.db"
-    migrate.apply(path)
-    db = Database(path)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
-
-
-@pytest.fixture
-async def pgdb(pg_dsn: str) -> AsyncIterator[pg.Database]:
-    await migrate_pg.apply(pg_dsn)
-    db = pg.Database(pg_dsn)
-    await db.open()
-    try:
-        yield db
-    finally:
-        await db.close()
 
 
 async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from _pg import Cluster, pg_bindir, psql
-from drills._fleet import Fleet, freeze, nodes_view, thaw_processes, wait_node_state
+from drills._fleet import (  # noqa: F401  (the two fixtures)
+    Fleet,
+    cluster_fixture,
+    fleet_fixture,
+    freeze,
+    nodes_view,
+    thaw_processes,
+    wait_node_state,
+)
 from drills.conftest import get_run, make_task, trigger, wait_until
 
 from .conftest import FAST, api_task, sign_in, sign_in_at, wait_run
@@ -102,27 +107,6 @@ def _arch() -> str:
 
 
 # -- two nodes over PostgreSQL: a node frozen beyond its lease ------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(pg_bindir(), free_port())
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
-    name = f"fleet_{time.monotonic_ns()}"
-    psql(cluster.dsn, f"CREATE DATABASE {name} TEMPLATE template0")
-    f = Fleet(tmp_path, f"{cluster.dsn.rsplit('/', 1)[0]}/{name}")
-    try:
-        yield f
-    finally:
-        f.close()
 
 
 def test_a_frozen_node_its_log_and_its_late_receipt(fleet: Fleet, page: Page) -> None:

@@ -18,8 +18,13 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from _pg import Cluster, pg_bindir, psql
 
 from .conftest import FAST, api, ok, wait_until
 from _appliance import Appliance, kill_leftover_tasks
@@ -86,6 +91,31 @@ class Fleet:
         except FileNotFoundError:
             return None
         return Path(where).parent.name, int(code)
+
+
+# Fixtures under names of their own (pytest knows them by `name`), so that a test
+# module imports them without shadowing its parameters.
+@pytest.fixture(scope="module", name="cluster")
+def cluster_fixture() -> Iterator[Cluster]:
+    """The drills' own PostgreSQL: one drill crashes and restarts it."""
+    c = Cluster(pg_bindir(), free_port())
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(name="fleet")
+def fleet_fixture(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
+    """A fresh database on it, and the nodes a test starts, all stopped at the end."""
+    name = f"fleet_{time.monotonic_ns()}"
+    psql(cluster.dsn, f"CREATE DATABASE {name} TEMPLATE template0")
+    f = Fleet(tmp_path, f"{cluster.dsn.rsplit('/', 1)[0]}/{name}")
+    try:
+        yield f
+    finally:
+        f.close()
 
 
 _SETTINGS = {"database_url", "cluster_secret", "node_name", "node_labels", "profile",

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _pg import Cluster, pg_bindir, psql
+from _pg import Cluster
 
-from ._fleet import Fleet, freeze, nodes_view, thaw_processes, wait_node_state
+from ._fleet import (  # noqa: F401  (the two fixtures)
+    Fleet,
+    cluster_fixture,
+    fleet_fixture,
+    freeze,
+    nodes_view,
+    thaw_processes,
+    wait_node_state,
+)
 from .conftest import (
     api,
     events_of,
@@ -36,31 +42,8 @@ from .conftest import (
     wait_terminal,
     wait_until,
 )
-from conftest import free_port
 
 pytestmark = [pytest.mark.drill]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    """The drills' own PostgreSQL: one drill crashes and restarts it."""
-    c = Cluster(pg_bindir(), free_port())
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
-
-
-@pytest.fixture
-def fleet(cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
-    name = f"fleet_{time.monotonic_ns()}"
-    psql(cluster.dsn, f"CREATE DATABASE {name} TEMPLATE template0")
-    f = Fleet(tmp_path, f"{cluster.dsn.rsplit('/', 1)[0]}/{name}")
-    try:
-        yield f
-    finally:
-        f.close()
 
 
 def placed(node: str | None = None, labels: list[str] | None = None) -> dict[str, Any]:
