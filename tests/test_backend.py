@@ -105,6 +105,17 @@ def test_the_embedded_path_never_imports_the_postgresql_driver() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_fleet_mode_without_the_driver_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arm/v7 image has no asyncpg: QLEDGE_DATABASE_URL there is refused with that
+    reason (the operator's next step), not a bare ImportError."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # import asyncpg -> ImportError
+    with pytest.raises(settings.SettingsError) as err:
+        backend.database(settings.load(_fleet()))
+    said = str(err.value)
+    assert "fleet mode" in said and "asyncpg" in said and "arm/v7" in said, said
+    assert "amd64 or arm64" in said and "hunter2" not in said
+
+
 def test_url_and_secret_from_files(tmp_path: Path) -> None:
     (tmp_path / "url").write_text(DSN + "\n")
     (tmp_path / "secret").write_text(SECRET + "\n")

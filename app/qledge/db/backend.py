@@ -36,7 +36,10 @@ def _require_driver() -> None:
     try:
         import asyncpg  # noqa: F401
     except ImportError as exc:  # the image ships it with fleet mode; a dev venv has it
-        raise SettingsError(f"fleet mode needs the asyncpg driver: {exc}") from None
+        raise SettingsError(
+            "fleet mode (QLEDGE_DATABASE_URL) is not available here: its PostgreSQL driver"
+            f" asyncpg is missing ({exc}); the linux/arm/v7 image has none (no 32-bit ARM"
+            " build): run the amd64 or arm64 image") from None
 
 
 def database(settings: Settings, readers: int = 2) -> Database:
