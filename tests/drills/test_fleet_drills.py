@@ -37,8 +37,10 @@ from .conftest import (
     make_task,
     ok,
     output,
+    receipts_root,
     stop_leaving_tasks,
     trigger,
+    wait_backlog_drained,
     wait_terminal,
     wait_until,
 )
@@ -198,6 +200,13 @@ def test_postgresql_crash_mid_load_loses_nothing(fleet: Fleet, cluster: Cluster)
     seen = check_fleet(fleet, n1, runs)
     assert {r["status"] for r in seen.values()} <= {"succeeded", "failed"}, seen
     assert {m[0] for m in map(fleet.marker, runs.values()) if m} == {"n1", "n2", "n3"}
+    # Every receipt kept through the outage was acknowledged afterwards: each node's
+    # journal is drained and its receipts directory holds no result file any more.
+    for node in nodes:
+        wait_backlog_drained(node, 60)
+        wait_until(lambda node=node: not [
+            p for p in receipts_root(node).rglob("*.json")
+            if ".quarantine" not in p.parts], 30, "receipts reaped")
 
 
 # -- 5. the scheduler's leader killed at a tick -----------------------------------------------
