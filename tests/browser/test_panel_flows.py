@@ -532,7 +532,7 @@ def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: App
     page.get_by_role("button", name="Add variable").click()
     page.get_by_label("Name of variable 1").fill("2BAD")
     page.get_by_label("Value of variable 1").fill("x")
-    page.get_by_label("Labels").fill("nightly, " + "x" * 101)
+    page.get_by_label("Labels", exact=True).fill("nightly, " + "x" * 101)
     page.get_by_role("button", name="Create task").click()
 
     invalid = page.locator("[aria-invalid='true']")
@@ -557,7 +557,7 @@ def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: App
     page.get_by_label("Cron schedule").fill("0 4 * * *")
     page.get_by_label("Timeout (seconds)").fill("60")
     page.get_by_label("Name of variable 1").fill("GOOD")
-    page.get_by_label("Labels").fill("nightly")
+    page.get_by_label("Labels", exact=True).fill("nightly")
     page.get_by_role("button", name="Create task").click()
     expect(page.locator("tr[data-task-name='all-fixed']")).to_be_visible()
     task = next(t for t in appliance.api("GET", "/tasks").json()["items"]
