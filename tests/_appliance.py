@@ -139,8 +139,20 @@ def kill_leftover_tasks(state: Path) -> int:
 
     Finds launchers by their --receipt-dir under `state` and kills their groups.
     """
-    marker = str(state).encode()
     killed = 0
+    for pid in launcher_pids(state):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
+def launcher_pids(state: Path) -> set[int]:
+    """The launchers of the appliance in `state`: by their --receipt-dir under it."""
+    marker = str(state).encode()
+    pids: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -149,9 +161,5 @@ def kill_leftover_tasks(state: Path) -> int:
         except OSError:
             continue
         if b"--receipt-dir" in argv and any(a.startswith(marker) for a in argv):
-            try:
-                os.killpg(int(entry.name), signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-    return killed
+            pids.add(int(entry.name))
+    return pids

@@ -27,7 +27,7 @@ import pytest
 from _pg import Cluster, pg_bindir, psql
 
 from .conftest import FAST, api, ok, wait_until
-from _appliance import Appliance, kill_leftover_tasks
+from _appliance import Appliance, kill_leftover_tasks, launcher_pids
 from conftest import free_port
 
 SECRET = "fleet-drill-cluster-secret-0123456789abcdef"
@@ -139,24 +139,9 @@ def _parents() -> dict[int, int]:
     return found
 
 
-def _launchers(state: Path) -> set[int]:
-    marker = str(state).encode()
-    pids: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--receipt-dir" in argv and any(a.startswith(marker) for a in argv):
-            pids.add(int(entry.name))
-    return pids
-
-
 def processes_of(app: Appliance) -> set[int]:
     """Every process of one node: supervisord's tree and the launchers' trees."""
-    roots = _launchers(app.state)
+    roots = launcher_pids(app.state)
     if app.proc is not None and app.proc.poll() is None:
         roots.add(app.proc.pid)
     parents = _parents()
