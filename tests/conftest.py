@@ -389,8 +389,10 @@ class Server:
         argv = [sys.executable, "-m", "qledge", "serve"]
         ids: dict[str, Any] = {}
         if user is not None:
-            argv = [*unprivileged_python(user), "-m", "qledge", "serve"]
-            self.env["PYTHONPATH"] = os.pathsep.join(_python_path())
+            how = unprivileged(user)
+            argv = [*how.python, "-m", "qledge", "serve"]
+            self.env["PYTHONPATH"] = os.pathsep.join(how.path)
+            self.env["QLEDGE_LAUNCHER"] = how.launcher
             self.env.pop("QLEDGE_PYTHON", None)
             for path in (state.parent, state):
                 os.chown(path, user, user)
@@ -463,26 +465,85 @@ def _python_path() -> list[str]:
     return [str(ROOT / "app"), *site.getsitepackages()]
 
 
-def unprivileged_python(uid: int) -> list[str]:
-    """An interpreter that `uid` can run with this venv's packages: this one, or the
-    system python3 of the same version (a pyenv under /root is out of its reach)."""
-    import subprocess
+class Unprivileged(NamedTuple):
+    """What an unprivileged uid runs: an interpreter, its import path, the launcher."""
+
+    python: list[str]
+    path: list[str]
+    launcher: str
+
+
+_UNPRIVILEGED: dict[int, Unprivileged] = {}
+
+
+def _reachable_mirror() -> Path:
+    """A copy of the app, the venv's site-packages and the launcher in a 0755 folder
+    under /var/tmp, for a checkout an unprivileged uid cannot traverse to (a clone in
+    /root or in a 0700 temporary folder). Hard links where the filesystem allows
+    (seconds, no space), else a copy; removed when the test session ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    mirror = Path(tempfile.mkdtemp(prefix="qledge-unpriv-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, mirror, ignore_errors=True)
+    sources = {"app": ROOT / "app", "launcher": Path(launcher_path()).parent}
+    for i, site_dir in enumerate(_python_path()[1:]):
+        sources[f"site{i}"] = Path(site_dir)
+    for name, src in sources.items():
+        if not src.is_dir():
+            continue
+        done = subprocess.run(["cp", "-al", str(src), str(mirror / name)], capture_output=True)
+        if done.returncode != 0:
+            shutil.rmtree(mirror / name, ignore_errors=True)
+            shutil.copytree(src, mirror / name, symlinks=True)
+    for folder in [mirror, *(p for p in mirror.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        folder.chmod(0o755)
+    return mirror
+
+
+def _runs_as(uid: int, argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, user=uid, group=uid, extra_groups=[], capture_output=True,
+                              timeout=60, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+def unprivileged(uid: int) -> Unprivileged:
+    """An interpreter that `uid` can run with this venv's packages (this one, or the
+    system python3 of the same version: a pyenv under /root is out of its reach), the
+    import path it uses and the launcher it can execute — from the checkout itself
+    when `uid` can reach it, else from a mirror of it (`_reachable_mirror`)."""
     import sys
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(_python_path())}
+    if uid in _UNPRIVILEGED:
+        return _UNPRIVILEGED[uid]
     probe = "import qledge, msgspec, uvloop, aiosqlite, starlette, hypercorn"
     reasons = []
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        try:
-            done = subprocess.run([candidate, "-c", probe], env=env, user=uid, group=uid,
-                                  extra_groups=[], capture_output=True, text=True, timeout=60,
-                                  check=False)
-        except OSError as exc:
-            reasons.append(f"{candidate}: {exc}")
-            continue
-        if done.returncode == 0:
-            return [candidate]
-        reasons.append(f"{candidate}: {done.stderr.strip().splitlines()[-1:]}")
+    mirror: Path | None = None
+    for attempt in ("checkout", "mirror"):
+        if attempt == "checkout":
+            path, launcher = _python_path(), launcher_path()
+        else:
+            mirror = _reachable_mirror()
+            sites = sorted(str(p) for p in mirror.glob("site*"))
+            path = [str(mirror / "app"), *sites]
+            launcher = str(mirror / "launcher" / Path(launcher_path()).name)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        for candidate in (sys.executable, "/usr/bin/python3"):
+            try:
+                done = subprocess.run([candidate, "-c", probe], env=env, user=uid, group=uid,
+                                      extra_groups=[], capture_output=True, text=True,
+                                      timeout=60, check=False)
+            except OSError as exc:
+                reasons.append(f"{attempt}: {candidate}: {exc}")
+                continue
+            if done.returncode == 0 and _runs_as(uid, [launcher, "--version"]):
+                found = Unprivileged([candidate], path, launcher)
+                _UNPRIVILEGED[uid] = found
+                return found
+            reasons.append(f"{attempt}: {candidate}: {done.stderr.strip().splitlines()[-1:]}")
     unavailable(f"no python that uid {uid} can run with this venv's packages: {reasons}")
     raise AssertionError("unreachable")
 
