@@ -4,6 +4,8 @@
     python3 lockfile.py drop   LOCK NAME...   the lock without NAME...
     python3 lockfile.py verify LOCK FILE...   each sdist/wheel FILE: its sha256 is pinned
     python3 lockfile.py check  LOCK [--absent NAME]... [--path DIR]
+    python3 lockfile.py target LOCK MACHINE   the entries whose marker holds on a Linux
+                                              MACHINE (uname -m), markers removed
 
 `check` runs under the interpreter whose environment it checks (the image's
 venv): every lock entry whose environment marker holds there must be installed
@@ -14,6 +16,12 @@ checks the distributions in DIR (a `pip install --target` directory: the
 node variant's /opt/qledge/node) instead of the interpreter's. Standard library
 only, plus `packaging` (or pip's vendored copy) to evaluate markers. Exits 1
 with one line per problem.
+
+`target` serves a build that installs another platform's wheels natively (pip's
+`--platform` with `--target`): pip would evaluate the markers for the build
+machine, so the lock given to it is already narrowed to the target's entries.
+The Python version is the build interpreter's, which the build requires to be
+the target's (same Debian release; the image build compares bytecode magic).
 """
 
 from __future__ import annotations
@@ -114,14 +122,29 @@ def verify(entries: list[Entry], files: list[Path]) -> list[str]:
     return done
 
 
-def _marker_holds(marker: str | None) -> bool:
+def _marker_holds(marker: str | None, machine: str | None = None) -> bool:
     if marker is None:
         return True
     try:
         from packaging.markers import Marker
     except ImportError:
         from pip._vendor.packaging.markers import Marker  # type: ignore[no-redef]
-    return bool(Marker(marker).evaluate())
+    if machine is None:
+        return bool(Marker(marker).evaluate())
+    target = {"platform_machine": machine, "sys_platform": "linux", "os_name": "posix",
+              "platform_system": "Linux"}
+    return bool(Marker(marker).evaluate(target))
+
+
+def target(entries: list[Entry], machine: str) -> str:
+    """The entries a Linux `machine` installs, without their markers (pip would read
+    them for the build machine)."""
+    out = []
+    for e in entries:
+        if _marker_holds(e.marker, machine):
+            head, _, rest = e.text.partition("\n")
+            out.append(f"{e.name}=={e.version} \\" + ("\n" + rest if rest else "") + "\n")
+    return "".join(out)
 
 
 def installed_in(path: Path | None = None) -> dict[str, str]:
@@ -154,7 +177,7 @@ def check(entries: list[Entry], absent: list[str],
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("pick", "drop", "verify", "check"):
+    if len(argv) < 2 or argv[0] not in ("pick", "drop", "verify", "check", "target"):
         print(__doc__, file=sys.stderr)
         return 2
     cmd, lock, rest = argv[0], Path(argv[1]), argv[2:]
@@ -164,6 +187,10 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(pick(entries, rest))
         elif cmd == "drop":
             sys.stdout.write(drop(entries, rest))
+        elif cmd == "target":
+            if len(rest) != 1:
+                raise LockError("target: one MACHINE (uname -m: x86_64, aarch64, armv7l)")
+            sys.stdout.write(target(entries, rest[0]))
         elif cmd == "verify":
             if not rest:
                 raise LockError("verify: no files given")
