@@ -142,7 +142,7 @@ def target(entries: list[Entry], machine: str) -> str:
     out = []
     for e in entries:
         if _marker_holds(e.marker, machine):
-            head, _, rest = e.text.partition("\n")
+            rest = e.text.partition("\n")[2]
             out.append(f"{e.name}=={e.version} \\" + ("\n" + rest if rest else "") + "\n")
     return "".join(out)
 

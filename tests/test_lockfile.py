@@ -111,6 +111,24 @@ def test_runtime_lock_leaves_uvloop_out_on_32_bit_arm_only() -> None:
     assert len(entries["msgspec"].hashes) > 1
 
 
+def test_target_narrows_the_lock_to_another_machine_without_markers() -> None:
+    """The image assembles a foreign venv natively: the entries are chosen for the
+    target's machine, not the build machine's, and keep every hash."""
+    entries = lockfile.parse(SAMPLE)
+    arm = lockfile.parse(lockfile.target(entries, "armv7l"))
+    assert [e.name for e in arm] == ["alpha"]
+    x86 = lockfile.parse(lockfile.target(entries, "x86_64"))
+    assert [(e.name, e.version, e.marker) for e in x86] == [("alpha", "1.0", None),
+                                                           ("beta-pkg", "2.1", None)]
+    assert x86[1].hashes == entries[1].hashes
+
+    runtime = lockfile.parse(LOCK.read_text())
+    names = {e.name for e in lockfile.parse(lockfile.target(runtime, "armv7l"))}
+    assert {"msgspec", "pyyaml"} <= names and not {"uvloop", "asyncpg"} & names
+    names64 = {e.name for e in lockfile.parse(lockfile.target(runtime, "aarch64"))}
+    assert {"uvloop", "asyncpg"} <= names64 and "tzdata" not in names64
+
+
 def test_dev_venv_is_exactly_its_lock() -> None:
     """The same check the image build runs, on the venv scripts/bootstrap made."""
     res = subprocess.run([sys.executable, str(REPO / "image" / "lockfile.py"), "check",
