@@ -215,6 +215,7 @@ class Runtime:
         if self.fleet is not None:
             self.fleet.start()
         self.disk.start()
+        await self.subscriptions.align_tasks()
         self.subscriptions.start()
         await self.dependencies.start()
         self.notifier.start()
