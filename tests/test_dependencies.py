@@ -566,5 +566,16 @@ def test_the_queue_task_cannot_be_borrowed_for_the_mirrors_password(
             assert r.status_code in (201, 202), r.text
             run, log = wait_run(c, r.json()["run"]["id"])
             assert "borrowed" in log and SECRET not in log and "QL_DEPS_JOB" not in log
+
+            # A `qledge` package planted in the work dir is not what the job runs (-I);
+            # the next install sets the queue task's command back.
+            planted = work(c) / "qledge"
+            planted.mkdir()
+            (planted / "__init__.py").write_text("")
+            (planted / "__main__.py").write_text(
+                "import os\nprint('planted', os.environ.get('QL_DEPS_JOB'))\n")
+            run, log, _ = add(c, "python", "Other_Pkg")
+            assert run["status"] == "succeeded", log
+            assert "planted" not in log and SECRET not in log
     finally:
         guarded.close()
