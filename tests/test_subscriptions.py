@@ -711,3 +711,69 @@ def test_loader_variables_of_the_global_envs_skip_a_launch_with_a_secret(
     run, log = pull(api, sub["id"])
     assert run["status"] == "succeeded", log
     assert missing not in log
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _object(kind: int, size: int, body: bytes, prefix: bytes = b"") -> bytes:
+    head, size = bytearray([(kind << 4) | (size & 0x0F)]), size >> 4
+    while size:
+        head[-1] |= 0x80
+        head.append(size & 0x7F)
+        size >>= 7
+    import zlib
+
+    return bytes(head) + prefix + zlib.compress(body)
+
+
+def _pack(*objects: bytes) -> Any:
+    import io
+
+    data = b"PACK" + (2).to_bytes(4, "big") + len(objects).to_bytes(4, "big")
+    return io.BytesIO(data + b"".join(objects) + b"\0" * 20)
+
+
+def test_pack_objects_are_sized_before_they_are_inflated(tmp_path: Path) -> None:
+    """What a pack claims is not trusted: a header that under-states its object, a
+    delta whose copies (one byte for 64 KiB) write past its target, a target past
+    the cap — each refused in 64 KiB steps. A real pack with deltas passes."""
+    import subprocess
+
+    from qledge._subscription_fetch import check_pack
+    from qledge.subscription_spec import PullError
+
+    def refused(pack: Any, limit: int) -> str:
+        with pytest.raises(PullError) as info:
+            check_pack(pack, limit)
+        return info.value.code
+
+    zeros = bytes(1 << 20)
+    assert refused(_pack(_object(3, 10, zeros)), 64 << 10) == "SUB_REPO_TOO_LARGE"
+    assert refused(_pack(_object(3, 10, zeros)), 8 << 20) == "SUB_BAD_PACK"
+    assert refused(_pack(_object(3, 8 << 20, b"")), 1 << 20) == "SUB_REPO_TOO_LARGE"
+    base = _object(3, 10, b"0123456789")
+    bomb = _varint(10) + _varint(100) + b"\x80" * 10_000  # 10 000 copies of 64 KiB
+    delta = _object(6, len(bomb), bomb, prefix=_varint(len(base)))
+    assert refused(_pack(base, delta), 8 << 20) == "SUB_BAD_PACK"
+    big = _varint(10) + _varint(2 << 20) + b"\x80" * 32
+    delta = _object(7, len(big), big, prefix=b"\x11" * 20)
+    assert refused(_pack(base, delta), 1 << 20) == "SUB_REPO_TOO_LARGE"
+
+    repo = GitRepo(tmp_path / "real")
+    for i in range(3):
+        repo.write(f"f{i}.js", "".join(f"line {n}\n" for n in range(5000)) + f"// {i}\n")
+    repo.commit("similar files: deltas")
+    objects = repo.git("rev-list", "--objects", "--all")
+    pack = subprocess.run(["git", "pack-objects", "--stdout", "--delta-base-offset"],
+                          cwd=repo.path, input=objects.encode(), capture_output=True,
+                          check=True).stdout
+    import io
+
+    check_pack(io.BytesIO(pack), 1 << 20)
