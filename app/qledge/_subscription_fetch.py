@@ -8,6 +8,7 @@ process imports this module (dulwich costs ~35 ms and ~11 MB; the worker never p
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import ssl
 import stat
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import urllib3
 from dulwich.client import HTTPUnauthorized, get_transport_and_path
 from dulwich.errors import GitProtocolError, NotGitRepository
+from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
@@ -51,8 +53,9 @@ def _username(spec: PullSpec) -> str | None:
     return spec.username or "git"
 
 
-def git_files(spec: PullSpec, gitdir: Path) -> Iterator[tuple[str, int, bytes]]:
-    """(path, mode, content) of every regular file in the branch's newest commit.
+def git_files(spec: PullSpec, gitdir: Path) -> Iterator[tuple[str, int, Callable[[], bytes]]]:
+    """(path, mode, its content's reader) of every regular file in the branch's newest
+    commit: a file the filters do not keep is never inflated.
 
     The pack lands in a bare repository under `gitdir` (the pull's staging folder);
     the bytes received are counted and the fetch stops past `caps.repo_bytes`."""
@@ -96,9 +99,10 @@ def git_files(spec: PullSpec, gitdir: Path) -> Iterator[tuple[str, int, bytes]]:
     try:
         # Before dulwich indexes the pack (it inflates each object whole in memory):
         # a few hundred KiB of zeros can inflate to gigabytes.
-        f.flush()
-        f.seek(0)
-        check_pack(f, cap)
+        if f.tell():  # an empty pack is dulwich's to refuse (commit() drops it)
+            f.flush()
+            f.seek(0)
+            check_pack(f, cap)
     except BaseException:
         abort()
         raise
@@ -116,7 +120,11 @@ def git_files(spec: PullSpec, gitdir: Path) -> Iterator[tuple[str, int, bytes]]:
         if stat.S_ISLNK(entry.mode) or entry.mode == _GITLINK:
             continue  # symlinks and submodules never leave the repository
         yield (entry.path.decode("utf-8", "surrogateescape"), entry.mode,
-               store[entry.sha].as_raw_string())
+               functools.partial(_content, store, entry.sha))
+
+
+def _content(store: BaseObjectStore, sha: ObjectID) -> bytes:
+    return store[sha].as_raw_string()
 
 
 # -- the pack's objects, sized before anyone inflates them whole -------------------------

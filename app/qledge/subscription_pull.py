@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -145,8 +145,8 @@ def _fetch_into(spec: PullSpec, stage: Path) -> tuple[dict[str, str], list[str]]
     tree = stage / "tree"
     tree.mkdir(mode=0o755)
     if spec.type == "file":
-        name, data = fetch.raw_file(spec)
-        files: Iterable[tuple[str, int, bytes]] = [(name, 0o100644, data)]
+        name, raw = fetch.raw_file(spec)
+        files: Iterable[tuple[str, int, Callable[[], bytes]]] = [(name, 0o100644, lambda: raw)]
         rules = None
     else:
         files = fetch.git_files(spec, stage / "git")
@@ -154,7 +154,7 @@ def _fetch_into(spec: PullSpec, stage: Path) -> tuple[dict[str, str], list[str]]
     kept: dict[str, str] = {}
     scripts: list[str] = []
     skipped = 0
-    for path, mode, data in files:
+    for path, mode, read in files:
         kind = "script" if rules is None else rules.classify(path)
         if kind is None:
             continue
@@ -166,6 +166,7 @@ def _fetch_into(spec: PullSpec, stage: Path) -> tuple[dict[str, str], list[str]]
         if len(kept) >= spec.caps.files:
             raise PullError("SUB_TOO_MANY_FILES",
                             f"more than {spec.caps.files} files match (caps.files)")
+        data = read()
         if len(data) > spec.caps.file_bytes:
             raise PullError("SUB_FILE_TOO_LARGE", f"{path} is larger than "
                             f"{spec.caps.file_bytes} bytes (caps.file_bytes)")
