@@ -230,7 +230,6 @@ class Dependencies:
 
     async def start(self) -> None:
         await self.refresh()
-        await self._align_tasks()
         for eco in ECOSYSTEMS:
             try:
                 await self._repair_at_start(eco)
@@ -246,7 +245,7 @@ class Dependencies:
                                            BASE_PATH)
         return None
 
-    async def _align_tasks(self) -> None:
+    async def align_tasks(self) -> None:
         """The queue tasks' system fields as this version writes them (an earlier
         version's command gets no job, `job_env`); a deleted one is made when needed."""
         async with self.rt.db.write() as tx:
