@@ -112,6 +112,72 @@ class GitServer:
         self.server.server_close()
 
 
+class GitHttpBackend:
+    """git's own smart HTTP server (`git http-backend` as a CGI) for the repositories
+    under `root`, at http://127.0.0.1:<port>/<name>: it streams a pack's objects as
+    they are stored (dulwich's server would inflate a big blob in the test process)."""
+
+    def __init__(self, root: Path) -> None:
+        def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            env = {"GIT_PROJECT_ROOT": str(root), "GIT_HTTP_EXPORT_ALL": "1",
+                   "PATH": "/usr/bin:/bin", "REQUEST_METHOD": environ["REQUEST_METHOD"],
+                   "PATH_INFO": environ["PATH_INFO"],
+                   "QUERY_STRING": environ.get("QUERY_STRING", ""),
+                   "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""),
+                   "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
+                   "GATEWAY_INTERFACE": "CGI/1.1"}
+            out = subprocess.run(["git", "http-backend"], input=body, env=env,
+                                 capture_output=True, check=False).stdout
+            head, _, rest = out.partition(b"\r\n\r\n")
+            status, headers = "200 OK", []
+            for line in head.decode().split("\r\n"):
+                key, _, value = line.partition(": ")
+                if key.lower() == "status":
+                    status = value
+                elif key:
+                    headers.append((key, value))
+            start_response(status, headers)
+            return [rest]
+
+        self.server = make_server("127.0.0.1", 0, app, server_class=_Threaded,
+                                  handler_class=_Quiet)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PageServer:
+    """Answers every GET with a web page and records the Authorization headers it was
+    sent (a URL that is not a git repository; a host that must not get a credential)."""
+
+    def __init__(self) -> None:
+        self.authorizations: list[str | None] = []
+
+        def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+            self.authorizations.append(environ.get("HTTP_AUTHORIZATION"))
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [b"<!doctype html><html><body><h1>My project</h1></body></html>"]
+
+        self.server = make_server("127.0.0.1", 0, app, server_class=_Threaded,
+                                  handler_class=_Quiet)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every regular file under `root` with its content: 'byte-identical' checks."""
     return {p.relative_to(root).as_posix(): p.read_bytes()

@@ -200,6 +200,12 @@ def test_a_failing_install_ends_failed_with_the_tools_message_and_changes_nothin
     ("node", "axios@`id`", "not an npm package"),
     ("node", "../x", "not an npm package"),
     ("node", "--registry=http://evil", "looks like an option"),
+    # pip reads these from the disk (the work dir, which tasks write), not the mirror
+    ("python", "tinypkg-1.0.0-py3-none-any.whl", "names a file"),
+    ("python", "tinypkg-1.0.0.tar.gz", "names a file"),
+    ("python", "tinypkg==1.0.ZIP", "names a file"),
+    ("node", "tinyjs-1.0.0.tgz", "names a tarball file"),
+    ("node", "tinyjs@evil.tar", "names a tarball file"),
 ])
 def test_bad_specs_are_refused_naming_the_spec(api: TestClient, kind: str, spec: str,
                                                why: str) -> None:
@@ -516,3 +522,60 @@ def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
 def dep_task(app: Any) -> str:
     task_id: str = app.api("GET", "/dependencies").json()["environments"]["python"]["task_id"]
     return task_id
+
+
+def test_the_queue_task_cannot_be_borrowed_for_the_mirrors_password(
+        tmp_path: Path, sources: PackageServer) -> None:
+    """Issue 35: a `crons` token set the queue task's command to `printenv QL_DEPS_JOB`
+    and read the pip mirror's password from its log."""
+    from qledge.clock import now_ms
+    from qledge.db import tasks
+
+    guarded = PackageServer(auth=("user", SECRET))
+    guarded.wheels = sources.wheels
+    try:
+        with client(tmp_path / "state", sources,
+                    pip_index_url=guarded.index_url(f"user:{SECRET}")) as c:
+            run, log, _ = add(c, "python", "tinypkg")
+            assert run["status"] == "succeeded", log
+            task_id = run["task_id"]
+            task = c.get(f"/api/v1/tasks/{task_id}").json()
+            assert " -I -m qledge deps apply python" in task["command"]
+            r = c.post("/api/v1/apps", json={"name": "c", "scopes": ["crons"]})
+            app = r.json()
+            r = c.get("/open/auth/token", params={"client_id": app["client_id"],
+                                                  "client_secret": app["client_secret"]})
+            crons = {"Authorization": f"Bearer {r.json()['data']['token']}"}
+            steal = "printenv QL_DEPS_JOB; echo borrowed"
+            r = c.put("/open/crons", json={"id": task["num"], "command": steal}, headers=crons)
+            assert r.status_code == 409 and "cannot be changed" in r.json()["message"], r.text
+            r = c.patch(f"/api/v1/tasks/{task_id}", json={"command": steal})
+            assert r.status_code == 409 and r.json()["error"] == "SYSTEM_TASK", r.text
+            r = c.patch(f"/api/v1/tasks/{task_id}", json={"env": {"LD_PRELOAD": "/x.so"}})
+            assert r.status_code == 409 and r.json()["field"] == "env", r.text
+
+            # However the command changed (outside the APIs): it runs without the job.
+            rt = c.app.state.runtime  # type: ignore[attr-defined]
+
+            async def edit() -> None:
+                async with rt.db.write() as tx:
+                    await tasks.update_task(tx, task_id, {"command": steal}, now_ms())
+
+            c.portal.call(edit)  # type: ignore[attr-defined]
+            r = c.post(f"/api/v1/tasks/{task_id}/runs")
+            assert r.status_code in (201, 202), r.text
+            run, log = wait_run(c, r.json()["run"]["id"])
+            assert "borrowed" in log and SECRET not in log and "QL_DEPS_JOB" not in log
+
+            # A `qledge` package planted in the work dir is not what the job runs (-I);
+            # the next install sets the queue task's command back.
+            planted = work(c) / "qledge"
+            planted.mkdir()
+            (planted / "__init__.py").write_text("")
+            (planted / "__main__.py").write_text(
+                "import os\nprint('planted', os.environ.get('QL_DEPS_JOB'))\n")
+            run, log, _ = add(c, "python", "Other_Pkg")
+            assert run["status"] == "succeeded", log
+            assert "planted" not in log and SECRET not in log
+    finally:
+        guarded.close()

@@ -270,3 +270,27 @@ def test_the_subscriptions_scope_guards_the_calls(client: TestClient) -> None:
     h = token(client, ["logs"])
     refused(client.get(OPEN, headers=h), 403)
     refused(client.get(f"{OPEN}/1/log", headers=h), 404)  # allowed in, no such subscription
+
+
+@pytest.mark.parametrize("extra", [
+    {},  # the minimal form: no extensions, schedule, pull options …
+    {"schedule_type": None, "pull_option": {}, "extensions": None, "whitelist": None,
+     "sub_before": None, "autoAddCron": None},
+])
+def test_a_minimal_form_gets_qinglongs_defaults(
+        ql: tuple[TestClient, dict[str, str]], git_server: GitServer,
+        extra: dict[str, Any]) -> None:
+    """What QingLong's own clients send (issue 35: it was a 500, NOT NULL on
+    subscriptions.extensions_json, and nothing saved)."""
+    c, h = ql
+    body = {"name": "mine", "type": "public-repo", "url": git_server.url("repo"),
+            "branch": "main", "alias": "me", **extra}
+    sub = ok(c.post(OPEN, json=body, headers=h))
+    assert (sub["extensions"], sub["autoAddCron"], sub["autoDelCron"]) == \
+        ("js mjs py sh", 1, 1)
+    assert (sub["schedule_type"], sub["schedule"], sub["pull_option"]) == \
+        ("crontab", None, None)
+    assert (sub["whitelist"], sub["sub_before"], sub["is_disabled"]) == ("", "", 0)
+    native = c.get(f"/api/v1/subscriptions/{sub['qledge_id']}").json()
+    assert native["caps"]["files"] == 2000 and native["vanished"] == "delete"
+    assert ok(c.get(f"{OPEN}/{sub['id']}", headers=h))["id"] == sub["id"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from _git_server import GitRepo, GitServer, tree_bytes
+from _git_server import GitHttpBackend, GitRepo, GitServer, PageServer, tree_bytes
 
 from conftest import ADMIN, make_settings, migrate_for
 
@@ -195,7 +195,9 @@ def test_failed_pulls_leave_the_previous_scripts_byte_identical(
     api.patch(f"{API}/{sid}", json={"secret": SECRET,
                                    "url": f"http://127.0.0.1:{_closed_port()}/repo"})
     _assert_failed_unchanged(api, sid, before, "is unreachable")
-    api.patch(f"{API}/{sid}", json={"url": git_server.url("repo")})
+    # back to the server's origin: the credential is given again (an origin change
+    # drops it, test_a_url_to_another_origin_drops_the_credential)
+    api.patch(f"{API}/{sid}", json={"url": git_server.url("repo"), "secret": SECRET})
     repo.write("big.bin.js", os.urandom(200_000))
     repo.commit("big")
     r = api.patch(f"{API}/{sid}", json={"caps": {"repo_bytes": 50_000}})
@@ -461,3 +463,317 @@ def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPat
     finally:
         sql.setLevel(levels[0])
         root.setLevel(levels[1])
+
+
+# -- issue 35: hardening -----------------------------------------------------------------
+
+def _served(tmp_path: Path, files: dict[str, str]) -> tuple[GitRepo, GitServer]:
+    repo = GitRepo(tmp_path / "origin" / "other")
+    for rel, text in files.items():
+        repo.write(rel, text)
+    repo.commit("first")
+    return repo, GitServer({"other": repo.path})
+
+
+def test_a_dependence_file_with_a_cron_header_never_gets_a_task(api: TestClient,
+                                                                 tmp_path: Path) -> None:
+    notify = "// cron: 1 1 * * *\nmodule.exports = { send() {} }\n"
+    daily = "// cron: 2 2 * * *\nrequire('./sendNotify')\n"
+    _, srv = _served(tmp_path, {"sendNotify.js": notify, "daily.js": daily})
+    try:
+        sub = new_sub(api, srv.url("other"), blacklist="", dependences="sendNotify",
+                      username=None, secret=None)
+        run, log = pull(api, sub["id"])
+        assert run["status"] == "succeeded", log
+        assert set(tree_bytes(scripts_of(api))) == {"sendNotify.js", "daily.js"}  # copied
+        tasks = tasks_by_command(api)
+        assert "task me/daily.js" in tasks
+        assert "task me/sendNotify.js" not in tasks  # a library: never scheduled
+        assert api.get(f"{API}/{sub['id']}").json()["last_sync"]["added"] == ["daily.js"]
+    finally:
+        srv.close()
+
+
+def test_names_the_scripts_tree_hides_never_get_tasks(api: TestClient, tmp_path: Path) -> None:
+    header = "// cron: 3 3 * * *\n"
+    _, srv = _served(tmp_path, {"ok.js": header, "node_modules/lib/index.js": header,
+                                "deep/node_modules/x.js": header,
+                                ".qledge-tmp-abc.js": header, "lib/.qledge-tmp-1/y.js": header})
+    try:
+        sub = new_sub(api, srv.url("other"), blacklist="", dependences="",
+                      username=None, secret=None)
+        run, log = pull(api, sub["id"])
+        assert run["status"] == "succeeded", log
+        assert [c for c in tasks_by_command(api) if c.startswith("task me/")] == ["task me/ok.js"]
+        assert set(tree_bytes(scripts_of(api))) == {"ok.js"}  # neither script nor dependence
+    finally:
+        srv.close()
+
+
+def test_a_url_to_another_origin_drops_the_credential(api: TestClient,
+                                                      git_server: GitServer) -> None:
+    sub = new_sub(api, git_server.url("repo"))
+    sid = sub["id"]
+    # Same origin (scheme, host, port), another path: the credential stays.
+    r = api.patch(f"{API}/{sid}", json={"url": git_server.url("repo") + "/"})
+    assert r.status_code == 200 and r.json()["has_secret"] is True, r.text
+    elsewhere = PageServer()
+    try:
+        r = api.patch(f"{API}/{sid}", json={"url": elsewhere.url("repo")})
+        assert r.status_code == 200 and r.json()["has_secret"] is False, r.text
+        run, log = pull(api, sid)
+        assert run["status"] == "failed", log
+        assert elsewhere.authorizations and not any(elsewhere.authorizations)
+        # Given again with the new URL, it is kept (and goes to the origin it was given for).
+        r = api.patch(f"{API}/{sid}", json={"url": git_server.url("repo"), "secret": SECRET})
+        assert r.status_code == 200 and r.json()["has_secret"] is True, r.text
+        assert pull(api, sid)[0]["status"] == "succeeded"
+        # http → https on the same host and port is another origin too.
+        https = git_server.url("repo").replace("http://", "https://")
+        assert api.patch(f"{API}/{sid}", json={"url": https}).json()["has_secret"] is False
+    finally:
+        elsewhere.close()
+
+
+def test_a_url_that_is_a_web_page_says_so_with_a_code(api: TestClient) -> None:
+    page = PageServer()
+    try:
+        sub = new_sub(api, page.url("owner/project"), username=None, secret=None)
+        run, log = pull(api, sub["id"])
+        assert run["status"] == "failed" and run["exit_code"] == 1, log
+        last = log.strip().splitlines()[-1]
+        assert last.startswith("pull failed (SUB_NOT_GIT): "), last
+        assert "did not answer as a git repository" in last and "clone URL" in last
+        assert "ValueError" not in log
+    finally:
+        page.close()
+
+
+def test_the_worker_never_runs_a_subscriptions_patterns(api: TestClient,
+                                                        tmp_path: Path) -> None:
+    """`^(a+)+$` takes exponential time in `re`: against this name about five seconds
+    (each further `a` doubles it). The pull process pays it (a launched task, under its
+    timeout); the worker's sync only reads what the pull kept, so it never stalls."""
+    evil = "a" * 27 + "!.js"
+    _, srv = _served(tmp_path, {"ok.js": "// cron: 4 4 * * *\n", evil: "// cron: 5 5 * * *\n"})
+    try:
+        # `!` makes the slow name a script: kept, so the sync meets it too.
+        sub = new_sub(api, srv.url("other"), whitelist="^(a+)+$|!|ok", blacklist="",
+                      dependences="", username=None, secret=None)
+        run_id = api.post(f"{API}/{sub['id']}/pull").json()["run_id"]
+        deadline = time.monotonic() + 120
+        worst, last = 0.0, time.monotonic()
+        while (api.get(f"{API}/{sub['id']}").json()["last_sync"] or {}).get("run_id") != run_id:
+            assert api.get("/healthz").status_code == 200
+            now = time.monotonic()
+            worst, last = max(worst, now - last), now
+            assert now < deadline
+            time.sleep(0.02)
+        assert api.get(f"/api/v1/runs/{run_id}").json()["status"] == "succeeded"
+        assert worst < 2.0, f"the worker stalled for {worst:.1f} s"
+        from qledge.script_meta import task_command
+
+        mine = {c for c in tasks_by_command(api) if c.startswith(("task me/", "task 'me/"))}
+        assert mine == {task_command(f"me/{evil}"), "task me/ok.js"}
+    finally:
+        srv.close()
+
+
+def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    """256 MiB of zeros packs into ~130 KiB; the pull must refuse it from the pack's
+    headers instead of inflating it (which took more than twice its size in memory)."""
+    import subprocess
+    import sys
+
+    from qledge.subscription_spec import ENV_NAME, Caps, PullSpec, encode
+
+    repo = GitRepo(tmp_path / "origin" / "bomb")
+    repo.write("ok.js", "// cron: 1 1 * * *\n")
+    with open(repo.path / "zeros.js", "wb") as f:
+        f.truncate(256 << 20)  # sparse: cheap to write and to read
+    # Past the threshold git streams the blob straight into a pack: no repack needed,
+    # and `git http-backend` sends it as stored.
+    repo.git("-c", "core.bigFileThreshold=1m", "add", "-A")
+    repo.git("commit", "-q", "-m", "bomb")
+    work = tmp_path / "work"
+    work.mkdir()
+    srv = GitHttpBackend(tmp_path / "origin")
+    try:
+        spec = PullSpec(id="bomb", type="git", url=srv.url("bomb"), branch="main",
+                        alias="me", scripts_dir=str(work / "scripts"),
+                        staging_dir=str(work / ".subscriptions"), caps=Caps(timeout_s=60))
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-m", "qledge", "subscription", "pull", "bomb"],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(work), ENV_NAME: encode(spec)},
+            cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        out = proc.stdout.read().decode()  # until the pull exits
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        srv.close()
+    assert usage.ru_maxrss < 128 << 10, f"peak RSS {usage.ru_maxrss} KiB: {out}"
+    assert proc.returncode == 1, out
+    assert "pull failed (SUB_REPO_TOO_LARGE)" in out and "once unpacked" in out, out
+    assert not (work / "scripts" / "me").exists()
+
+
+def _token(client: TestClient, scopes: list[str]) -> dict[str, str]:
+    r = client.post("/api/v1/apps", json={"name": "-".join(scopes), "scopes": scopes})
+    assert r.status_code == 201, r.text
+    app = r.json()
+    r = client.get("/open/auth/token", params={"client_id": app["client_id"],
+                                               "client_secret": app["client_secret"]})
+    assert r.status_code == 200, r.text
+    return {"Authorization": f"Bearer {r.json()['data']['token']}"}
+
+
+def _set_command(client: TestClient, task_id: str, command: str) -> None:
+    """A row changed outside the APIs (an earlier version let them edit it)."""
+    from qledge.clock import now_ms
+    from qledge.db import tasks
+
+    rt = client.app.state.runtime  # type: ignore[attr-defined]
+
+    async def edit() -> None:
+        async with rt.db.write() as tx:
+            await tasks.update_task(tx, task_id, {"command": command}, now_ms())
+
+    client.portal.call(edit)  # type: ignore[attr-defined]
+
+
+def _run_task(client: TestClient, task_id: str) -> tuple[dict[str, Any], str]:
+    r = client.post(f"/api/v1/tasks/{task_id}/runs")
+    assert r.status_code in (201, 202), r.text
+    run_id = r.json()["run"]["id"]
+    deadline = time.monotonic() + 60
+    while not (run := client.get(f"/api/v1/runs/{run_id}").json())["terminal"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return run, client.get(f"/api/v1/runs/{run_id}/log").text
+
+
+def test_the_pull_task_cannot_be_borrowed_for_its_secret(tmp_path: Path,
+                                                         git_server: GitServer) -> None:
+    state = tmp_path / "state"
+    with _client(state) as api:
+        sub = new_sub(api, git_server.url("repo"))
+        task_id = sub["pull_task_id"]
+        num = api.get(f"/api/v1/tasks/{task_id}").json()["num"]
+        crons = _token(api, ["crons"])
+        steal = "printenv QL_PULL_SPEC; echo borrowed"
+        r = api.put("/open/crons", json={"id": num, "command": steal}, headers=crons)
+        assert r.status_code == 409 and "cannot be changed" in r.json()["message"], r.text
+        r = api.patch(f"/api/v1/tasks/{task_id}", json={"command": steal})
+        assert r.status_code == 409, r.text
+        assert (r.json()["error"], r.json()["field"]) == ("SYSTEM_TASK", "command")
+        r = api.patch(f"/api/v1/tasks/{task_id}", json={"env": {"PYTHONPATH": "/tmp"}})
+        assert r.status_code == 409 and r.json()["field"] == "env", r.text
+        assert api.put("/open/crons", json={"id": num, "name": "mine"},
+                       headers=crons).status_code == 200  # the rest stays editable
+
+        # However the command changed: it runs without the spec.
+        _set_command(api, task_id, steal)
+        run, log = _run_task(api, task_id)
+        assert "borrowed" in log and SECRET not in log and "QL_PULL_SPEC" not in log
+
+        # A `qledge` package planted in the work dir (every task can write there) is
+        # not what the pull runs (-I: the working directory is not on sys.path).
+        planted = api.app.state.runtime.settings.work_path / "qledge"  # type: ignore[attr-defined]
+        planted.mkdir()
+        (planted / "__init__.py").write_text("")
+        (planted / "__main__.py").write_text(
+            "import os\nprint('planted', os.environ.get('QL_PULL_SPEC'))\n")
+        # An earlier version's command (no -I) is set right at the next start.
+        old = api.get(f"/api/v1/tasks/{task_id}").json()["command"].replace(" -I ", " ")
+        _set_command(api, task_id, old)
+    with _client(state) as api:
+        assert " -I -m qledge subscription pull " in \
+            api.get(f"/api/v1/tasks/{task_id}").json()["command"]
+        run, log = pull(api, sub["id"])
+        assert run["status"] == "succeeded", log
+        assert "planted" not in log and SECRET not in log
+
+
+def test_loader_variables_of_the_global_envs_skip_a_launch_with_a_secret(
+        api: TestClient, git_server: GitServer) -> None:
+    """An `envs` token sets LD_PRELOAD for every task: the loader would run its library
+    in the pull before the pull scrubs its spec. Ordinary tasks still get it."""
+    missing = "/nonexistent/qledge-preload.so"
+    r = api.post("/api/v1/envs", json={"name": "LD_PRELOAD", "value": missing})
+    assert r.status_code in (200, 201), r.text
+    r = api.post("/api/v1/tasks", json={"name": "plain", "command": "echo plain"})
+    assert r.status_code == 201, r.text
+    _, log = _run_task(api, r.json()["id"])
+    assert missing in log  # the loader tried it: the variable reached the task
+    sub = new_sub(api, git_server.url("repo"))
+    run, log = pull(api, sub["id"])
+    assert run["status"] == "succeeded", log
+    assert missing not in log
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _object(kind: int, size: int, body: bytes, prefix: bytes = b"") -> bytes:
+    head, size = bytearray([(kind << 4) | (size & 0x0F)]), size >> 4
+    while size:
+        head[-1] |= 0x80
+        head.append(size & 0x7F)
+        size >>= 7
+    import zlib
+
+    return bytes(head) + prefix + zlib.compress(body)
+
+
+def _pack(*objects: bytes) -> Any:
+    import io
+
+    data = b"PACK" + (2).to_bytes(4, "big") + len(objects).to_bytes(4, "big")
+    return io.BytesIO(data + b"".join(objects) + b"\0" * 20)
+
+
+def test_pack_objects_are_sized_before_they_are_inflated(tmp_path: Path) -> None:
+    """What a pack claims is not trusted: a header that under-states its object, a
+    delta whose copies (one byte for 64 KiB) write past its target, a target past
+    the cap — each refused in 64 KiB steps. A real pack with deltas passes."""
+    import subprocess
+
+    from qledge._subscription_fetch import check_pack
+    from qledge.subscription_spec import PullError
+
+    def refused(pack: Any, limit: int) -> str:
+        with pytest.raises(PullError) as info:
+            check_pack(pack, limit)
+        return info.value.code
+
+    zeros = bytes(1 << 20)
+    assert refused(_pack(_object(3, 10, zeros)), 64 << 10) == "SUB_REPO_TOO_LARGE"
+    assert refused(_pack(_object(3, 10, zeros)), 8 << 20) == "SUB_BAD_PACK"
+    assert refused(_pack(_object(3, 8 << 20, b"")), 1 << 20) == "SUB_REPO_TOO_LARGE"
+    base = _object(3, 10, b"0123456789")
+    bomb = _varint(10) + _varint(100) + b"\x80" * 10_000  # 10 000 copies of 64 KiB
+    delta = _object(6, len(bomb), bomb, prefix=_varint(len(base)))
+    assert refused(_pack(base, delta), 8 << 20) == "SUB_BAD_PACK"
+    big = _varint(10) + _varint(2 << 20) + b"\x80" * 32
+    delta = _object(7, len(big), big, prefix=b"\x11" * 20)
+    assert refused(_pack(base, delta), 1 << 20) == "SUB_REPO_TOO_LARGE"
+
+    repo = GitRepo(tmp_path / "real")
+    for i in range(3):
+        repo.write(f"f{i}.js", "".join(f"line {n}\n" for n in range(5000)) + f"// {i}\n")
+    repo.commit("similar files: deltas")
+    objects = repo.git("rev-list", "--objects", "--all")
+    pack = subprocess.run(["git", "pack-objects", "--stdout", "--delta-base-offset"],
+                          cwd=repo.path, input=objects.encode(), capture_output=True,
+                          check=True).stdout
+    import io
+
+    check_pack(io.BytesIO(pack), 1 << 20)

@@ -34,6 +34,14 @@ _PY_SPEC = re.compile(
 _NODE_NAME = re.compile(r"(?:@[a-z0-9][a-z0-9._~-]*/)?[A-Za-z0-9][A-Za-z0-9._~-]*")
 _NODE_VERSION = re.compile(r"[A-Za-z0-9.*^~<>=|+_][A-Za-z0-9.*^~<>=|+_ -]*")
 
+# What pip takes for a local archive whatever else the line says (pip's
+# `is_archive_file`: a `.whl` or `.tar.gz` name is read from the working directory, the
+# tasks' work dir) and what npm takes for a tarball file (npm-package-arg's
+# `isFileType`). Such a spec never reaches the mirror: refused.
+_PIP_ARCHIVES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tbz", ".tar.xz",
+                 ".txz", ".tlz", ".tar.lz", ".tar.lzma")
+_NPM_FILES = (".tgz", ".tar.gz", ".tar")
+
 # QingLong's statuses, in its numbering (back/data/dependence.ts).
 QINGLONG_STATUS = {"installing": 0, "installed": 1, "failed": 2, "removing": 3,
                    "removed": 4, "queued": 6, "cancelled": 7}
@@ -76,6 +84,10 @@ def python_package(raw: str) -> Package:
         spec += "[" + ",".join(e.strip() for e in m["extras"].split(",")) + "]"
     if m["version"]:
         spec += ",".join(re.sub(r"\s+", "", c) for c in m["version"].split(","))
+    if text.lower().endswith(_PIP_ARCHIVES) or spec.lower().endswith(_PIP_ARCHIVES):
+        raise SpecError(f"{_shown(text)} names a file (pip reads a .whl, .zip or .tar.*"
+                        " spec from the disk): give a package name, every package comes"
+                        " from the configured mirror")
     return Package(name=name, spec=spec)
 
 
@@ -89,6 +101,10 @@ def node_package(raw: str) -> Package:
                         " with an optional version, range or tag after @ (axios@1.7.2,"
                         " axios@^1, axios@latest); URLs, paths, git and file: specs are"
                         " not accepted")
+    if name.lower().endswith(_NPM_FILES) or version.lower().endswith(_NPM_FILES):
+        raise SpecError(f"{_shown(text)} names a tarball file (npm reads a .tgz, .tar.gz or"
+                        " .tar spec from the disk): give a package name, every package"
+                        " comes from the configured registry")
     return Package(name=name, spec=f"{name}@{version}" if version else name)
 
 

@@ -27,6 +27,7 @@ from ._script_history import History, Version
 from ._script_tree import HIDDEN, Node, walk
 from .clock import now_ms
 from .confined import (
+    TEMP_PREFIX,
     ScriptBinary,
     ScriptChanged,
     ScriptError,
@@ -43,7 +44,8 @@ from .confined import (
 )
 
 __all__ = [
-    "HIDDEN", "Limits", "Node", "Saved", "ScriptBinary", "ScriptChanged", "ScriptError",
+    "HIDDEN", "TEMP_PREFIX", "Limits", "Node", "Saved", "ScriptBinary", "ScriptChanged",
+    "ScriptError",
     "ScriptExists", "ScriptNotFound", "ScriptNotRegular", "ScriptPathInvalid", "ScriptSymlink",
     "ScriptTooLarge", "ScriptTreeTooLarge", "ScriptVersionNotFound", "ScriptWrongType",
     "Scripts", "ScriptsUnavailable", "TextFile", "Upload", "Version",

@@ -19,18 +19,19 @@ import ctypes
 import errno
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
 from . import confined, dirfd, process
-from .subscription_spec import ENV_NAME, PullError, PullSpec, Rules, decode
+from .subscription_spec import ENV_NAME, MANIFEST_SUFFIX, PullError, PullSpec, Rules, decode
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -54,29 +55,38 @@ def main(sub_id: str) -> int:
     deadline = time.monotonic() + spec.caps.timeout_s
 
     def expired(signum: int, frame: FrameType | None) -> None:
-        raise PullError(f"the pull took longer than {spec.caps.timeout_s} s (caps.timeout_s)")
+        raise PullError("SUB_TIMEOUT", f"the pull took longer than {spec.caps.timeout_s} s "
+                        "(caps.timeout_s)")
 
     signal.signal(signal.SIGALRM, expired)
     signal.alarm(spec.caps.timeout_s)
     try:
         pull(spec, deadline)
     except PullError as exc:
-        _say(f"pull failed: {exc}; scripts/{spec.alias}/ is unchanged")
+        _failed(spec, exc)
         return 1
     except Exception as exc:  # the fetch module maps what it knows to a PullError
-        _say(f"pull failed: {_os_reason(exc)}; scripts/{spec.alias}/ is unchanged")
+        _failed(spec, _unexpected(exc))
         return 1
     finally:
         signal.alarm(0)
     return 0
 
 
-def _os_reason(exc: BaseException) -> str:
+def _failed(spec: PullSpec, exc: PullError) -> None:
+    """The log's last line: the stable code, then the reason (docs/subscriptions.md)."""
+    _say(f"pull failed ({exc.code}): {exc.message}; scripts/{spec.alias}/ is unchanged")
+
+
+def _unexpected(exc: BaseException) -> PullError:
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return "no space left on device"
+        return PullError("SUB_DISK_FULL", "no space left on device")
     if isinstance(exc, OSError):
-        return f"{type(exc).__name__}: {os.strerror(exc.errno) if exc.errno else exc}"
-    return type(exc).__name__
+        return PullError("SUB_IO_ERROR", f"{type(exc).__name__}: "
+                         f"{os.strerror(exc.errno) if exc.errno else exc}")
+    # Not its text: an unknown exception's message may quote anything.
+    return PullError("SUB_PULL_FAILED", f"an unexpected {type(exc).__name__} (a bug, or a "
+                     "server answer qledge does not understand): check the URL and type")
 
 
 def pull(spec: PullSpec, deadline: float) -> None:
@@ -87,8 +97,9 @@ def pull(spec: PullSpec, deadline: float) -> None:
     stage.mkdir(mode=0o700)
     try:
         _hook("sub_before", spec.sub_before, deadline, required=True)
-        kept = _fetch_into(spec, stage)
+        kept, scripts = _fetch_into(spec, stage)
         old = _digests(Path(spec.scripts_dir) / spec.alias, spec.caps.files * 2)
+        _write_manifest(staging, spec.alias, scripts)
         _swap(spec, stage)
         _report(old, kept)
     finally:
@@ -98,28 +109,54 @@ def pull(spec: PullSpec, deadline: float) -> None:
 
 def _clean_leftovers(staging: Path, alias: str) -> None:
     """Staging folders of earlier pulls of this alias that were killed or failed."""
+    tmp = re.compile(rf"{re.escape(alias + MANIFEST_SUFFIX)}\.[0-9]+-[0-9a-f]{{8}}\.tmp")
     for entry in os.scandir(staging):
         if entry.name.startswith(f"{alias}.pull-") and entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
+        elif tmp.fullmatch(entry.name):  # a manifest a killed pull was writing
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
-def _fetch_into(spec: PullSpec, stage: Path) -> dict[str, str]:
-    """Fetch and filter into stage/tree; {path: sha256} of what was kept."""
+def _write_manifest(staging: Path, alias: str, scripts: list[str]) -> None:
+    """The scripts this pull keeps, for the worker's sync: it never evaluates the
+    patterns itself (a pattern can take exponential time in `re`). Replaced whole (a
+    run that fails after this is never synced: only a succeeded run's sync reads it)."""
+    data = "".join(f"{p}\n" for p in sorted(scripts)).encode()
+    name = f"{alias}{MANIFEST_SUFFIX}"
+    tmp = staging / f"{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, staging / name)
+
+
+def _fetch_into(spec: PullSpec, stage: Path) -> tuple[dict[str, str], list[str]]:
+    """Fetch and filter into stage/tree; ({path: sha256} of what was kept, the kept
+    paths that are scripts)."""
     from . import _subscription_fetch as fetch
 
     tree = stage / "tree"
     tree.mkdir(mode=0o755)
     if spec.type == "file":
-        name, data = fetch.raw_file(spec)
-        files: Iterable[tuple[str, int, bytes]] = [(name, 0o100644, data)]
+        name, raw = fetch.raw_file(spec)
+        files: Iterable[tuple[str, int, Callable[[], bytes]]] = [(name, 0o100644, lambda: raw)]
         rules = None
     else:
         files = fetch.git_files(spec, stage / "git")
         rules = Rules.of(spec)
     kept: dict[str, str] = {}
+    scripts: list[str] = []
     skipped = 0
-    for path, mode, data in files:
-        if rules is not None and rules.classify(path) is None:
+    for path, mode, read in files:
+        kind = "script" if rules is None else rules.classify(path)
+        if kind is None:
             continue
         try:
             parts = confined.parse(path)
@@ -127,15 +164,19 @@ def _fetch_into(spec: PullSpec, stage: Path) -> dict[str, str]:
             skipped += 1
             continue
         if len(kept) >= spec.caps.files:
-            raise PullError(f"more than {spec.caps.files} files match (caps.files)")
+            raise PullError("SUB_TOO_MANY_FILES",
+                            f"more than {spec.caps.files} files match (caps.files)")
+        data = read()
         if len(data) > spec.caps.file_bytes:
-            raise PullError(f"{path} is larger than {spec.caps.file_bytes} bytes "
-                            "(caps.file_bytes)")
+            raise PullError("SUB_FILE_TOO_LARGE", f"{path} is larger than "
+                            f"{spec.caps.file_bytes} bytes (caps.file_bytes)")
         _write(tree, parts, data, 0o755 if mode & 0o111 else 0o644)
         kept["/".join(parts)] = hashlib.sha256(data).hexdigest()
+        if kind == "script":
+            scripts.append("/".join(parts))
     if skipped:
         _say(f"skipped {skipped} file(s) with unusable paths")
-    return kept
+    return kept, scripts
 
 
 def _write(tree: Path, parts: tuple[str, ...], data: bytes, mode: int) -> None:
@@ -220,5 +261,5 @@ def _hook(name: str, command: str, deadline: float, *, required: bool) -> None:
     if code == 0:
         return
     if required:
-        raise PullError(f"{name} exited {code}")
+        raise PullError("SUB_HOOK_FAILED", f"{name} exited {code}")
     _say(f"{name} exited {code} (the new scripts are in place)")

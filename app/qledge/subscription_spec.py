@@ -9,8 +9,16 @@ QingLong's rules (`shell/update.sh`, `gen_list_repo`): a *script* has one of the
 extensions, matches the whitelist (when there is one) and not the blacklist; a
 *dependence* file matches the dependence pattern. Patterns are extended regular
 expressions searched anywhere in the path relative to the repository root
-(`egrep`); `|` separates alternatives as in any regex. A file that is both is a
-script. Everything else stays out of the scripts folder.
+(`egrep`); `|` separates alternatives as in any regex. Unlike QingLong, a file that
+matches the dependence pattern is a dependence even when it also looks like a script
+(`sendNotify.js` with a `// cron:` header): it is a library the scripts load, copied
+and never scheduled (docs/subscriptions.md). A path with a name the scripts tree hides
+(`node_modules/…`, `.qledge-tmp-*`) is never a script either.
+
+Only the pull process evaluates the patterns (they are the user's regular expressions,
+and Python's `re` can take exponential time): it writes the scripts it kept into a
+manifest (`MANIFEST_SUFFIX`) that the worker reads instead of matching (`script_shape`
+holds the checks that need no pattern).
 """
 
 from __future__ import annotations
@@ -19,14 +27,26 @@ import re
 
 import msgspec
 
+from .scripts import HIDDEN, TEMP_PREFIX
+
 DEFAULT_EXTENSIONS = ("js", "mjs", "py", "sh")
 # How the worker hands a pull its spec: not a QLEDGE_* name, which settings would
 # take for a (refused) setting; the pull scrubs it at once.
 ENV_NAME = "QL_PULL_SPEC"
+# <work>/.subscriptions/<alias><MANIFEST_SUFFIX>: the scripts the last pull kept, one
+# repository-relative path a line (a staging folder's name always holds ".pull-").
+MANIFEST_SUFFIX = ".scripts"
+MANIFEST_MAX_BYTES = 16 << 20
 
 
 class PullError(Exception):
-    """A pull is refused or failed; the message is the reason (never a secret)."""
+    """A pull is refused or failed: a stable code (`SUB_*`, docs/subscriptions.md) and
+    the reason in English (never a secret)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class Caps(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -77,13 +97,20 @@ class Rules:
 
     def classify(self, path: str) -> str | None:
         """"script", "dependence" or None (not kept) for a repository-relative path."""
-        if path.endswith(self.extensions) and (
+        if self.deps is not None and self.deps.search(path):
+            return "dependence"
+        if script_shape(path, self.extensions) and (
                 self.white is None or self.white.search(path)) and not (
                 self.black is not None and self.black.search(path)):
             return "script"
-        if self.deps is not None and self.deps.search(path):
-            return "dependence"
         return None
+
+
+def script_shape(path: str, suffixes: tuple[str, ...]) -> bool:
+    """What a script path needs besides the patterns: one of the extensions (as
+    `.js`), and no name the scripts tree hides (docs/scripts.md)."""
+    return path.endswith(suffixes) and not any(
+        part in HIDDEN or part.startswith(TEMP_PREFIX) for part in path.split("/"))
 
 
 def pattern_error(pattern: str) -> str | None:

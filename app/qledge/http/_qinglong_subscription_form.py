@@ -136,8 +136,11 @@ def native_fields(body: _Fields, current: subs.Subscription | None) -> dict[str,
         raise BadRequest("proxy is not supported by qledge", field="proxy")
     out: dict[str, Any] = {}
     if isinstance(body, SubIn):
-        out.update(type=body.type, url=body.url, alias=body.alias,
-                   name=body.name if _given(body.name) and body.name else body.alias)
+        # Every field a QingLong client leaves out (or sends as null) gets the native
+        # default, as QingLong's own model fills them in.
+        out.update(msgspec.structs.asdict(native.SubscriptionIn(
+            type=body.type, url=body.url, alias=body.alias,
+            name=body.name if _given(body.name) and body.name else body.alias)))
     else:
         assert isinstance(body, SubPut) and current is not None
         for key in ("type", "alias"):

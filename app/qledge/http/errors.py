@@ -24,7 +24,7 @@ from ..qinglong_source import SourceError
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
-from ..runtime.operations import ActiveRun
+from ..runtime.operations import ActiveRun, SystemTask
 
 log = logging.getLogger("qledge.http")
 
@@ -145,6 +145,13 @@ async def handle_active_run(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ActiveRun)
     return await handle_api_error(request, StateConflict(
         str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason}))
+
+
+async def handle_system_task(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SystemTask)
+    error = StateConflict(str(exc), field=exc.field)
+    error.code = "SYSTEM_TASK"
+    return await handle_api_error(request, error)
 
 
 async def handle_chain_refused(request: Request, exc: Exception) -> Response:
@@ -268,6 +275,7 @@ HANDLERS = {
     ActiveRun: handle_active_run,
     RunTerminal: handle_run_terminal,
     ChainRefused: handle_chain_refused,
+    SystemTask: handle_system_task,
     HTTPException: handle_http,
     UnsafeLogFile: handle_unsafe_log,
     FileTimeout: handle_file_pool,

@@ -175,8 +175,13 @@ class LocalExecutor:
             if await attempts.run_has_active_attempt(tx, run.id):
                 return None
             task = await tasks.get_task(tx, run.task_id)
-        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env,
-               **await self.task_env(tx, task, run)}
+        own = await self.task_env(tx, task, run)
+        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+        if own:
+            # A system launch with a credential (a subscription pull, a dependency job):
+            # no user-set variable may make the loader run other code in it first.
+            env = {k: v for k, v in env.items() if not k.startswith("LD_")}
+        env.update(own)
         token = new_token()
         attempt_id = ids.uuid7()
         if self.run_env is not None:

@@ -60,13 +60,15 @@ class StillInstalled(Exception):
 
 
 def queue_command(eco: str) -> str:
-    return f"{shlex.quote(sys.executable)} -m qledge deps apply {eco}"
+    # -I: the work dir (writable by every task) is not on sys.path, PYTHON* are ignored
+    # (runtime/subscriptions.py, `pull_command`).
+    return f"{shlex.quote(sys.executable)} -I -m qledge deps apply {eco}"
 
 
 def queue_task_fields(eco: str, timeout_s: int) -> dict[str, Any]:
     return {"name": f"dependencies: {eco}", "command": queue_command(eco), "schedule": None,
             "enabled": True, "timeout_s": timeout_s, "overlap": Overlap.QUEUE,
-            "labels": [LABEL], "retries": 0}
+            "labels": [LABEL], "retries": 0, "env": {}}
 
 
 def npm_available() -> bool:
@@ -243,6 +245,20 @@ class Dependencies:
                                            BASE_PATH)
         return None
 
+    async def align_tasks(self) -> None:
+        """The queue tasks' system fields as this version writes them (an earlier
+        version's command gets no job, `job_env`); a deleted one is made when needed."""
+        async with self.rt.db.write() as tx:
+            for eco in ECOSYSTEMS:
+                task_id = await deps.task_of(tx, eco)
+                if task_id is None:
+                    continue
+                try:
+                    await tasks.get_task(tx, task_id)
+                except rows.NotFound:
+                    continue
+                await _queue_task(tx, eco, self.rt.settings.deps_timeout_s)
+
     async def _repair_at_start(self, eco: Ecosystem) -> None:
         """Queue a visible rebuild when the folder no longer holds what is declared: a
         venv of another Python (an image upgrade), a change cut short, a folder gone.
@@ -264,12 +280,15 @@ class Dependencies:
             await queue_in(self.rt, tx, eco, [d.id for d in declared], "rebuild")
 
     async def job_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]:
-        """{ENV_NAME: job} for a run of a queue task; {} for any other task. A run
-        without a job (its task started by hand) repairs if needed and does nothing."""
-        if LABEL not in task.labels:
+        """{ENV_NAME: job} for a run of a queue task; {} for any other task — and for
+        that task too once its command or env is not exactly the system's (the job
+        holds the mirrors' credentials; both APIs refuse such edits,
+        `operations.SystemTask`). A run without a job (its task started by hand)
+        repairs if needed and does nothing."""
+        if LABEL not in task.labels or task.env:
             return {}
         eco = await deps.is_queue_task(tx, task.id)
-        if eco is None:
+        if eco is None or task.command != queue_command(eco):
             return {}
         action = await deps.job_action(tx, run.id) or "install"
         mine = await deps.of_run(tx, run.id)

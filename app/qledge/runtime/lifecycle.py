@@ -192,6 +192,10 @@ class Runtime:
         # Deadlines that expired while no worker was running fire before anything else.
         await self.cancellation.expire_deadlines(1_000_000)
         await self.cancellation.start()
+        # Before any run starts: the system tasks' commands as this version hands
+        # credentials to (an earlier version's would get none).
+        await self.subscriptions.align_tasks()
+        await self.dependencies.align_tasks()
         self.dispatcher.start()
         if self.fleet is not None:
             # A run queued on any node wakes every dispatcher (NOTIFY on commit).

@@ -18,7 +18,10 @@ import msgspec
 
 from .. import ids
 from ..clock import now_ms
+from ..db import dependencies as deps
 from ..db import envs, rows, runs, tasks
+from ..db import subscriptions as subs
+from ..db.connection import Tx
 from ..launch import environment
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
 from . import chains, overlap
@@ -38,7 +41,31 @@ class ActiveRun(Exception):
         self.reason = reason
 
 
+class SystemTask(Exception):
+    """Refused: this task is the system's (a subscription's pull, a dependency queue),
+    and its command and env are not editable — its launch gets a credential, which an
+    edited command would print (docs/subscriptions.md, docs/dependencies.md)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 # -- tasks ---------------------------------------------------------------------------
+
+async def _refuse_system_edit(tx: Tx, task_id: str, fields: dict[str, Any]) -> None:
+    current = await tasks.get_task(tx, task_id)
+    changed = [k for k in ("command", "env") if k in fields and fields[k] != getattr(current, k)]
+    if not changed:
+        return
+    sub = await subs.by_pull_task(tx, task_id)
+    owner = f"subscription {sub.name!r}'s pull" if sub is not None else None
+    if owner is None and (eco := await deps.is_queue_task(tx, task_id)) is not None:
+        owner = f"the {eco} dependency queue"
+    if owner is not None:
+        raise SystemTask(f"this task is {owner}: its {changed[0]} cannot be changed (edit "
+                         "the subscription or the dependencies instead)", field=changed[0])
+
 
 async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     """A new task (fields validated by the caller); its environment must fit execve."""
@@ -67,6 +94,7 @@ async def task_for_command(rt: Runtime, command: str, fields: dict[str, Any]) ->
 
 async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task:
     async with rt.db.write() as tx:
+        await _refuse_system_edit(tx, task_id, fields)
         task = await tasks.update_task(tx, task_id, fields, now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
         await chains.check(tx, task)

@@ -18,8 +18,10 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .. import confined, ids, script_meta
 from ..clock import now_ms
@@ -27,7 +29,14 @@ from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.connection import Tx
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
-from ..subscription_spec import ENV_NAME, PullSpec, Rules, encode
+from ..subscription_spec import (
+    ENV_NAME,
+    MANIFEST_MAX_BYTES,
+    MANIFEST_SUFFIX,
+    PullSpec,
+    encode,
+    script_shape,
+)
 from .loop import PeriodicLoop
 
 if TYPE_CHECKING:
@@ -50,14 +59,24 @@ class AliasTaken(Exception):
 
 
 def pull_command(sub_id: str) -> str:
-    return f"{shlex.quote(sys.executable)} -m qledge subscription pull {sub_id}"
+    # -I (isolated): no PYTHON* variables, no user site, and not the working directory
+    # (the work dir, which every task can write) first on sys.path — else a task's
+    # `work/qledge/__main__.py` would run in place of the pull, with its secret.
+    return f"{shlex.quote(sys.executable)} -I -m qledge subscription pull {sub_id}"
 
 
 def pull_task_fields(sub: subs.Subscription) -> dict[str, Any]:
     return {"name": f"subscription: {sub.name}"[:200], "command": pull_command(sub.id),
             "schedule": sub.schedule, "enabled": sub.enabled,
             "timeout_s": sub.caps.timeout_s + PULL_GRACE_S,
-            "concurrency": Concurrency.FORBID, "labels": ["subscription"]}
+            "concurrency": Concurrency.FORBID, "labels": ["subscription"], "env": {}}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 # -- operations ------------------------------------------------------------------------
@@ -80,7 +99,14 @@ async def create(rt: Runtime, fields: dict[str, Any]) -> subs.Subscription:
 
 
 async def update(rt: Runtime, sub_id: str, fields: dict[str, Any]) -> subs.Subscription:
+    """Change a subscription (fields validated). A credential is bound to the origin
+    (scheme, host, port) it was given for: a URL to another origin drops it unless the
+    same update gives one again — else whoever may edit the URL could send it anywhere."""
     async with rt.db.write() as tx:
+        if "url" in fields and "secret" not in fields:
+            current = await subs.get(tx, sub_id)
+            if origin(fields["url"]) != origin(current.url):
+                fields = {**fields, "secret": None}
         sub = await subs.update(tx, sub_id, fields, now_ms())
         sub = await _ensure_pull_task(tx, sub)
     rt.scheduler.wake()
@@ -172,6 +198,22 @@ class Syncer:
         self.loop = PeriodicLoop("subscriptions", SYNC_INTERVAL_S, self.round)
         rt.db.on_terminal(self.on_terminal)
 
+    async def align_tasks(self) -> None:
+        """At start-up: every pull task's system fields as this version writes them (a
+        command from an earlier version gets no spec, `pull_env`). A deleted pull task
+        stays deleted until the subscription is updated or pulled."""
+        async with self.rt.db.write() as tx:
+            for sub in await subs.list_all(tx, limit=100_000):
+                if sub.pull_task_id is None:
+                    continue
+                task = await _task_or_none(tx, sub.pull_task_id)
+                if task is None:
+                    continue
+                fields = pull_task_fields(sub)
+                changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
+                if changed:
+                    await tasks.update_task(tx, task.id, changed, now_ms())
+
     def start(self) -> None:
         self.loop.start()
         self.loop.poke()  # syncs left due by a worker that stopped
@@ -180,11 +222,14 @@ class Syncer:
         await self.loop.stop()
 
     async def pull_env(self, tx: Tx, task: Task) -> dict[str, str]:
-        """{ENV_NAME: spec} for a subscription's pull task; {} for any other task."""
-        if "subscription" not in task.labels:
+        """{ENV_NAME: spec} for a subscription's pull task; {} for any other task — and
+        for that task too once its command or env is not exactly the system's (both
+        APIs refuse such edits, `operations.SystemTask`; this holds for rows changed
+        before that, or any other way): else the edited command gets the secret."""
+        if "subscription" not in task.labels or task.env:
             return {}
         sub = await subs.by_pull_task(tx, task.id)
-        if sub is None:
+        if sub is None or task.command != pull_command(sub.id):
             return {}
         spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.rt.settings.work_path)
         return {ENV_NAME: encode(spec)}
@@ -214,7 +259,8 @@ class Syncer:
                                   "exit_code": run.exit_code, "at_ms": now_ms()}
         if run.status is RunStatus.SUCCEEDED:
             folder = self.rt.settings.work_path / "scripts" / sub.alias
-            found = await asyncio.to_thread(scan, folder, sub)
+            found = await asyncio.to_thread(
+                scan, folder, sub, manifest_path(self.rt.settings.work_path, sub.alias))
             if found is None:
                 result["error"] = f"scripts/{sub.alias}/ could not be read"
             else:
@@ -320,18 +366,26 @@ class Syncer:
                 "_logs": logs}
 
 
-def scan(folder: Path, sub: subs.Subscription) -> dict[str, script_meta.ScriptMeta] | None:
+def scan(folder: Path, sub: subs.Subscription, manifest: Path
+         ) -> dict[str, script_meta.ScriptMeta] | None:
     """{path below the alias: header facts} of the scripts (not dependence files) in
-    `folder` — read through directory fds, never following a link; None if unreadable."""
-    rules = Rules(whitelist=sub.whitelist, blacklist=sub.blacklist,
-                  dependences=sub.dependences, extensions=tuple(sub.extensions))
+    `folder` — read through directory fds, never following a link; None if unreadable.
+    Which files are scripts the pull decided (its manifest): the worker never runs a
+    subscription's patterns, which could take exponential time in `re`."""
+    listed: set[str] | None = None
+    if sub.type != "file":
+        listed = read_manifest(manifest)
+        if listed is None:
+            return None
+    suffixes = tuple(f".{e}" for e in sub.extensions)
     out: dict[str, script_meta.ScriptMeta] = {}
     try:
         root = confined.open_root(folder)
     except confined.ScriptError:
         return None
     try:
-        _scan(root, "", rules, sub, out, depth=0)
+        _scan(root, "", sub, out, depth=0, is_script=lambda p: listed is None or (
+            p in listed and script_shape(p, suffixes)))
     except (OSError, confined.ScriptError):
         return None
     finally:
@@ -339,8 +393,33 @@ def scan(folder: Path, sub: subs.Subscription) -> dict[str, script_meta.ScriptMe
     return out
 
 
-def _scan(dfd: int, rel: str, rules: Rules, sub: subs.Subscription,
-          out: dict[str, script_meta.ScriptMeta], depth: int) -> None:
+def manifest_path(work: Path, alias: str) -> Path:
+    return work / STAGING / f"{alias}{MANIFEST_SUFFIX}"
+
+
+def read_manifest(path: Path) -> set[str] | None:
+    """The script paths the last pull wrote (None: missing or unreadable). The work dir
+    is the tasks': opened without following a link, its size bounded."""
+    try:
+        parent = confined.open_root(path.parent)
+    except confined.ScriptError:
+        return None
+    try:
+        fd, _ = confined.open_file(parent, path.name, path.name)
+        try:
+            data = confined.read_all(fd, MANIFEST_MAX_BYTES, path.name)
+        finally:
+            os.close(fd)
+    except (OSError, confined.ScriptError):
+        return None
+    finally:
+        os.close(parent)
+    return set(data.decode("utf-8", "replace").splitlines())
+
+
+def _scan(dfd: int, rel: str, sub: subs.Subscription,
+          out: dict[str, script_meta.ScriptMeta], depth: int,
+          is_script: Callable[[str], bool]) -> None:
     if depth > 32:
         return
     for entry in sorted(os.listdir(dfd)):
@@ -351,9 +430,8 @@ def _scan(dfd: int, rel: str, rules: Rules, sub: subs.Subscription,
         kind = confined.kind(st.st_mode)
         if kind == "directory":
             with confined.folder(dfd, (entry,)) as child:
-                _scan(child, f"{path}/", rules, sub, out, depth + 1)
-        elif kind == "file" and len(out) < sub.caps.files and (
-                sub.type == "file" or rules.classify(path) == "script"):
+                _scan(child, f"{path}/", sub, out, depth + 1, is_script)
+        elif kind == "file" and len(out) < sub.caps.files and is_script(path):
             fd, _ = confined.open_file(dfd, entry, path)
             try:
                 head = os.read(fd, script_meta.MAX_SCAN)
