@@ -104,18 +104,14 @@ ROOT_WARNING = (
     " process; run qledge as an unprivileged user (the image does, docs/security.md)")
 
 
-def decide(settings: Settings, abi: tuple[int, str | None] | None = None,
-           euid: int | None = None) -> Isolation:
+def decide(settings: Settings, abi: tuple[int, str | None] | None = None) -> Isolation:
     mode = settings.task_isolation
     protected = tuple(str(d) for d in protected_dirs(settings))
-    as_root = (os.geteuid() if euid is None else euid) == 0
-    if as_root:
-        log.warning("%s; %s", ROOT_WARNING,
-                    "tasks are confined and keep no capability" if mode != "off"
-                    else "task_isolation is off: tasks run with every capability")
+    as_root = os.geteuid() == 0  # the tasks' uid is the worker's
     if mode == "off":
-        return Isolation(mode=mode, landlock_abi=None, effective=False,
-                         reason="task_isolation is off", protected=protected, as_root=as_root)
+        return _said(Isolation(mode=mode, landlock_abi=None, effective=False,
+                               reason="task_isolation is off", protected=protected,
+                               as_root=as_root))
     version, why = landlock_abi() if abi is None else abi
     if why is not None:
         if mode == "required":
@@ -123,5 +119,14 @@ def decide(settings: Settings, abi: tuple[int, str | None] | None = None,
         else:
             log.warning("tasks run unconfined (they can read the database and the admin "
                         "token): %s", why)
-    return Isolation(mode=mode, landlock_abi=version or None, effective=why is None,
-                     reason=why, protected=protected, as_root=as_root)
+    return _said(Isolation(mode=mode, landlock_abi=version or None, effective=why is None,
+                           reason=why, protected=protected, as_root=as_root))
+
+
+def _said(iso: Isolation) -> Isolation:
+    """The root warning, loud at every start: what holds then is in docs/security.md."""
+    if iso.as_root and not iso.refuses:
+        log.warning("%s; %s", ROOT_WARNING,
+                    "confined tasks keep no capability" if iso.effective
+                    else "tasks are not confined and keep every capability")
+    return iso
