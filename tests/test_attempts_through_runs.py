@@ -66,7 +66,7 @@ def _dump(db: Path) -> dict[str, list[dict[str, object]]]:
         found = {t: _rows(conn, f"SELECT * FROM {t}") for t in tables}
     finally:
         conn.close()
-    for rows in found.values():  # columns of later migrations (0023): empty when carried
+    for rows in found.values():  # later migrations (0023, 0024): empty when carried
         for row in rows:
             for col in LATER_COLUMNS:
                 assert row.pop(col, None) is None, (col, row)
@@ -74,7 +74,7 @@ def _dump(db: Path) -> dict[str, list[dict[str, object]]]:
 
 
 LATER_COLUMNS = ("node_epoch", "late_exit_code", "late_finished_at_ms",
-                 "placement_node", "placement_labels_json")
+                 "placement_node", "placement_labels_json", "spawn_boot_id")
 
 
 def test_the_drop_keeps_every_row_and_only_the_index_goes(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +116,45 @@ def test_a_task_cannot_reach_the_secrets(base: Path) -> None:
         srv.stop()
 
 
+def test_a_root_control_plane_confines_its_tasks_without_capabilities(base: Path) -> None:
+    """Issue 35, finding 19: under a root control plane (scripts/run-local from a root
+    shell) a confined task kept every capability, and CAP_SYS_PTRACE let it read
+    /proc/<pid>/environ and maps of any process — supervisord's, another appliance's."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root control plane gives its tasks capabilities")
+    if _landlock_abi() < 1:
+        unavailable("this kernel has no Landlock")
+    # A dumpable root process outside the task's Landlock domain, its environment
+    # holding a secret: supervisord's place under scripts/run-local.
+    other = subprocess.Popen(["sleep", "120"], env={"PATH": "/usr/bin:/bin",
+                                                    "OTHER_SECRET": "s3cret-of-another"})
+    srv = Server(base / "state")  # the worker, and so its tasks, as root
+    try:
+        http = srv.http
+        system = http.get("/api/v1/system").json()["task_isolation"]
+        assert system["effective"] is True and system["as_root"] is True
+        probes = {
+            "other_environ": f"cat /proc/{other.pid}/environ",
+            "other_maps": f"head -c 1 /proc/{other.pid}/maps",
+            "worker_environ": f"cat /proc/{srv.proc.pid}/environ",
+            "no_capability": "grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status"
+                             " && grep -q '^CapBnd:[[:space:]]*0*$' /proc/self/status",
+            "work_dir": f'echo hi > "{srv.state}/work/f"',
+        }
+        command = "; ".join(f"if {cmd} >/dev/null 2>&1; then echo {name}=ok;"
+                            f" else echo {name}=no; fi" for name, cmd in probes.items())
+        run = _run(http, _task(http, command))
+        assert run["status"] == "succeeded", run
+        assert _verdicts(http, run) == {"other_environ": "no", "other_maps": "no",
+                                        "worker_environ": "no", "no_capability": "ok",
+                                        "work_dir": "ok"}
+        assert "s3cret-of-another" not in http.get(f"/api/v1/runs/{run['id']}/log").text
+    finally:
+        srv.stop()
+        other.kill()
+        other.wait()
+
+
 def test_the_worker_blanks_the_token_in_its_environment(base: Path) -> None:
     # Read as root (or the same uid before it turned non-dumpable): the initial
     # environment block no longer holds the token's bytes.
@@ -143,7 +183,7 @@ def test_required_isolation_without_landlock_starts_nothing(base: Path) -> None:
         system = http.get("/api/v1/system").json()["task_isolation"]
         assert system == {"mode": "required", "landlock_abi": None, "effective": False,
                           "reason": "Landlock unavailable: Function not implemented",
-                          "protected": system["protected"]}
+                          "protected": system["protected"], "as_root": False}
         marker = srv.state / "work" / "ran"
         run = _run(http, _task(http, f"touch {marker}"))
         assert (run["status"], run["reason_code"], run["exit_code"]) == (

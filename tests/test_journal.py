@@ -85,9 +85,10 @@ def _expected(db: Path) -> dict[str, list[dict[str, Any]]]:
         conn.close()
 
 
-# Columns later migrations add (0023, fleet mode): empty on every row carried over.
+# Columns later migrations add (0023, fleet mode; 0024, the spawn's boot id): empty on
+# every row carried over.
 LATER_COLUMNS = ("node_epoch", "late_exit_code", "late_finished_at_ms",
-                 "placement_node", "placement_labels_json")
+                 "placement_node", "placement_labels_json", "spawn_boot_id")
 
 
 def _actual(db: Path) -> dict[str, list[dict[str, Any]]]:

@@ -1019,6 +1019,24 @@ def test_deny_confines_the_command(launcher: Launcher, var_attempt: Attempt) -> 
     assert attempt.entries() == [attempt.receipt.name]
 
 
+_CAPS = "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status"
+
+
+def test_a_confined_command_keeps_no_capability(launcher: Launcher, attempt: Attempt) -> None:
+    """Issue 35, finding 19: a launcher run by root gave the confined command every
+    capability, and CAP_SYS_PTRACE reads other processes' /proc/<pid>/environ through
+    Landlock. With --deny the command holds none (dropped before Landlock, so also
+    where Landlock itself is unavailable and `auto` runs the command unconfined)."""
+    if os.geteuid() != 0:
+        pytest.skip("only a launcher run by root has capabilities to drop")
+    dirs = _confined_tree(attempt)
+    argv = _deny_argv(attempt, dirs, _CAPS, "--isolation", "auto")
+    assert run(launcher, attempt, [], argv=argv) == 0
+    caps = dict(re.findall(r"^(Cap\w+):\s*([0-9a-f]+)$", attempt.log_text(), re.M))
+    assert len(caps) == 5 and all(int(v, 16) == 0 for v in caps.values()), caps
+    assert receipt_of(attempt)["exitCode"] == 0
+
+
 def test_deny_resolves_symlinks_and_nesting(launcher: Launcher, attempt: Attempt) -> None:
     _needs_landlock(launcher)
     dirs = _confined_tree(attempt)

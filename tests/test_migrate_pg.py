@@ -228,10 +228,11 @@ async def test_a_changed_applied_migration_is_refused(tmp_path: Path, pg_dsn: st
 async def test_a_database_newer_than_the_code_is_refused(tmp_path: Path, pg_dsn: str) -> None:
     d = tmp_path / "pg"
     d.mkdir()
-    (d / "0022_baseline.sql").write_text(migrate_pg.bundled()[0].sql)
-    later = len(migrate_pg.bundled()) + 22
-    (d / "0023_fleet.sql").write_text(migrate_pg.bundled()[1].sql)
-    for n in range(24, later + 1):
+    shipped = migrate_pg.bundled()
+    for m in shipped:  # the code's own, then more than it knows
+        (d / f"{m.version:04d}_{m.name}.sql").write_text(m.sql)
+    later = shipped[-1].version + 2
+    for n in range(shipped[-1].version + 1, later + 1):
         (d / f"{n:04d}_later.sql").write_text(f"CREATE TABLE later{n} (x bigint);\n")
     assert await migrate_pg.apply(pg_dsn, migrate_pg.bundled(d)) == list(range(22, later + 1))
     with pytest.raises(migrate.MigrationError, match="newer than the code"):

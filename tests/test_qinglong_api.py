@@ -488,3 +488,34 @@ def test_a_qinglong_script_works_against_the_appliance(tmp_path: Path) -> None:
             assert secret_text not in output
     finally:
         app.stop()
+
+
+# -- what a scope amounts to (issue 35, finding 6) ---------------------------------------------
+
+def test_granting_a_code_running_scope_says_so(client: TestClient) -> None:
+    r = client.post("/api/v1/apps", json={"name": "watch", "scopes": ["logs"]})
+    assert r.status_code == 201 and r.json()["warnings"] == []
+    r = client.post("/api/v1/apps", json={"name": "bot",
+                                          "scopes": ["logs", "dependencies", "scripts"]})
+    assert r.status_code == 201, r.text
+    [warning] = r.json()["warnings"]
+    assert warning["code"] == "SCOPES_RUN_CODE"
+    assert warning["scopes"] == ["scripts", "dependencies"]
+    assert "running any code as the task user" in warning["message"]
+    assert "every env value" in warning["message"]
+    for scope in ("crons", "envs", "subscriptions"):
+        r = client.post("/api/v1/apps", json={"name": f"only-{scope}", "scopes": [scope]})
+        assert [w["scopes"] for w in r.json()["warnings"]] == [[scope]]
+
+
+def test_security_doc_has_a_row_for_every_scope_and_marks_the_code_running_ones() -> None:
+    from qledge.http import apps
+
+    doc = (Path(__file__).parents[1] / "docs" / "security.md").read_text()
+    section = doc.split("### What each scope reaches", 1)[1]
+    table = section.split("\n\n| scope |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    by_scope = {row[0].strip("| `"): row for row in rows}
+    assert sorted(by_scope) == sorted(apps.SCOPES)
+    runs_code = {scope for scope, row in by_scope.items() if row[3].startswith("**yes**")}
+    assert runs_code == set(apps.RUNS_CODE)

@@ -455,3 +455,37 @@ def test_replace_never_swaps_out_a_folder(ql: Path, tmp_path: Path) -> None:
     assert (state / "work" / "scripts" / "hello.py" / "mine.txt").read_text() == "keep"
     assert sorted(p.name for p in (state / "work" / "scripts").iterdir()) == ["hello.py"]
     assert all(not v for v in everything(state).values())
+
+
+def test_a_plain_command_naming_a_script_runs_from_the_scripts_folder(
+        ql: Path, tmp_path: Path) -> None:
+    """Issue 35, finding 18: QingLong ran `bash backup.sh` from its scripts folder;
+    imported as it was, qledge ran it in the work folder and it failed with 127."""
+    conn = sqlite3.connect(ql / "db" / "database.sqlite")
+    conn.execute("UPDATE Crontabs SET command = 'bash backup.sh' WHERE name = 'Shell backup'")
+    conn.execute("UPDATE Crontabs SET command = 'python3 /ql/data/scripts/tools/util.py'"
+                 " WHERE name = 'Util (off)'")
+    conn.commit()
+    conn.close()
+    state = tmp_path / "state"
+    srv = Server(state, PIP_INDEX_URL="http://127.0.0.1:9/simple",
+                 NPM_REGISTRY="http://127.0.0.1:9/")
+    try:
+        done = cli(state, str(ql), "--apply")
+        assert done.returncode == 0, done.stderr
+        by_name = {t["name"]: t for t in srv.http.get("/api/v1/tasks").json()["items"]}
+        for name, line in (("Shell backup", "backup from shell: ni hao"),
+                           ("Util (off)", "util from python")):
+            run_id = srv.http.post(f"/api/v1/tasks/{by_name[name]['id']}/runs").json()[
+                "run"]["id"]
+            run = wait_terminal(srv.http, run_id)
+            assert (run["status"], run["exit_code"]) == ("succeeded", 0), (name, run)
+            assert line in srv.http.get(f"/api/v1/runs/{run_id}/log").text
+        assert ("names backup.sh in scripts/: imported as `cd scripts && …` (QingLong ran it"
+                " from its scripts folder)") in done.stdout
+        assert "names tools/util.py in scripts/" in done.stdout
+        by_name = {t["name"]: t for t in srv.http.get("/api/v1/tasks").json()["items"]}
+        assert by_name["Shell backup"]["command"] == "cd scripts && bash backup.sh"
+        assert by_name["Util (off)"]["command"] == "cd scripts && python3 ./tools/util.py"
+    finally:
+        srv.stop()

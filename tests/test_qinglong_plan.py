@@ -87,7 +87,10 @@ def test_apps_keep_their_credentials_and_lose_unknown_scopes() -> None:
               scopes=["dashboard"])]), Target())
     items = by_key(plan.items, "app")
     assert items["1"].fields["scopes"] == ["crons", "envs"]
-    assert items["1"].notes == ["scopes without a qledge equivalent dropped: system"]
+    assert items["1"].notes == [
+        "scopes without a qledge equivalent dropped: system",
+        "crons, envs: running any code as the task user, every env value in reach"
+        " (docs/security.md)"]  # as when an app is created (issue 35, finding 6)
     assert items["2"].action is Action.SKIP
 
 

@@ -177,3 +177,19 @@ def test_an_unreadable_archive_is_a_clear_error(tmp_path: Path) -> None:
     into.mkdir()
     with pytest.raises(SourceError, match=r"not a readable \.tgz archive"):
         qinglong_source.unpack(archive, into)
+
+
+def test_a_scripts_folder_that_is_a_link_is_named_as_such(ql: Path, tmp_path: Path) -> None:
+    # Finding 15 of issue 35: the walk refuses to follow links, and said only
+    # "[Errno 20] Not a directory".
+    elsewhere = tmp_path / "elsewhere"
+    (ql / "scripts").rename(elsewhere)
+    (ql / "scripts").symlink_to(elsewhere)
+    with pytest.raises(SourceError, match=r"scripts is a symbolic link \(to .*elsewhere\):"
+                                          r" the import does not follow links") as caught:
+        qinglong_source.read(ql)
+    assert "Errno" not in str(caught.value)
+    (ql / "scripts").unlink()
+    (ql / "scripts").write_text("not a folder")
+    with pytest.raises(SourceError, match=r"scripts is not a folder"):
+        qinglong_source.read(ql)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import qinglong_notify, taskform
-from .http.apps import SCOPES, digest
+from .http.apps import RUNS_CODE, SCOPES, digest
 from .qinglong_plan import Action, Ctx, Item, decide, skip
 
 
@@ -33,6 +33,10 @@ def apps(ctx: Ctx) -> list[Item]:
         dropped = [s for s in a.scopes if s not in SCOPES]
         notes = [f"scopes without a qledge equivalent dropped: {', '.join(dropped)}"] \
             if dropped else []
+        runs_code = [s for s in RUNS_CODE if s in scopes]
+        if runs_code:  # as when an app is created (docs/security.md, scope table)
+            notes.append(f"{', '.join(runs_code)}: running any code as the task user, every"
+                         " env value in reach (docs/security.md)")
         if not scopes or not a.client_id or not a.client_secret:
             out.append(skip("app", key, label, "no scope qledge serves (crons, envs, logs,"
                              " scripts)" if a.client_id else "no client id", notes))

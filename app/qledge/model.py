@@ -74,6 +74,10 @@ class Reason(enum.StrEnum):
     PROCESS_EXITED_WITHOUT_RECEIPT = "PROCESS_EXITED_WITHOUT_RECEIPT"
     RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT = "RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT"
     RECOVERY_SPAWN_UNCONFIRMED = "RECOVERY_SPAWN_UNCONFIRMED"
+    # Found `preparing` after the machine rebooted since spawn step 1 (its boot id,
+    # migration 0024): the launcher may have started, and the task run, before a power
+    # loss took it with its receipt and its identity commit (docs/contract.md).
+    RECOVERY_SPAWN_BEFORE_REBOOT = "RECOVERY_SPAWN_BEFORE_REBOOT"
     RECOVERY_IDENTITY_MISMATCH = "RECOVERY_IDENTITY_MISMATCH"
     RECOVERY_IDENTITY_MISSING = "RECOVERY_IDENTITY_MISSING"
     RECOVERY_BOOT_CHANGED = "RECOVERY_BOOT_CHANGED"
@@ -219,6 +223,9 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     node_epoch: int | None = None
     late_exit_code: int | None = None
     late_finished_at_ms: int | None = None
+    # The machine's boot id at spawn step 1 (migration 0024; None on older attempts):
+    # a `preparing` attempt of an earlier boot may have run before the machine went down.
+    spawn_boot_id: str | None = None
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,6 +37,8 @@ REASONS: dict[str, str] = {
     "RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT":
         "ended while the worker was down and left no result",
     "RECOVERY_SPAWN_UNCONFIRMED": "the worker stopped before the start was confirmed",
+    "RECOVERY_SPAWN_BEFORE_REBOOT":
+        "the machine went down while it was starting: it may have run",
     "RECOVERY_IDENTITY_MISMATCH": "its process was replaced by another one (pid reuse)",
     "RECOVERY_IDENTITY_MISSING": "its process identity was never recorded",
     "RECOVERY_BOOT_CHANGED": "the machine rebooted while it ran",

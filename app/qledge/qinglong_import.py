@@ -74,16 +74,44 @@ def _command(c: QlCron, ctx: Ctx, notes: list[str]) -> str:
             notes.append("its script is not among the files imported")
         return command
     try:
-        first = shlex.split(command)[0]
-    except (ValueError, IndexError):
-        first = ""
+        words = shlex.split(command)
+    except ValueError:
+        words = []
     files = {f.path for f in ctx.source.scripts.files} if ctx.source.scripts else set()
-    if first in files:
+    if words[:1] and words[0] in files:
         notes.append("QingLong ran it as `task …`: imported with the `task ` prefix")
         return f"task {command}"
+    named = _named_scripts(words, files)
+    if named:
+        # QingLong ran every other command from its scripts folder (its task.sh cds
+        # there first); qledge runs a shell command in the work folder, one level up,
+        # where `bash backup.sh` finds nothing (exit 127). Going there first keeps the
+        # command exactly as written, relative paths and all.
+        notes.append(f"names {', '.join(named[:3])} in scripts/: imported as"
+                     f" `{_IN_SCRIPTS} …` (QingLong ran it from its scripts folder)")
+        command = command.replace(QL_SCRIPTS, "./")
+        if "\n" in command:
+            return f"cd scripts || exit 1\n{command}"
+        return f"{_IN_SCRIPTS} {command}"
     notes.append("a shell command: qledge runs it with /bin/sh in its work folder (QingLong"
                  " ran it through `task` from scripts/)")
     return command
+
+
+QL_SCRIPTS = "/ql/data/scripts/"  # QingLong's scripts folder, as its crons spell it
+_IN_SCRIPTS = "cd scripts &&"  # the work folder's scripts/ (qledge runs commands there)
+
+
+def _named_scripts(words: list[str], files: set[str]) -> list[str]:
+    """The imported scripts a shell command's words name (`bash backup.sh`,
+    `python3 ./tools/util.py`, `node /ql/data/scripts/greet.js`)."""
+    named = []
+    for word in words:
+        path = word.removeprefix(QL_SCRIPTS) if word.startswith(QL_SCRIPTS) else \
+            word.removeprefix("./")
+        if path in files and path not in named:
+            named.append(path)
+    return named
 
 
 def _crons(ctx: Ctx) -> list[Item]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -274,11 +275,35 @@ def _config(folder: Path) -> QlConfig | None:
         raise SourceError(str(exc)) from None
 
 
+def _scripts(folder: Path) -> FileSet | None:
+    """The scripts folder's files; None without one. The walk never follows a link (a
+    link could lead anywhere on the machine), so a `scripts` that is one is named as
+    such here rather than failing inside the walk as "Not a directory"."""
+    try:
+        st = folder.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SourceError(f"{folder}: cannot be read ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SourceError(
+            f"{folder} is a symbolic link (to {os.readlink(folder)}): the import does not"
+            " follow links out of the data folder. Mount or copy the real scripts folder"
+            " at that place (e.g. `cp -rL`), then import again")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SourceError(f"{folder} is not a folder: QingLong keeps its scripts in a"
+                          " scripts/ folder; move that file away, then import again")
+    try:
+        return list_files(folder)
+    except OSError as exc:
+        raise SourceError(f"{folder}: cannot be read ({exc.strerror})") from None
+
+
 def read(path: Path, *, with_logs: int = 0) -> Source:
     """Everything importable under `path` (a data directory), read-only."""
     root = locate(path)
     found = read_db(root / "db" / "database.sqlite")
-    scripts = list_files(root / "scripts") if (root / "scripts").is_dir() else None
+    scripts = _scripts(root / "scripts")
     return Source(root=str(root), instance=found.pop("instance"), **found,
                   config=_config(root / "config"), scripts=scripts,
                   logs=_logs(root, found["crons"], with_logs) if with_logs > 0 else [])

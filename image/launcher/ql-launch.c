@@ -537,12 +537,59 @@ static int build_ruleset(const struct options *o)
     return ruleset;
 }
 
-/* In the child: no new privileges (Landlock's precondition), then the ruleset. */
+#ifndef PR_CAPBSET_READ
+#define PR_CAPBSET_READ 23
+#endif
+#ifndef PR_CAPBSET_DROP
+#define PR_CAPBSET_DROP 24
+#endif
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#endif
+#ifndef PR_CAP_AMBIENT_CLEAR_ALL
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+#define QL_CAPABILITY_VERSION_3 0x20080522
+struct ql_cap_header { uint32_t version; int pid; };
+struct ql_cap_data { uint32_t effective, permitted, inheritable; };
+
+/* A launcher started by root (a control plane run as root: scripts/run-local on a
+ * root shell) would hand the command every capability, and CAP_SYS_PTRACE lets a
+ * Landlock-confined process read /proc/<pid>/environ and maps of processes outside
+ * its domain. So a confined command keeps no capability: the bounding set emptied
+ * (needs CAP_SETPCAP, which only a privileged launcher has; EPERM otherwise, and
+ * then there is nothing to drop), no ambient ones, and permitted, effective and
+ * inheritable cleared. With no_new_privs set first, the exec cannot give any back
+ * (root's exec gets at most its permitted set, file capabilities and set-uid bits
+ * do nothing). The uid stays: a uid-0 command still owns root's files. */
+static int drop_capabilities(void)
+{
+    struct ql_cap_header hdr = { QL_CAPABILITY_VERSION_3, 0 };
+    struct ql_cap_data data[2];
+    int cap, held;
+    for (cap = 0; cap < 64; cap++) {
+        held = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (held < 0)
+            break;   /* EINVAL: past the kernel's last capability */
+        if (held == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EPERM)
+            return -1;
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return -1;   /* EINVAL: a kernel before ambient capabilities (4.3) */
+    memset(data, 0, sizeof(data));
+    return (int)syscall(SYS_capset, &hdr, data);
+}
+
+/* In the child, with --deny: no new privileges (Landlock's precondition) and no
+ * capabilities — also when Landlock is unavailable and `auto` runs the command
+ * unconfined — then the ruleset, when there is one. */
 static int confine_self(int ruleset)
 {
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -1;
-    return (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
+    if (drop_capabilities() < 0)
+        return -1;
+    return ruleset < 0 ? 0 : (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
 }
 
 /* ---- step 6: the child ------------------------------------------------ */
@@ -563,10 +610,11 @@ static void close_inherited_fds(void)
     closedir(d);
 }
 
-/* ruleset >= 0: confine first; if that fails and isolation is required, the
- * errno goes to the launcher through err_fd and nothing runs. */
-static _Noreturn void exec_command(char **command, const char *cwd, int ruleset,
-                                   int required, int err_fd)
+/* confine (--deny given): confine first; if that fails and isolation is required
+ * (then ruleset >= 0), the errno goes to the launcher through err_fd and nothing
+ * runs. ruleset < 0 with confine: Landlock unavailable under `auto`. */
+static _Noreturn void exec_command(char **command, const char *cwd, int confine,
+                                   int ruleset, int required, int err_fd)
 {
     sigset_t empty;
     struct sigaction dfl;
@@ -588,9 +636,9 @@ static _Noreturn void exec_command(char **command, const char *cwd, int ruleset,
         report("chdir --cwd", err);
         _exit(EXIT_NOTFOUND);
     }
-    if (ruleset >= 0 && confine_self(ruleset) < 0) {
+    if (confine && confine_self(ruleset) < 0) {
         err = errno;
-        if (required) {
+        if (required && ruleset >= 0) {
             while (write(err_fd, &err, sizeof(err)) < 0 && errno == EINTR)
                 ;
             _exit(EXIT_LAUNCHER);
@@ -1104,7 +1152,8 @@ static pid_t start_command(const struct options *o, int ruleset, int err_pipe[2]
         return -1;
     }
     if (child == 0)
-        exec_command(o->command, o->cwd, ruleset, isolation_required(o), err_pipe[1]);
+        exec_command(o->command, o->cwd, o->ndeny > 0, ruleset, isolation_required(o),
+                     err_pipe[1]);
     if (ruleset < 0)
         return child;
     close(ruleset);

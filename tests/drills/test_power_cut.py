@@ -28,7 +28,7 @@ from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
 
-from conftest import add_task, make_runtime
+from conftest import add_task, make_runtime, make_settings, migrate_for
 
 
 class Machine:
@@ -81,7 +81,10 @@ async def machine(tmp_path: Path) -> AsyncIterator[Machine]:
 
 
 async def _reboot(disk: Path) -> Runtime:
-    rt = make_runtime(disk)
+    """A new runtime on what the disk kept, on a new boot of the machine (its boot id)."""
+    conf = make_settings(disk)
+    migrate_for(conf)
+    rt = Runtime(conf, boot_id=f"after-the-cut-{disk.name}")
     await rt.start()
     return rt
 
@@ -136,27 +139,36 @@ async def test_cut_after_a_deferred_result_replays_it_from_the_receipt(
         await after.stop()
 
 
-async def test_cut_while_running_loses_the_identity_and_decides_lost_not_a_code(
+async def test_a_spawn_cut_by_a_reboot_is_not_called_unconfirmed(
         machine: Machine, tmp_path: Path) -> None:
+    """Issue 35, finding 20: the task demonstrably started, the cut took its identity
+    commit; recovery must not say "the spawn never happened" (RECOVERY_SPAWN_UNCONFIRMED)
+    but that it may have run before the machine went down."""
     rt = machine.rt
-    run = await trigger(rt, await add_task(rt, "sleep 60"), Trigger.API)
+    started = rt.settings.work_path / "started"  # the task's own folder
+    run = await trigger(rt, await add_task(rt, f"touch {started}; sleep 60"), Trigger.API)
     # `running` from spawn step 1; the identity (and started_at_ms) comes at step 4.
     await _until(rt, run.id, lambda r: r.started_at_ms is not None)
     async with rt.db.read() as tx:
         (attempt,) = await attempts.attempts_of_run(tx, run.id)
     assert attempt.pid is not None
+    for _ in range(500):
+        if started.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert started.exists()  # the task ran
     disk = tmp_path / "after"
     machine.cut_power(disk)
     os.killpg(attempt.pid, signal.SIGKILL)  # the power takes the task with it
 
     after = await _reboot(disk)
     try:
-        # Spawn step 1 was durable, the identity was not: the attempt is found
-        # `preparing`, no launcher carries its ids, no receipt exists.
+        # Spawn step 1 was durable (with the boot id), the identity was not: the
+        # attempt is found `preparing` from an earlier boot, no receipt exists.
         decided = await _until(after, run.id, lambda r: r.finished_at_ms is not None)
         assert decided.status is RunStatus.LOST, decided
         assert decided.exit_code is None
-        assert decided.reason_code == Reason.RECOVERY_SPAWN_UNCONFIRMED.value
+        assert decided.reason_code == "RECOVERY_SPAWN_BEFORE_REBOOT"
         assert await _terminal_events(after, run.id) == ["attempt.finished", "run.finished"]
         async with after.db.read() as tx:
             assert [a.id for a in await attempts.attempts_of_run(tx, run.id)] == [attempt.id]

@@ -14,7 +14,9 @@ the API and the files:
 * no task process started twice (markers); a result `EXITED` is the task's real
   exit code and the task really ran to its end (nothing invented); `lost` has no
   exit code, and after a reboot its reason is the boot's (`RECOVERY_BOOT_CHANGED`,
-  or `RECOVERY_SPAWN_UNCONFIRMED` when the identity commit was lost too);
+  or `RECOVERY_SPAWN_BEFORE_REBOOT` when the identity commit was lost too — never
+  `RECOVERY_SPAWN_UNCONFIRMED`, "nothing of it runs on this boot", for a task that
+  may have run before the cut);
 * nothing durable is gone: a result the API showed before the cut, and the
   result of every receipt that was durable at some moment, survive;
 * a log is complete, or says it was truncated by the power loss;
@@ -57,7 +59,7 @@ pytestmark = pytest.mark.drill
 
 RANDOM_CUTS = int(os.environ.get("QLTEST_POWERCUT_CUTS", "1"))
 WORKER = Path(__file__).with_name("_reboot_worker.py")
-LOST_AFTER_REBOOT = {"RECOVERY_BOOT_CHANGED", "RECOVERY_SPAWN_UNCONFIRMED"}
+LOST_AFTER_REBOOT = {"RECOVERY_BOOT_CHANGED", "RECOVERY_SPAWN_BEFORE_REBOOT"}
 # (exit code, output lines, seconds of sleep before the end marker)
 TASKS = [(0, 3, 0.0), (3, 40, 0.3), (7, 200, 0.8), (42, 10, 1.5)]
 

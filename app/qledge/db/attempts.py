@@ -49,11 +49,13 @@ async def ensure_node_id(tx: Tx, candidate: str, now_ms: int) -> str:
 async def prepare_attempt(
     tx: Tx, run: Run, *, attempt_id: str, owner: str, executor_type: str, token_hash: bytes,
     deadline_at_ms: int | None, log_path: str, receipt_path: str, now_ms: int,
-    node_epoch: int | None = None,
+    node_epoch: int | None = None, spawn_boot_id: str | None = None,
 ) -> Attempt:
     """Spawn step 1 (docs/contract.md §3): attempt, log path, token hash, deadline and
     journal entry together, in one row (migration 0021); `node_epoch` is the owner's
-    lease epoch on PostgreSQL (fencing, docs/fleet-plan.md), None on SQLite."""
+    lease epoch on PostgreSQL (fencing, docs/fleet-plan.md), None on SQLite;
+    `spawn_boot_id` the machine's boot id, durable with the rest (migration 0024): what
+    tells recovery that an unconfirmed spawn predates a reboot."""
     row = await tx.one(
         "SELECT COALESCE(MAX(attempt_no), 0) AS n FROM run_attempts WHERE run_id = ?", (run.id,))
     attempt_no = int(row["n"]) + 1 if row else 1
@@ -61,10 +63,11 @@ async def prepare_attempt(
         "INSERT INTO run_attempts (id, run_id, attempt_no, executor_type, runtime_owner, status,"
         " callback_token_hash, callback_sequence, created_at_ms, deadline_at_ms, log_path,"
         " receipt_state, receipt_path, receipt_created_at_ms, receipt_updated_at_ms,"
-        " node_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+        " node_epoch, spawn_boot_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
         (attempt_id, run.id, attempt_no, executor_type, owner, AttemptStatus.PREPARING.value,
          token_hash, 1, now_ms, deadline_at_ms, log_path, receipt_path, now_ms, now_ms,
-         node_epoch))
+         node_epoch, spawn_boot_id))
     await append_events(tx, run, [NewEvent(type="attempt.created", attempt_id=attempt_id)],
                         now_ms, {attempt_id: attempt_no})
     return await get_attempt(tx, attempt_id)

@@ -83,6 +83,7 @@ def attempt_from_row(row: sqlite3.Row) -> Attempt:
         finished_at_ms=row["finished_at_ms"], deadline_at_ms=row["deadline_at_ms"],
         log_bytes_at_exit=row["log_bytes_at_exit"], node_epoch=row["node_epoch"],
         late_exit_code=row["late_exit_code"], late_finished_at_ms=row["late_finished_at_ms"],
+        spawn_boot_id=row["spawn_boot_id"],
     )
 
 

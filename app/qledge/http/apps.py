@@ -27,6 +27,14 @@ from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
 SCOPES = ("crons", "envs", "logs", "scripts", "subscriptions", "dependencies")
+# Scopes that amount to running code as the task user, with every env value in reach
+# (docs/security.md, "What each scope reaches"): a task is arbitrary code (crons), so is
+# a script (scripts), a subscription's hooks and repository (subscriptions), a package
+# and the bin dir first on the tasks' PATH (dependencies), and the variables
+# interpreters read as code (envs: NODE_OPTIONS, PYTHONWARNINGS, PATH…). Only `logs`
+# is not: it reads what tasks printed.
+RUNS_CODE = ("crons", "envs", "scripts", "subscriptions", "dependencies")
+SCOPES_RUN_CODE = "SCOPES_RUN_CODE"
 _ALNUM = string.ascii_letters + string.digits
 
 
@@ -87,8 +95,24 @@ async def create(request: Request) -> Response:
                                       client_id=new_client_id(), secret_hash=digest(secret),
                                       scopes=scopes, now_ms=now_ms())
     # The only time the secret leaves the appliance.
-    return json_response({**app_view(app), "client_secret": secret}, 201,
+    return json_response({**app_view(app), "client_secret": secret,
+                          "warnings": scope_warnings(scopes)}, 201,
                          headers={"Cache-Control": "no-store"})
+
+
+def scope_warnings(scopes: list[str]) -> list[dict[str, Any]]:
+    """What the granted scopes really allow, said when they are granted: a client
+    given one of these holds what a task holds, not a narrow API right. `code` lets a
+    UI say it in its own language; `message` is the English."""
+    granted = [s for s in RUNS_CODE if s in scopes]
+    if not granted:
+        return []
+    return [{"code": SCOPES_RUN_CODE, "scopes": granted,
+             "message": (f"the {', '.join(granted)} scope{'s' if len(granted) > 1 else ''}"
+                         " amount to running any code as the task user, which reads every"
+                         " env value (global and each task's own); give this app's"
+                         " credentials only to a client you would trust with the scripts"
+                         " folder (docs/security.md)")}]
 
 
 async def list_(request: Request) -> Response:

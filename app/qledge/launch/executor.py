@@ -208,7 +208,8 @@ class LocalExecutor:
             executor_type=EXECUTOR_TYPE, token_hash=token_hash(token),
             deadline_at_ms=deadline, log_path=logs.relative_path(attempt_id),
             receipt_path=self.receipts.relative_path(attempt_id), now_ms=now,
-            node_epoch=self.node.epoch if self.node is not None else None)
+            node_epoch=self.node.epoch if self.node is not None else None,
+            spawn_boot_id=self.boot_id)
         # In the same commit: from here on the run is not "nothing started" (a cancel
         # goes through the attempt, docs/recovery.md).
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), now)

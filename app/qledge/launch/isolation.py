@@ -8,6 +8,14 @@ directory of the admin token file (`--deny DIR` each). Where the kernel has
 no Landlock, `task_isolation` decides: `auto` runs tasks unconfined and says
 so (`/api/v1/system`, a warning at start), `required` starts nothing (each
 run ends `blocked` / `TASK_ISOLATION_UNAVAILABLE`), `off` never confines.
+
+A control plane run as root (scripts/run-local from a root shell, `qledge serve`
+bare on a homelab) runs its tasks as root: the launcher then takes every capability
+away from a confined command (CAP_SYS_PTRACE would let it read other processes'
+/proc/<pid>/environ and maps through Landlock), but a uid-0 task still owns root's
+files outside the protected directories — no boundary against the host. That is
+said loudly at start and in `/api/v1/system` (`as_root`); the image never runs as
+root.
 """
 
 from __future__ import annotations
@@ -70,6 +78,8 @@ class Isolation(msgspec.Struct, frozen=True, kw_only=True):
     effective: bool
     reason: str | None
     protected: tuple[str, ...]
+    # Tasks run as root (the worker's uid): confined ones without capabilities.
+    as_root: bool = False
 
     @property
     def refuses(self) -> bool:
@@ -85,15 +95,23 @@ class Isolation(msgspec.Struct, frozen=True, kw_only=True):
     def report(self) -> dict[str, object]:
         return {"mode": self.mode, "landlock_abi": self.landlock_abi,
                 "effective": self.effective, "reason": self.reason,
-                "protected": list(self.protected)}
+                "protected": list(self.protected), "as_root": self.as_root}
+
+
+ROOT_WARNING = (
+    "the control plane runs as root, so its tasks do: a task can write root's files"
+    " outside the protected directories (/etc and the like) and signal every root"
+    " process; run qledge as an unprivileged user (the image does, docs/security.md)")
 
 
 def decide(settings: Settings, abi: tuple[int, str | None] | None = None) -> Isolation:
     mode = settings.task_isolation
     protected = tuple(str(d) for d in protected_dirs(settings))
+    as_root = os.geteuid() == 0  # the tasks' uid is the worker's
     if mode == "off":
-        return Isolation(mode=mode, landlock_abi=None, effective=False,
-                         reason="task_isolation is off", protected=protected)
+        return _said(Isolation(mode=mode, landlock_abi=None, effective=False,
+                               reason="task_isolation is off", protected=protected,
+                               as_root=as_root))
     version, why = landlock_abi() if abi is None else abi
     if why is not None:
         if mode == "required":
@@ -101,5 +119,14 @@ def decide(settings: Settings, abi: tuple[int, str | None] | None = None) -> Iso
         else:
             log.warning("tasks run unconfined (they can read the database and the admin "
                         "token): %s", why)
-    return Isolation(mode=mode, landlock_abi=version or None, effective=why is None,
-                     reason=why, protected=protected)
+    return _said(Isolation(mode=mode, landlock_abi=version or None, effective=why is None,
+                           reason=why, protected=protected, as_root=as_root))
+
+
+def _said(iso: Isolation) -> Isolation:
+    """The root warning, loud at every start: what holds then is in docs/security.md."""
+    if iso.as_root and not iso.refuses:
+        log.warning("%s; %s", ROOT_WARNING,
+                    "confined tasks keep no capability" if iso.effective
+                    else "tasks are not confined and keep every capability")
+    return iso

@@ -265,20 +265,15 @@ window.QLEDGE_I18N = ((table) => {
     '无法保存进程身份，因此已停止其进程组。',
   'reason.PROCESS_EXITED_WITHOUT_RECEIPT': 'The launcher exited and no valid receipt appeared within the publish grace (it was killed, or writing the receipt failed).|' +
     '启动器已退出，但在发布宽限期内没有出现有效回执（被杀死，或写回执失败）。',
-  'reason.RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT': 'Found during recovery: the process was gone and no receipt appeared within the grace period.|' +
-    '恢复时发现：进程已不存在，宽限期内也没有出现回执。',
-  'reason.RECOVERY_SPAWN_UNCONFIRMED': 'Found still “preparing” at start-up: the spawn was never confirmed.|' +
-    '启动时发现仍处于“准备中”：启动从未被确认。',
-  'reason.RECOVERY_IDENTITY_MISMATCH': 'The recorded pid now names a different process (its start time differs).|' +
-    '记录的 pid 现在属于另一个进程（启动时间不同）。',
-  'reason.RECOVERY_BOOT_CHANGED': 'The run was recorded on an earlier boot of the machine.|' +
-    '该运行记录于本机之前的一次开机。',
-  'reason.RECOVERY_IDENTITY_MISSING': 'A running attempt had no recorded process identity.|' +
-    '运行中的执行尝试没有记录进程身份。',
+  'reason.RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT': 'Found during recovery: the process was gone and no receipt appeared within the grace period.|恢复时发现：进程已不存在，宽限期内也没有出现回执。',
+  'reason.RECOVERY_SPAWN_UNCONFIRMED': 'Found still “preparing” at start-up: the spawn was never confirmed.|启动时发现仍处于“准备中”：启动从未被确认。',
+  'reason.RECOVERY_SPAWN_BEFORE_REBOOT': 'Cut by a reboot or power loss while starting: it may have run.|启动时遇到重启或断电：可能已运行。',
+  'reason.RECOVERY_IDENTITY_MISMATCH': 'The recorded pid now names a different process (its start time differs).|记录的 pid 现在属于另一个进程（启动时间不同）。',
+  'reason.RECOVERY_BOOT_CHANGED': 'The run was recorded on an earlier boot of the machine.|该运行记录于本机之前的一次开机。',
+  'reason.RECOVERY_IDENTITY_MISSING': 'A running attempt had no recorded process identity.|运行中的执行尝试没有记录进程身份。',
   'reason.RECOVERY_IDENTITY_UNSUPPORTED': 'No /proc process identity on this system: blocked (fail closed) for an operator to decide.|' +
     '系统不支持 /proc 进程身份：按失败关闭原则阻断，由运维人员决定。',
-  'reason.RECOVERY_FOREIGN_OWNER': 'The attempt belongs to another node; this node does not decide it.|' +
-    '该执行尝试属于另一个节点，本节点不对其作出判定。',
+  'reason.RECOVERY_FOREIGN_OWNER': 'The attempt belongs to another node; this node does not decide it.|该执行尝试属于另一个节点，本节点不对其作出判定。',
   'reason.RECOVERY_RUN_ALREADY_ENDED': 'Its run had ended while it started (older version); no receipt: lost.|运行已在其启动时结束（旧版本）；无回执：丢失。',
   'reason.TASK_ISOLATION_UNAVAILABLE': 'Task isolation is “required” but Landlock is unavailable (see System): blocked, nothing was started.|' +
     '任务隔离设为“必需”，但 Landlock 不可用（见“系统”页）：已阻断，未启动任何进程。',

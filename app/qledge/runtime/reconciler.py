@@ -183,12 +183,18 @@ class Reconciler:
                 report.add("receipt_quarantined")
             if attempt.status is AttemptStatus.PREPARING:
                 # Spawn never confirmed (the worker died between spawn and the identity
-                # commit). Its launcher may be running: adopt it by its unique attempt id,
-                # else it never started. Either way no signal is ever sent here.
+                # commit). Its launcher may be running: adopt it by its unique attempt id.
+                # Else, on the boot that prepared it, no launcher of it runs; prepared on
+                # an earlier boot, a power loss or reboot may have taken a launcher that
+                # ran the task, with its unsynced receipt and deferred identity commit —
+                # a different fact for whoever decides to run it again (contract.md).
+                # Either way no signal is ever sent here.
                 if startup and await self._adopt(attempt, launchers.get(attempt.id)):
                     report.add("adopted")
                     continue
-                exited.append((attempt, Reason.RECOVERY_SPAWN_UNCONFIRMED, AttemptStatus.LOST))
+                rebooted = attempt.spawn_boot_id not in (None, self.boot_id)
+                exited.append((attempt, Reason.RECOVERY_SPAWN_BEFORE_REBOOT if rebooted
+                               else Reason.RECOVERY_SPAWN_UNCONFIRMED, AttemptStatus.LOST))
                 continue
             if attempt.pid is None or attempt.proc_start_time is None or not attempt.boot_id:
                 exited.append((attempt, Reason.RECOVERY_IDENTITY_MISSING, AttemptStatus.LOST))
