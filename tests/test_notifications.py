@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from qledge.runtime import notify_ops
 
@@ -387,3 +389,33 @@ async def test_a_hung_receiver_holds_up_no_other_notification_work(tmp_path: Pat
         hung.stop()
         fast.stop()
         await rt.stop()
+
+
+def test_creating_a_channel_never_waits_for_a_hung_test_send(client: TestClient) -> None:
+    # Finding 13 through the API: a channel took 58 s to create while a test hung.
+    client.app.state.runtime.notifier.send_timeout_s = 3.0  # type: ignore[attr-defined]
+    hung = HttpReceiver()
+    hung.delay_s = 60.0
+    hung.start()
+    try:
+        r = client.post("/api/v1/notifications/channels", json={
+            "name": "hung", "url": f"json://127.0.0.1:{hung.port}/h?cto=3600&rto=3600"})
+        assert r.status_code == 201, r.text
+        answers: list[httpx.Response] = []
+        began = time.monotonic()
+        sender = threading.Thread(target=lambda: answers.append(
+            client.post(f"/api/v1/notifications/channels/{r.json()['id']}/test")))
+        sender.start()
+        deadline = time.monotonic() + 15.0
+        while not hung.requests:
+            assert time.monotonic() < deadline, "the test message never left"
+            time.sleep(0.02)
+        created = time.monotonic()
+        r = client.post("/api/v1/notifications/channels",
+                        json={"name": "other", "url": "json://127.0.0.1:9/x"})
+        assert r.status_code == 201 and time.monotonic() - created < 2.0, r.text
+        sender.join(15.0)
+        assert answers[0].json() == {"ok": False, "error": "no answer within 3s"}
+        assert time.monotonic() - began < 10.0  # qledge's deadline, not the URL's hour
+    finally:
+        hung.stop()
