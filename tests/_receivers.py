@@ -38,6 +38,7 @@ class HttpReceiver:
         self.requests: list[Request] = []
         self.status = 200
         self.delay_s = 0.0  # before answering (a slow service: a send in flight)
+        self.answer_bytes = 0  # a body this long instead of "{}" (a hostile service)
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -53,8 +54,19 @@ class HttpReceiver:
                 time.sleep(owner.delay_s)
                 self.send_response(owner.status)
                 self.send_header("content-type", "application/json")
+                if owner.answer_bytes:
+                    self.send_header("content-length", str(owner.answer_bytes))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                if not owner.answer_bytes:
+                    self.wfile.write(b"{}")
+                    return
+                chunk, left = b" " * (1 << 20), owner.answer_bytes
+                try:
+                    while left > 0:
+                        self.wfile.write(chunk[:left])
+                        left -= len(chunk)
+                except OSError:
+                    pass  # the sender gave up reading: what a capped one does
 
             def log_message(self, *args: object) -> None:
                 pass

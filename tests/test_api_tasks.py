@@ -101,3 +101,27 @@ def test_a_bad_cron_schedule_names_the_field_and_the_value(client: TestClient) -
     r = client.post("/api/v1/tasks", json={**TASK, "schedule": "0 3 * * 1-5,9"})
     assert r.json()["message"] == ("invalid cron schedule: day-of-week field '9' (in '1-5,9'):"
                                    " out of range 0-7 (or SUN-SAT)")
+
+
+# Issue 35, finding 2: a `-m` or a selection whose size overflowed the runtime.
+OUT_OF_BOUNDS = [
+    ("task -m 99999999999999999999999d hello.py now", "TASK_BAD_OPTION"),
+    ("task hello.py desi NAMES 1-99999999999999999999", "TASK_BAD_SELECTION"),
+    ("task hello.py conc NAMES \u00b2", "TASK_BAD_SELECTION"),
+]
+
+
+def test_a_task_form_out_of_bounds_is_refused_at_save(client: TestClient) -> None:
+    made = client.post("/api/v1/tasks", json=TASK).json()
+    for command, code in OUT_OF_BOUNDS:
+        r = client.post("/api/v1/tasks", json={**TASK, "command": command})
+        assert (r.status_code, r.json()["error"], r.json()["field"]) == (
+            422, "INVALID", "command"), r.text
+        assert r.json()["message"].startswith(f"{code}: ")
+        assert "9999" not in r.json()["message"]
+        r = client.patch(f"/api/v1/tasks/{made['id']}", json={"command": command})
+        assert r.status_code == 422 and r.json()["message"].startswith(code), r.text
+    # A form whose script is missing is still saved: that is decided at spawn.
+    assert client.post("/api/v1/tasks", json={**TASK, "command": "task none.py"}
+                       ).status_code == 201
+    assert len(client.get("/api/v1/tasks").json()["items"]) == 2

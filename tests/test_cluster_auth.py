@@ -70,3 +70,11 @@ def test_missing_or_malformed_headers_are_refused() -> None:
         verify(SECRET, {}, "GET", PATH, "", NOW)
     with pytest.raises(Refused, match="milliseconds"):
         verify(SECRET, {**_signed(), TIME: "-5"}, "GET", PATH, "offset=0&limit=10", NOW)
+
+
+@pytest.mark.parametrize("raw", ["\u00b2", "1\u00b3", "\u0661\u0662\u0663", "\uff11\uff12"])
+def test_a_time_of_non_ascii_digits_is_refused_not_a_crash(raw: str) -> None:
+    # "²" passed isdigit() and then made int() raise: an unauthenticated 500 on the
+    # internal routes instead of a 401 (issue 35, finding 12).
+    with pytest.raises(Refused, match="milliseconds"):
+        verify(SECRET, {**_signed(), TIME: raw}, "GET", PATH, "offset=0&limit=10", NOW)

@@ -56,6 +56,8 @@ def test_valid_forms_are_normalised(expr: str, normal: str) -> None:
     ("5- * * * *", "minute field '5-': not a number, range"),
     ("9-3 * * * *", "minute field '9-3': the range runs backwards"),
     ("*/0 * * * *", "minute field '*/0': the step must be at least 1"),
+    # "²" passed isdigit() and made int() raise: a 500 instead of this (issue 35, #12's kind)
+    ("*/\u00b2 * * * *", "minute field '*/\u00b2': not a number"),
     ("0 0 31 2 *", "day-of-month field '31': no month in the month field has that day"),
     ("0 0 30 2 *", "day-of-month field '30': no month in the month field has that day"),
 ])

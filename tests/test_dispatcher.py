@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from qledge import ids
+from qledge.clock import now_ms
 from qledge.db import attempts, events, runs, tasks
 from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
@@ -253,3 +254,93 @@ async def test_a_not_before_time_survives_a_restart(tmp_path: Path) -> None:
         assert done.started_at_ms is not None and done.started_at_ms >= waiting.not_before_ms
     finally:
         await second.stop()
+
+
+# -- one bad run stops nothing (issue 35, finding 2) ------------------------------------
+
+async def _task(rt: Runtime, command: str, **fields: Any) -> str:
+    """A task written straight through db/: past every check the APIs make at save (a
+    row from before they existed), so the runtime meets the bad value itself."""
+    async with rt.db.write() as tx:
+        task = await tasks.create_task(tx, ids.uuid7(), {
+            "name": "t", "command": command, "env": {}, "labels": [],
+            "concurrency": "allow", **fields}, now_ms())
+    return task.id
+
+
+async def _runs_of(rt: Runtime, task_id: str) -> list[Run]:
+    async with rt.db.read() as tx:
+        return await runs.list_runs(tx, task_id=task_id, status=None, before=None, limit=100)
+
+
+# Each bad value of the finding, past validation: a deadline that overflows the attempt
+# row (no check in the runtime catches it: only the round's isolation does), a `-m` and
+# a selection range whose size overflowed before parse bounded them.
+POISONS = [
+    ({"timeout_s": 10**16}, "true", "SPAWN_PREPARE_FAILED"),
+    ({}, "task -m 99999999999999999999999d ok.py now", "TASK_BAD_OPTION"),
+    ({"env": {"NAMES": "a&b"}}, "task ok.py desi NAMES 1-99999999999999999999",
+     "TASK_BAD_SELECTION"),
+]
+
+
+async def test_bad_runs_scheduled_and_queued_beside_healthy_ones_stop_nothing(
+        tmp_path: Path) -> None:
+    rt = make_runtime(tmp_path / "state", max_concurrent_attempts="4")
+    (rt.settings.scripts_path / "ok.py").parent.mkdir(parents=True, exist_ok=True)
+    (rt.settings.scripts_path / "ok.py").write_text("print('ok')\n")
+    await rt.start()
+    try:
+        # Scheduled: every second, the bad ones beside a healthy ticker.
+        every = {"schedule": "* * * * * *"}
+        ticker = await _task(rt, "true", **every)
+        bad_ticks = [(await _task(rt, cmd, **every, **f), why) for f, cmd, why in POISONS]
+        rt.scheduler.wake()
+        # Queued: a bad run through a trigger's own commit (admit_new), then bad runs
+        # waiting at the head of the queue, healthy ones behind them.
+        first = await _task(rt, POISONS[0][1], **POISONS[0][0])
+        bad_first = await trigger(rt, first, Trigger.API)
+        bad_queued = []
+        async with rt.db.write() as tx:
+            for f, cmd, why in POISONS:
+                task = await tasks.create_task(tx, ids.uuid7(), {
+                    "name": "t", "command": cmd, "env": {}, "labels": [],
+                    "concurrency": "allow", **f}, now_ms())
+                run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, now_ms())
+                bad_queued.append((run, why))
+        healthy = [await _task(rt, "task ok.py now") for _ in range(3)]
+        started_at = now_ms()
+        good = [await trigger(rt, t, Trigger.API) for t in healthy]
+        rt.dispatcher.wake()
+        for run in good:
+            done = await _terminal(rt, run.id, timeout=15.0)
+            assert done.status is RunStatus.SUCCEEDED, done
+            assert done.finished_at_ms is not None
+            assert done.finished_at_ms - started_at < 10_000
+        for run, why in [(bad_first, "SPAWN_PREPARE_FAILED"), *bad_queued]:
+            done = await _terminal(rt, run.id, timeout=10.0)
+            assert (done.status, done.reason_code) == (RunStatus.FAILED, why)
+            async with rt.db.read() as tx:
+                blob = repr([e.data for e in await events.list_events(tx, run.id)])
+            assert "99999" not in blob and "ok.py" not in blob
+        # The ticker fired on time every second the bad ticks did too, and finished.
+        deadline = asyncio.get_running_loop().time() + 15.0
+        while asyncio.get_running_loop().time() < deadline:
+            ticks = [r for r in await _runs_of(rt, ticker) if r.status is RunStatus.SUCCEEDED]
+            if len(ticks) >= 3:
+                break
+            await asyncio.sleep(0.1)
+        assert len(ticks) >= 3
+        for run in ticks:
+            async with rt.db.read() as tx:
+                (scheduled,) = [e for e in await events.list_events(tx, run.id)
+                                if e.type == "run.scheduled"]
+            assert int(scheduled.data["late_ms"] or 0) < 2_000  # type: ignore[call-overload]
+        for task_id, why in bad_ticks:
+            while not (ended := [r for r in await _runs_of(rt, task_id)
+                                 if r.status is RunStatus.FAILED]):
+                assert asyncio.get_running_loop().time() < deadline, why
+                await asyncio.sleep(0.1)
+            assert {r.reason_code for r in ended} == {why}
+    finally:
+        await rt.stop()

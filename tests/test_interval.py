@@ -105,6 +105,7 @@ def test_qinglong_interval_schedule_maps_both_ways(unit: str, value: Any, expr: 
     ("milliseconds", 60000, "type must be one of"), ("hours", 0, "at least 1"),
     ("hours", 1.5, "whole number"), ("hours", True, "whole number"),
     ("hours", None, "whole number"), ("minutes", 10**12, "at most 31 days"),
+    ("hours", "\u00b2", "whole number"),  # isdigit() took it, int() did not: a 500
 ])
 def test_bad_qinglong_intervals_are_refused(unit: str, value: Any, why: str) -> None:
     with pytest.raises(interval.IntervalError, match=why):

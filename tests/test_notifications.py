@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
+
+from qledge.runtime import notify_ops
 
 from _receivers import HttpReceiver, SmtpReceiver, text_of
-from conftest import ADMIN, Server, unavailable, wait_terminal
+from conftest import ADMIN, Server, make_runtime, unavailable, wait_terminal
 
 SECRET = "tok3nS3cretValue42"
 FAST = {"notify_retry_base_s": "0.2", "notify_interval_s": "1",
@@ -314,3 +320,102 @@ def test_script_send_reaches_the_channels_and_the_credential_ends_with_the_run(
     finally:
         hook.stop()
         ntfy.stop()
+
+
+# -- a hostile or hung receiver (issue 35, findings 5 and 13) --------------------------
+
+async def _until(check: Any, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_huge_answer_never_enters_the_workers_memory(tmp_path: Path) -> None:
+    # Finding 5: apprise read a receiver's whole answer into the worker (68 → 855 MB).
+    rt = make_runtime(tmp_path / "state")
+    await rt.start()
+    hook = HttpReceiver()
+    hook.answer_bytes = 400 << 20
+    hook.start()
+    try:
+        before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        result = await rt.notifier.send_now(f"json://127.0.0.1:{hook.port}/{SECRET}",
+                                            "title", "body")
+        grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib) >> 10
+        assert hook.requests, "the message never reached the receiver"
+        assert grown_mib < 64, f"the worker's peak grew by {grown_mib} MiB"
+        assert result.ok is False, result  # the capped sender could not hold the answer
+        assert SECRET not in (result.error or "")
+    finally:
+        hook.stop()
+        await rt.stop()
+
+
+async def test_a_hung_receiver_holds_up_no_other_notification_work(tmp_path: Path) -> None:
+    # Finding 13: one thread served sends, URL checks and test messages, and the URL's
+    # own cto/rto set how long a send could take: a channel took 58 s to create.
+    rt = make_runtime(tmp_path / "state", notify_interval_s="0.2",
+                      notify_retry_base_s="0.2")
+    await rt.start()
+    rt.notifier.send_timeout_s = 3.0  # qledge's deadline (30 s), shortened for the test
+    hung, fast = HttpReceiver(), HttpReceiver().start()
+    hung.delay_s = 60.0
+    hung.start()
+    loop = asyncio.get_running_loop()
+    try:
+        hung_url = f"json://127.0.0.1:{hung.port}/h?cto=3600&rto=3600"  # "wait an hour"
+        began = loop.time()
+        test = asyncio.create_task(rt.notifier.send_now(hung_url, "t", "b"))
+        await _until(lambda: hung.requests, 15.0)
+        # What creating a channel waits for (the URL check) answers at once.
+        checked = loop.time()
+        assert await rt.notifier.valid(f"json://127.0.0.1:{fast.port}/f")
+        assert loop.time() - checked < 2.0
+        # The outbox: a message to the hung channel and one to a healthy channel.
+        slow_ch = await notify_ops.add_channel(rt, "slow", hung_url, True)
+        fast_ch = await notify_ops.add_channel(rt, "fast", f"json://127.0.0.1:{fast.port}/f",
+                                               True)
+        async with rt.db.write() as tx:
+            await rt.notifier.enqueue(tx, kind="test", title="t", body="b",
+                                      channel_ids=[slow_ch.id, fast_ch.id])
+        queued = loop.time()
+        await _until(lambda: fast.requests, 10.0)
+        assert loop.time() - queued < 2.5  # not behind the hung send
+        result = await test
+        assert result.ok is False and result.error == "no answer within 3s"
+        assert loop.time() - began < 10.0  # qledge's deadline, not the URL's hour
+    finally:
+        hung.stop()
+        fast.stop()
+        await rt.stop()
+
+
+def test_creating_a_channel_never_waits_for_a_hung_test_send(client: TestClient) -> None:
+    # Finding 13 through the API: a channel took 58 s to create while a test hung.
+    client.app.state.runtime.notifier.send_timeout_s = 3.0  # type: ignore[attr-defined]
+    hung = HttpReceiver()
+    hung.delay_s = 60.0
+    hung.start()
+    try:
+        r = client.post("/api/v1/notifications/channels", json={
+            "name": "hung", "url": f"json://127.0.0.1:{hung.port}/h?cto=3600&rto=3600"})
+        assert r.status_code == 201, r.text
+        answers: list[httpx.Response] = []
+        began = time.monotonic()
+        sender = threading.Thread(target=lambda: answers.append(
+            client.post(f"/api/v1/notifications/channels/{r.json()['id']}/test")))
+        sender.start()
+        deadline = time.monotonic() + 15.0
+        while not hung.requests:
+            assert time.monotonic() < deadline, "the test message never left"
+            time.sleep(0.02)
+        created = time.monotonic()
+        r = client.post("/api/v1/notifications/channels",
+                        json={"name": "other", "url": "json://127.0.0.1:9/x"})
+        assert r.status_code == 201 and time.monotonic() - created < 2.0, r.text
+        sender.join(15.0)
+        assert answers[0].json() == {"ok": False, "error": "no answer within 3s"}
+        assert time.monotonic() - began < 10.0  # qledge's deadline, not the URL's hour
+    finally:
+        hung.stop()

@@ -519,3 +519,16 @@ def test_security_doc_has_a_row_for_every_scope_and_marks_the_code_running_ones(
     assert sorted(by_scope) == sorted(apps.SCOPES)
     runs_code = {scope for scope, row in by_scope.items() if row[3].startswith("**yes**")}
     assert runs_code == set(apps.RUNS_CODE)
+
+
+def test_a_cron_out_of_bounds_is_refused_at_save(ql: tuple[TestClient, dict[str, str]]
+                                                 ) -> None:
+    # Issue 35, finding 2: such a cron overflowed the spawn and stopped every round.
+    client, h = ql
+    for command, code in [("task -m 99999999999999999999999d hello.py now", "TASK_BAD_OPTION"),
+                          ("task hello.py desi NAMES 1-99999999999999999999",
+                           "TASK_BAD_SELECTION")]:
+        r = client.post("/open/crons", headers=h, json={"command": command,
+                                                        "schedule": "* * * * *"})
+        assert r.status_code == 400 and code in r.json()["message"], r.text
+    assert client.get("/api/v1/tasks").json()["items"] == []

@@ -77,6 +77,11 @@ def test_run_refuses_paths_like_every_scripts_path(client: TestClient) -> None:
         assert _run(client, **body).status_code == 422
     r = _run(client, command="task a.py --bogus")
     assert r.status_code == 422 and "TASK_BAD_OPTION" in r.json()["message"]
+    # Issue 35, finding 2: sizes that overflowed into a 500 are refused like any form.
+    for command, code in [("task -m 99999999999999999999999d a.py now", "TASK_BAD_OPTION"),
+                          ("task a.py desi X 1-99999999999999999999", "TASK_BAD_SELECTION")]:
+        r = _run(client, command=command)
+        assert r.status_code == 422 and code in r.json()["message"], r.text
     # Nothing refused left a task or a run behind.
     assert client.get("/api/v1/tasks").json()["items"] == []
     assert client.get("/api/v1/runs").json()["items"] == []

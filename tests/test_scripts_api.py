@@ -155,8 +155,9 @@ def test_every_refusal_is_a_named_json_error(client: TestClient, tmp_path: Path)
     assert r.status_code == 422 and r.json()["field"] == "path"
     r = client.put(f"{API}/file", json={"path": "a.js"})
     assert r.status_code == 422 and r.json()["field"] == "content"
-    r = client.get(API, params={"depth": "x"})
-    assert r.status_code == 422 and r.json()["field"] == "depth"
+    for depth in ("x", "\u00b2"):  # "²" passed isdigit() and broke int(): a 500
+        r = client.get(API, params={"depth": depth})
+        assert r.status_code == 422 and r.json()["field"] == "depth", r.text
     assert (root / "a.js").read_text() == "a"  # nothing changed by any of it
 
 
@@ -334,3 +335,34 @@ def test_download_names_survive_quotes_and_unicode() -> None:
 def test_the_scripts_scope_is_offered_to_apps(client: TestClient) -> None:
     r = client.post("/api/v1/apps", json={"name": "x", "scopes": ["scripts", "nope"]})
     assert r.status_code == 422 and "scripts" in r.json()["message"]
+
+
+def test_open_save_as_never_removes_a_folder_and_checks_before_writing(
+        ql: tuple[TestClient, dict[str, str]]) -> None:
+    # Issue 35, finding 14: originFilename "keepme" removed the folder keepme/ with its
+    # history; "../x" answered 400 after the new file was already written.
+    client, auth = ql
+    root = root_of(client)
+    (root / "keepme").mkdir()
+    (root / "keepme" / "mine.py").write_text("print('mine')\n")
+    assert client.put(f"{API}/file", json={"path": "keepme/mine.py", "content": "v2\n"}
+                      ).status_code == 200  # one version in the history
+    r = client.post("/open/scripts", headers=auth, json={
+        "filename": "new.py", "originFilename": "keepme", "content": "x"})
+    assert r.status_code == 409 and r.json()["code"] == 409, r.text
+    assert (root / "keepme" / "mine.py").read_text() == "v2\n"
+    assert len(client.get(f"{API}/history", params={"path": "keepme/mine.py"}
+                          ).json()["items"]) == 1
+    r = client.post("/open/scripts", headers=auth, json={
+        "filename": "new2.py", "originFilename": "../x", "content": "x"})
+    assert r.status_code == 400 and "originFilename" in r.json()["message"], r.text
+    (root / "link.py").symlink_to("keepme/mine.py")
+    r = client.post("/open/scripts", headers=auth, json={
+        "filename": "new3.py", "originFilename": "link.py", "content": "x"})
+    assert r.status_code == 403, r.text
+    assert (root / "link.py").is_symlink()
+    assert not any((root / n).exists() for n in ("new.py", "new2.py", "new3.py"))
+    # A missing old name is no error (QingLong's save-as of a file already gone).
+    r = client.post("/open/scripts", headers=auth, json={
+        "filename": "new4.py", "originFilename": "gone.py", "content": "x"})
+    assert r.status_code == 200 and (root / "new4.py").read_text() == "x"

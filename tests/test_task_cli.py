@@ -59,6 +59,13 @@ def test_a_malformed_command_line_is_refused_before_the_api(server: Server) -> N
     assert (out.returncode, out.stdout) == (2, b"")
     assert b"TASK_BAD_OPTION" in out.stderr
     assert server.http.get("/api/v1/tasks").json()["items"] == []
+    # Issue 35, finding 2: these overflowed into a traceback and exit 1.
+    for words, code in [(["-m", "99999999999999999999999d", "a.py", "now"], b"TASK_BAD_OPTION"),
+                        (["a.py", "desi", "X", "1-99999999999999999999"],
+                         b"TASK_BAD_SELECTION")]:
+        out = _cli(server, *words, QLEDGE_ADMIN_TOKEN=ADMIN)
+        assert (out.returncode, out.stdout) == (2, b""), out.stderr
+        assert code in out.stderr and b"Traceback" not in out.stderr
 
 
 def test_the_token_is_found_where_the_worker_finds_it(tmp_path: Path) -> None:

@@ -268,3 +268,27 @@ async def test_a_conc_parent_that_waited_for_a_slot_fans_out_from_the_dispatch_l
         assert [t for _, _, t in await _children(rt, parent_id)] == ["v 1\n", "v 2\n"]
     finally:
         await rt.stop()
+
+
+async def test_a_symlink_loop_is_refused_at_once_not_lost_later(rt: Runtime) -> None:
+    # Issue 35, finding 9: resolve() raised on the loop, the attempt stayed `preparing`
+    # and recovery called it lost ~30 s later.
+    (rt.settings.scripts_path / "loop").symlink_to("loop")
+    (rt.settings.scripts_path / "a.py").symlink_to("b.py")
+    (rt.settings.scripts_path / "b.py").symlink_to("a.py")
+    for command in ("task loop now", "task a.py now"):
+        run, attempt, text, _ = await run_task(rt, command, timeout=5.0)
+        assert (run.status, run.reason_code) == (RunStatus.FAILED, "TASK_SCRIPT_NOT_FOUND")
+        assert attempt.pid is None and text == ""
+
+
+async def test_a_script_named_like_an_option_runs_as_a_script(rt: Runtime) -> None:
+    # Issue 35, finding 10: `python3 -cprint("X")#.py` ran the option, not the file.
+    script(rt, '-cprint("X")#.py', "print('the file ran')\n")
+    script(rt, "-e.sh", "echo 'the shell file ran'\n")
+    run, _, text, _ = await run_task(rt, """task ./'-cprint("X")#.py' now""")
+    assert run.status is RunStatus.SUCCEEDED, text
+    assert text.splitlines() == ["the file ran"]
+    run, _, text, _ = await run_task(rt, "task ./-e.sh now")
+    assert run.status is RunStatus.SUCCEEDED, text
+    assert text.splitlines() == ["the shell file ran"]

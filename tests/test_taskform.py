@@ -100,6 +100,16 @@ def test_an_absolute_path_under_the_scripts_root_is_relative(tmp_path: Path) -> 
     ("task a.js desi X 0", Reason.TASK_BAD_SELECTION),
     ("task a.js conc X -1", Reason.TASK_BAD_SELECTION),
     ("task a.js desi X 1-5000", Reason.TASK_BAD_SELECTION),
+    # Issue 35, finding 2: sizes that overflowed (len(range), the deadline) are refused.
+    ("task a.js desi X 1-99999999999999999999", Reason.TASK_BAD_SELECTION),
+    ("task a.js conc X 99999999999999999999-1", Reason.TASK_BAD_SELECTION),
+    ("task a.js desi X 1234567890", Reason.TASK_BAD_SELECTION),
+    ("task a.js desi X \u00b2", Reason.TASK_BAD_SELECTION),
+    ("task a.js desi X " + "9" * 5000, Reason.TASK_BAD_SELECTION),
+    ("task -m 99999999999999999999999d a.js now", Reason.TASK_BAD_OPTION),
+    ("task -m " + "9" * 400 + " a.js", Reason.TASK_BAD_OPTION),
+    ("task -m 367d a.js", Reason.TASK_BAD_OPTION),
+    ("task -m 31622401 a.js", Reason.TASK_BAD_OPTION),
     ("task ../etc/passwd", Reason.TASK_PATH_OUTSIDE),
     ("task a/../../b.js", Reason.TASK_PATH_OUTSIDE),
     ("task /etc/passwd", Reason.TASK_PATH_OUTSIDE),
@@ -123,7 +133,8 @@ def test_quoted_operators_are_plain_text() -> None:
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
-    ("30", 30), ("30s", 30), ("10m", 600), ("1h", 3600), ("2d", 172800), ("0.5m", 30)])
+    ("30", 30), ("30s", 30), ("10m", 600), ("1h", 3600), ("2d", 172800), ("0.5m", 30),
+    ("366d", 366 * 86400), ("31622400", 366 * 86400)])
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
@@ -138,6 +149,8 @@ def test_durations(text: str, seconds: float) -> None:
     (("3-1",), 5, [3, 2, 1]),
     (("2", "1-3", "2"), 5, [2, 1, 3]),
     (("7",), 3, [7]),
+    (("1-1000",), 2, list(range(1, 1001))),
+    (("999999999",), 2, [999999999]),
 ])
 def test_selection_indexes(selection: tuple[str, ...], count: int, picked: list[int]) -> None:
     assert indexes(selection, count) == picked

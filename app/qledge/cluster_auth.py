@@ -52,7 +52,9 @@ def verify(secret: str, headers: Mapping[str, str], method: str, path: str, quer
     given = headers.get(SIGNATURE, "")
     if not node or not raw_time or not given:
         raise Refused(f"missing {NODE}, {TIME} or {SIGNATURE}")
-    if not raw_time.isdigit() or len(raw_time) > 16:
+    # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses
+    # (an unauthenticated 500), and int() takes non-ASCII digits the MAC never saw.
+    if not (raw_time.isascii() and raw_time.isdigit()) or len(raw_time) > 16:
         raise Refused(f"{TIME} must be milliseconds since the epoch")
     at_ms = int(raw_time)
     expected = _mac(secret, node, method, path, query, at_ms)

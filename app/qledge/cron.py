@@ -116,7 +116,7 @@ def _diagnose(parts: list[str], message: str) -> str:
 
 def _why(term: str, span: range, allowed: str) -> str:
     base, _, step = term.partition("/")
-    if step.isdigit() and int(step) == 0:
+    if step.isascii() and step.isdigit() and int(step) == 0:  # isdigit() alone takes "²"
         return "the step must be at least 1"
     numbers = [int(n) for n in re.findall(r"\d+", base)]
     if any(n not in span for n in numbers):

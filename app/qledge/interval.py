@@ -112,7 +112,8 @@ def from_qinglong(unit: object, value: object) -> str:
     short = QINGLONG_UNITS.get(unit) if isinstance(unit, str) else None
     if short is None:
         raise IntervalError("type must be one of days, hours, minutes, seconds")
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits: isdigit() alone takes "²", which int() refuses.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value)  # Joi.number() takes "6" too
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) \
             or value < 1:

@@ -88,6 +88,9 @@ class Reason(enum.StrEnum):
     # (docs/recovery.md); decided from its receipt when there is one, else this.
     RECOVERY_RUN_ALREADY_ENDED = "RECOVERY_RUN_ALREADY_ENDED"
     TASK_ISOLATION_UNAVAILABLE = "TASK_ISOLATION_UNAVAILABLE"
+    # Spawn step 1 could not be written for this run (a stored value out of range, say):
+    # it ends `failed` with no attempt, and the round goes on with the other runs.
+    SPAWN_PREPARE_FAILED = "SPAWN_PREPARE_FAILED"
     # The `task` command form refused before any process (taskform.py, docs/tasks.md).
     TASK_BAD_SYNTAX = "TASK_BAD_SYNTAX"
     TASK_BAD_OPTION = "TASK_BAD_OPTION"

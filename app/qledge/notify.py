@@ -32,6 +32,7 @@ REASONS: dict[str, str] = {
     "TIMEOUT": "ran past the task's timeout and was stopped",
     "CANCELLED_BEFORE_START": "cancelled before it started",
     "SPAWN_FAILED": "the command could not be started",
+    "SPAWN_PREPARE_FAILED": "the run could not be prepared (a stored value is out of range)",
     "SPAWN_HANDLE_PERSIST_FAILED": "started, but its process identity could not be saved",
     "PROCESS_EXITED_WITHOUT_RECEIPT": "the launcher ended without writing a result",
     "RECOVERY_PROCESS_EXITED_WITHOUT_RECEIPT":

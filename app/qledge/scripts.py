@@ -266,15 +266,32 @@ class Scripts:
             self.history_store.move(a, b, what == "directory")
         return what
 
-    def delete(self, rel: str) -> dict[str, Any]:
+    def replaceable(self, rel: str, field: str = "path") -> bool:
+        """Is `rel` a regular file (True) or nothing at all (False)? Anything else — a
+        folder, a symlink — raises its error: a save that renames a file checks the old
+        name with this before it writes anything."""
+        parts = fs.parse(rel, field=field)
+        try:
+            with self._parent(parts) as dfd:
+                st = fs.lstat_at(dfd, parts[-1])
+        except ScriptNotFound:
+            return False
+        if st is not None:
+            fs.refuse_kind(st, rel, "file")
+        return st is not None
+
+    def delete(self, rel: str, *, file_only: bool = False) -> dict[str, Any]:
         """Remove a file (or a symlink/FIFO/device: the name only, nothing is followed)
-        or a folder with everything in it, within the bounds; its history goes too."""
+        or a folder with everything in it, within the bounds; its history goes too.
+        `file_only`: anything but a regular file is refused, never removed."""
         parts = fs.parse(rel)
         lim = self.limits
         with self._lock, self._parent(parts) as dfd:
             st = fs.lstat_at(dfd, parts[-1])
             if st is None:
                 raise ScriptNotFound(f"{rel} does not exist", path=rel)
+            if file_only:
+                fs.refuse_kind(st, rel, "file")
             what, entries = fs.kind(st.st_mode), 0
             if what == "directory":
                 sub = os.open(parts[-1], fs.DIR_FLAGS, dir_fd=dfd)

@@ -39,16 +39,21 @@ _RANGE = re.compile(r"([0-9]+|max)[-~_]([0-9]+|max)")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OPERATORS = set(";&|<>()`$\n")
 MAX_SELECTED = 1000
+# The longest `-m`: a task's own timeout_s has the same bound (http/tasks.py). A
+# longer one overflowed the attempt's deadline and broke every spawn round.
+MAX_TIMEOUT_S = 366 * 86400
+_NUMBER = re.compile(r"[0-9]{1,9}")  # a selection's number: ASCII, int() takes it
 MAX_CONC = 100  # child runs of one `conc` run
 
 MESSAGES: dict[Reason, str] = {
     Reason.TASK_BAD_SYNTAX: "the task form is one command: unbalanced quotes, or a shell"
                             " operator or expansion ($, `, ;, &, |, <, >) outside quotes",
-    Reason.TASK_BAD_OPTION: "unknown or incomplete task option (known: -m DUR, now,"
-                            " desi ENV SEL, conc ENV SEL, -- ARGS), or no script path",
+    Reason.TASK_BAD_OPTION: "unknown or incomplete task option (known: -m DUR up to"
+                            " 366d, now, desi ENV SEL, conc ENV SEL, -- ARGS), or no"
+                            " script path",
     Reason.TASK_BAD_SELECTION: "a desi/conc selection must be numbers from 1 and ranges"
-                               " (1-3, 2~4, 1_2, 3-max) separated by spaces; conc starts"
-                               " at most 100 processes",
+                               " (1-3, 2~4, 1_2, 3-max) separated by spaces, a range"
+                               " of at most 1000; conc starts at most 100 processes",
     Reason.TASK_PATH_OUTSIDE: "the script path leaves the scripts folder",
     Reason.TASK_SCRIPT_NOT_FOUND: "no such script (a regular file) in the scripts folder",
     Reason.TASK_SCRIPT_NOT_EXECUTABLE: "the script has no known extension (.py .js .mjs .cjs"
@@ -140,11 +145,15 @@ def _words(command: str) -> list[str]:
 
 
 def parse_duration(text: str) -> float:
-    """`timeout(1)`'s spelling: a number with an optional unit s/m/h/d; above zero."""
+    """`timeout(1)`'s spelling: a number with an optional unit s/m/h/d; above zero,
+    at most MAX_TIMEOUT_S."""
     m = _DURATION.fullmatch(text)
     if m is None or float(m.group(1)) <= 0:
         raise TaskFormError(Reason.TASK_BAD_OPTION)
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds > MAX_TIMEOUT_S:  # also inf, from a number of hundreds of digits
+        raise TaskFormError(Reason.TASK_BAD_OPTION)
+    return seconds
 
 
 def _relative(path: str) -> str:
@@ -225,7 +234,9 @@ def indexes(selection: tuple[str, ...], count: int) -> list[int]:
     def number(word: str) -> int:
         if word == "max":
             return count
-        if not word.isdigit() or int(word) < 1:
+        # isdigit() would take "²", which int() refuses; a huge number made len(range)
+        # overflow. Nine digits select past any real env's values anyway.
+        if not _NUMBER.fullmatch(word) or int(word) < 1:
             raise TaskFormError(Reason.TASK_BAD_SELECTION)
         return int(word)
 
@@ -233,9 +244,9 @@ def indexes(selection: tuple[str, ...], count: int) -> list[int]:
         m = _RANGE.fullmatch(word)
         if m:
             a, b = number(m.group(1)), number(m.group(2))
-            span = range(a, b + 1) if a <= b else range(a, b - 1, -1)
-            if len(span) > MAX_SELECTED:
+            if abs(b - a) + 1 > MAX_SELECTED:  # before building the range
                 raise TaskFormError(Reason.TASK_BAD_SELECTION)
+            span = range(a, b + 1) if a <= b else range(a, b - 1, -1)
         else:
             span = range(number(word), number(word) + 1)
         for n in span:
@@ -276,7 +287,10 @@ def selected(value: str | None, selection: tuple[str, ...]) -> list[str]:
 def _script(root: Path, rel: str) -> Path:
     """The script under the real scripts root; symlinks may point anywhere inside it."""
     base = root.resolve()
-    full = (base / rel).resolve()
+    try:
+        full = (base / rel).resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise TaskFormError(Reason.TASK_SCRIPT_NOT_FOUND) from None
     if base not in full.parents:
         raise TaskFormError(Reason.TASK_PATH_OUTSIDE)
     try:
@@ -329,6 +343,9 @@ def expand(form: TaskForm, scripts_root: Path, env: dict[str, str],
         env[form.env_name] = values[conc_index - 1]
     interpreter = _INTERPRETERS.get(full.suffix.lower(), "")
     name = full.name
+    if name.startswith("-"):
+        # The interpreter would read `-c…` as an option, not as the script's path.
+        name = f"./{name}"
     if interpreter:
         if shutil.which(interpreter, path=env.get("PATH", "")) is None:
             raise TaskFormError(Reason.TASK_INTERPRETER_MISSING)
@@ -336,7 +353,7 @@ def expand(form: TaskForm, scripts_root: Path, env: dict[str, str],
     else:
         if not os.access(full, os.X_OK):
             raise TaskFormError(Reason.TASK_SCRIPT_NOT_EXECUTABLE)
-        argv = [f"./{name}", *form.args]
+        argv = [name if name.startswith("./") else f"./{name}", *form.args]
     root = scripts_root.resolve()
     before, after = _hook(root, HOOK_BEFORE), _hook(root, HOOK_AFTER)
     if before or after:

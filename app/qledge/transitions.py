@@ -152,6 +152,21 @@ def cancel_queued(run: Run, now_ms: int) -> Transition:
     return Transition(run=new_run, attempt=None, events=[NewEvent(type="run.finished", data=data)])
 
 
+def refuse_queued(run: Run, reason: Reason, now_ms: int) -> Transition:
+    """A run that cannot be prepared ends `failed` without a process or an attempt
+    (the dispatcher's isolation of one bad run: runtime/dispatcher.py). Only for a run
+    with no active attempt: the caller goes through `db.runs.fail_if_queued`."""
+    _require_active(run)
+    if run.status is not RunStatus.QUEUED:
+        raise InvalidTransition("RUN_NOT_QUEUED")
+    new_run = _bump(run, status=RunStatus.FAILED, finished_at_ms=now_ms,
+                    reason_code=reason.value)
+    data: dict[str, str | int | None] = {
+        "status": RunStatus.FAILED.value, "reason_code": reason.value,
+    }
+    return Transition(run=new_run, attempt=None, events=[NewEvent(type="run.finished", data=data)])
+
+
 def _intent_wins(run: Run, attempt: Attempt, finished_at_ms: int | None) -> bool:
     """The convergence rule of docs/recovery.md.
 

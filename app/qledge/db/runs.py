@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import transitions
-from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Run, RunStatus, Trigger
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, NewEvent, Reason, Run, RunStatus, Trigger
 from ..node import Node
 from ..transitions import Transition
 from . import dialect, events, policies
@@ -209,6 +209,15 @@ async def end_if_queued(tx: Tx, run: Run, now_ms: int) -> Run:
     if run.status is not RunStatus.QUEUED or await run_has_active_attempt(tx, run.id):
         return run
     return await apply(tx, run, transitions.cancel_queued(run, now_ms), now_ms)
+
+
+async def fail_if_queued(tx: Tx, run: Run, reason: Reason, now_ms: int) -> Run | None:
+    """A queued run that cannot be prepared ends `failed` with `reason` (no process, no
+    attempt); None when it moved on meanwhile (started, cancelled, has an attempt)."""
+    run = await get_run(tx, run.id)
+    if run.status is not RunStatus.QUEUED or await run_has_active_attempt(tx, run.id):
+        return None
+    return await apply(tx, run, transitions.refuse_queued(run, reason, now_ms), now_ms)
 
 
 # -- QingLong's cron views ------------------------------------------------------------

@@ -31,7 +31,7 @@ def _declared(request: Request) -> int | None:
     raw = request.headers.get("content-length")
     if raw is None:
         return None
-    if not raw.strip().isdigit():
+    if not (raw.strip().isascii() and raw.strip().isdigit()):  # isdigit() takes "²"
         raise BadRequest("Content-Length must be a number")
     return int(raw)
 

@@ -50,7 +50,7 @@ class Guard:
             return
         limit = self._limit(scope["path"])
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and (
+        if declared is not None and declared.isascii() and declared.isdigit() and (
                 len(declared) > 18 or int(declared) > limit):
             response = await handle_api_error(Request(scope), self._too_large(limit))
             response.headers["Connection"] = "close"

@@ -48,7 +48,7 @@ async def _receive(request: Request, dest: Path) -> None:
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise BadRequest("expected a multipart/form-data body with the archive as a file")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
         raise _too_large()
     form = Form(field_limit=4096)
     try:

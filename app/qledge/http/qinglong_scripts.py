@@ -138,12 +138,17 @@ async def create(request: Request) -> Response:
         await _mkdir(sc, rel_of(body.path, body.directory))
         return ok()
     rel = rel_of(body.path, body.filename)
+    origin = body.originFilename
+    old = rel_of(body.path, origin) if origin and origin != body.filename else None
+    # Both names are checked before anything is written (write() parses its own first):
+    # the old one must be a file or nothing — a folder is never removed by renaming a file.
+    if old is not None and not await offload(sc.replaceable, old, "originFilename"):
+        old = None
     data = (body.content or "").encode("utf-8")
     await offload(lambda: sc.write(rel, data))
-    origin = body.originFilename
-    if origin and origin != body.filename:
+    if old is not None:
         with contextlib.suppress(ScriptNotFound):
-            await offload(sc.delete, rel_of(body.path, origin))
+            await offload(lambda: sc.delete(old, file_only=True))
     return ok()
 
 

@@ -101,7 +101,7 @@ async def tree(request: Request) -> Response:
     depth: int | None = None
     if request.query_params.get("depth"):
         raw = request.query_params["depth"]
-        if not raw.isdigit() or int(raw) < 1:
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:  # isdigit() takes "²"
             raise Invalid("depth must be a positive integer", field="depth")
         depth = int(raw)
     nodes, truncated = await offload(sc.tree, path, depth)

@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, node
+from .. import cron, node, taskform
 from ..clock import now_ms
 from ..db import tasks
-from ..model import DEFAULT_RETRY_ON, RETRYABLE, Task
+from ..model import DEFAULT_RETRY_ON, RETRYABLE, Reason, Task
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -83,6 +83,22 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     placement: PlacementIn | msgspec.UnsetType | None = UNSET
 
 
+# A `task` form refused for its words alone can never start: refused at save, with the
+# code a run would end with (the path's checks need the scripts folder: at spawn).
+_REFUSED_AT_SAVE = frozenset({Reason.TASK_BAD_SYNTAX, Reason.TASK_BAD_OPTION,
+                              Reason.TASK_BAD_SELECTION})
+
+
+def _task_form(command: str, error: type[ApiError]) -> None:
+    if not taskform.is_task_form(command):
+        return
+    try:
+        taskform.parse(command)
+    except taskform.TaskFormError as exc:
+        if exc.reason in _REFUSED_AT_SAVE:
+            raise error(f"{exc.reason.value}: {exc.message}", field="command") from None
+
+
 def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
     """Field checks beyond types (limits: docs/api.md); each error names its field."""
     out = dict(fields)
@@ -95,6 +111,7 @@ def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[s
         if not out["command"].strip():
             raise error("command must not be empty", field="command")
         inputs.utf8_bytes(out["command"], "command", inputs.MAX_COMMAND_BYTES, error)
+        _task_form(out["command"], error)
     if out.get("schedule") is not None:
         schedule = inputs.text(out["schedule"], "schedule", inputs.MAX_SCHEDULE, lines=True,
                                error=error)

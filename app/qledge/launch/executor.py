@@ -248,6 +248,13 @@ class LocalExecutor:
                 attempt_id, refused.reason, AttemptStatus.FAILED, settled=True,
                 message=refused.message)
             return None
+        except Exception as exc:
+            # Anything else expand() meets (a filesystem surprise): this attempt ends
+            # now with a reason, not `preparing` until recovery calls it lost.
+            log.error("expanding the task form of attempt %s failed: %s", attempt_id,
+                      type(exc).__name__)
+            await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
+            return None
         # Steps 2 and 3, in a thread: a new shard costs a directory fsync, which must
         # not stall the event loop on an SD card.
         try:

@@ -261,6 +261,7 @@ window.QLEDGE_I18N = ((table) => {
   'reason.CANCELLED_BEFORE_START': 'The run was cancelled while still queued; nothing was started.|' +
     '运行在排队时被取消，没有启动任何进程。',
   'reason.SPAWN_FAILED': 'The log file or the launcher could not be created.|无法创建日志文件或启动器。',
+  'reason.SPAWN_PREPARE_FAILED': 'The run could not be prepared; nothing started.|无法准备此运行，未启动。',
   'reason.SPAWN_HANDLE_PERSIST_FAILED': 'The process identity could not be saved, so its process group was stopped.|' +
     '无法保存进程身份，因此已停止其进程组。',
   'reason.PROCESS_EXITED_WITHOUT_RECEIPT': 'The launcher exited and no valid receipt appeared within the publish grace (it was killed, or writing the receipt failed).|' +

@@ -20,15 +20,21 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
-from ..db import attempts, claims, runs, tasks
+from ..db import attempts, claims, errors, rows, runs, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
-from ..model import Overlap, Run, Task
+from ..model import Overlap, Reason, Run, Task
 from ..node import Node, allows
+from ..transitions import InvalidTransition
 from . import overlap
 from .loop import settle
 
 log = logging.getLogger("qledge.dispatcher")
+
+# Not this run's fault: the database (the round is retried), or the run moved under
+# us. Anything else raised while preparing one run is that run's (dispatch_once).
+_NOT_THE_RUNS: tuple[type[Exception], ...] = (
+    *errors.Transient, rows.Conflict, rows.NotFound, InvalidTransition)
 
 
 async def _no_hold() -> str | None:
@@ -124,7 +130,18 @@ class Dispatcher:
             return None
         if not await claims.holds_lease(tx, self.node):
             return None
-        return await self.executor.prepare_in(tx, run, task)
+        try:
+            async with tx.savepoint():
+                return await self.executor.prepare_in(tx, run, task)
+        except _NOT_THE_RUNS:
+            raise
+        except Exception as exc:
+            # This run only: it stays queued in the creator's commit (a tick is
+            # consumed, a trigger answers), and the dispatch loop refuses it.
+            log.error("run %s could not be prepared with its creation (%s); the dispatch"
+                      " loop decides it", run.id, type(exc).__name__)
+            self.wake()
+            return None
 
     def _may_take(self, run: Run) -> bool:
         return not self.node.fenced and allows(
@@ -147,14 +164,31 @@ class Dispatcher:
         task.add_done_callback(self._launching.discard)
 
     async def _launch(self, prepared: Prepared) -> None:
+        await self._launched(prepared)
+
+    async def _launched(self, prepared: Prepared) -> bool:
+        """Steps 2-4; True when a process was spawned and is watched now."""
         try:
             result = await self.executor.launch(prepared)
         except Exception:
             log.exception("launch of attempt %s failed; recovery will judge it",
                           prepared.attempt.id)
-            return
-        if result is not None:
-            self.on_spawned(result)  # synchronously after launch(): no unwatched gap
+            return False
+        if result is None:
+            return False
+        self.on_spawned(result)  # synchronously after launch(): no unwatched gap
+        return True
+
+    async def _refuse(self, run: Run, exc: Exception) -> None:
+        """A run whose spawn step 1 raised ends `failed` (SPAWN_PREPARE_FAILED) in a
+        transaction of its own; the round goes on with the next run either way."""
+        log.error("run %s could not be prepared (%s): it ends %s", run.id,
+                  type(exc).__name__, Reason.SPAWN_PREPARE_FAILED.value)
+        try:
+            async with self.db.write() as tx:
+                await runs.fail_if_queued(tx, run, Reason.SPAWN_PREPARE_FAILED, now_ms())
+        except Exception:
+            log.exception("run %s: could not record its refusal; retried next round", run.id)
 
     async def dispatch_once(self) -> int:
         if await self.may_spawn() is not None:
@@ -169,27 +203,38 @@ class Dispatcher:
         for run in queued:
             if self._stopping or self.node.fenced:
                 break
-            async with self.db.write() as tx:
-                if not await self._slot_free(tx):
-                    return started  # a finished attempt wakes us again
-                task = await tasks.get_task(tx, run.task_id)
-                # The task's lock before the run's: a creator deciding `replace` holds
-                # the first and then writes runs of the task; the other order could
-                # deadlock with it. SKIP LOCKED never waits, so this order cannot.
-                await self._serialize(tx, task)
-                if not await claims.lock_queued(tx, run.id):
-                    continue  # another node has it (or it moved on)
-                if not await overlap.may_start(tx, task, run):
-                    continue  # behind a run of its task (overlap queue/replace)
-                if not await claims.holds_lease(tx, self.node):
-                    return started  # fenced or lease lapsed: nothing is spawned
-                prepared = await self.executor.prepare_in(tx, run)
-            if prepared is None:
+            try:
+                go_on, prepared = await self._prepare_one(run)
+            except _NOT_THE_RUNS:
+                raise
+            except Exception as exc:
+                # One bad run (a stored value that overflows, say) must not stop the
+                # round and every run queued behind it: it ends with a reason code.
+                await self._refuse(run, exc)
                 continue
-            result = await self.executor.launch(prepared)
-            if result is not None:
-                self.on_spawned(result)
+            if not go_on:
+                return started  # no free slot (a finished attempt wakes us), or fenced
+            if prepared is not None and await self._launched(prepared):
                 started += 1
         if len(queued) == self.limit * 2 or self.executor.fanned_out != fanned:
             self.wake()  # more may be waiting behind this page, or new child runs
         return started
+
+    async def _prepare_one(self, run: Run) -> tuple[bool, Prepared | None]:
+        """Spawn step 1 for one queued run in its own transaction: (go on with the
+        round?, its prepared attempt or None). No free slot, or the lease gone: stop."""
+        async with self.db.write() as tx:
+            if not await self._slot_free(tx):
+                return False, None
+            task = await tasks.get_task(tx, run.task_id)
+            # The task's lock before the run's: a creator deciding `replace` holds
+            # the first and then writes runs of the task; the other order could
+            # deadlock with it. SKIP LOCKED never waits, so this order cannot.
+            await self._serialize(tx, task)
+            if not await claims.lock_queued(tx, run.id):
+                return True, None  # another node has it (or it moved on)
+            if not await overlap.may_start(tx, task, run):
+                return True, None  # behind a run of its task (overlap queue/replace)
+            if not await claims.holds_lease(tx, self.node):
+                return False, None  # fenced or lease lapsed: nothing is spawned
+            return True, await self.executor.prepare_in(tx, run)

@@ -5,11 +5,13 @@
   channel in that same transaction: the message commits with the result or
   not at all.
 * The sender loop (explicit start/stop, bounded rounds: at most `BATCH` rows a
-  round) delivers through apprise in its own thread — never on the event loop —
-  and marks each row sent, or schedules a retry with exponential backoff, or
-  gives it up after `max_tries` sends or `max_age_s` past its due time, keeping
-  the (redacted) error. Delivery is at-least-once: a worker killed between a
-  send and its mark sends that row once more after the restart.
+  round) delivers through apprise in a process of its own per send
+  (launch/notify_send.py: its memory capped, killed at SEND_TIMEOUT_S whatever the
+  URL's `cto`/`rto` say), OUTBOX_SENDS at a time, and marks each row sent, or
+  schedules a retry with exponential backoff, or gives it up after `max_tries`
+  sends or `max_age_s` past its due time, keeping the (redacted) error. Delivery
+  is at-least-once: a worker killed between a send and its mark sends that row
+  once more after the restart.
 * Fleet mode: the outbox is shared, so only the scheduler lease's holder sends
   (runtime/leader.py); every node still queues its own results' messages. A
   handover mid-send may send a row twice — the same at-least-once as a kill.
@@ -30,7 +32,7 @@ from ..clock import now_ms
 from ..db import dialect, envs, rows, tasks
 from ..db import notifications as q
 from ..db.connection import Database, Tx
-from ..launch import logs
+from ..launch import logs, notify_send
 from ..model import Run, RunStatus
 from .leader import Leader
 from .loop import PeriodicLoop, settle
@@ -40,7 +42,11 @@ log = logging.getLogger("qledge.notify")
 BATCH = 16
 LOG_TAIL_BYTES = 8192
 KEEP_DONE_MS = 7 * 24 * 3600 * 1000
-SEND_TIMEOUT_S = 30.0
+SEND_TIMEOUT_S = 30.0  # per send, set here: the URL's own cto/rto never extend it
+# Sends at once: the outbox's, and the API's test messages apart from them, so a
+# receiver that hangs holds one slot until its deadline and no other kind of work.
+OUTBOX_SENDS = 2
+TEST_SENDS = 2
 # A script's message also goes to the services QingLong envs describe: channel
 # "env:NAME" (qinglong_notify.py), its URL built from the envs at send time.
 ENV_CHANNEL = "env:"
@@ -55,46 +61,22 @@ class SendResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-def deliver(url: str, title: str, body: str) -> SendResult:
-    """One message to one apprise URL, in the caller's thread (blocking I/O).
-    The error text is redacted of the URL's secrets."""
-    import apprise  # 100+ plugins: loaded on the first send only
-
-    _quiet(apprise.logger)
-    secrets = notify.secrets_of(url)
-    box = apprise.Apprise()
-    with apprise.LogCapture(  # type: ignore[no-untyped-call]
-            level=logging.WARNING, fmt="%(message)s") as captured:
-        if not box.add(url):
-            return SendResult(ok=False, error="not a valid apprise URL (or an unknown service)")
-        try:
-            ok = bool(box.notify(title=title, body=body))
-        except Exception as exc:  # a plugin bug must not kill the sender
-            return SendResult(ok=False, error=notify.redact(
-                f"{type(exc).__name__}: {exc}", secrets))
-        text = captured.getvalue().strip()
-    if ok:
-        return SendResult(ok=True)
-    last = text.splitlines()[-3:] if text else ["the service refused the message"]
-    return SendResult(ok=False, error=notify.redact(" | ".join(last), secrets))
+async def deliver(url: str, title: str, body: str, timeout_s: float) -> SendResult:
+    """One message to one apprise URL, in a process of its own within `timeout_s`
+    (launch/notify_send.py). The error text is redacted of the URL's secrets."""
+    ok, error = await notify_send.send(url, title, body, timeout_s)
+    return SendResult(ok=ok, error=error)
 
 
 def _new_pool() -> ThreadPoolExecutor:
+    # URL checks and log tails only (quick, bounded): no send ever waits here.
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
-
-
-def _quiet(logger: logging.Logger) -> None:
-    """apprise's log lines name hosts, URLs and sometimes tokens: they are captured
-    per send (LogCapture) and redacted there, never passed on to the worker's log."""
-    logger.propagate = False
-    if not logger.handlers:  # else logging's last resort would print them to stderr
-        logger.addHandler(logging.NullHandler())
 
 
 def _parses(url: str) -> bool:
     import apprise
 
-    _quiet(apprise.logger)
+    notify_send.quiet(apprise.logger)
     return bool(apprise.Apprise().add(url))
 
 
@@ -125,6 +107,9 @@ class Notifier:
         self.given_up = 0
         self._bg: set[asyncio.Task[None]] = set()
         self._pool = _new_pool()
+        self.send_timeout_s = SEND_TIMEOUT_S
+        self._outbox_slots = asyncio.Semaphore(OUTBOX_SENDS)
+        self._test_slots = asyncio.Semaphore(TEST_SENDS)
         # Stopping cancels a round still sending after the usual bound: an unmarked
         # row is sent again by the next worker (at least once), shutdown stays quick.
         self.loop = PeriodicLoop("notifier", interval_s, self._round)
@@ -245,11 +230,8 @@ class Notifier:
         async with self.db.read() as tx:
             batch = await q.due(tx, now, BATCH)
             urls = {c.id: c.url for c in await q.channels(tx)}
-        for msg in batch:
-            url = urls.get(msg.channel_id)
-            if msg.channel_id.startswith(ENV_CHANNEL):
-                url = await self._env_url(msg)
-            await self._send(msg, url)
+        # OUTBOX_SENDS at a time: a receiver that hangs delays the others by nothing.
+        await asyncio.gather(*(self._send_in_slot(msg, urls) for msg in batch))
         if self.loop.rounds % PRUNE_EVERY == 0:
             async with self.db.write(durable=False) as tx:
                 await q.prune(tx, now - KEEP_DONE_MS, PRUNE_PAGE)
@@ -258,6 +240,13 @@ class Notifier:
         async with self.db.read() as tx:
             nxt = await q.next_due_ms(tx)
         return None if nxt is None else max(0.0, (nxt - now_ms()) / 1000)
+
+    async def _send_in_slot(self, msg: q.Message, urls: dict[str, str]) -> None:
+        async with self._outbox_slots:
+            url = urls.get(msg.channel_id)
+            if msg.channel_id.startswith(ENV_CHANNEL):
+                url = await self._env_url(msg)
+            await self._send(msg, url)
 
     async def _send(self, msg: q.Message, url: str | None) -> None:
         if url is None:
@@ -292,8 +281,7 @@ class Notifier:
         if msg.log_lines and msg.run_id:
             body += await self._log_tail(msg.run_id, msg.log_lines)
         failpoints.hit("notify.before_send")
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._pool, deliver, url, msg.title, body)
+        result = await deliver(url, msg.title, body, self.send_timeout_s)
         failpoints.hit("notify.after_send")
         return result
 
@@ -321,10 +309,14 @@ class Notifier:
         return await asyncio.get_running_loop().run_in_executor(self._pool, _parses, url)
 
     async def send_now(self, url: str, title: str, body: str) -> SendResult:
-        """The API's "send test": one synchronous delivery, bounded in time."""
-        loop = asyncio.get_running_loop()
+        """The API's "send test": one delivery, bounded in time (the wait for a free
+        test slot included); outbox sends and URL checks never wait for it."""
+        limit = self.send_timeout_s
         try:
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._pool, deliver, url, title, body), SEND_TIMEOUT_S)
+            await asyncio.wait_for(self._test_slots.acquire(), limit)
         except TimeoutError:
-            return SendResult(ok=False, error=f"no answer within {SEND_TIMEOUT_S:.0f}s")
+            return SendResult(ok=False, error="other test messages are still being sent")
+        try:
+            return await deliver(url, title, body, limit)
+        finally:
+            self._test_slots.release()

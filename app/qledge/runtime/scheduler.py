@@ -47,7 +47,7 @@ from collections.abc import Callable
 from .. import failpoints, ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after_any, last_due_any
-from ..db import events, policies, rows, runs, schedule, tasks
+from ..db import errors, events, policies, rows, runs, schedule, tasks
 from ..db.connection import Database, Tx
 from ..launch.executor import Prepared
 from ..model import NewEvent, Overlap, Task, Trigger
@@ -267,7 +267,11 @@ class Scheduler:
             try:
                 async with tx.savepoint():
                     results.append(await self.fire(tx, task_id, now, mine))
-            except (rows.Conflict, rows.NotFound, ValueError):
+            except errors.Transient:
+                raise  # the database's, not this task's: the round is retried
+            except Exception:
+                # This task only (a value the schedule code cannot take, say): the
+                # other ticks of the batch and of the round still fire.
                 log.exception("schedule: task %s not fired this round", task_id)
                 continue
             prepared.extend(mine)
