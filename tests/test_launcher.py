@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import json
 import os
@@ -1154,6 +1155,10 @@ def test_launcher_is_not_dumpable_by_its_task(launcher: Launcher) -> None:
         attempt = Attempt(base)
         for path in (attempt.receipt_dir, attempt.receipt_dir.parent, attempt.log.parent):
             os.chown(path, NOBODY, NOBODY)
+        # nobody runs a copy in this 0755 folder: the checkout may sit in a private
+        # one (a clone under /root or in a 0700 temporary folder).
+        shutil.copy2(launcher.path, base / "ql-launch")
+        launcher = dataclasses.replace(launcher, path=base / "ql-launch")
         script = ('for f in environ mem; do head -c1 /proc/$PPID/$f >/dev/null 2>&1 '
                   '&& echo launcher_$f=ok || echo launcher_$f=no; done; '
                   'ls /proc/$PPID/fd >/dev/null 2>&1 && echo launcher_fd=ok '

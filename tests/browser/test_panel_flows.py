@@ -259,7 +259,10 @@ def test_task_enable_disable_edit_and_delete(page: Page, appliance: Appliance) -
     row.get_by_role("button", name="Disable").click()
     expect(row).to_contain_text("disabled: no next run")
     row.get_by_role("button", name="Enable").click()
-    expect(row).to_contain_text("next")
+    # "disabled: no next run" contains "next" too: wait for the re-rendered row, or
+    # the click below can land on the row the re-render is about to replace.
+    expect(row).not_to_contain_text("disabled")
+    expect(row.get_by_role("button", name="Disable")).to_be_visible()
     row.get_by_role("link", name="Edit").click()
     expect(page.get_by_label("Cron schedule")).to_have_value("0 3 * * *")
     expect(page.locator(".fire-times li")).to_have_count(5)
