@@ -13,8 +13,11 @@ marker files the tasks themselves write outside the state dirs:
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,6 +205,43 @@ def still_runs(launcher: tuple[int, int]) -> bool:
     return identity.check(ident, "b") is identity.Liveness.RUNNING
 
 
+def frozen_within_grace(fleet: Fleet, n1: Any, n3: Any, tag: str, gate: Path
+                        ) -> tuple[str, str, tuple[int, int], set[int], int] | None:
+    """Start a task on n3 and freeze n3's supervisord and worker as soon as its launcher
+    appears (well within the identity grace: 0.5 s on cluster-control, 2 s on
+    cluster-worker), until the takeover has decided the run `lost` with no pid. Returns
+    (marker tag, run id, launcher, frozen pids, fencings logged before) with n3 still
+    frozen; None, with n3 thawed and that try cleaned up, when the freeze missed the
+    premise: the pid was recorded first (a slow poll under load), or the freeze caught a
+    transaction of n3 holding its node row or the attempt (its takeover then waits for
+    the thaw — a lock, not what this drill is about)."""
+    assert n3.proc is not None
+    # Only the control plane is frozen; the task runs on.
+    control = {n3.proc.pid, n3.worker_pid()}
+    fencings = output(n3).count("node n3 fenced")
+    task = make_task(n1, fleet.marked(tag, 5, gate=gate), **placed(node="n3"))
+    run_id = trigger(n1, task["id"])
+    launcher = wait_until(lambda: launcher_of(n3), 30, "the task's launcher on n3",
+                          interval=0.002)
+    freeze_processes(control)
+    try:
+        wait_node_state(n1, "n3", "expired", 20)
+        run = wait_terminal(n1, run_id, 20)
+        assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
+        assert still_runs(launcher), "the task ended while its node was frozen"
+        if run["attempts"][0]["pid"] is None:
+            return tag, run_id, launcher, control, fencings
+    except AssertionError as missed:
+        if "timed out" not in str(missed):
+            raise
+    thaw_processes(control)
+    wait_until(n3.ready, 60, "n3 ready again after a missed freeze")
+    if still_runs(launcher):
+        os.killpg(launcher[0], signal.SIGKILL)
+    wait_terminal(n1, run_id, 60)
+    return None
+
+
 @pytest.mark.parametrize("profile", ["cluster-control", "cluster-worker"])
 @pytest.mark.parametrize("fenced_tasks", ["stop", "leave"])
 def test_node_frozen_within_the_identity_grace_handles_that_task_once_fenced(
@@ -214,35 +254,25 @@ def test_node_frozen_within_the_identity_grace_handles_that_task_once_fenced(
     fleet.start("n2")
     n3 = fleet.start("n3", profile=profile, fenced_tasks=fenced_tasks)
     kill_grace_s = PROFILES[profile].kill_grace_s
-    assert n3.proc is not None
-    # Only the control plane is frozen (supervisord and its worker); the task runs on.
-    control = {n3.proc.pid, n3.worker_pid()}
     gate = fleet.root / "gate-grace"
-    task = make_task(n1, fleet.marked("g", 5, gate=gate), **placed(node="n3"))
-    run_id = trigger(n1, task["id"])
-    # Frozen as soon as the launcher appears: well within the identity grace (0.5 s on
-    # cluster-control, 2 s on cluster-worker), before its worker records its pid.
-    launcher = wait_until(lambda: launcher_of(n3), 30, "the task's launcher on n3",
-                          interval=0.002)
-    freeze_processes(control)
-    try:
-        wait_node_state(n1, "n3", "expired", 30)
-        run = wait_terminal(n1, run_id, 30)
-        assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
-        # The drill's premise: the takeover decided it before n3 recorded the launcher.
-        assert run["attempts"][0]["pid"] is None, run
-        assert still_runs(launcher), "the task ended while its node was frozen"
-    finally:
-        thaw_processes(control)
+    for tries in range(1, 4):
+        got = frozen_within_grace(fleet, n1, n3, f"g{tries}", gate)
+        if got is not None:
+            break
+    else:
+        raise AssertionError("three freezes missed the identity grace or held a lock")
+    tag, run_id, launcher, control, fencings = got
+    thaw_processes(control)
     thawed = time.monotonic()
-    wait_until(lambda: "fenced" in output(n3), 30, "n3 logs that it was fenced")
+    wait_until(lambda: output(n3).count("node n3 fenced") > fencings, 30,
+               "n3 logs that it was fenced")
     if fenced_tasks == "stop":
         # Stopped at the fence (the first heartbeat after the thaw), TERM then KILL
         # after the kill grace at the latest: never left to overlap a retry for longer.
         wait_until(lambda: not still_runs(launcher), kill_grace_s + 30,
                    "the old epoch's task stopped")
         assert time.monotonic() - thawed < kill_grace_s + 5, "not stopped within the kill grace"
-        assert fleet.marker("g") is None, "the task ran to its end"
+        assert fleet.marker(tag) is None, "the task ran to its end"
     else:
         # `leave`: it runs on past the fence and the kill grace, to its own end.
         deadline = time.monotonic() + kill_grace_s + 2
@@ -250,8 +280,8 @@ def test_node_frozen_within_the_identity_grace_handles_that_task_once_fenced(
             assert still_runs(launcher), "fenced_tasks=leave stopped the task"
             time.sleep(0.2)
         gate.touch()
-        wait_until(lambda: fleet.marker("g"), 30, "the task ran to its end")
-        assert fleet.marker("g") == ("n3", 5)
+        wait_until(lambda: fleet.marker(tag), 30, "the task ran to its end")
+        assert fleet.marker(tag) == ("n3", 5)
 
     def late() -> dict[str, Any] | None:
         got = get_run(n1, run_id)
