@@ -241,39 +241,41 @@ async def test_an_ended_attempt_whose_launcher_runs_on_keeps_its_journal_entry(
         rt.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
         return rt
 
-    rt = runtime()
-    await rt.start()
     try:
-        task = await add_task(rt, f"while [ ! -e {gate} ]; do sleep 0.05; done")
-        run = await trigger(rt, task, Trigger.API)
+        rt = runtime()
+        await rt.start()
+        try:
+            task = await add_task(rt, f"while [ ! -e {gate} ]; do sleep 0.05; done")
+            run = await trigger(rt, task, Trigger.API)
 
-        async def identified() -> bool:
+            async def identified() -> bool:
+                async with rt.db.read() as tx:
+                    got = await attempts.attempts_of_run(tx, run.id)
+                return len(got) == 1 and got[0].pid is not None
+            await _wait("its launcher's identity recorded", identified, 20)
             async with rt.db.read() as tx:
-                got = await attempts.attempts_of_run(tx, run.id)
-            return len(got) == 1 and got[0].pid is not None
-        await _wait("its launcher's identity recorded", identified, 20)
-        async with rt.db.read() as tx:
-            (attempt,) = await attempts.attempts_of_run(tx, run.id)
-        # Decided without its receipt, as another node's takeover does.
-        got = await rt.completion.without_receipt(attempt.id, Reason.NODE_LEASE_EXPIRED)
-        assert got.status == "lost"
-        report = await rt.supervisor.round()
-        assert "journal_dropped" not in report.counts, report.counts
-        assert await _entries(rt, [attempt.id]) == [True]
-    finally:
-        await rt.stop()  # the launcher runs on; the next worker does not watch it
-    rt = runtime()
-    await rt.start()
-    try:
-        report = await rt.supervisor.round()
-        assert "journal_dropped" not in report.counts, report.counts
-        assert await _entries(rt, [attempt.id]) == [True]
-        gate.touch()
-
-        async def consumed() -> bool:
+                (attempt,) = await attempts.attempts_of_run(tx, run.id)
+            # Decided without its receipt, as another node's takeover does.
+            got = await rt.completion.without_receipt(attempt.id, Reason.NODE_LEASE_EXPIRED)
+            assert got.status == "lost"
             report = await rt.supervisor.round()
-            return report.counts.get("late_receipt_already_terminal") == 1
-        await _wait("its receipt consumed by a round", consumed, 20)
+            assert "journal_dropped" not in report.counts, report.counts
+            assert await _entries(rt, [attempt.id]) == [True]
+        finally:
+            await rt.stop()  # the launcher runs on; the next worker does not watch it
+        rt = runtime()
+        await rt.start()
+        try:
+            report = await rt.supervisor.round()
+            assert "journal_dropped" not in report.counts, report.counts
+            assert await _entries(rt, [attempt.id]) == [True]
+            gate.touch()
+
+            async def consumed() -> bool:
+                report = await rt.supervisor.round()
+                return report.counts.get("late_receipt_already_terminal") == 1
+            await _wait("its receipt consumed by a round", consumed, 20)
+        finally:
+            await rt.stop()
     finally:
-        await rt.stop()
-        kill_leftover_tasks(state)
+        kill_leftover_tasks(state)  # a failure must not leave the task running

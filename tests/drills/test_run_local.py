@@ -68,10 +68,10 @@ def test_a_second_run_local_node_from_one_checkout_loses_nothing_on_the_first(
                 "cluster_secret": SECRET}
     a = RunLocal(tmp_path / "a", free_port(), node_name="a", **settings)
     b = RunLocal(tmp_path / "b", free_port(), node_name="b", **settings)
-    a.start(180)
     runs: list[str] = []
     stop = threading.Event()
     try:
+        a.start(180)
         # Short runs placed on the first node, started one after another for as long
         # as the second node takes to start (its bootstrap builds the launchers).
         task = make_task(a, "true", placement={"node": "a", "labels": []})
