@@ -9,6 +9,7 @@ where attempts carry no epoch and nothing changes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -239,6 +240,29 @@ async def test_the_consumer_quarantines_a_stale_receipt_with_its_late_record(
         ("quarantined", Rejection.STALE_EPOCH.value)]
     assert pgworld.receipts.read(att.id) is None
     assert (pgworld.receipts.root / ".quarantine" / att.id[-2:] / f"{att.id}.json").exists()
+
+
+async def test_a_stale_receipt_two_consumers_read_at_once_is_reported_once(
+        pgworld: World, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 41: the exit watcher's fast path and a supervision round may both read a
+    late receipt before either moves it; both are refused, both quarantine it. The
+    second finds it moved: one move, one warning, one count."""
+    await pgworld.register(epoch=3)
+    att, token = await pgworld.attempt(epoch=3)
+    await pgworld.take_over(att)
+    shard = pgworld.receipts.ensure_shard(att.id)
+    await asyncio.to_thread((shard / f"{att.id}.json").write_bytes,
+                            encode(pgworld.receipt(att, token, exit_code=0)))
+    caplog.set_level(logging.WARNING, logger="qledge.consumer")
+    assert await pgworld.consumer.consume(att.id) is Consumed.QUARANTINED
+    # The second consumer: refused like the first, its quarantine comes after the move.
+    assert await pgworld.consumer.quarantine(att.id, Rejection.STALE_EPOCH.value) is (
+        Consumed.QUARANTINED)
+    said = [r for r in caplog.records if att.id in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert pgworld.consumer.quarantined == 1
+    _, _, evs = await pgworld.read(att)
+    assert _late(evs) == [("attempt.late_receipt", {"exit_code": 0, "epoch": 3})]
 
 
 async def test_sqlite_attempts_carry_no_epoch_and_nothing_changes(liteworld: World) -> None:

@@ -5,6 +5,8 @@ processes). The SQLite appliance answers /api/v1/nodes as a fleet of one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator
@@ -286,6 +288,62 @@ async def test_fenced_tasks_leave_lets_the_old_launchers_run(
     finally:
         proc.kill()
         proc.wait()
+
+
+async def _prepared(db: pg.Database, owner: str, epoch: int) -> tuple[str, str]:
+    """(run id, attempt id) of an attempt spawned but not yet identified: its worker
+    holds the launcher's identity in memory, within the identity grace."""
+    run_id, attempt_id = ids.uuid7(), ids.uuid7()
+    async with db.write() as tx:
+        run = await runs.create_run(tx, run_id, "t1", Trigger.MANUAL, 10)
+        run = await runs.apply(tx, run, transitions.attempt_prepared(run), 20)
+        await attempts.prepare_attempt(
+            tx, run, attempt_id=attempt_id, owner=owner, executor_type=EXECUTOR_TYPE,
+            token_hash=b"\x00token", deadline_at_ms=None, log_path=f"t1/{run_id}.log",
+            receipt_path=f"receipts/{run_id}", now_ms=20, node_epoch=epoch)
+    return run_id, attempt_id
+
+
+async def test_a_fenced_node_stops_the_launchers_it_never_recorded(
+        pgdb: pg.Database, tmp_path: Path) -> None:
+    """Issue 41: spawned within the identity grace, decided `lost` with no pid by the
+    takeover. The fenced node stops the one whose identity it holds in memory and the
+    one it finds in /proc by its run and attempt ids (a worker restarted since)."""
+    conf = _conf(tmp_path, fenced_tasks="stop")
+    await _task(pgdb)
+    a, b = _fleet(pgdb, conf, "garage-pi"), _fleet(pgdb, conf, "office")
+    a.kill_grace_s = 0.5
+    await a.register()
+    await b.register()
+    (_, held_id), (run_id, found_id), _ = [await _prepared(pgdb, a.node.node_id, 1)
+                                           for _ in range(3)]
+    held = _spawn("sleep 60; true")
+    # argv as ql-launch's: the walk matches `--run-id R` and `--attempt-id A`.
+    found = subprocess.Popen(["sh", "-c", "sleep 60; true", "ql-launch", "--run-id", run_id,
+                              "--attempt-id", found_id], start_new_session=True)
+    procs = (held, found)
+    try:
+        memory = {held_id: identity.Identity(pid=held.pid, start_time=_start(held),
+                                             boot_id=BOOT)}
+        a.unrecorded = memory.get
+        await _expire(pgdb, "garage-pi")
+        await b.round()
+        assert b.decided_lost == 3
+        async with pgdb.read() as tx:
+            assert [x.pid for x in (await attempts.get_attempt(tx, held_id),
+                                    await attempts.get_attempt(tx, found_id))] == [None, None]
+        assert not await a.heartbeat()
+        await a.stop()
+        assert held.wait(5) == -signal.SIGTERM
+        assert found.wait(5) == -signal.SIGTERM
+        assert a.signalled == 2  # the third never had a launcher: nothing to signal
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)  # the sleep the shell left behind
 
 
 # -- the API on the embedded SQLite -------------------------------------------------------

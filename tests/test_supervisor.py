@@ -14,11 +14,12 @@ from pathlib import Path
 
 import msgspec
 
-from qledge.db import journal, tasks
-from qledge.model import RunStatus, Trigger
+from qledge.db import attempts, journal, tasks
+from qledge.model import Reason, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
 
+from _appliance import kill_leftover_tasks
 from conftest import add_task, make_runtime
 
 # Attempts with a receipt-journal entry (its columns of the attempt row, migration 0021).
@@ -224,3 +225,57 @@ async def test_the_supervisor_ages_due_rows_only_as_a_backstop(tmp_path: Path) -
         assert await _count(rt, _JOURNAL) == 0
     finally:
         await rt.stop()
+
+
+# An ended attempt whose launcher runs on (issue 41): `lost` by a fleet takeover while
+# its node was away. Its receipt is still to come: the journal keeps its entry.
+
+
+async def test_an_ended_attempt_whose_launcher_runs_on_keeps_its_journal_entry(
+        tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    state = tmp_path / "state"
+
+    def runtime() -> Runtime:
+        rt = make_runtime(state, round_interval_s="600", identity_grace_s="0")
+        rt.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+        return rt
+
+    try:
+        rt = runtime()
+        await rt.start()
+        try:
+            task = await add_task(rt, f"while [ ! -e {gate} ]; do sleep 0.05; done")
+            run = await trigger(rt, task, Trigger.API)
+
+            async def identified() -> bool:
+                async with rt.db.read() as tx:
+                    got = await attempts.attempts_of_run(tx, run.id)
+                return len(got) == 1 and got[0].pid is not None
+            await _wait("its launcher's identity recorded", identified, 20)
+            async with rt.db.read() as tx:
+                (attempt,) = await attempts.attempts_of_run(tx, run.id)
+            # Decided without its receipt, as another node's takeover does.
+            got = await rt.completion.without_receipt(attempt.id, Reason.NODE_LEASE_EXPIRED)
+            assert got.status == "lost"
+            report = await rt.supervisor.round()
+            assert "journal_dropped" not in report.counts, report.counts
+            assert await _entries(rt, [attempt.id]) == [True]
+        finally:
+            await rt.stop()  # the launcher runs on; the next worker does not watch it
+        rt = runtime()
+        await rt.start()
+        try:
+            report = await rt.supervisor.round()
+            assert "journal_dropped" not in report.counts, report.counts
+            assert await _entries(rt, [attempt.id]) == [True]
+            gate.touch()
+
+            async def consumed() -> bool:
+                report = await rt.supervisor.round()
+                return report.counts.get("late_receipt_already_terminal") == 1
+            await _wait("its receipt consumed by a round", consumed, 20)
+        finally:
+            await rt.stop()
+    finally:
+        kill_leftover_tasks(state)  # a failure must not leave the task running

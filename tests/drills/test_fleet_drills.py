@@ -13,19 +13,25 @@ marker files the tasks themselves write outside the state dirs:
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from _pg import Cluster
+from qledge.launch import identity
+from qledge.settings import PROFILES
 
 from ._fleet import (  # noqa: F401  (the two fixtures)
     Fleet,
     cluster_fixture,
     fleet_fixture,
     freeze,
+    freeze_processes,
     nodes_view,
     thaw_processes,
     wait_node_state,
@@ -39,11 +45,13 @@ from .conftest import (
     output,
     receipts_root,
     stop_leaving_tasks,
+    system,
     trigger,
     wait_backlog_drained,
     wait_terminal,
     wait_until,
 )
+from _appliance import launcher_pids
 
 pytestmark = [pytest.mark.drill]
 
@@ -177,6 +185,130 @@ def test_frozen_node_is_taken_over_and_its_late_receipts_are_recorded(
             assert run["attempts"][0]["late_exit_code"] == 4, run
         evs = [e["type"] for e in events_of(n1, run["id"])]
         assert evs.count("run.finished") == 1, evs
+
+
+# -- 3b. a node frozen within the identity grace of a task it just started ---------------
+
+
+def launcher_of(app: Any) -> tuple[int, int] | None:
+    """(pid, start time) of the one launcher running on `app`'s node, if there is one."""
+    for pid in launcher_pids(app.state):
+        start = identity.start_time(pid)
+        if start is not None:
+            return pid, start
+    return None
+
+
+def still_runs(launcher: tuple[int, int]) -> bool:
+    """The very process (pid and start time), not a zombie left for its parent."""
+    ident = identity.Identity(pid=launcher[0], start_time=launcher[1], boot_id="b")
+    return identity.check(ident, "b") is identity.Liveness.RUNNING
+
+
+def frozen_within_grace(fleet: Fleet, n1: Any, n3: Any, tag: str, gate: Path
+                        ) -> tuple[str, str, tuple[int, int], set[int], int] | None:
+    """Start a task on n3 and freeze n3's supervisord and worker as soon as its launcher
+    appears (well within the identity grace: 0.5 s on cluster-control, 2 s on
+    cluster-worker), until the takeover has decided the run `lost` with no pid. Returns
+    (marker tag, run id, launcher, frozen pids, fencings logged before) with n3 still
+    frozen; None, with n3 thawed and that try cleaned up, when the freeze missed the
+    premise: the pid was recorded first (a slow poll under load), or the freeze caught a
+    transaction of n3 holding its node row or the attempt (its takeover then waits for
+    the thaw — a lock, not what this drill is about)."""
+    assert n3.proc is not None
+    # Only the control plane is frozen; the task runs on.
+    control = {n3.proc.pid, n3.worker_pid()}
+    fencings = output(n3).count("node n3 fenced")
+    task = make_task(n1, fleet.marked(tag, 5, gate=gate), **placed(node="n3"))
+    run_id = trigger(n1, task["id"])
+    launcher = wait_until(lambda: launcher_of(n3), 30, "the task's launcher on n3",
+                          interval=0.002)
+    freeze_processes(control)
+    try:
+        wait_node_state(n1, "n3", "expired", 20)
+        run = wait_terminal(n1, run_id, 20)
+        assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
+        assert still_runs(launcher), "the task ended while its node was frozen"
+        if run["attempts"][0]["pid"] is None:
+            return tag, run_id, launcher, control, fencings
+    except AssertionError as missed:
+        if "timed out" not in str(missed):
+            raise
+    thaw_processes(control)
+    wait_until(n3.ready, 60, "n3 ready again after a missed freeze")
+    if still_runs(launcher):
+        os.killpg(launcher[0], signal.SIGKILL)
+    wait_terminal(n1, run_id, 60)
+    return None
+
+
+@pytest.mark.parametrize("profile", ["cluster-control", "cluster-worker"])
+@pytest.mark.parametrize("fenced_tasks", ["stop", "leave"])
+def test_node_frozen_within_the_identity_grace_handles_that_task_once_fenced(
+        fleet: Fleet, fenced_tasks: str, profile: str) -> None:
+    """Issue 41: the takeover decides such a task `lost` with no pid recorded (its
+    identity was still in the frozen worker's memory). Once thawed and fenced, the node
+    stops it within the kill grace (`stop`) or leaves it to its end (`leave`); either
+    way its late receipt is recorded, once, and the run keeps its one result."""
+    n1 = fleet.start("n1")
+    fleet.start("n2")
+    n3 = fleet.start("n3", profile=profile, fenced_tasks=fenced_tasks)
+    kill_grace_s = PROFILES[profile].kill_grace_s
+    gate = fleet.root / "gate-grace"
+    for tries in range(1, 4):
+        got = frozen_within_grace(fleet, n1, n3, f"g{tries}", gate)
+        if got is not None:
+            break
+    else:
+        raise AssertionError("three freezes missed the identity grace or held a lock")
+    tag, run_id, launcher, control, fencings = got
+    thaw_processes(control)
+    thawed = time.monotonic()
+    wait_until(lambda: output(n3).count("node n3 fenced") > fencings, 30,
+               "n3 logs that it was fenced")
+    if fenced_tasks == "stop":
+        # Stopped at the fence (the first heartbeat after the thaw), TERM then KILL
+        # after the kill grace at the latest: never left to overlap a retry for longer.
+        wait_until(lambda: not still_runs(launcher), kill_grace_s + 30,
+                   "the old epoch's task stopped")
+        assert time.monotonic() - thawed < kill_grace_s + 5, "not stopped within the kill grace"
+        assert fleet.marker(tag) is None, "the task ran to its end"
+    else:
+        # `leave`: it runs on past the fence and the kill grace, to its own end.
+        deadline = time.monotonic() + kill_grace_s + 2
+        while time.monotonic() < deadline:
+            assert still_runs(launcher), "fenced_tasks=leave stopped the task"
+            time.sleep(0.2)
+        gate.touch()
+        wait_until(lambda: fleet.marker(tag), 30, "the task ran to its end")
+        assert fleet.marker(tag) == ("n3", 5)
+
+    def late() -> dict[str, Any] | None:
+        got = get_run(n1, run_id)
+        return got if got["attempts"][0]["late_exit_code"] is not None else None
+    run = wait_until(late, 40, "the late receipt recorded")
+    assert (run["status"], run["reason_code"]) == ("lost", "NODE_LEASE_EXPIRED"), run
+    attempt = run["attempts"][0]
+    if fenced_tasks == "leave":
+        assert attempt["late_exit_code"] == 5, run
+    else:
+        assert attempt["late_exit_code"] != 5, run  # the stop's, not an end of its own
+    # The identity n3 held in memory is recorded beside the decision.
+    assert attempt["pid"] == launcher[0], run
+    counts = Counter(e["type"] for e in events_of(n1, run_id))
+    assert counts["run.finished"] == 1, counts
+    assert counts["attempt.finished"] == 1, counts
+    assert counts["attempt.late_receipt"] == 1, counts
+    # The refused receipt is kept for the operator, and its entry is not lost.
+    quarantined = wait_until(lambda: [p for p in receipts_root(n3).rglob(f"{attempt['id']}*")
+                                      if ".quarantine" in p.parts], 10,
+                             "the late receipt quarantined")
+    assert len(quarantined) == 1, quarantined
+    # Logged once by the consumer, not once per path that found it (the exit watcher's
+    # and the supervision rounds' that follow).
+    rounds = system(n3)["rounds"]
+    wait_until(lambda: system(n3)["rounds"] >= rounds + 2, 30, "two supervision rounds")
+    assert output(n3).count(f"receipt of attempt {attempt['id']} quarantined") == 1
 
 
 # -- 4. PostgreSQL crashed and restarted mid-load ------------------------------------------

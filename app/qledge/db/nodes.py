@@ -172,18 +172,31 @@ async def stale_attempts(tx: Tx, limit: int) -> list[Attempt]:
 
 async def fenced_launchers(tx: Tx, node_id: str, from_epoch: int, below_epoch: int,
                            after_id: str, limit: int) -> list[Attempt]:
-    """Attempts of this node's fenced epochs that had a launcher: still active, or
-    decided `lost` by the takeover (whose processes may still run). A walk of
-    run_attempts in id order filtered by owner and epoch — no index leads there; it
-    runs once per fencing, a rare event, and retention bounds the table."""
+    """Attempts of this node's fenced epochs that may have a launcher: still active, or
+    decided `lost` by the takeover (whose processes may still run) — with a recorded pid
+    or without one (spawned within the identity grace: the caller finds its launcher).
+    A walk of run_attempts in id order filtered by owner and epoch — no index leads
+    there; it runs once per fencing, a rare event, and retention bounds the table."""
     rows = await tx.all(
         "SELECT a.* FROM run_attempts a WHERE a.runtime_owner = ?"  # noqa: S608
-        " AND a.node_epoch >= ? AND a.node_epoch < ? AND a.pid IS NOT NULL"
+        " AND a.node_epoch >= ? AND a.node_epoch < ?"
         f" AND ({_A_ACTIVE} OR (a.status = ? AND a.reason_code = ?))"
         " AND a.id > ? ORDER BY a.id LIMIT ?",
         (node_id, from_epoch, below_epoch, AttemptStatus.LOST.value,
          Reason.NODE_LEASE_EXPIRED.value, after_id, limit))
     return [attempt_from_row(r) for r in rows]
+
+
+async def record_fenced_identity(tx: Tx, attempt_id: str, *, pid: int, start_time: int,
+                                 boot_id: str) -> bool:
+    """The launcher identity of an attempt a takeover decided `lost` before its node
+    wrote it (spawned within the identity grace): a fact about a process that runs on,
+    kept so that the node's fencing and its operator find the launcher. The status and
+    the run stay as decided; no event (the decision has its own). True: written now."""
+    return await tx.execute(
+        "UPDATE run_attempts SET pid = ?, proc_start_time = ?, boot_id = ?"
+        " WHERE id = ? AND pid IS NULL AND status = ?",
+        (pid, start_time, boot_id, attempt_id, AttemptStatus.LOST.value)) == 1
 
 
 async def list_nodes(tx: Tx) -> list[NodeRow]:

@@ -49,6 +49,9 @@ class Identities:
     def add(self, ident: Unrecorded) -> None:
         self._pending[ident.attempt_id] = ident
 
+    def get(self, attempt_id: str) -> Unrecorded | None:
+        return self._pending.get(attempt_id)
+
     def pending(self, attempt_ids: list[str] | None = None) -> list[Unrecorded]:
         if attempt_ids is None:
             return list(self._pending.values())

@@ -142,6 +142,12 @@ class ReceiptStore:
         next deterministic suffix `<id>.<n>.json`. FileNotFoundError when there
         is nothing to move and nothing under the plain quarantine name.
         """
+        return self.quarantine_once(attempt_id, reason)[0]
+
+    def quarantine_once(self, attempt_id: str, reason: str) -> tuple[str, bool]:
+        """`quarantine`, and whether this call moved the file (False: an earlier call
+        did — two consumers of one receipt at once, e.g. the exit watcher's and a
+        supervision round's: only the one that moved it reports it)."""
         shard = shard_key(_checked_id(attempt_id))
         name = f"{attempt_id}.json"
         with contextlib.ExitStack() as stack:
@@ -154,13 +160,13 @@ class ReceiptStore:
             except FileNotFoundError:
                 # An earlier call finished the move but its caller did not see it.
                 os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
-                return f"{QUARANTINE_DIR}/{shard}/{name}"
+                return f"{QUARANTINE_DIR}/{shard}/{name}", False
             target = dirfd.move_no_overwrite(src_fd, name, dst_fd, source)
             os.fsync(dst_fd)
             os.fsync(src_fd)
         ref = f"{QUARANTINE_DIR}/{shard}/{target}"
         logger.info("receipt quarantined ref=%s reason=%s", ref, reason)
-        return ref
+        return ref, True
 
     def purge_quarantined(self, ref: str) -> bool:
         """Delete one quarantined file by its exact reference (retention)."""

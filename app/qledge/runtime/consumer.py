@@ -147,13 +147,18 @@ class Consumer:
             # Not ours to move: the orphan audit (`qledge audit receipts`) handles it.
             return Consumed.RETRY
         try:
-            ref = await asyncio.to_thread(self.receipts.quarantine, attempt_id, reason)
+            ref, moved = await asyncio.to_thread(self.receipts.quarantine_once, attempt_id,
+                                                 reason)
         except (OSError, ValueError) as exc:
             log.warning("quarantine move pending for attempt %s: %s", attempt_id,
                         type(exc).__name__)
             return Consumed.RETRY
-        self.quarantined += 1
-        log.warning("receipt of attempt %s quarantined (%s) at %s", attempt_id, reason, ref)
+        if moved:
+            # Once per receipt: a second consumer of it (the exit watcher's fast path
+            # and a supervision round read it at once) finds it moved already.
+            self.quarantined += 1
+            log.warning("receipt of attempt %s quarantined (%s) at %s", attempt_id, reason,
+                        ref)
         return Consumed.QUARANTINED
 
 

@@ -10,7 +10,10 @@ start, after migrations and before recovery, and sets `node.epoch`. Then every
    deals with the launchers of its old epoch as `fenced_tasks` says: `stop` (TERM,
    then KILL after the kill grace; the epoch bump that fenced them is committed,
    which is what contract.md §7 asks before a signal) or `leave` (their receipts are
-   refused COMPLETION_STALE_EPOCH and recorded);
+   refused COMPLETION_STALE_EPOCH and recorded). Every launcher of the old epoch is
+   stopped, including one spawned within the identity grace just before the node lost
+   the database: the takeover decided it `lost` with no pid, but this worker still
+   holds its identity in memory, or finds it in /proc by its attempt id;
 2. takeover of expired nodes — each in its own transaction, `SKIP LOCKED` on the row;
 3. the stale attempts (an epoch below their owner's) decided `lost` with
    NODE_LEASE_EXPIRED, one transaction per page, retries by the task's policy. A page
@@ -80,6 +83,9 @@ class Fleet:
         # away, and another node may take it over any moment).
         self._held_since: float | None = None
         self._stopping: set[asyncio.Task[None]] = set()
+        # The identity a launcher of this worker has in memory only (spawned within the
+        # identity grace, launch/unrecorded.py), by attempt id; the runtime sets it.
+        self.unrecorded: Callable[[str], identity.Identity | None] = lambda attempt_id: None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -232,7 +238,8 @@ class Fleet:
             async with self.db.read() as tx:
                 page = await nodes.fenced_launchers(tx, self.node.node_id, from_epoch,
                                                     below_epoch, after, PAGE)
-            results = await asyncio.gather(*(self._stop_one(a) for a in page))
+            idents = await self._identities(page)
+            results = await asyncio.gather(*(self._stop_one(a.id, i) for a, i in idents))
             sent += sum(results)
             if len(page) < PAGE:
                 break
@@ -240,11 +247,33 @@ class Fleet:
         self.signalled += sent
         return sent
 
-    async def _stop_one(self, attempt: Attempt) -> bool:
-        if attempt.pid is None or attempt.proc_start_time is None or not attempt.boot_id:
-            return False
-        ident = identity.Identity(pid=attempt.pid, start_time=attempt.proc_start_time,
-                                  boot_id=attempt.boot_id)
+    async def _identities(self, page: list[Attempt]) -> list[tuple[Attempt, identity.Identity]]:
+        """The launcher identity of each attempt of the page that has one: recorded; else
+        held in this worker's memory (spawned within the identity grace, then decided
+        `lost` by the takeover before it was written); else found in /proc by its run
+        and attempt ids (one walk for the page) — a worker restarted since the spawn.
+        An attempt with none never had a launcher on this boot, or it is gone."""
+        out: list[tuple[Attempt, identity.Identity]] = []
+        unknown: list[Attempt] = []
+        for attempt in page:
+            if attempt.pid is not None and attempt.proc_start_time is not None \
+                    and attempt.boot_id:
+                out.append((attempt, identity.Identity(
+                    pid=attempt.pid, start_time=attempt.proc_start_time,
+                    boot_id=attempt.boot_id)))
+            elif (held := self.unrecorded(attempt.id)) is not None:
+                out.append((attempt, held))
+            else:
+                unknown.append(attempt)
+        if unknown:
+            found = await asyncio.to_thread(
+                identity.find_launchers, [(a.run_id, a.id) for a in unknown], self.boot_id)
+            out.extend((a, found[a.id]) for a in unknown if a.id in found)
+        return out
+
+    async def _stop_one(self, attempt_id: str, ident: identity.Identity) -> bool:
+        # The pidfd is opened before the identity is checked again: a pid reused since
+        # it was read is never signalled.
         pidfd, _ = identity.open_pidfd(ident, self.boot_id)
         if pidfd is None:
             return False  # gone, or the pid names another process now
@@ -253,10 +282,10 @@ class Fleet:
             # receipt (recorded as late). KILL: the whole group.
             if not identity.send_signal(pidfd, ident, self.boot_id, signal.SIGTERM):
                 return False
-            log.warning("attempt %s of a fenced epoch: TERM sent", attempt.id)
+            log.warning("attempt %s of a fenced epoch: TERM sent", attempt_id)
             if not await identity.wait_exit(pidfd, self.kill_grace_s):
                 identity.send_signal(pidfd, ident, self.boot_id, signal.SIGKILL, group=True)
-                log.warning("attempt %s of a fenced epoch: KILL sent", attempt.id)
+                log.warning("attempt %s of a fenced epoch: KILL sent", attempt_id)
             return True
         except ProcessLookupError:
             return False

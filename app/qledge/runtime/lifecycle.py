@@ -145,6 +145,8 @@ class Runtime:
         self.receipts = ReceiptStore(s.receipts_path)
         # Launcher identities waiting for their result's commit (launch/unrecorded.py).
         self.identities = Identities()
+        if self.fleet is not None:
+            self.fleet.unrecorded = self._unrecorded
         self.completion = CompletionService(self.db, self.node_id, self.identities)
         self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
         self.consumer = Consumer(self.db, self.receipts, self.completion, self.reaper)
@@ -181,6 +183,8 @@ class Runtime:
             receipts=self.receipts, node_id=self.node_id, profile=self.profile,
             on_expired=self.cancellation.expire_deadlines)
         self.supervisor.journal_owner = owner
+        self.supervisor.watching = self.watcher.watching
+        self.supervisor.boot_id = self.boot_id
         self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
                                         self._supervise)
         log.info("runtime starting node=%s incarnation=%s profile=%s name=%s database=%s",
@@ -280,6 +284,11 @@ class Runtime:
             # Cancelled while it was being spawned: signal it now, not at the next
             # supervision round.
             self._sweep_cancels()
+
+    def _unrecorded(self, attempt_id: str) -> identity.Identity | None:
+        held = self.identities.get(attempt_id)
+        return None if held is None else identity.Identity(
+            pid=held.pid, start_time=held.start_time, boot_id=held.boot_id)
 
     def _reattach(self, attempt_id: str, pidfd: int) -> None:
         self.watcher.watch(attempt_id, pidfd)

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from ..clock import now_ms
 from ..db import attempts, journal
 from ..db.connection import Database
+from ..launch import identity
 from ..model import ACTIVE_ATTEMPT
 from ..receipts.store import QUARANTINE_DIR, ReceiptStore, quarantine_names
 from ..settings import Profile
@@ -62,6 +63,10 @@ class Supervisor:
         self.age_overdue_ms = AGE_OVERDUE_MS
         # Fleet mode: this node's entries only (their receipts are on its disk).
         self.journal_owner: str | None = None
+        # Launchers whose exit this worker watches, and the boot they run on: an ended
+        # attempt's launcher still running keeps its journal entry (_launchers_gone).
+        self.watching: Callable[[str], bool] = lambda attempt_id: False
+        self.boot_id = ""
 
     async def round(self) -> RoundReport:
         report = RoundReport(kind="periodic", started_at_ms=now_ms())
@@ -137,6 +142,8 @@ class Supervisor:
                 to_mark.append(row.attempt_id)
             elif row.retention_since_ms + keep_ms <= now:
                 to_drop.append(row.attempt_id)
+        if to_drop:
+            to_drop = await self._launchers_gone(to_drop)
         if to_mark or to_drop:
             # One transaction per page, not one per row, and deferred (no fsync of
             # its own): a power cut that loses it only makes a later round redo it.
@@ -166,6 +173,27 @@ class Supervisor:
                     else:
                         await journal.journal_delete(tx, row.attempt_id)
                 report.add("quarantine_purged", purged)
+
+    async def _launchers_gone(self, attempt_ids: list[str]) -> list[str]:
+        """Those of these ended attempts whose launcher no longer runs. One that runs on
+        was decided without it — `lost` by a fleet takeover while its node was away —
+        and its receipt is still to come: the entry stays, or that receipt would be
+        found by no round and recorded by nobody once this worker stops watching it."""
+        gone: list[str] = []
+        async with self.db.read() as tx:
+            for attempt_id in attempt_ids:
+                if self.watching(attempt_id):
+                    continue
+                attempt = await attempts.find_attempt(tx, attempt_id)
+                if (attempt is not None and attempt.pid is not None
+                        and attempt.proc_start_time is not None and attempt.boot_id
+                        and identity.check(identity.Identity(
+                            pid=attempt.pid, start_time=attempt.proc_start_time,
+                            boot_id=attempt.boot_id), self.boot_id)
+                        is identity.Liveness.RUNNING):
+                    continue
+                gone.append(attempt_id)
+        return gone
 
     def _still_in_place(self, attempt_id: str) -> bool:
         try:
