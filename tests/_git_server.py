@@ -52,7 +52,25 @@ class _Threaded(WSGIServer):
     daemon_threads = True
 
 
-class GitServer:
+class _Served:
+    """A WSGI app on a loopback port, served from a daemon thread."""
+
+    def _serve(self, app: Any) -> None:
+        self.server = make_server("127.0.0.1", 0, app, server_class=_Threaded,
+                                  handler_class=_Quiet)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class GitServer(_Served):
     """Serves repositories at http://127.0.0.1:<port>/<name>."""
 
     def __init__(self, repos: dict[str, Path], auth: tuple[str, str] | None = None) -> None:
@@ -80,11 +98,7 @@ class GitServer:
                 return app(environ, self._stalling(start_response))
             return app(environ, start_response)
 
-        self.server = make_server("127.0.0.1", 0, guarded, server_class=_Threaded,
-                                  handler_class=_Quiet)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._serve(guarded)
 
     def _stalling(self, start_response: Any) -> Any:
         """dulwich writes the pack through start_response's write(): hold it once
@@ -104,15 +118,7 @@ class GitServer:
             return held
         return respond
 
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class GitHttpBackend:
+class GitHttpBackend(_Served):
     """git's own smart HTTP server (`git http-backend` as a CGI) for the repositories
     under `root`, at http://127.0.0.1:<port>/<name>: it streams a pack's objects as
     they are stored (dulwich's server would inflate a big blob in the test process)."""
@@ -140,20 +146,9 @@ class GitHttpBackend:
             start_response(status, headers)
             return [rest]
 
-        self.server = make_server("127.0.0.1", 0, app, server_class=_Threaded,
-                                  handler_class=_Quiet)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._serve(app)
 
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class PageServer:
+class PageServer(_Served):
     """Answers every GET with a web page and records the Authorization headers it was
     sent (a URL that is not a git repository; a host that must not get a credential)."""
 
@@ -165,18 +160,7 @@ class PageServer:
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [b"<!doctype html><html><body><h1>My project</h1></body></html>"]
 
-        self.server = make_server("127.0.0.1", 0, app, server_class=_Threaded,
-                                  handler_class=_Quiet)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
+        self._serve(app)
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every regular file under `root` with its content: 'byte-identical' checks."""
