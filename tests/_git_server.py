@@ -162,6 +162,7 @@ class PageServer(_Served):
 
         self._serve(app)
 
+
 def tree_bytes(root: Path) -> dict[str, bytes]:
     """Every regular file under `root` with its content: 'byte-identical' checks."""
     return {p.relative_to(root).as_posix(): p.read_bytes()
