@@ -290,6 +290,19 @@ def killed_mid_vacuum(db: Path) -> dict[str, Path]:
     return copies
 
 
+@pytest.fixture(autouse=True)
+def _same_cwd() -> Iterator[None]:
+    """Each test starts and ends in the same directory: an in-process Runtime chdirs
+    into its work dir (tasks inherit the worker's cwd), and a later test's
+    `python -m qledge` would then import from there — a work dir where a test may
+    have planted a `qledge` package on purpose."""
+    cwd = os.getcwd()
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+
+
 @pytest.fixture
 def conf(tmp_path: Path) -> settings.Settings:
     return make_settings(tmp_path / "state")
