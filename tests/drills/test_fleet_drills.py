@@ -191,8 +191,17 @@ def test_frozen_node_is_taken_over_and_its_late_receipts_are_recorded(
 
 
 def launcher_of(app: Any) -> tuple[int, int] | None:
-    """(pid, start time) of the one launcher running on `app`'s node, if there is one."""
-    for pid in launcher_pids(app.state):
+    """(pid, start time) of the one launcher running on `app`'s node, if there is one.
+    Its task's process has the launcher's argv too between fork and exec: a process
+    whose parent is itself a match is that child, not a launcher."""
+    pids = launcher_pids(app.state)
+    for pid in sorted(pids):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) in pids:
+            continue
         start = identity.start_time(pid)
         if start is not None:
             return pid, start
