@@ -39,8 +39,10 @@ def test_qinglong_clients_add_list_reinstall_and_remove(
             {"name": "tinyjs", "type": 0}])
         assert r.status_code == 200, r.text
         made = r.json()["data"]
-        assert [(d["name"], d["type"], d["status"]) for d in made] == [
-            ("tinypkg==1.0.0", 1, 6), ("tinyjs", 0, 6)]
+        # Queued (6), or already installing (0) when the queue's run started before the
+        # answer was read back (seen on PostgreSQL under load): both are true statuses.
+        assert [(d["name"], d["type"]) for d in made] == [("tinypkg==1.0.0", 1), ("tinyjs", 0)]
+        assert {d["status"] for d in made} <= {0, 6}, made
         assert made[0]["remark"] == "for sign.py" and isinstance(made[0]["id"], int)
         py = settle(c, h, made[0]["id"])
         assert py["status"] == 1 and "Successfully installed tinypkg-1.0.0" in py["log"][0]
