@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from _git_server import GitHttpBackend, GitRepo, GitServer, PageServer, tree_bytes
+from test_qinglong_subscriptions import token
 
 from conftest import ADMIN, make_settings, migrate_for
 
@@ -622,16 +623,6 @@ def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> 
     assert not (work / "scripts" / "me").exists()
 
 
-def _token(client: TestClient, scopes: list[str]) -> dict[str, str]:
-    r = client.post("/api/v1/apps", json={"name": "-".join(scopes), "scopes": scopes})
-    assert r.status_code == 201, r.text
-    app = r.json()
-    r = client.get("/open/auth/token", params={"client_id": app["client_id"],
-                                               "client_secret": app["client_secret"]})
-    assert r.status_code == 200, r.text
-    return {"Authorization": f"Bearer {r.json()['data']['token']}"}
-
-
 def _set_command(client: TestClient, task_id: str, command: str) -> None:
     """A row changed outside the APIs (an earlier version let them edit it)."""
     from qledge.clock import now_ms
@@ -664,7 +655,7 @@ def test_the_pull_task_cannot_be_borrowed_for_its_secret(tmp_path: Path,
         sub = new_sub(api, git_server.url("repo"))
         task_id = sub["pull_task_id"]
         num = api.get(f"/api/v1/tasks/{task_id}").json()["num"]
-        crons = _token(api, ["crons"])
+        crons = token(api, ["crons"])
         steal = "printenv QL_PULL_SPEC; echo borrowed"
         r = api.put("/open/crons", json={"id": num, "command": steal}, headers=crons)
         assert r.status_code == 409 and "cannot be changed" in r.json()["message"], r.text
