@@ -68,7 +68,7 @@ def test_qinglong_clients_add_list_reinstall_and_remove(
         assert settle(c, h, made[1]["id"])["status"] == 4  # removed
 
         # Refusals in QingLong's shape.
-        for body, why in (([{"name": "curl", "type": 2}], "derived image"),
+        for body, why in (([{"name": "curl", "type": 2}], "EXTRA_PACKAGES"),
                           ([{"name": "--pre x", "type": 1}], "looks like an option"),
                           ([{"name": "x", "type": 9}], "type must be 0"),
                           ([], "give 1 to 100")):

@@ -107,8 +107,8 @@ def channels(ctx: Ctx) -> list[Item]:
 
 def linux_dependencies(ctx: Ctx) -> list[Item]:
     """Linux packages; nodejs and python3 ones are db/imports.dependency_items's."""
-    return [skip("dependency", str(d.id), f"{d.name} (linux)", "a system package: build a"
-                  " derived image (FROM qledge, RUN apt-get install …) — docs/image.md")
+    return [skip("dependency", str(d.id), f"{d.name} (linux)", "a system package: build it"
+                  " into the image (EXTRA_PACKAGES=…) — docs/dependencies.md")
             for d in ctx.source.dependencies if d.type == 2]
 
 

@@ -81,3 +81,39 @@ def test_image_abi_and_times_after_2038(platform: str) -> None:
     size = 3 * 2**30 + len(b"tail past 3 GiB\n")
     assert got["log_past_2gib"] == {"ok": True, "value": [size, size, 16]}, got
     assert got["heap_after_imports_kib"]["ok"] and got["heap_after_imports_kib"]["value"] > 1000
+
+
+# Uncompressed size budgets of the default images, in MB (10^6 bytes), as
+# `docker images` counts them (docs/image.md, "Size").
+SIZE_BUDGET_MB = {"linux/amd64": 120, "linux/arm64": 120, "linux/arm/v7": 100}
+
+
+@pytest.mark.parametrize("platform", list(SIZE_BUDGET_MB))
+def test_image_stays_within_its_size_budget(platform: str) -> None:
+    _require(platform)
+    size = int(subprocess.run(
+        ["/usr/bin/docker", "image", "inspect", "-f", "{{.Size}}", _image(platform)],
+        capture_output=True, text=True, check=True).stdout)
+    assert size / 1e6 <= SIZE_BUDGET_MB[platform], (
+        f"{_image(platform)} is {size / 1e6:.1f} MB, over its {SIZE_BUDGET_MB[platform]} MB "
+        "budget: see docs/image.md, 'Size', for where the bytes go")
+
+
+def test_image_has_no_package_manager_and_tasks_keep_their_tools() -> None:
+    """The slimming took apt, dpkg and perl and left what scripts and the entrypoint use."""
+    platform = "linux/amd64"
+    _require(platform)
+    script = (
+        "for p in apt-get dpkg perl; do command -v $p && exit 1; done; "
+        "for p in sh bash grep sed awk find tar gzip diff which hostname iconv getent "
+        "setpriv usermod groupmod; do command -v $p >/dev/null || { echo missing $p; exit 1; }; "
+        "done; "
+        "test -s /var/lib/dpkg/status && ! grep -qx 'Package: perl-base' /var/lib/dpkg/status && "
+        "printf 'ok' | iconv -f UTF-8 -t GB18030 >/dev/null && "
+        "python3 -c 'import ssl, sqlite3, json, zoneinfo, traceback; "
+        "zoneinfo.ZoneInfo(\"Asia/Shanghai\"); import json.decoder as d; "
+        "assert d.__file__.endswith(\".pyc\"), d.__file__' && echo fine")
+    res = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/sh",
+         _image(platform), "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip().endswith("fine"), (res.stdout, res.stderr)

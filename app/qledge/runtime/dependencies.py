@@ -42,8 +42,8 @@ log = logging.getLogger("qledge.dependencies")
 LABEL = "dependencies"
 REFRESH_S = 300.0  # the tasks' PATH/NODE_PATH are re-read at least this often
 LINUX = ("system packages cannot be installed: the container runs unprivileged and"
-         " its root filesystem is the image's. Build a derived image with them instead"
-         " (docs/dependencies.md, 'System packages')")
+         " its root filesystem is the image's. Build them into the image instead"
+         " (EXTRA_PACKAGES, docs/dependencies.md, 'System packages')")
 NO_NPM = ("node packages need the image's -node variant: this image has no npm"
           " (docs/image.md)")
 # A derived status that keeps a package in the folder or has a run pending.
