@@ -87,7 +87,10 @@ async def test_diskwatch_reports_changes_once(tmp_path: Path) -> None:
     assert vols["logs"] == {"total_bytes": 1000 * MIB, "used_bytes": 870 * MIB,
                             "free_bytes": 130 * MIB, "low_water_bytes": 100 * MIB,
                             "critical_bytes": 0, "pressure": False, "critical": False,
-                            "error": None, "free_space_known": True}
+                            "error": None, "free_space_known": True,
+                            "age_ms": vols["logs"]["age_ms"]}  # type: ignore[index]
+    assert 0 <= vols["logs"]["age_ms"] < 1000  # type: ignore[index]  # just measured
+    watch.close()
 
 
 async def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path: Path) -> None:
@@ -107,7 +110,8 @@ async def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path:
     assert watch.volumes_report()["logs"] == {
         "total_bytes": None, "used_bytes": None, "free_bytes": None, "low_water_bytes": 0,
         "critical_bytes": 0, "pressure": False, "critical": False, "error": None,
-        "free_space_known": False}
+        "free_space_known": False,
+        "age_ms": watch.volumes_report()["logs"]["age_ms"]}  # type: ignore[index]
     assert watch.report()["free_space_unknown"] == ["logs"]
     assert watch.report()["guard_unknown"] == "off"
 
@@ -117,13 +121,43 @@ async def test_a_volume_without_statfs_has_unknown_free_space_not_zero(tmp_path:
     assert hold.bytes_to_release() == 0  # deleting logs cannot be measured to help
     known.free = 50 * MIB  # real pressure elsewhere wins the reason
     assert await hold.check() == REASON
+    watch.close()
+    hold.close()
 
 
-async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None:
-    """The logs volume is a FUSE mount whose daemon is stopped: statvfs(2) there blocks
-    in the kernel. The check must give up on that volume (free space unknown, not
-    pressure) while the event loop keeps running, must not start a second stuck
-    probe, and must measure the volume again once the filesystem answers."""
+async def test_a_failing_probe_makes_the_free_space_unknown_at_once(tmp_path: Path) -> None:
+    """The kernel's error is an answer (nothing usable), not a slow probe: unknown at
+    once, without waiting for the bound, and measured again once the path is back."""
+    watch = DiskWatch({"logs": tmp_path / "gone"}, low_water_mb=1, low_water_pct=0,
+                      answer_bound_s=3600)
+    try:
+        assert await watch.check() is None
+        assert watch.volumes["logs"].error == "FileNotFoundError"
+        assert watch.volumes["logs"].free_space_known is False
+        (tmp_path / "gone").mkdir()
+        assert await watch.check() is None
+        assert watch.volumes["logs"].error is None
+        assert watch.volumes["logs"].free_space_known is True
+        assert watch.volumes["logs"].total_bytes > 0
+    finally:
+        watch.close()
+
+
+def _statvfs_threads(before: set[threading.Thread]) -> list[str]:
+    """The probe threads started since `before` (other tests' closed watches may still
+    be finishing theirs)."""
+    return [t.name for t in threading.enumerate()
+            if t not in before and t.name.startswith("qledge-statvfs-")]
+
+
+async def test_a_hung_volume_turns_unknown_only_after_the_bound(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The logs volume is a real FUSE mount whose daemon is stopped: statvfs(2) there
+    blocks in the kernel. The event loop keeps running; the volume keeps its last
+    measured free space until no answer has come for the bound (1.5 s here, 60 s by
+    default), then it is unknown ("TimeoutError", the guard setting applies), logged
+    once; checks meanwhile never start a second stuck probe; once the filesystem
+    answers, the volume is measured again."""
     from drills._forgetful import ForgetfulMount, available
 
     why = available()
@@ -133,8 +167,9 @@ async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None
     rig = ForgetfulMount(tmp_path / "backing", tmp_path / "logs")
     rig.mount()
     assert rig.proc is not None
+    bound = 1.5
     watch = DiskWatch({"data": tmp_path / "data", "logs": tmp_path / "logs"},
-                      low_water_mb=1, low_water_pct=0, probe_timeout_s=0.5)
+                      low_water_mb=1, low_water_pct=0, answer_bound_s=bound)
     ticks = 0
 
     async def ticker() -> None:
@@ -144,29 +179,47 @@ async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None
             await asyncio.sleep(0.01)
 
     beat = asyncio.create_task(ticker())
+    caplog.set_level("WARNING", logger="qledge.diskwatch")
+    threads = set(threading.enumerate())
     try:
         assert await watch.check() is None
-        assert watch.volumes["logs"].error is None and watch.volumes["logs"].total_bytes > 0
+        measured = watch.volumes["logs"].total_bytes
+        assert watch.volumes["logs"].error is None and measured > 0
         os.kill(rig.proc.pid, signal.SIGSTOP)
         # Should the check block the loop after all, this wakes the filesystem so that
         # the test fails on its assertions instead of hanging.
-        rescue = threading.Timer(10, os.kill, (rig.proc.pid, signal.SIGCONT))
+        rescue = threading.Timer(15, os.kill, (rig.proc.pid, signal.SIGCONT))
         rescue.start()
         try:
+            hung_at = time.monotonic()
             before = ticks
-            assert await watch.check() is None  # unknown free space holds nothing
-            assert ticks - before >= 10  # the loop ran while the probe hung (0.5 s)
+            assert await watch.check() is None
+            assert ticks - before >= 10  # the loop ran while the probe hung (0.5 s wait)
+            # Within the bound: the last measured value, and how old it is.
+            while time.monotonic() - hung_at < bound - 0.3:
+                assert await watch.check() is None
+                logs = watch.volumes["logs"]
+                assert (logs.free_space_known, logs.error, logs.total_bytes) == (
+                    True, None, measured)
+                await asyncio.sleep(0.05)
+            assert watch.volumes_report()["logs"]["age_ms"] >= (bound - 0.3) * 1000  # type: ignore[index]
+            assert not [r for r in caplog.records if "unknown" in r.getMessage()]
+            await asyncio.sleep(max(0.0, hung_at + bound - time.monotonic()) + 0.05)
+            assert await watch.check() is None  # unknown free space holds nothing ("off")
             assert watch.volumes["logs"].error == "TimeoutError"
             assert watch.volumes["logs"].free_space_known is False
+            assert watch.volumes_report()["logs"]["free_bytes"] is None  # type: ignore[index]
             watch.guard_unknown = "hold"  # the operator's choice applies to a hung one too
             assert await watch.check() == REASON_UNKNOWN
             watch.guard_unknown = "off"
             assert watch.volumes["data"].error is None  # the other volume is measured
-            for _ in range(3):
-                assert await watch.check() is None
+            await asyncio.gather(*(watch.check() for _ in range(20)))
             # one stuck thread for the hung volume, not one per check
-            assert watch._pool.stats()["threads"] <= 2
-            assert watch._pool.timeouts == 1
+            assert sorted(_statvfs_threads(threads)) == [
+                "qledge-statvfs-data", "qledge-statvfs-logs"]
+            unknown = [r for r in caplog.records if "unknown" in r.getMessage()]
+            assert len(unknown) == 1, unknown  # once per transition, not per check
+            assert "logs volume is unknown (TimeoutError)" in unknown[0].getMessage()
         finally:
             rescue.cancel()
             os.kill(rig.proc.pid, signal.SIGCONT)
@@ -175,11 +228,75 @@ async def test_a_hung_volume_never_blocks_the_event_loop(tmp_path: Path) -> None
             assert time.monotonic() < deadline, "the volume was never measured again"
             await asyncio.sleep(0.1)
             await watch.check()
+        assert watch.volumes["logs"].free_space_known is True
         assert watch.volumes["logs"].total_bytes > 0
     finally:
         beat.cancel()
         watch.close()
         rig.unmount()
+
+
+async def test_a_burst_of_checks_on_a_slow_probe_keeps_guarding(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 40: under a burst, checks raced a slow probe and the volume turned
+    "unknown" — the guard switched off exactly when the disk was busiest. On a real
+    8 MiB tmpfs, with the real statvfs made slow (each call sleeps past the check's
+    short wait), hundreds of concurrent checks never make the volume unknown, keep one
+    probe (and one thread) per volume, and still see the disk fill up."""
+    logs = tmp_path / "logs"
+    with tmpfs(logs, "the slow-probe burst"):
+        (tmp_path / "data").mkdir()
+        delay = 0.0
+        calls: list[float] = []
+        in_flight = 0
+        most = 0
+        lock = threading.Lock()
+
+        def slow_statvfs(path: Path) -> os.statvfs_result:
+            nonlocal in_flight, most
+            with lock:
+                in_flight += 1
+                most = max(most, in_flight)
+                calls.append(time.monotonic())
+            try:
+                time.sleep(delay)
+                return os.statvfs(path)
+            finally:
+                with lock:
+                    in_flight -= 1
+
+        watch = DiskWatch({"data": tmp_path / "data", "logs": logs}, low_water_mb=2,
+                          low_water_pct=0, statvfs=slow_statvfs, answer_bound_s=30)
+        caplog.set_level("WARNING", logger="qledge.diskwatch")
+        threads = set(threading.enumerate())
+        try:
+            assert await watch.check() is None
+            assert watch.volumes["logs"].free_bytes > 6 * MIB
+            delay = 1.0  # slower than the check's 0.5 s wait for a fresh answer
+            calls.clear()
+            # Fill the volume: 7 of its 8 MiB, below the 2 MiB mark.
+            (logs / "fill").write_bytes(b"x" * (7 * MIB))
+            t0 = time.monotonic()
+            seen: list[str | None] = []
+            while time.monotonic() - t0 < 3.5:
+                seen += await asyncio.gather(*(watch.check() for _ in range(25)))
+                for vol in watch.volumes.values():
+                    assert (vol.free_space_known, vol.error) == (True, None), vol
+                # a check that went unknown in between says so in the log
+                assert not [r for r in caplog.records if "unknown" in r.getMessage()]
+                await asyncio.sleep(0.02)
+            elapsed = time.monotonic() - t0
+            assert len(seen) >= 100
+            assert most <= 2  # one call per volume at a time, however many checks
+            assert len(calls) <= 2 * (elapsed / delay + 1)
+            assert sorted(_statvfs_threads(threads)) == [
+                "qledge-statvfs-data", "qledge-statvfs-logs"]
+            # The slow answers still arrive and still guard: the full disk is seen.
+            assert seen[0] is None and seen[-1] == REASON
+            assert watch.volumes["logs"].pressure and not watch.volumes["data"].pressure
+            assert not [r for r in caplog.records if "unknown" in r.getMessage()]
+        finally:
+            watch.close()
 
 
 def test_a_run_is_not_held_forever_on_a_filesystem_without_statfs(tmp_path: Path) -> None:

@@ -249,8 +249,8 @@ window.QLEDGE_I18N = ((table) => {
   'ev.held': 'Held in the queue: {why}|在队列中暂缓：{why}',
   'held.DISK_PRESSURE': 'low disk space on {volumes}; it starts when space is back|' +
     '{volumes} 磁盘空间不足；空间恢复后开始运行',
-  'held.DISK_FREE_UNKNOWN': 'the free space of {volumes} is unknown (its filesystem reports no size) and the disk guard is set to hold; it starts when that changes|' +
-    '{volumes} 的可用空间未知（其文件系统不报告容量），且磁盘保护设为暂缓（hold）；情况改变后开始运行',
+  'held.DISK_FREE_UNKNOWN': 'the free space of {volumes} is unknown (its filesystem reports no size or does not answer) and the disk guard is set to hold; it starts when that changes|' +
+    '{volumes} 的可用空间未知（其文件系统不报告容量或无响应），且磁盘保护设为暂缓（hold）；情况改变后开始运行',
 
   'reason.EXITED': 'The command exited by itself; its exit code decided the result (0 = succeeded).|' +
     '命令自行退出，结果由其退出码决定（0 为成功）。',
@@ -469,6 +469,11 @@ window.QLEDGE_I18N = ((table) => {
     '新的运行被暂缓：{volumes} 的可用空间未知，且磁盘保护设为暂缓（QLEDGE_DISK_GUARD_UNKNOWN）。',
   'system.freeUnknown': 'free space unknown (the filesystem reports no size)|' +
     '可用空间未知（文件系统不报告容量）',
+  'system.freeNoAnswer': 'free space unknown (the filesystem does not answer)|' +
+    '可用空间未知（文件系统无响应）',
+  'system.freeError': 'free space unknown (the filesystem answered with an error)|' +
+    '可用空间未知（文件系统返回了错误）',
+  'system.measuredAgo': 'measured {s} s ago|{s} 秒前测得',
   'system.heldUnknown': 'runs held|运行暂缓',
   'system.guard': 'disk guard: {mode}|磁盘保护：{mode}',
   'system.guard.off': 'disk guard: off — runs still start; a full disk shows in the writes (QLEDGE_DISK_GUARD_UNKNOWN)|' +

@@ -18,14 +18,18 @@
         : h('p.muted.small', t('system.nothing')));
   }
 
-  // A volume whose filesystem reports no size (no statfs) has unknown free space, not
-  // zero: no bar, the words, and what the guard does about it (docs/retention.md).
+  // A volume whose filesystem reports no size, fails, or hangs ("TimeoutError") has unknown
+  // free space, not zero: no bar, the words, and what the guard does (docs/retention.md).
   function unknownVolume(v, guard) {
     const key = 'system.guard.' + guard;
-    return [h('div.small', { 'data-role': 'free-unknown' }, t('system.freeUnknown')),
+    const why = !v.error ? t('system.freeUnknown')
+      : v.error === 'TimeoutError' ? t('system.freeNoAnswer') : t('system.freeError');
+    return [h('div.small', { 'data-role': 'free-unknown' }, why),
       h('div.small.muted', { 'data-role': 'guard' },
         t(key) === key ? t('system.guard', { mode: guard || '—' }) : t(key))];
   }
+
+  const STALE_MS = 5000;
 
   function volumesView(volumes, pressure) {
     const list = Array.isArray(volumes) ? volumes
@@ -53,7 +57,11 @@
             v.low_water_bytes != null ? t('system.lowWater', { n: fmtBytes(v.low_water_bytes) })
               : null,
             v.critical_bytes ? t('system.criticalMark', { n: fmtBytes(v.critical_bytes) }) : null,
-          ].filter(Boolean).join(' · '))] : unknownVolume(v, pressure && pressure.guard_unknown),
+          ].filter(Boolean).join(' · ')),
+          // A slow probe: the last answer's figures, and how old they are.
+          v.age_ms != null && v.age_ms >= STALE_MS ? h('div.small.muted', { 'data-role': 'age' },
+            t('system.measuredAgo', { s: Math.round(v.age_ms / 1000) })) : null,
+        ] : unknownVolume(v, pressure && pressure.guard_unknown),
         v.error ? h('div.field-error.small', String(v.error)) : null);
     }));
   }
