@@ -21,7 +21,7 @@ from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import envs, rows, runs, tasks
 from ..db import subscriptions as subs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..launch import environment
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
 from . import chains, overlap
