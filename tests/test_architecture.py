@@ -53,6 +53,50 @@ def test_only_db_speaks_sqlite() -> None:
     assert users == set()
 
 
+# The backends' own modules and drivers: everything outside db/ types against
+# db/interface.py's Protocols and gets its Database from db/backend.py.
+BACKEND_MODULES = {"qledge.db.sqlite", "qledge.db.pg", "aiosqlite", "asyncpg"}
+
+
+def backend_imports(rel: str, tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = _module_name(rel).split(".")
+                if not rel.endswith("__init__.py"):
+                    parts = parts[:-1]
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            names = [source, *(f"{source}.{alias.name}" for alias in node.names)]
+        found += [f"{rel}:{node.lineno} {name}" for name in names
+                  if name in BACKEND_MODULES or name.split(".")[0] in BACKEND_MODULES]
+    return found
+
+
+def test_only_db_knows_the_backends() -> None:
+    found = [f for rel, tree in _modules() if not rel.startswith("db/")
+             for f in backend_imports(rel, tree)]
+    assert found == []
+
+
+def test_the_backend_rule_catches_each_spelling() -> None:
+    def check(rel: str, source: str) -> list[str]:
+        return backend_imports(rel, ast.parse(source))
+
+    assert check("runtime/x.py", "from ..db.sqlite import Database\n") == [
+        "runtime/x.py:1 qledge.db.sqlite"]
+    assert check("runtime/x.py", "from ..db import pg, runs\n") == ["runtime/x.py:1 qledge.db.pg"]
+    assert check("x.py", "import asyncpg\nfrom .db.interface import Tx\n") == ["x.py:1 asyncpg"]
+    assert check("runtime/x.py", "from ..db.interface import Database\n"
+                 "from ..db import backend\n") == []
+
+
 # Functions that run on threads of their own, where a blocking sleep stalls nobody
 # (task_cli: the operator's `task` program, a process without an event loop).
 THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
