@@ -147,10 +147,10 @@ async def pgdb(pg_dsn: str) -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def litedb(tmp_path: Path) -> AsyncIterator[Any]:
-    """The same on the embedded SQLite (db/connection.py): the reference of the
+    """The same on the embedded SQLite (db/sqlite.py): the reference of the
     two-backend comparisons."""
     from qledge.db import migrate
-    from qledge.db.connection import Database
+    from qledge.db.sqlite import Database
 
     path = tmp_path / "qledge.db"
     migrate.apply(path)

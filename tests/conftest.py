@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from _pg import litedb, pg_dsn, pg_server, pgdb  # noqa: F401  (fixtures: a throwaway PostgreSQL)
 from qledge import paths, settings
 from qledge.db import backend, migrate
-from qledge.db.connection import Database
+from qledge.db.interface import Database
 from qledge.runtime.lifecycle import Runtime
 
 import _skips

@@ -53,6 +53,50 @@ def test_only_db_speaks_sqlite() -> None:
     assert users == set()
 
 
+# The backends' own modules and drivers: everything outside db/ types against
+# db/interface.py's Protocols and gets its Database from db/backend.py.
+BACKEND_MODULES = {"qledge.db.sqlite", "qledge.db.pg", "aiosqlite", "asyncpg"}
+
+
+def backend_imports(rel: str, tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = _module_name(rel).split(".")
+                if not rel.endswith("__init__.py"):
+                    parts = parts[:-1]
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            names = [source, *(f"{source}.{alias.name}" for alias in node.names)]
+        found += [f"{rel}:{node.lineno} {name}" for name in names
+                  if name in BACKEND_MODULES or name.split(".")[0] in BACKEND_MODULES]
+    return found
+
+
+def test_only_db_knows_the_backends() -> None:
+    found = [f for rel, tree in _modules() if not rel.startswith("db/")
+             for f in backend_imports(rel, tree)]
+    assert found == []
+
+
+def test_the_backend_rule_catches_each_spelling() -> None:
+    def check(rel: str, source: str) -> list[str]:
+        return backend_imports(rel, ast.parse(source))
+
+    assert check("runtime/x.py", "from ..db.sqlite import Database\n") == [
+        "runtime/x.py:1 qledge.db.sqlite"]
+    assert check("runtime/x.py", "from ..db import pg, runs\n") == ["runtime/x.py:1 qledge.db.pg"]
+    assert check("x.py", "import asyncpg\nfrom .db.interface import Tx\n") == ["x.py:1 asyncpg"]
+    assert check("runtime/x.py", "from ..db.interface import Database\n"
+                 "from ..db import backend\n") == []
+
+
 # Functions that run on threads of their own, where a blocking sleep stalls nobody
 # (task_cli: the operator's `task` program, a process without an event loop).
 THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
@@ -223,3 +267,91 @@ def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
     assert check("scripts.py", "from . import _script_tree as fs\nfs._temp_name()\n") == [
         "scripts.py:2 reads fs._temp_name"]
     assert check("x.py", "from . import __version__\nobj._private = 1\n") == []
+
+
+# What a string that is SQL begins with (case-sensitive: SQL in this code base is upper
+# case, prose and HTTP verbs are not caught by these).
+SQL_START = re.compile(
+    r"\s*(SELECT\s|INSERT\s|UPDATE\s|DELETE\s+FROM\s|REPLACE\s+INTO\s|WITH\s|NOTIFY\s"
+    r"|LISTEN\s|UNLISTEN\s|BEGIN\b|COMMIT\b|ROLLBACK\b|SAVEPOINT\s|RELEASE\s|PRAGMA\s"
+    r"|CREATE\s|DROP\s|ALTER\s|VACUUM\b|EXPLAIN\s|SET\s+LOCAL\s)")
+
+
+def sql_literals(rel: str, tree: ast.Module) -> list[str]:
+    """String literals (an f-string by its leading text) that look like SQL."""
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+             for v in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            lead = node.values[0] if node.values else None
+            text = lead.value if isinstance(lead, ast.Constant) else ""
+        elif isinstance(node, ast.Constant) and id(node) not in parts:
+            text = node.value
+        else:
+            continue
+        if isinstance(text, str) and SQL_START.match(text):
+            found.append(f"{rel}:{node.lineno} {text.strip()[:40]!r}")
+    return found
+
+
+def test_only_db_holds_sql() -> None:
+    """SQL outside db/ would bypass the Database/Tx interface both backends satisfy
+    (db/interface.py): a NOTIFY is Tx.notify, a liveness probe Database.ping."""
+    found = [f for rel, tree in _modules() if not rel.startswith("db/")
+             for f in sql_literals(rel, tree)]
+    assert found == []
+
+
+def test_the_sql_rule_catches_statements_and_spares_prose() -> None:
+    def check(source: str) -> list[str]:
+        return sql_literals("x.py", ast.parse(source))
+
+    assert check('tx.one("SELECT 1")\n') == ["x.py:1 'SELECT 1'"]
+    assert check('c = "NOTIFY"\nawait tx.execute(f"NOTIFY {c}")\n') == ["x.py:2 'NOTIFY'"]
+    assert check('q = ("\\n  UPDATE runs SET a = 1"\n     " WHERE id = ?")\n') == [
+        "x.py:1 'UPDATE runs SET a = 1 WHERE id = ?'"]
+    assert check('x = "DELETE FROM t"\ny = "BEGIN"\nz = f"PRAGMA {p}"\n') == [
+        "x.py:1 'DELETE FROM t'", "x.py:2 'BEGIN'", "x.py:3 'PRAGMA'"]
+    assert check('Route("/apps/{id}", f, methods=["DELETE", "PUT"])\n'
+                 'log.info("Selected %s", n)\nm = "update the task"\n'
+                 'f"{n} SELECT"\n') == []
+
+
+def http_write_transactions(rel: str, tree: ast.Module) -> list[str]:
+    """Where an http/ module opens a write transaction itself: `async with … .write(…)`
+    or any `db.write(…)`."""
+    found = []
+    for node in ast.walk(tree):
+        calls = []
+        if isinstance(node, ast.AsyncWith):
+            calls += [item.context_expr for item in node.items]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Attribute | ast.Name) and \
+                getattr(node.func.value, "attr", getattr(node.func.value, "id", "")) == "db":
+            calls.append(node)
+        found += [f"{rel}:{call.lineno}" for call in calls
+                  if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                  and call.func.attr == "write"]
+    return sorted(set(found))
+
+
+def test_http_never_opens_a_write_transaction() -> None:
+    """An endpoint reads through db/ or calls one operation of runtime/operations.py:
+    a write of its own would skip the operation's checks and follow-ups."""
+    found = [f for rel, tree in _modules() if rel.startswith("http/")
+             for f in http_write_transactions(rel, tree)]
+    assert found == []
+
+
+def test_the_http_write_rule_catches_each_spelling() -> None:
+    def check(source: str) -> list[str]:
+        return http_write_transactions("http/x.py", ast.parse(source))
+
+    assert check("async def f(rt):\n    async with rt.db.write() as tx:\n        pass\n"
+                 ) == ["http/x.py:2"]
+    assert check("async def f(db):\n    async with db.write(durable=False) as tx:\n"
+                 "        pass\n") == ["http/x.py:2"]
+    assert check("def f(rt):\n    return rt.db.write()\n") == ["http/x.py:2"]
+    assert check("async def f(rt):\n    async with rt.db.read() as tx:\n        pass\n"
+                 "    sc.write(path, data)\n    parser.write(chunk)\n") == []

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from qledge.db import attempts, leases, migrate, retention_queries
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from test_event_log import _copy, _migrate_in_child
 from test_journal import _at_0020, _rows
 from test_migrate import _copy_migrations

@@ -18,7 +18,7 @@ import pytest
 import _pg
 from qledge import settings
 from qledge.db import backend
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 
 from _appliance import Appliance
 from conftest import free_port

@@ -21,7 +21,7 @@ import pytest
 from qledge import ids, transitions
 from qledge.clock import now_ms
 from qledge.db import attempts, events, journal, runs, tasks
-from qledge.db.connection import Database, Tx
+from qledge.db.sqlite import Database, Tx
 from qledge.launch import identity, logs
 from qledge.launch.executor import EXECUTOR_TYPE, Prepared, base_env
 from qledge.model import (

@@ -12,7 +12,7 @@ import pytest
 
 from qledge import ids, transitions
 from qledge.db import attempts, events, leases, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Trigger
 
 from _appliance import Appliance

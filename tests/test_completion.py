@@ -9,7 +9,7 @@ import pytest
 
 from qledge import failpoints, ids, transitions
 from qledge.db import attempts, events, journal, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Attempt, CancelReason, Trigger
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash
 from qledge.receipts.store import ReceiptStore

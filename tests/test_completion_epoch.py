@@ -19,7 +19,7 @@ import pytest
 
 from qledge import failpoints, ids, transitions
 from qledge.db import attempts, epochs, events, journal, migrate_pg, pg, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.http.runs import attempt_view
 from qledge.model import Attempt, Reason, Trigger
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from qledge.db import dialect, events, pg
-from qledge.db.connection import Tx
 from qledge.db.rows import like_pattern
+from qledge.db.sqlite import Tx
 
 
 def test_each_transaction_says_its_dialect() -> None:

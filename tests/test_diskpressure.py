@@ -18,7 +18,7 @@ import pytest
 
 from qledge import ids
 from qledge.db import events, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Trigger
 from qledge.runtime.diskwatch import (
     MIB,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qledge import ids
 from qledge.db import attempts, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
@@ -26,7 +26,7 @@ _PROGRAM = textwrap.dedent("""
     import asyncio, os, sys
     sys.path.insert(0, sys.argv[2])
     from qledge.db import migrate
-    from qledge.db.connection import Database
+    from qledge.db.sqlite import Database
 
     def mark(name):
         os.access("/__mark_" + name, os.F_OK)

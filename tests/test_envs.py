@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from qledge import ids
 from qledge.db import envs
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 
 SECRET = "s3cr3t-v4lue-0f-an-env"
 

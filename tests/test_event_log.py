@@ -16,7 +16,7 @@ import pytest
 
 from qledge import ids
 from qledge.db import _event_log, events, migrate, runs
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Event, NewEvent, RunStatus
 from qledge.transitions import Transition
 from test_migrate import _legacy_db, _seed

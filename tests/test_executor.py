@@ -11,7 +11,7 @@ import pytest
 from qledge import ids
 from qledge.clock import now_ms
 from qledge.db import attempts, runs, tasks
-from qledge.db.connection import Tx
+from qledge.db.sqlite import Tx
 from qledge.launch import identity, logs
 from qledge.launch.executor import STOP_WAIT_S
 from qledge.model import AttemptStatus, Reason, Run, Trigger

@@ -13,7 +13,7 @@ from typing import Any
 from qledge import transitions
 from qledge.db import attempts, pg, runs, tasks
 from qledge.db import retention_queries as q
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Trigger
 
 

@@ -15,7 +15,7 @@ from qledge.db import events as db_events
 from qledge.db import runs as db_runs
 from qledge.db import schedule as db_schedule
 from qledge.db import tasks as db_tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Run, Trigger
 from qledge.runtime.scheduler import Scheduler
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from qledge.db import journal, migrate, retention_queries
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from test_event_log import _copy, _migrate_in_child
 from test_migrate import _legacy_db, _seed
 

@@ -27,7 +27,7 @@ from qledge.db import (
     runs,
     tasks,
 )
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import CancelReason, Run, Trigger
 from qledge.node import Node
 from qledge.runtime.diskwatch import DiskWatch

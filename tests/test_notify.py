@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qledge import notify, qinglong_notify, shipped_scripts
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Trigger
 from qledge.settings import Settings
 

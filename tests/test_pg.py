@@ -34,7 +34,7 @@ from qledge.db import (
     subscriptions,
     tasks,
 )
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
 from qledge.qinglong_source import QlDependency

@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from qledge.db import attempts, claims, pg, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.launch.executor import LocalExecutor, Prepared
 from qledge.launch.isolation import Isolation
 from qledge.model import Run, RunStatus, Trigger

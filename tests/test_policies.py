@@ -13,7 +13,7 @@ from qledge.db import attempts as db_attempts
 from qledge.db import events as db_events
 from qledge.db import runs as db_runs
 from qledge.db import tasks as db_tasks
-from qledge.db.connection import Tx
+from qledge.db.sqlite import Tx
 from qledge.model import (
     Attempt,
     AttemptStatus,

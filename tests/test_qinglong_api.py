@@ -95,8 +95,8 @@ def test_app_input_is_validated(client: TestClient) -> None:
         r = client.post("/api/v1/apps", json=body)
         assert r.status_code == 422 and r.json()["field"] == field, r.text
     make_app(client, "dup", ["envs"])
-    assert client.post("/api/v1/apps", json={"name": "dup", "scopes": ["envs"]}).status_code \
-        == 409
+    r = client.post("/api/v1/apps", json={"name": "dup", "scopes": ["envs"]})
+    assert r.status_code == 409 and r.json()["field"] == "name", r.text
     assert client.post("/api/v1/apps", json={"name": "bot"},
                        headers={"Authorization": ""}).status_code == 401
 

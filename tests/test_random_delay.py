@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from qledge import ids
 from qledge.clock import now_ms
 from qledge.db import events, runs, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler, random_delay_ms

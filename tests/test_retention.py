@@ -18,7 +18,7 @@ import pytest
 from qledge import failpoints, ids, transitions
 from qledge.db import attempts, journal, migrate, runs, tasks, upkeep
 from qledge.db import retention_queries as q
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.launch import logs
 from qledge.model import TERMINAL_RUN, RunStatus, Trigger
 from qledge.runtime.diskwatch import DiskWatch
@@ -426,7 +426,7 @@ def test_kill_between_commit_and_unlink_then_next_round_cleans(
         "import asyncio, sys\n"
         "from pathlib import Path\n"
         "import msgspec\n"
-        "from qledge.db.connection import Database\n"
+        "from qledge.db.sqlite import Database\n"
         "from qledge.runtime.diskwatch import DiskWatch\n"
         "from qledge.runtime.retention import Retention\n"
         "from qledge.settings import Settings\n"

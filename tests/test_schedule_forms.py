@@ -15,7 +15,7 @@ from qledge import cron, ids, transitions
 from qledge.db import events as db_events
 from qledge.db import runs as db_runs
 from qledge.db import tasks as db_tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import TERMINAL_RUN, CancelReason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler

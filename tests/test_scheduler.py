@@ -13,7 +13,7 @@ import pytest
 
 from qledge import failpoints, ids, transitions
 from qledge.db import backend, events, runs, schedule, tasks
-from qledge.db.connection import Database
+from qledge.db.sqlite import Database
 from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
 from qledge.settings import Settings

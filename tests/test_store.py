@@ -7,7 +7,7 @@ import pytest
 
 from qledge import ids, transitions
 from qledge.db import attempts, events, rows, runs, tasks
-from qledge.db.connection import Database, Tx
+from qledge.db.sqlite import Database, Tx
 from qledge.model import CancelReason, NewEvent, Run, RunStatus, Trigger
 
 
@@ -269,7 +269,7 @@ async def test_inline_runs_a_whole_function_on_the_database_thread(db: Database)
 
 
 async def test_inline_code_that_suspends_rolls_the_transaction_back(db: Database) -> None:
-    from qledge.db.connection import InlineSuspended
+    from qledge.db.sqlite import InlineSuspended
 
     async def body(tx: Tx) -> None:
         await tx.execute("INSERT INTO storage_settings(name, value) VALUES ('sus', 'x')")

@@ -17,7 +17,7 @@ import pytest
 
 from qledge.clock import now_ms
 from qledge.db import attempts, events, runs, tasks
-from qledge.db.connection import Tx
+from qledge.db.sqlite import Tx
 from qledge.launch import identity
 from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
 from qledge.runtime import operations

@@ -36,7 +36,7 @@ The two transactions, each timed BEGIN → COMMIT returned by the client, with N
 PostgreSQL runs with synchronous_commit=on (every COMMIT waits for its WAL flush).
 SQLite runs both shapes with one writer (the appliance has one), WAL, 1 KiB pages,
 BEGIN IMMEDIATE, synchronous=FULL and NORMAL, one hand-off to aiosqlite's thread per
-statement (as db/connection.Tx does), `?` placeholders, no SKIP LOCKED (one writer).
+statement (as db/sqlite.Tx does), `?` placeholders, no SKIP LOCKED (one writer).
 
 Each cell starts from fresh tables: SEED queued runs (claim) or running attempts
 (completion) after HISTORY finished runs (a realistic table for the planner), then

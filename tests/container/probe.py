@@ -61,7 +61,7 @@ def receipt_roundtrip() -> list[int]:
 def store_roundtrip() -> list[int]:
     from qledge import ids
     from qledge.db import events, migrate, runs, tasks
-    from qledge.db.connection import Database
+    from qledge.db.sqlite import Database
     from qledge.model import Trigger
 
     async def go(path: Path) -> list[int]:

@@ -1,4 +1,4 @@
-"""The durability marks both backends' Database keep (db/connection.py, db/pg.py).
+"""The durability marks both backends' Database keep (db/sqlite.py, db/pg.py).
 
 `commit_seq` counts write transactions committed by this process, `durable_seq` the
 last one known durable (a durable commit, or a `sync()` after it); a receipt is

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
 from . import dialect
-from .connection import Tx
+from .interface import Row, Tx
 from .rows import NotFound
 
 _json = msgspec.json.Encoder()
@@ -29,7 +27,7 @@ class TokenGrant(msgspec.Struct, frozen=True, kw_only=True):
     expires_at_ms: int
 
 
-def _app(row: sqlite3.Row) -> App:
+def _app(row: Row) -> App:
     keys = row.keys()
     return App(id=row["id"], name=row["name"], client_id=row["client_id"],
                scopes=msgspec.json.decode(row["scopes_json"], type=list[str]),

@@ -18,8 +18,8 @@ from __future__ import annotations
 from ..model import Attempt, AttemptStatus, NewEvent, Run, RunStatus
 from . import dialect
 from . import statuses as st
-from .connection import Tx
 from .events import append_events
+from .interface import Tx
 from .rows import ATTEMPT_SELECT, NotFound, attempt_from_row
 
 _ACTIVE_ATTEMPT = st.active_attempt()

@@ -1,7 +1,7 @@
 """The backend this node's settings name: the embedded SQLite, or the fleet's PostgreSQL.
 
 `database_url` empty (the default) is the embedded SQLite exactly as before: the file
-under the data dir, db/migrate.py, db/connection.Database. Set, it is fleet mode
+under the data dir, db/migrate.py, db/sqlite.Database. Set, it is fleet mode
 (docs/fleet-plan.md): db/pg.Database on that server, db/migrate_pg.py, and the node's
 runtime owner id kept in `<data_path>/node-id` (SQLite keeps it in its `node` row;
 a shared database cannot hold one node's identity for it).
@@ -16,12 +16,11 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import cast
 
 from .. import ids
 from ..settings import Settings, SettingsError, redact_dsn
-from . import errors, migrate
-from .connection import Database
+from . import errors, migrate, sqlite
+from .interface import Database
 
 log = logging.getLogger("qledge.db.backend")
 
@@ -43,16 +42,14 @@ def _require_driver() -> None:
 
 
 def database(settings: Settings, readers: int = 2) -> Database:
-    """An unopened Database for these settings.
-
-    db/pg.Database has connection.Database's public interface (the modules are typed
-    against that one): the cast is the one place the two meet."""
+    """An unopened Database for these settings: either backend, as db/interface.py's
+    Protocol (mypy checks here that both satisfy it)."""
     if not settings.fleet:
-        return Database(settings.db_path, readers=readers)
+        return sqlite.Database(settings.db_path, readers=readers)
     _require_driver()
     from . import pg
 
-    return cast(Database, pg.Database(settings.database_url, readers=readers))
+    return pg.Database(settings.database_url, readers=readers)
 
 
 def migrate_now(settings: Settings) -> list[int]:

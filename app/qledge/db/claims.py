@@ -28,7 +28,7 @@ from ..model import Run, RunStatus
 from ..node import Node, allows
 from . import dialect
 from . import statuses as st
-from .connection import Tx
+from .interface import Tx
 
 # The database's clock in ms: leases are compared against one clock, not the nodes'.
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"

@@ -6,8 +6,8 @@ import msgspec
 
 from ..model import NewEvent, Run, RunStatus
 from . import statuses as st
-from .connection import Tx
 from .events import append_events
+from .interface import Tx
 from .rows import run_from_row
 from .runs import get_run, notify_queued
 

@@ -9,7 +9,6 @@ run is gone). The status a package shows is derived from those two.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 
 import msgspec
@@ -18,7 +17,7 @@ from .. import ids
 from ..dependency_spec import package
 from ..model import RunStatus
 from . import dialect, statuses
-from .connection import Tx
+from .interface import Row, Tx
 from .rows import NotFound, like_pattern
 
 _SELECT = ("SELECT d.*, r.status AS run_status FROM dependencies d"
@@ -40,7 +39,7 @@ class Dependency(msgspec.Struct, frozen=True, kw_only=True):
     updated_at_ms: int
 
 
-def _dep(row: sqlite3.Row) -> Dependency:
+def _dep(row: Row) -> Dependency:
     return Dependency(
         id=row["id"], num=row["num"], type=row["type"], name=row["name"], spec=row["spec"],
         action=row["action"], remark=row["remark"], last_run_id=row["last_run_id"],

@@ -6,7 +6,7 @@ LIMIT: docs/fleet-plan.md, "Migrations for both backends", item 4). What has no
 common spelling is built here, so a module keeps one SQL string per query and a
 second backend changes this module, not every call site.
 
-Each transaction says which dialect it speaks (`Tx.dialect`: db/connection.py's is
+Each transaction says which dialect it speaks (`Tx.dialect`: db/sqlite.py's is
 SQLITE, db/pg.py's POSTGRESQL), and a call site passes it to the helper that builds
 its fragment. SQLite's fragments are exactly the text the queries had before, so
 SQLite's statements, statement cache and query plans are unchanged.

@@ -6,13 +6,12 @@ hands them to a process is `global_env` (the spawn environment).
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
 
 from . import dialect
-from .connection import Tx
+from .interface import Row, Tx
 from .rows import NotFound, like_pattern
 
 # QingLong's position scheme: new envs go below the lowest existing one.
@@ -32,7 +31,7 @@ class EnvVar(msgspec.Struct, frozen=True, kw_only=True):
     updated_at_ms: int
 
 
-def _env(row: sqlite3.Row) -> EnvVar:
+def _env(row: Row) -> EnvVar:
     return EnvVar(
         id=row["id"], num=row["num"], name=row["name"], value=row["value"],
         remarks=row["remarks"], enabled=bool(row["enabled"]), position=row["position"],

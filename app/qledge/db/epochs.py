@@ -7,7 +7,7 @@ alone, so SQLite never reaches this module.
 from __future__ import annotations
 
 from . import dialect
-from .connection import Tx
+from .interface import Tx
 
 # FOR SHARE on PostgreSQL: a takeover's `UPDATE nodes SET epoch = epoch + 1` waits for
 # the completion that read the row, or the completion waits and sees the new epoch —

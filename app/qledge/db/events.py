@@ -7,13 +7,11 @@ up to `runs.event_base`, and read back unchanged.
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
 from ..model import Event, NewEvent, Run
 from . import _event_log, dialect
-from .connection import Tx
+from .interface import Row, Tx
 
 # The fragment of a run UPDATE that appends encoded events (parameter: their bytes)
 # and takes their numbers (`event_seq` then names the last one), per dialect (the
@@ -51,7 +49,7 @@ async def _attempt_ids(tx: Tx, run_id: str) -> dict[int, str]:
     return {int(r["attempt_no"]): str(r["id"]) for r in rows}
 
 
-async def _logged(tx: Tx, row: sqlite3.Row) -> list[Event]:
+async def _logged(tx: Tx, row: Row) -> list[Event]:
     """The events in the run row's log, numbered."""
     base = row["event_base"]
     if base is None or not row["event_log"]:
@@ -61,7 +59,7 @@ async def _logged(tx: Tx, row: sqlite3.Row) -> list[Event]:
                              await _attempt_ids(tx, row["id"]))
 
 
-def _base(row: sqlite3.Row) -> int:
+def _base(row: Row) -> int:
     return int(row["event_seq"] if row["event_base"] is None else row["event_base"])
 
 

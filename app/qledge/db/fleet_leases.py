@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .connection import Tx
+from .interface import Tx
 
 # The database clock in ms, evaluated per statement call (clock_timestamp, not the
 # transaction's start time: a transaction that waited on a lock sees the real now).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model import RunStatus
 from . import statuses as st
-from .connection import Tx
+from .interface import Tx
 
 _QUEUED = st.is_("status", RunStatus.QUEUED)
 _RUNNING = st.is_("status", RunStatus.RUNNING)

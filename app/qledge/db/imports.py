@@ -14,7 +14,7 @@ from .. import dependency_spec, ids
 from ..qinglong_plan import Action, Item, Mapped, Plan, Target
 from ..qinglong_source import QlDependency
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
-from .connection import Tx
+from .interface import Tx
 
 TASK_KEYS = ("name", "command", "schedule", "extra_schedules", "enabled", "labels", "overlap",
              "timeout_s")

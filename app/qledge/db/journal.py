@@ -14,7 +14,7 @@ import msgspec
 from ..model import AttemptStatus
 from . import dialect
 from . import statuses as st
-from .connection import Tx
+from .interface import Tx
 
 _A_ACTIVE = st.active_attempt("a.status")
 # The WHERE of attempts_journal: an attempt that has a journal entry.

@@ -7,7 +7,7 @@ import msgspec
 from ..model import Attempt, AttemptStatus, RunStatus
 from . import dialect
 from . import statuses as st
-from .connection import Tx
+from .interface import Tx
 from .rows import ATTEMPT_SELECT, attempt_from_row
 
 _A_RUNNING = st.is_("a.status", AttemptStatus.RUNNING)

@@ -21,7 +21,7 @@ import msgspec
 
 from ..model import Attempt, AttemptStatus, Reason, RunStatus
 from . import statuses as st
-from .connection import Tx
+from .interface import Tx
 from .rows import attempt_from_row
 
 # The database's clock in ms (docs/fleet-plan.md: times compared across nodes).

@@ -8,7 +8,7 @@ from .. import ids
 from ..model import RunStatus
 from ..notify import Rules, RulesPatch
 from . import statuses as st
-from .connection import Tx
+from .interface import Row, Tx
 
 _CANCELLED = st.is_("status", RunStatus.CANCELLED)
 
@@ -46,8 +46,8 @@ class NotFound(Exception):
     pass
 
 
-def _channel(row: object) -> Channel:
-    r: dict[str, object] = dict(row)  # type: ignore[call-overload]
+def _channel(row: Row) -> Channel:
+    r: dict[str, object] = dict(row)
     r["enabled"] = bool(r["enabled"])
     return msgspec.convert(r, Channel)
 

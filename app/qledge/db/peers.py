@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .connection import Tx
+from .interface import Tx
 
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's connections (asyncpg): the interface of db/connection.py.
+"""The PostgreSQL backend's connections (asyncpg): db/interface.py's Protocols.
 
 One writer connection under an asyncio lock (writes of a node stay serialized, as
 on SQLite), reader connections for `REPEATABLE READ READ ONLY` snapshots. Built
@@ -38,14 +38,17 @@ from typing import Any, ClassVar, TypeVar
 import asyncpg
 
 from .. import failpoints
-from . import errors
+from . import errors, interface
 from ._durability import Durability
-from .connection import Params, TerminalListener
+from ._hooks import TxHooks
 from .dialect import POSTGRESQL, Dialect
+from .interface import Params, TerminalListener
 
 log = logging.getLogger("qledge.pg")
 T = TypeVar("T")
 Row = Any  # an asyncpg.Record: row["column"], row[0], keys(), dict(row)
+# A channel name as NOTIFY takes it unquoted (lower case: LISTEN quotes its name).
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]*")
 
 # Session settings of every connection (the plan's "session timeouts"): a frozen
 # node's open transaction is aborted by the server and its locks released.
@@ -175,33 +178,25 @@ def _rowcount(status: str) -> int:
     return 0
 
 
-class Tx:
+class Tx(TxHooks):
     """One open transaction (or read snapshot) on one connection."""
 
-    __slots__ = ("_committed", "_conn", "_undo", "changes", "terminal_listeners")
+    __slots__ = ("_conn", "changes")
 
-    dialect: ClassVar[Dialect] = POSTGRESQL  # as connection.Tx.dialect
+    dialect: ClassVar[Dialect] = POSTGRESQL
 
     def __init__(self, conn: Any, terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
+        super().__init__(terminal_listeners)
         self._conn = conn
-        self._undo: list[Callable[[], None]] = []
-        self._committed: list[Callable[[], None]] = []
-        self.terminal_listeners = terminal_listeners
         self.changes = 0  # rows changed by INSERT/UPDATE/DELETE in this transaction
 
-    def on_commit(self, fn: Callable[[], None]) -> None:
-        """Run `fn` once this write transaction has committed (as connection.Tx)."""
-        self._committed.append(fn)
-
-    def on_rollback(self, fn: Callable[[], None]) -> None:
-        """Run `fn` if this transaction — or the savepoint open now — rolls back."""
-        self._undo.append(fn)
-
-    def _rolled_back(self, mark: int = 0) -> None:
-        undo = self._undo[mark:]
-        del self._undo[mark:]
-        for fn in reversed(undo):
-            fn()
+    async def notify(self, channel: str) -> None:
+        """NOTIFY: the server delivers it to every node's listeners when this
+        transaction commits (one per channel and transaction), drops it with a
+        rollback — of the transaction or of the savepoint it was sent in."""
+        if not _CHANNEL.fullmatch(channel):
+            raise ValueError(f"not a channel name: {channel!r}")
+        await self.execute(f"NOTIFY {channel}")
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """Run a statement; returns the number of rows changed."""
@@ -227,7 +222,7 @@ class Tx:
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested unit inside the transaction: rolled back alone if it raises."""
         await self.execute("SAVEPOINT unit")
-        mark = len(self._undo)
+        mark = self._savepoint_mark()
         changes = self.changes
         try:
             yield
@@ -239,7 +234,7 @@ class Tx:
             raise
         await self.execute("RELEASE SAVEPOINT unit")
 
-    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def inline(self, fn: Callable[[interface.Tx], Awaitable[T]]) -> T:
         """`fn(tx)`: a plain call here (no database thread to stay on)."""
         return await fn(self)
 
@@ -253,7 +248,7 @@ async def _connect(dsn: str, *, readonly: bool) -> Any:
 
 
 class Database(Durability):
-    """Owns every connection; the same public interface as connection.Database."""
+    """Owns every connection."""
 
     def __init__(self, dsn: str, readers: int = 2) -> None:
         super().__init__()
@@ -278,7 +273,7 @@ class Database(Durability):
             self._all.append(conn)
             self._readers.put_nowait(conn)
         # A previous worker's asynchronous commits may not be flushed yet: make them
-        # durable before anything here acts on what they say (as connection.open).
+        # durable before anything here acts on what they say (as db/sqlite.py's open).
         await self._flush()
 
     async def close(self) -> None:
@@ -338,8 +333,7 @@ class Database(Durability):
                 tx._rolled_back()
                 raise
             self.commit_seq += 1
-            for fn in tx._committed:
-                fn()
+            tx._did_commit()
             if durable and tx.changes:
                 await self._advance(self.commit_seq)
 
@@ -351,6 +345,11 @@ class Database(Durability):
             with _mapped():
                 async with conn.transaction():
                     await conn.execute("SELECT pg_current_xact_id()")
+
+    async def ping(self) -> None:
+        """The database answers a statement now (a storage error if not)."""
+        async with self.read() as tx:
+            await tx.one("SELECT 1")
 
     async def sync(self) -> None:
         """Make every commit so far durable."""

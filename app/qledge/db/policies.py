@@ -15,7 +15,7 @@ import msgspec
 from ..transitions import RetryPolicy, Transition
 from ..transitions import retry_or_end as _retry_or_end
 from . import dialect
-from .connection import Tx
+from .interface import Tx
 
 
 async def retry_policy(tx: Tx, task_id: str) -> RetryPolicy:

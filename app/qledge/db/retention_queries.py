@@ -7,15 +7,13 @@ caller passes; none of them lists a directory.
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
 from ..model import NewEvent, RunStatus
-from . import dialect
+from . import dialect, sqlite
 from . import statuses as st
-from .connection import Database, Tx
 from .events import append_events, last_event_type
+from .interface import Database, Row, Tx
 from .runs import get_run
 
 _R_TERMINAL = st.terminal_run("r.status")
@@ -294,7 +292,7 @@ async def log_eviction(tx: Tx, relative_path: str) -> tuple[str, int] | None:
     return str(row["log_evicted_reason"]), int(row["log_evicted_at_ms"])
 
 
-def _log(row: sqlite3.Row, *, newest: bool = False) -> LogRow:
+def _log(row: Row, *, newest: bool = False) -> LogRow:
     return LogRow(id=row["id"], attempt_id=row["attempt_id"],
                   relative_path=row["relative_path"], size_bytes=row["size_bytes"],
                   newest=newest)
@@ -365,9 +363,17 @@ async def db_stats(tx: Tx) -> DbStats:
                    auto_vacuum=values[3])
 
 
+def _embedded(db: Database) -> sqlite.Database:
+    """WAL checkpoints and incremental vacuum are SQLite's upkeep (a PostgreSQL server
+    does its own): the caller checked the dialect first."""
+    if not isinstance(db, sqlite.Database):
+        raise TypeError(f"SQLite upkeep on a {type(db).__name__}")
+    return db
+
+
 async def checkpoint_wal(db: Database) -> tuple[int, int, int]:
     """PRAGMA wal_checkpoint(TRUNCATE) on the writer: (busy, wal frames, checkpointed)."""
-    rows = await db.maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
+    rows = await _embedded(db).maintenance("PRAGMA wal_checkpoint(TRUNCATE)")
     if not rows:
         return 0, 0, 0
     busy, frames, done = (int(v) for v in tuple(rows[0]))
@@ -376,4 +382,4 @@ async def checkpoint_wal(db: Database) -> tuple[int, int, int]:
 
 async def incremental_vacuum(db: Database, pages: int) -> None:
     """Return up to `pages` free pages to the filesystem (auto_vacuum=INCREMENTAL)."""
-    await db.maintenance(f"PRAGMA incremental_vacuum({int(pages)})", rows=False)
+    await _embedded(db).maintenance(f"PRAGMA incremental_vacuum({int(pages)})", rows=False)

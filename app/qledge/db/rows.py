@@ -6,8 +6,6 @@ column added by a migration is read in one place.
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
 from ..model import (
@@ -22,6 +20,7 @@ from ..model import (
     Task,
     Trigger,
 )
+from .interface import Row
 
 
 class Conflict(Exception):
@@ -37,7 +36,7 @@ class NotFound(Exception):
 ATTEMPT_SELECT = "SELECT a.* FROM run_attempts a"
 
 
-def task_from_row(row: sqlite3.Row) -> Task:
+def task_from_row(row: Row) -> Task:
     return Task(
         id=row["id"], num=row["num"], name=row["name"], command=row["command"],
         schedule=row["schedule"], timeout_s=row["timeout_s"],
@@ -56,7 +55,7 @@ def task_from_row(row: sqlite3.Row) -> Task:
     )
 
 
-def run_from_row(row: sqlite3.Row) -> Run:
+def run_from_row(row: Row) -> Run:
     return Run(
         id=row["id"], task_id=row["task_id"], trigger=Trigger(row["trigger"]),
         status=RunStatus(row["status"]), version=row["version"], event_seq=row["event_seq"],
@@ -71,7 +70,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
     )
 
 
-def attempt_from_row(row: sqlite3.Row) -> Attempt:
+def attempt_from_row(row: Row) -> Attempt:
     return Attempt(
         id=row["id"], run_id=row["run_id"], attempt_no=row["attempt_no"],
         executor_type=row["executor_type"], runtime_owner=row["runtime_owner"],

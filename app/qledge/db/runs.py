@@ -16,8 +16,8 @@ from ..transitions import Transition
 from . import dialect, events, policies
 from . import statuses as st
 from .attempts import run_has_active_attempt
-from .connection import Tx
 from .events import append_events
+from .interface import Tx
 from .rows import Conflict, NotFound, run_from_row
 
 _json = msgspec.json.Encoder()
@@ -60,11 +60,10 @@ async def create_run(tx: Tx, run_id: str, task_id: str, trigger: Trigger, now_ms
 
 
 async def notify_queued(tx: Tx) -> None:
-    """Wake every node's dispatcher when this transaction commits (PostgreSQL: the
-    other nodes cannot see this node's queue otherwise; on SQLite the one node's own
-    callers wake it)."""
-    if tx.dialect == dialect.POSTGRESQL:
-        await tx.execute(f"NOTIFY {QUEUED_CHANNEL}")
+    """Wake every node's dispatcher when this transaction commits (fleet mode: the
+    other nodes cannot see this node's queue otherwise; on SQLite nobody listens —
+    the one node's own callers wake it)."""
+    await tx.notify(QUEUED_CHANNEL)
 
 
 async def get_run(tx: Tx, run_id: str) -> Run:

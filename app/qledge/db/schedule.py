@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model import Task
 from . import dialect
-from .connection import Tx
+from .interface import Tx
 from .rows import task_from_row
 
 

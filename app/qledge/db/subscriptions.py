@@ -6,14 +6,13 @@ pull's own environment. Listings and API answers say whether one is set.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import msgspec
 
 from ..subscription_spec import Caps
 from . import dialect
-from .connection import Tx
+from .interface import Row, Tx
 from .rows import NotFound, like_pattern
 
 _json = msgspec.json.Encoder()
@@ -59,7 +58,7 @@ class Link(msgspec.Struct, frozen=True, kw_only=True):
     disabled_by_pull: bool
 
 
-def _sub(row: sqlite3.Row) -> Subscription:
+def _sub(row: Row) -> Subscription:
     last = row["last_sync_json"]
     return Subscription(
         id=row["id"], num=row["num"], name=row["name"], type=row["type"], url=row["url"],

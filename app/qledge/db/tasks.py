@@ -8,7 +8,7 @@ import msgspec
 
 from ..model import CHAIN_FIELDS, Task
 from . import dialect
-from .connection import Tx
+from .interface import Tx
 from .rows import NotFound, like_pattern, task_from_row
 
 _json = msgspec.json.Encoder()

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from .. import ids
 from ..clock import now_ms
 from ..db import apps
+from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
@@ -88,12 +89,11 @@ def _validated(body: AppIn) -> tuple[str, list[str]]:
 async def create(request: Request) -> Response:
     name, scopes = _validated(decode_body(await request.body(), AppIn))
     secret = new_secret()
-    async with _rt(request).db.write() as tx:
-        if await apps.app_name_taken(tx, name):
-            raise StateConflict(f"an app named {name!r} exists", field="name")
-        app = await apps.create_app(tx, app_id=ids.uuid7(), name=name,
-                                      client_id=new_client_id(), secret_hash=digest(secret),
-                                      scopes=scopes, now_ms=now_ms())
+    try:
+        app = await operations.create_app(_rt(request), name=name, client_id=new_client_id(),
+                                          secret_hash=digest(secret), scopes=scopes)
+    except operations.NameTaken:
+        raise StateConflict(f"an app named {name!r} exists", field="name") from None
     # The only time the secret leaves the appliance.
     return json_response({**app_view(app), "client_secret": secret,
                           "warnings": scope_warnings(scopes)}, 201,
@@ -136,9 +136,7 @@ async def get(request: Request) -> Response:
 
 
 async def delete(request: Request) -> Response:
-    app_id = _app_id(request)
-    async with _rt(request).db.write() as tx:
-        await apps.delete_app(tx, app_id)
+    await operations.delete_app(_rt(request), _app_id(request))
     return Response(status_code=204)
 
 

@@ -49,7 +49,6 @@ MAX_PAGE = 1_000_000
 MAX_PAGE_SIZE = 1_000_000  # accepted; at most MAX_LIST are returned
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
-_DUMMY_HASH = digest("qledge-no-such-client")
 
 
 def _rt(request: Request) -> Runtime:
@@ -113,13 +112,13 @@ async def auth_token(request: Request) -> Response:
     now = now_ms()
     expiration = now // 1000 + TOKEN_TTL_S
     token = new_secret()
-    async with _rt(request).db.write() as tx:
-        found = await apps.app_secret(tx, client_id)
-        expected = found[1] if found else _DUMMY_HASH
-        if not hmac.compare_digest(digest(secret), expected) or found is None:
-            raise BadRequest("client_id or client_secret is wrong")
-        await apps.issue_token(tx, found[0], digest(token), expiration * 1000, now,
-                                 MAX_LIVE_TOKENS)
+    try:
+        await operations.issue_app_token(
+            _rt(request), client_id=client_id, secret_hash=digest(secret),
+            token_hash=digest(token), expires_at_ms=expiration * 1000, now=now,
+            keep=MAX_LIVE_TOKENS)
+    except operations.WrongCredentials:
+        raise BadRequest("client_id or client_secret is wrong") from None
     return json_response(
         {"code": 200, "data": {"token": token, "token_type": "Bearer",
                                "expiration": expiration}},

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import attempts, claims, conc_runs, events, nodes, runs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import (
     ACTIVE_ATTEMPT,
     TERMINAL_RUN,

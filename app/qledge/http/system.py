@@ -41,12 +41,8 @@ async def readyz(request: Request) -> Response:
 async def _reachable(rt: Runtime) -> bool:
     """Fleet mode: the shared database answers now (a node without it serves no API).
     Bounded: a server behind a dead route would otherwise hold the probe for minutes."""
-    async def probe() -> None:
-        async with rt.db.read() as tx:
-            await tx.one("SELECT 1")
-
     try:
-        await asyncio.wait_for(probe(), PROBE_TIMEOUT_S)
+        await asyncio.wait_for(rt.db.ping(), PROBE_TIMEOUT_S)
     except TimeoutError:
         return False
     except storage.StorageError:

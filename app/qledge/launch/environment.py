@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from ..db import envs, tasks
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import Task
 from .executor import base_env
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
 from ..db import attempts, conc_runs, journal, nodes, runs, tasks
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..node import Node
 from ..receipts.codec import new_token, token_hash

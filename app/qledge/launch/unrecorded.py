@@ -21,7 +21,7 @@ import msgspec
 
 from .. import transitions
 from ..db import runs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Run
 
 

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 
 from .. import transitions
 from ..clock import now_ms
-from ..db import attempts, dialect, events, leases, rows, runs
-from ..db.connection import Database
+from ..db import attempts, events, leases, rows, runs
+from ..db.interface import Database
 from ..launch import identity
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
 from . import conc
@@ -85,10 +85,9 @@ class Cancellation:
                 # last one to end finishes the parent, in its own commit).
                 await conc.cancel_children(tx, run, reason, now_ms())
                 run = await runs.get_run(tx, run.id)
-                if tx.dialect == dialect.POSTGRESQL:
-                    # Fleet mode: only the owner can signal its launcher; wake every
-                    # node's sweep on commit (a lost one costs a supervision round).
-                    await tx.execute(f"NOTIFY {CANCEL_CHANNEL}")
+                # Fleet mode: only the owner can signal its launcher; wake every
+                # node's sweep on commit (a lost one costs a supervision round).
+                await tx.notify(CANCEL_CHANNEL)
             if run.status is RunStatus.QUEUED:
                 run = await runs.end_if_queued(tx, run, now_ms())
                 if run.status in TERMINAL_RUN:

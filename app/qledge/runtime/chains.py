@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from .. import failpoints, ids
 from ..db import events, policies, runs, tasks
-from ..db.connection import TerminalListener, Tx
+from ..db.interface import TerminalListener, Tx
 from ..model import CHAIN_FIELDS, FAILED_RUN, NewEvent, Run, RunStatus, Task, Trigger
 from . import overlap
 

@@ -20,7 +20,7 @@ import msgspec
 from .. import failpoints, transitions
 from ..clock import now_ms
 from ..db import attempts, epochs, errors, journal, rows, runs
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
 from ..launch.unrecorded import Identities
 from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, Attempt, AttemptStatus, Reason, Run

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import transitions
 from ..db import conc_runs, runs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import TERMINAL_RUN, CancelReason, Run
 
 

@@ -21,7 +21,7 @@ import msgspec
 from .. import failpoints
 from ..clock import now_ms
 from ..db import attempts, errors, journal, rows
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..receipts.codec import Receipt, Rejected, decode
 from ..receipts.store import ReceiptStore
 from .completion import RETRY, CompletionService, Outcome, Result

@@ -29,7 +29,7 @@ from .. import ids
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows, runs, tasks
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..dependency_spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job, package, status
 from ..launch.executor import BASE_PATH
 from ..model import Overlap, Run, Task, Trigger

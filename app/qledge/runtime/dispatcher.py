@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
 from ..db import attempts, claims, errors, rows, runs, tasks
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Overlap, Reason, Run, Task
 from ..node import Node, allows

@@ -34,7 +34,7 @@ from typing import Any
 from .. import transitions
 from ..clock import now_ms
 from ..db import errors, nodes, rows, runs
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..launch import identity
 from ..model import Attempt, Reason
 from ..node import Node

@@ -28,7 +28,7 @@ import msgspec
 from .. import qinglong_import, qinglong_source
 from ..clock import now_ms
 from ..db import errors, imports
-from ..db.connection import Database
+from ..db.interface import Database
 from ..launch import environment
 from ..qinglong_plan import KINDS, Action, ImportFailed, Plan, source_key
 from ..settings import Settings

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from .. import ids
 from ..db import fleet_leases
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..node import Node
 from ..settings import Settings
 from .loop import PeriodicLoop

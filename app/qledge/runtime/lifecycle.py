@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import __version__, ids, notify, shipped_scripts
 from ..clock import now_ms
 from ..db import attempts, backend, envs, journal, runs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
@@ -203,9 +203,9 @@ class Runtime:
         self.dispatcher.start()
         if self.fleet is not None:
             # A run queued on any node wakes every dispatcher (NOTIFY on commit).
-            self.db.listen(runs.QUEUED_CHANNEL, self.kick)  # type: ignore[attr-defined]
-            self.db.listen(CANCEL_CHANNEL, self._sweep_cancels)  # type: ignore[attr-defined]
-            self.db.listen(NOTIFY_CHANNEL, self.notifier.loop.poke)  # type: ignore[attr-defined]
+            self.db.listen(runs.QUEUED_CHANNEL, self.kick)
+            self.db.listen(CANCEL_CHANNEL, self._sweep_cancels)
+            self.db.listen(NOTIFY_CHANNEL, self.notifier.loop.poke)
         # Fleet mode: the leader queues its ticks' runs and every node may claim them
         # (NOTIFY); it does not start them itself, or it would run every scheduled run.
         self.scheduler = Scheduler(self.db, on_queued=self.kick,
@@ -216,7 +216,7 @@ class Runtime:
         await self.scheduler.fire_boot(self.start_id, self.node.name)
         if self.fleet is not None:
             self.scheduler.tell_peers = self._tell_schedule_changed
-            self.db.listen(SCHEDULE_CHANNEL, self.scheduler.poke)  # type: ignore[attr-defined]
+            self.db.listen(SCHEDULE_CHANNEL, self.scheduler.poke)
         self.leader.start()
         self.scheduler.start()
         self.supervision.start()
@@ -348,7 +348,7 @@ class Runtime:
     async def _notify(self, channel: str) -> None:
         try:
             async with self.db.write(durable=False) as tx:
-                await tx.execute(f"NOTIFY {channel}")
+                await tx.notify(channel)
         except Exception:  # the peers' periodic rounds find it (at most a minute)
             log.warning("could not notify the other nodes on %s", channel)
 

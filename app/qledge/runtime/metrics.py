@@ -23,7 +23,7 @@ from ..clock import now_ms
 from ..db import gauges
 from ..db import notifications as nq
 from ..db import retention_queries as rq
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..model import Reason, Run
 
 if TYPE_CHECKING:

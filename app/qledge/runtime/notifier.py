@@ -29,9 +29,9 @@ import msgspec
 
 from .. import failpoints, notify, qinglong_notify
 from ..clock import now_ms
-from ..db import dialect, envs, rows, tasks
+from ..db import envs, rows, tasks
 from ..db import notifications as q
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..launch import logs, notify_send
 from ..model import Run, RunStatus
 from .leader import Leader
@@ -137,8 +137,7 @@ class Notifier:
         """Rows queued in this transaction: the sender looks at its commit — here, and in
         a fleet on the lease holder, which may be another node (NOTIFY on commit)."""
         tx.on_commit(self.loop.poke)
-        if tx.dialect == dialect.POSTGRESQL:
-            await tx.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        await tx.notify(NOTIFY_CHANNEL)
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         if new.status is RunStatus.CANCELLED:

@@ -26,7 +26,7 @@ import msgspec
 
 from .. import transitions
 from ..db import attempts, claims, events, runs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import CancelReason, NewEvent, Overlap, Run, RunStatus, Task
 from . import conc
 

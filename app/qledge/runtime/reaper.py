@@ -16,7 +16,7 @@ import contextlib
 import logging
 
 from ..db import journal
-from ..db.connection import Database
+from ..db.interface import Database
 from ..receipts.store import ReceiptStore
 
 log = logging.getLogger("qledge.reaper")

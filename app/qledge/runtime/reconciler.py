@@ -20,7 +20,7 @@ import msgspec
 from .. import transitions
 from ..clock import now_ms
 from ..db import attempts, journal, rows, runs
-from ..db.connection import Database
+from ..db.interface import Database
 from ..launch import identity
 from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome

@@ -53,8 +53,8 @@ from .. import failpoints
 from ..clock import now_ms
 from ..db import errors
 from ..db import retention_queries as q
-from ..db.connection import Database, Tx
 from ..db.dialect import POSTGRESQL
+from ..db.interface import Database, Tx
 from ..launch import logs
 from ..settings import Profile, Settings
 from .diskwatch import MIB, REASON, DiskWatch

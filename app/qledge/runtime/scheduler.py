@@ -48,7 +48,7 @@ from .. import failpoints, ids, taskform
 from ..clock import now_ms
 from ..cron import first_due_after_any, last_due_any
 from ..db import errors, events, policies, rows, runs, schedule, tasks
-from ..db.connection import Database, Tx
+from ..db.interface import Database, Tx
 from ..launch.executor import Prepared
 from ..model import NewEvent, Overlap, Task, Trigger
 from . import overlap

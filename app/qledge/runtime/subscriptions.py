@@ -27,7 +27,7 @@ from .. import confined, ids, script_meta
 from ..clock import now_ms
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
-from ..db.connection import Tx
+from ..db.interface import Tx
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
 from ..subscription_spec import (
     ENV_NAME,

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from ..clock import now_ms
 from ..db import attempts, journal
-from ..db.connection import Database
+from ..db.interface import Database
 from ..launch import identity
 from ..model import ACTIVE_ATTEMPT
 from ..receipts.store import QUARANTINE_DIR, ReceiptStore, quarantine_names

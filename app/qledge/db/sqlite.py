@@ -1,4 +1,5 @@
-"""Connections: one writer (BEGIN IMMEDIATE) and separate readers; durability marks.
+"""The embedded SQLite backend: one writer (BEGIN IMMEDIATE) and separate readers;
+durability marks. Its Database and Tx satisfy db/interface.py's Protocols.
 
 Durability rule (docs/storage.md): a receipt is deleted only once the result
 it proved is on disk. A write transaction is either *durable* (COMMIT with
@@ -15,29 +16,24 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import aiosqlite
 
 from .. import failpoints
+from . import interface
 from ._durability import Durability
+from ._hooks import TxHooks
 from .dialect import SQLITE, Dialect
+from .interface import Params, Row, TerminalListener
 
 BUSY_TIMEOUT_MS = 5000
 JOURNAL_SIZE_LIMIT = 4 << 20
-Params = Iterable[Any] | dict[str, Any]
-
-if TYPE_CHECKING:
-    from ..model import Run
-
-# Called inside the writing transaction when a run first becomes terminal (old, new,
-# now_ms): work that must commit with the result or not at all — a notification
-# outbox row, a parent run's completion — and nothing that leaves the database.
-TerminalListener = Callable[["Tx", "Run", "Run", int], Awaitable[None]]
-
+# The callbacks listening on each channel (Database.listen), in this process.
+Listeners = dict[str, list[Callable[[], None]]]
 
 T = TypeVar("T")
 
@@ -54,7 +50,7 @@ def _exec(conn: sqlite3.Connection, sql: str, params: Params) -> int:
         cur.close()
 
 
-def _one(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Row | None:
+def _one(conn: sqlite3.Connection, sql: str, params: Params) -> Row | None:
     cur = conn.execute(sql, _seq(params))
     try:
         row: sqlite3.Row | None = cur.fetchone()
@@ -63,7 +59,7 @@ def _one(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Row | No
         cur.close()
 
 
-def _all(conn: sqlite3.Connection, sql: str, params: Params) -> list[sqlite3.Row]:
+def _all(conn: sqlite3.Connection, sql: str, params: Params) -> list[Row]:
     cur = conn.execute(sql, _seq(params))
     try:
         return list(cur.fetchall())
@@ -85,7 +81,7 @@ def _drive(coro: Coroutine[Any, Any, T]) -> T:
     raise InlineSuspended(f"inline transaction code awaited {type(step).__name__}")
 
 
-class Tx:
+class Tx(TxHooks):
     """One open transaction (or read snapshot) on one connection.
 
     Each statement is one hand-off to the connection's thread (aiosqlite would
@@ -93,35 +89,25 @@ class Tx:
     one hand-off: a batch of receipts is then one round trip, not eight per
     receipt (docs/performance.md)."""
 
-    __slots__ = ("_committed", "_conn", "_undo", "terminal_listeners")
+    __slots__ = ("_conn", "_listeners")
 
-    # The SQL this transaction speaks: queries build their dialect-specific fragments
-    # for it through db/dialect.py (a class constant: no cost per transaction).
+    # A class constant: no cost per transaction.
     dialect: ClassVar[Dialect] = SQLITE
 
     def __init__(self, conn: aiosqlite.Connection,
-                 terminal_listeners: tuple[TerminalListener, ...] = ()) -> None:
+                 terminal_listeners: tuple[TerminalListener, ...] = (),
+                 listeners: Listeners | None = None) -> None:
+        super().__init__(terminal_listeners)
         self._conn = conn
-        self._undo: list[Callable[[], None]] = []
-        self._committed: list[Callable[[], None]] = []
-        self.terminal_listeners = terminal_listeners
+        self._listeners: Listeners = {} if listeners is None else listeners
 
-    def on_commit(self, fn: Callable[[], None]) -> None:
-        """Run `fn` once this write transaction has committed (a hint to wake a loop
-        that reads what it wrote; it also runs if only a savepoint rolled back).
-        Always on the event loop's thread, after the commit."""
-        self._committed.append(fn)
-
-    def on_rollback(self, fn: Callable[[], None]) -> None:
-        """Run `fn` if this transaction — or the savepoint open now — rolls back:
-        in-memory bookkeeping about rows that then never existed."""
-        self._undo.append(fn)
-
-    def _rolled_back(self, mark: int = 0) -> None:
-        undo = self._undo[mark:]
-        del self._undo[mark:]  # in place: an inline Tx shares this list
-        for fn in reversed(undo):
-            fn()
+    async def notify(self, channel: str) -> None:
+        """The channel's listeners in this process run after the commit, once each
+        (one process writes an embedded database: nobody else could listen). A
+        savepoint's rollback does not withdraw it: listeners only wake a look."""
+        for callback in self._listeners.get(channel, ()):
+            if callback not in self._committed:
+                self.on_commit(callback)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         result: T = await self._conn._execute(fn, *args)  # type: ignore[no-untyped-call]
@@ -135,17 +121,17 @@ class Tx:
         """Run a statement; returns the number of rows changed."""
         return await self._run(_exec, self._raw(), sql, params)
 
-    async def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
         return await self._run(_one, self._raw(), sql, params)
 
-    async def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
         return await self._run(_all, self._raw(), sql, params)
 
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested unit inside the transaction: rolled back alone if it raises."""
         await self.execute("SAVEPOINT unit")
-        mark = len(self._undo)
+        mark = self._savepoint_mark()
         try:
             yield
         except BaseException:
@@ -155,19 +141,18 @@ class Tx:
             raise
         await self.execute("RELEASE unit")
 
-    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def inline(self, fn: Callable[[interface.Tx], Awaitable[T]]) -> T:
         """`fn(tx)` whole on the database thread, in one hand-off.
 
         `fn` may await this Tx's methods only (they complete at once there); any
         other await raises InlineSuspended, which rolls the transaction back. Its
         on_commit callbacks still run on the event loop, after the commit."""
-        itx = _InlineTx(self._conn, self.terminal_listeners)
-        itx._undo = self._undo
-        itx._committed = self._committed
+        itx = _InlineTx(self._conn, self.terminal_listeners, self._listeners)
+        itx._share_hooks(self)
         return await self._run(_inline, itx, fn)
 
 
-def _inline(itx: _InlineTx, fn: Callable[[Tx], Awaitable[T]]) -> T:
+def _inline(itx: _InlineTx, fn: Callable[[interface.Tx], Awaitable[T]]) -> T:
     itx.bind()
     return _drive(cast(Coroutine[Any, Any, T], fn(itx)))
 
@@ -183,13 +168,13 @@ class _InlineTx(Tx):
     async def execute(self, sql: str, params: Params = ()) -> int:
         return _exec(self._sync, sql, params)
 
-    async def one(self, sql: str, params: Params = ()) -> sqlite3.Row | None:
+    async def one(self, sql: str, params: Params = ()) -> Row | None:
         return _one(self._sync, sql, params)
 
-    async def all(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
+    async def all(self, sql: str, params: Params = ()) -> list[Row]:
         return _all(self._sync, sql, params)
 
-    async def inline(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
+    async def inline(self, fn: Callable[[interface.Tx], Awaitable[T]]) -> T:
         return await fn(self)
 
 
@@ -270,6 +255,7 @@ class Database(Durability):
         self._all: list[aiosqlite.Connection] = []
         self._full = True
         self._terminal: tuple[TerminalListener, ...] = ()
+        self._listeners: Listeners = {}
 
     def on_terminal(self, listener: TerminalListener) -> None:
         """Register `listener` for every write transaction that makes a run terminal
@@ -292,6 +278,7 @@ class Database(Durability):
     async def close(self) -> None:
         conns, self._all = self._all, []
         self._writer = None
+        self._listeners.clear()
         for conn in conns:
             await conn.close()
 
@@ -315,7 +302,7 @@ class Database(Durability):
                 self._full = durable
             await _begin(conn, "BEGIN IMMEDIATE")
             changes = conn.total_changes
-            tx = Tx(conn, self._terminal)
+            tx = Tx(conn, self._terminal, self._listeners)
             try:
                 yield tx
                 failpoints.hit("db.before_commit")
@@ -326,14 +313,23 @@ class Database(Durability):
                 tx._rolled_back()
                 raise
             self.commit_seq += 1
-            for fn in tx._committed:
-                fn()
+            tx._did_commit()
             # A transaction that changed nothing writes no WAL frame, so SQLite does
             # not fsync it even at synchronous=FULL: it must not claim the earlier
             # deferred commits durable (found by the power-cut drill: the reaper
             # deleted a receipt whose result was still only in the page cache).
             if durable and conn.total_changes != changes:
                 await self._advance(self.commit_seq)
+
+    def listen(self, channel: str, callback: Callable[[], None]) -> None:
+        """Call `callback()` after every commit of this process that notified `channel`
+        (Tx.notify), until close()."""
+        self._listeners.setdefault(channel, []).append(callback)
+
+    async def ping(self) -> None:
+        """The database answers a statement now (a storage error if not)."""
+        async with self.read() as tx:
+            await tx.one("SELECT 1")
 
     async def sync(self) -> None:
         """Make every commit so far durable: one fdatasync of the WAL.
