@@ -3,7 +3,8 @@
 A fresh interpreter follows `qledge serve`'s path up to serving — settings, roots,
 migrations, create_app, the app's lifespan startup (the Runtime and all its loops) on
 uvloop — then lists sys.modules. Modules for fleet mode (httpx, asyncpg), the QingLong
-importer, notification sending (apprise), subscription pulls (dulwich, urllib3) must
+importer, Prometheus metrics before a run ends or a scrape comes, notification
+sending (apprise), subscription pulls (dulwich, urllib3) must
 not be there: each costs the idle worker megabytes of memory for every hour nobody
 uses it (docs/performance.md, "Idle memory").
 """
@@ -27,6 +28,7 @@ ABSENT = (
     "apprise", "requests", "markdown", "yaml", "oauthlib",  # notification sends
     "dulwich", "urllib3",  # subscription pulls
     "tarfile",  # the QingLong importer's archive reader
+    "prometheus_client",  # GET /metrics and the first finished run (runtime/metrics.py)
     "qledge.qinglong_import", "qledge.qinglong_source", "qledge.qinglong_plan",
     "qledge.qinglong_report", "qledge.runtime.imports",  # the QingLong importer
 )
