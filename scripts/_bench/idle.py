@@ -16,8 +16,9 @@ CAP_SYS_ADMIN, else "-").
 
 The tree's app/qledge is compiled to bytecode first, as in the image.
 
-The measuring part alone, for the container (run as root inside it, or against the
-container's host pids):
+The measuring part alone, for the container (as root on the host against the
+container's host pids, or inside it with `docker exec --privileged`: the worker is
+non-dumpable, so its /proc files need CAP_SYS_PTRACE):
 
     python scripts/_bench/idle.py --pids SUPERVISORD_PID WORKER_PID
 
@@ -234,6 +235,12 @@ def main() -> int:
             report({"supervisord": args.pids[0], "worker": args.pids[1]}, args.top)
         else:
             run(args.idle, args.top, dict(e.split("=", 1) for e in args.env))
+    except PermissionError as exc:
+        # The worker is non-dumpable (process.py): its /proc files need root with
+        # CAP_SYS_PTRACE, which `docker exec` lacks unless --privileged.
+        print(f"idle: {exc}: run as root on the host against the container's host pids"
+              " (docker inspect -f '{{.State.Pid}}' is supervisord; the worker is its"
+              " child), or `docker exec --privileged`")
     except Exception as exc:  # a benchmark reports and exits 0
         print(f"idle: {type(exc).__name__}: {exc}")
     return 0
