@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-import httpx
 import msgspec
 from starlette.responses import Response, StreamingResponse
 
@@ -32,6 +32,9 @@ from ..model import Attempt
 from ..node import Node
 from ..runtime.lifecycle import Runtime
 from .errors import json_response
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("qledge.http")
 
@@ -88,6 +91,10 @@ def node_down_event(peer: peers.Peer) -> bytes:
 async def _open(rt: Runtime, peer: peers.Peer, path: str, params: dict[str, str]
                 ) -> tuple[httpx.AsyncClient, httpx.Response]:
     """The owner's answer, its body not read yet; _Down when it cannot give one."""
+    # httpx (with idna, click, pygments: ~3.4 MiB) only in fleet mode, at the first
+    # relayed read: an embedded worker never imports it (tests/test_imports_idle.py).
+    import httpx
+
     me = node_of(rt)
     if not peer.alive or not peer.url or me is None:
         raise _Down
@@ -144,6 +151,8 @@ async def fetch_tail(rt: Runtime, peer: peers.Peer, attempt_id: str, limit: int
                      ) -> tuple[bytes, int] | None:
     """The last `limit` bytes of a remote attempt's log and their offset (QingLong's log
     route shows a tail); None when the owner cannot answer."""
+    import httpx  # fleet mode only, see _open
+
     data, offset = b"", 0
     for _ in range(2):  # the size first, then the window ending there
         try:
@@ -173,6 +182,8 @@ async def relay_stream(rt: Runtime, peer: peers.Peer, attempt_id: str, offset: i
                        ) -> AsyncIterator[bytes]:
     """The SSE tail of a remote attempt: the owner's events, whole events only, then
     `node_down` if the owner goes away before its `end`."""
+    import httpx  # fleet mode only, see _open
+
     try:
         client, upstream = await _open(rt, peer, _path(attempt_id, True),
                                        {"offset": str(offset)})

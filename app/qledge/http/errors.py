@@ -19,8 +19,6 @@ from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
-from ..qinglong_plan import ImportFailed
-from ..qinglong_source import SourceError
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
@@ -93,15 +91,6 @@ class DiskFull(ApiError):
 class Internal(ApiError):
     status = 500
     code = "INTERNAL"
-
-
-async def handle_import_error(request: Request, exc: Exception) -> Response:
-    """`qledge import qinglong` from the panel: a source that cannot be imported (422),
-    an import that failed and was undone (409)."""
-    error = Invalid(str(exc), field="file") if isinstance(exc, SourceError) else \
-        StateConflict(str(exc))
-    error.code = "IMPORT_SOURCE_INVALID" if isinstance(exc, SourceError) else "IMPORT_FAILED"
-    return await handle_api_error(request, error)
 
 
 _enc = msgspec.json.Encoder()
@@ -281,8 +270,6 @@ HANDLERS = {
     FileTimeout: handle_file_pool,
     FileBusy: handle_file_pool,
     EnvironmentTooLarge: handle_environment,
-    SourceError: handle_import_error,
-    ImportFailed: handle_import_error,
 }
 
 

@@ -21,12 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import qinglong_report
-from ..runtime import imports
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from ._files import UPLOAD_OVERHEAD, Form, offload
-from .errors import BadRequest, Invalid, PayloadTooLarge, json_response
+from .errors import BadRequest, Invalid, PayloadTooLarge, StateConflict, json_response
 
 MAX_ARCHIVE = 64 << 20
 PATH = "/api/v1/imports"
@@ -77,6 +75,13 @@ async def _receive(request: Request, dest: Path) -> None:
 
 
 async def qinglong(request: Request) -> Response:
+    # The importer (tarfile, the QingLong readers and planner: ~1.3 MiB) loads at the
+    # first import, not in every idle worker (tests/test_imports_idle.py).
+    from .. import qinglong_report
+    from ..qinglong_plan import ImportFailed
+    from ..qinglong_source import SourceError
+    from ..runtime import imports
+
     rt: Runtime = request.app.state.runtime
     flag = request.query_params.get("apply", "false")
     if flag not in ("true", "false", "1", "0"):
@@ -90,6 +95,14 @@ async def qinglong(request: Request) -> Response:
         await _receive(request, upload)
         plan = await imports.upload(rt, upload, apply=flag in ("true", "1"),
                                     on_conflict=on_conflict, with_logs=with_logs)
+    except SourceError as exc:  # a source that cannot be imported
+        error: Invalid | StateConflict = Invalid(str(exc), field="file")
+        error.code = "IMPORT_SOURCE_INVALID"
+        raise error from None
+    except ImportFailed as exc:  # an import that failed and was undone
+        error = StateConflict(str(exc))
+        error.code = "IMPORT_FAILED"
+        raise error from None
     finally:
         upload.unlink(missing_ok=True)
     return json_response(qinglong_report.as_json(plan))

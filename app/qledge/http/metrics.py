@@ -6,7 +6,6 @@ The admin token is required unless the operator opts into `metrics_public`
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -19,6 +18,8 @@ async def metrics(request: Request) -> Response:
     rt: Runtime = request.app.state.runtime
     if not rt.settings.metrics_public:
         require_admin(request)
+    from prometheus_client import CONTENT_TYPE_LATEST  # loaded at the first scrape
+
     return Response(await rt.metrics.render(rt), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -14,10 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
-
 from .. import notify
 from ..clock import now_ms
 from ..db import gauges
@@ -27,6 +23,9 @@ from ..db.interface import Database, Tx
 from ..model import Reason, Run
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     from .lifecycle import Runtime
 
 KNOWN_REASONS = frozenset({*(r.value for r in Reason), *notify.REASONS})
@@ -39,7 +38,7 @@ def reason_label(code: str | None) -> str:
     return code if code in KNOWN_REASONS else "other"
 
 
-class _Snapshot(Collector):
+class _Snapshot:
     """Gauges read just before a scrape (collect() must not do I/O of its own)."""
 
     def __init__(self) -> None:
@@ -48,6 +47,8 @@ class _Snapshot(Collector):
         self.counters: dict[str, float] = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         v = self.values
         for name, doc in _GAUGES.items():
             if name in v:
@@ -85,16 +86,43 @@ _COUNTERS = {
 
 class Metrics:
     def __init__(self, db: Database) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.runs = Counter("qledge_runs_finished", "Runs that reached a final status",
-                            ["status", "reason"], registry=self.registry)
-        self.duration = Histogram("qledge_run_duration_seconds",
-                                  "Run duration (start to finish) by final status",
-                                  ["status"], buckets=DURATION_BUCKETS,
-                                  registry=self.registry)
         self.snapshot = _Snapshot()
-        self.registry.register(self.snapshot)
+        self._made: tuple[CollectorRegistry, Counter, Histogram] | None = None
         db.on_terminal(self.on_terminal)
+
+    def _metrics(self) -> tuple[CollectorRegistry, Counter, Histogram]:
+        """The registry, made at the first finished run or scrape: prometheus_client
+        (~1.2 MiB with http.server, urllib.request, gzip) is not loaded by a worker that
+        has done neither (tests/test_imports_idle.py). Nothing is lost by waiting: both
+        metrics carry labels, and a labelled series starts (and gets its `_created`)
+        at its first increment anyway."""
+        if self._made is None:
+            from prometheus_client import CollectorRegistry, Counter, Histogram
+            from prometheus_client.registry import Collector
+
+            snapshot = self.snapshot
+
+            class Snapshot(Collector):
+                def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+                    return snapshot.collect()
+
+            registry = CollectorRegistry(auto_describe=True)
+            runs = Counter("qledge_runs_finished", "Runs that reached a final status",
+                           ["status", "reason"], registry=registry)
+            duration = Histogram("qledge_run_duration_seconds",
+                                 "Run duration (start to finish) by final status",
+                                 ["status"], buckets=DURATION_BUCKETS, registry=registry)
+            registry.register(Snapshot())
+            self._made = (registry, runs, duration)
+        return self._made
+
+    @property
+    def runs(self) -> Counter:
+        return self._metrics()[1]
+
+    @property
+    def duration(self) -> Histogram:
+        return self._metrics()[2]
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         # Counted once committed — and not when only the caller's savepoint rolled
@@ -110,6 +138,9 @@ class Metrics:
                 max(0, run.finished_at_ms - run.started_at_ms) / 1000)
 
     async def render(self, rt: Runtime) -> bytes:
+        from prometheus_client import generate_latest
+
+        registry, _runs, _duration = self._metrics()
         async with rt.db.read() as tx:
             queued, running = await gauges.active_runs(tx)
             outbox = await nq.counts(tx)
@@ -135,7 +166,7 @@ class Metrics:
         c["notify_send_failures"] = rt.notifier.failures
         report = rt.startup_report
         self.snapshot.recovery = dict(report.counts) if report else {}
-        return generate_latest(self.registry)
+        return generate_latest(registry)
 
 
 def _size(path: Path) -> float:
