@@ -569,6 +569,36 @@ def test_token_stays_out_of_argv_env_log_and_child_fds(
     assert receipt_of(attempt)["token"] == attempt.token
 
 
+def test_without_close_range_leaked_fds_are_closed_from_proc(
+    launcher: Launcher, attempt: Attempt
+) -> None:
+    """close_range (Linux 5.9) unavailable: the launcher and the child close what
+    /proc/self/fd lists, more entries than one read of it returns."""
+    if launcher.emulated:
+        pytest.skip("the seccomp filter is written for x86_64 hosts")
+    preexec = seccomp_errno({NR_CLOSE_RANGE: errno.ENOSYS})
+    if preexec is None:
+        pytest.skip(f"the seccomp filter is written for x86_64 hosts, not {HOST_ARCH}")
+    strays = [os.open("/dev/null", os.O_RDONLY) for _ in range(100)]
+    try:
+        proc = start(launcher, attempt, sh('echo "child=$$"; sleep 1; exit 0'),
+                     pass_fds=strays, preexec_fn=preexec)
+    finally:
+        for fd in strays:
+            os.close(fd)
+    try:
+        wait_until(lambda: "child=" in attempt.log_text(), what="the child pid")
+        child = int(re.search(r"child=(\d+)", attempt.log_text()).group(1))  # type: ignore[union-attr]
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{child}/fd")) == [0, 1, 2]
+        held = [os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                for fd in os.listdir(f"/proc/{proc.pid}/fd") if int(fd) > 2]
+        assert held == [str(attempt.receipt_dir)], held
+        assert finish(proc) == 0
+    finally:
+        kill_group(proc.pid)
+    assert receipt_of(attempt)["exitCode"] == 0
+
+
 def test_token_with_one_trailing_newline_is_accepted(launcher: Launcher, attempt: Attempt) -> None:
     assert run(launcher, attempt, ["true"], token=attempt.token.encode() + b"\n") == 0
     assert receipt_of(attempt)["token"] == attempt.token
@@ -893,6 +923,7 @@ def test_keep_background_leaves_them_running(
 
 
 NR_PIDFD_OPEN = 434  # the same number in every syscall table since Linux 5.3
+NR_CLOSE_RANGE = 436  # likewise, since Linux 5.9
 
 # A parent that shrugs TERM off (a handler, reset by exec) keeps a TERM-trapping
 # child that is in the task's session but is no child of the launcher's.
