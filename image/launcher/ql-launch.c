@@ -258,6 +258,28 @@ static int read_token(int fd)
     return 0;
 }
 
+/* "<attempt>.json" and ".<attempt>.<pid>.tmp" (the id is a checked UUID), by
+ * hand: printf's frames would be the deepest the stack goes before the wait,
+ * and every page the waiting launcher's stack has touched stays resident. */
+static void name_receipt(const char *attempt_id, pid_t pid)
+{
+    char digits[12];
+    size_t n = 0, i = 0;
+    unsigned long v = (unsigned long)pid;
+    memcpy(final_name, attempt_id, UUID_LEN);
+    memcpy(final_name + UUID_LEN, ".json", sizeof(".json"));
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    temp_name[i++] = '.';
+    memcpy(temp_name + i, attempt_id, UUID_LEN);
+    i += UUID_LEN;
+    temp_name[i++] = '.';
+    while (n > 0)
+        temp_name[i++] = digits[--n];
+    memcpy(temp_name + i, ".tmp", sizeof(".tmp"));
+}
+
 /* ---- steps 3-5: session, signals, clock ------------------------------- */
 
 static int become_session_leader(void)
@@ -604,16 +626,15 @@ static int confine_self(int ruleset)
 
 /* ---- step 6: the child ------------------------------------------------ */
 
-static void close_inherited_fds(void)
+/* Before Linux 5.9: what /proc lists, read by hand: opendir's malloc would be
+ * the launcher's only one, 8 KiB of code every waiting launcher maps. Not
+ * inlined: its buffer stays off the stack of the usual path (close_range). */
+static __attribute__((noinline)) void close_listed_fds(void)
 {
     char dents[1024] __attribute__((aligned(8)));
     uint64_t fd;
     long n;
     int dir;
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
-        return;
-    /* Before Linux 5.9: what /proc lists, read by hand: opendir's malloc would be
-     * the launcher's only one, 8 KiB of code every waiting launcher maps. */
     if ((dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return;   /* no /proc: nothing more we can do without guessing */
     while ((n = syscall(SYS_getdents64, dir, dents, sizeof(dents))) > 0) {
@@ -626,6 +647,12 @@ static void close_inherited_fds(void)
         }
     }
     close(dir);
+}
+
+static void close_inherited_fds(void)
+{
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
+        close_listed_fds();
 }
 
 static int isolation_required(const struct options *o)
@@ -665,7 +692,10 @@ static int child_ruleset(const struct options *o, int err_fd)
 /* With --deny: confine first; if that fails and isolation is required (then
  * ruleset >= 0), nothing runs and the launcher hears of it through err_fd.
  * ruleset < 0 with --deny: Landlock unavailable under `auto`. */
-static _Noreturn void exec_command(const struct options *o, int err_fd)
+/* Not inlined: the child's locals stay out of main's frame, which is on the
+ * stack for the launcher's whole wait. */
+static __attribute__((noinline)) _Noreturn void exec_command(const struct options *o,
+                                                             int err_fd)
 {
     char **command = o->command;
     sigset_t empty;
@@ -1254,9 +1284,7 @@ int main(int argc, char **argv)
         report("open --receipt-dir", errno);
         return EXIT_LAUNCHER;
     }
-    snprintf(final_name, sizeof(final_name), "%s.json", o.attempt_id);
-    snprintf(temp_name, sizeof(temp_name), ".%s.%ld.tmp", o.attempt_id,
-             (long)getpid());
+    name_receipt(o.attempt_id, getpid());
     /* 3. own session and process group; 4. orphans in it get reaped by us */
     if (become_session_leader() < 0)
         return EXIT_LAUNCHER;
