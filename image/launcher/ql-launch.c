@@ -691,9 +691,9 @@ static int child_ruleset(const struct options *o, int err_fd)
 
 /* With --deny: confine first; if that fails and isolation is required (then
  * ruleset >= 0), nothing runs and the launcher hears of it through err_fd.
- * ruleset < 0 with --deny: Landlock unavailable under `auto`. */
-/* Not inlined: the child's locals stay out of main's frame, which is on the
- * stack for the launcher's whole wait. */
+ * ruleset < 0 with --deny: Landlock unavailable under `auto`. Not inlined:
+ * the child's locals stay out of main's frame, which is on the stack for the
+ * launcher's whole wait. */
 static __attribute__((noinline)) _Noreturn void exec_command(const struct options *o,
                                                              int err_fd)
 {
