@@ -1,11 +1,27 @@
 """Benchmark ql-launch against the alternatives, side by side, in one run.
 
-    .venv/bin/python scripts/_bench/launcher.py [--runs 200] [--tasks 8]
+    .venv/bin/python scripts/_bench/launcher.py [--runs 200] [--tasks 8] [--smaps]
 
-1. Per-task memory of a *waiting* parent (PSS from /proc/<pid>/smaps_rollup,
-   RssAnon from /proc/<pid>/status), averaged over --tasks concurrent parents
-   each waiting on `sleep 30`: ql-launch vs a Python waiter (`python3 -c`
-   that spawns and waits) vs `sh -c 'sleep 30; :'`.
+1. Per-task memory as the appliance runs a task, averaged over --tasks
+   concurrent tasks each waiting on `sleep 30` (PSS from
+   /proc/<pid>/smaps_rollup, RssAnon from /proc/<pid>/status). Every launcher
+   is spawned the way the executor spawns it (launch/executor.py `_launch`):
+   posix_spawn in a new session, stdin /dev/null, stdout and stderr the
+   attempt's log, the token on fd 3, the documented base environment, and the
+   arguments it passes — a receipt shard, `--deny` of the data, receipts and
+   logs directories and of the admin token file's directory, laid out like the
+   image's state dir (`Isolation.launcher_args()` of that layout), and
+   `--isolation`. Counted: the processes that exist only for the task, not
+   the task itself.
+   a. a plain command: ql-launch exec'ing `sleep 30` directly; and, for
+      comparison, ql-launch + `/bin/sh -c 'sleep 30'` (the sum of both; a
+      shell that execs its last command adds nothing);
+   b. the `task x.py` form (taskform.expand: `--cwd` the script's folder,
+      python3 x.py, which sleeps): the launcher alone — the interpreter is the
+      task itself;
+   beside a Python waiter (`python3 -c` that spawns and waits) and
+   `sh -c 'sleep 30; :'`, each waiting on `sleep 30`.
+   --smaps also prints one plain-command launcher's mappings (/proc/<pid>/smaps).
 2. Spawn-to-receipt latency (median / p99 over --runs): ql-launch running
    /bin/true and publishing its receipt (on disk, then on tmpfs where fsync is
    free) vs a bare os.posix_spawn of /bin/true + waitpid; and, side by side on
@@ -13,13 +29,16 @@
    data, receipts and logs directory laid out like the image's state dir).
 3. The static binary size.
 
-Targets: PSS <= 64 KiB, RssAnon <= 32 KiB, binary <= 200 KiB, launcher+receipt
-<= 3x bare spawn. Misses are printed as MISS; the exit status is always 0.
+Targets: per task PSS <= 64 KiB and RssAnon <= 32 KiB (plain command and task
+form), binary <= 200 KiB, launcher+receipt <= 3x bare spawn. Misses are printed
+as MISS; the exit status is always 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import platform
 import secrets
@@ -37,6 +56,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ARCH = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
 KIB = 1024
+
+sys.path.insert(0, str(REPO / "app"))
+from qledge import taskform  # noqa: E402
+from qledge.launch.executor import TOKEN_FD, base_env  # noqa: E402
+from qledge.launch.isolation import decide  # noqa: E402
+from qledge.settings import Settings  # noqa: E402
 
 
 def launcher_path() -> Path:
@@ -102,35 +127,182 @@ def walked_entries(deny: tuple[Path, ...]) -> int:
 # ---- memory -----------------------------------------------------------------
 
 
-Row = tuple[str, float, float, float]
+Row = tuple[str, float, float, float, float]  # name, processes, PSS, RssAnon, VmRSS
 
 
-def waiting_memory(name: str, argv_for: Callable[[], tuple[list[str], int | None]], n: int) -> Row:
-    procs: list[subprocess.Popen[bytes]] = []
+def memory_of(pids: list[int]) -> tuple[int, int, int]:
+    """PSS, RssAnon and VmRSS (KiB) of these processes, summed."""
+    pss = sum(kib_field(f"/proc/{p}/smaps_rollup", "Pss") for p in pids)
+    anon = sum(kib_field(f"/proc/{p}/status", "RssAnon") for p in pids)
+    rss = sum(kib_field(f"/proc/{p}/status", "VmRSS") for p in pids)
+    return pss, anon, rss
+
+
+def children_of() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(text[text.rindex(")") + 2:].split()[1])
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def for_the_task(parent: int, task: str | None) -> list[int]:
+    """The parent and its descendants but the task itself (comm `task`; None:
+    every descendant is the task's)."""
+    tree = children_of()
+    out, todo = [parent], list(tree.get(parent, []))
+    while todo:
+        pid = todo.pop()
+        todo += tree.get(pid, [])
+        if task is not None and comm(pid) != task:
+            out.append(pid)
+    return out
+
+
+def settle(pids: list[int], task: str | None, timeout: float = 10.0) -> None:
+    """Until every parent's task runs (its `task` process exists) and a moment more."""
+    deadline = time.monotonic() + timeout
+    want = task or "sleep"
+    while time.monotonic() < deadline:
+        tree = children_of()
+        ready = 0
+        for parent in pids:
+            todo = list(tree.get(parent, []))
+            while todo:
+                pid = todo.pop()
+                todo += tree.get(pid, [])
+                with contextlib.suppress(OSError):
+                    if comm(pid) == want:
+                        ready += 1
+                        break
+        if ready == len(pids):
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)  # the parents reach their wait
+
+
+def measured(name: str, parents: list[int], task: str | None) -> Row:
+    settle(parents, task)
+    counted = [for_the_task(p, task) for p in parents]
+    sums = [memory_of(c) for c in counted]
+    pss, anon, rss = (statistics.mean(s[i] for s in sums) for i in range(3))
+    return name, statistics.mean(len(c) for c in counted), pss, anon, rss
+
+
+def end_all(parents: list[int]) -> None:
+    for pid in parents:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+class Appliance:
+    """A state dir laid out like the image's, and the launcher spawned as the
+    executor spawns it (launch/executor.py `_launch`)."""
+
+    def __init__(self, binary: Path, root: Path) -> None:
+        self.binary = binary
+        state = root / "var/lib/qledge"
+        run = root / "run/qledge"
+        for d in ("data", "receipts", "logs", "work/scripts"):
+            (state / d).mkdir(parents=True, mode=0o700)
+        run.mkdir(parents=True, mode=0o700)
+        (run / "admin.token").write_text(secrets.token_urlsafe(32))
+        self.settings = Settings(state_dir=str(state), admin_token_file=str(run / "admin.token"))
+        logging.getLogger("qledge.isolation").setLevel(logging.CRITICAL)  # "runs as root"
+        self.isolation = decide(self.settings)
+        self.env = base_env(self.settings.work_path)
+        self.scripts = self.settings.scripts_path
+        (self.scripts / "x.py").write_text("import time\n\ntime.sleep(30)\n")
+
+    def task_form(self) -> tuple[list[str], str, dict[str, str]]:
+        spawn = taskform.expand(taskform.parse("task x.py", self.scripts), self.scripts,
+                                self.env, None)
+        return spawn.argv, spawn.cwd, spawn.env
+
+    def spawn(self, command: list[str], *, cwd: str | None = None,
+              env: dict[str, str] | None = None, deny: bool = True) -> int:
+        attempt = str(uuid.uuid4())
+        shard = self.settings.receipts_path / attempt[-2:]
+        shard.mkdir(mode=0o700, exist_ok=True)
+        log_fd = os.open(self.settings.logs_path / f"{attempt}.log",
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        read_end = token_fd()
+        try:
+            argv = [
+                str(self.binary), "--receipt-dir", str(shard), "--run-id", str(uuid.uuid4()),
+                "--attempt-id", attempt, "--sequence", "1", "--token-fd", str(TOKEN_FD),
+                *(self.isolation.launcher_args() if deny else []),
+                *(["--cwd", cwd] if cwd else []), "--", *command,
+            ]  # fmt: skip
+            actions = [
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                (os.POSIX_SPAWN_DUP2, read_end, TOKEN_FD),
+            ]
+            return os.posix_spawn(self.binary, argv, self.env if env is None else env,
+                                  file_actions=actions, setsid=True)
+        finally:
+            os.close(read_end)
+            os.close(log_fd)
+
+
+def waiting(name: str, spawn: Callable[[], int], n: int, task: str | None) -> Row:
+    parents: list[int] = []
     try:
         for _ in range(n):
-            argv, fd = argv_for()
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    pass_fds=(fd,) if fd is not None else (),
-                    start_new_session=True,
-                )
-            )
-            if fd is not None:
-                os.close(fd)
-        time.sleep(1.0)  # let every parent reach its wait (Python needs a moment)
-        pss = [kib_field(f"/proc/{p.pid}/smaps_rollup", "Pss") for p in procs]
-        anon = [kib_field(f"/proc/{p.pid}/status", "RssAnon") for p in procs]
-        rss = [kib_field(f"/proc/{p.pid}/status", "VmRSS") for p in procs]
-        return name, statistics.mean(pss), statistics.mean(anon), statistics.mean(rss)
+            parents.append(spawn())
+        return measured(name, parents, task)
     finally:
-        for p in procs:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        end_all(parents)
+
+
+def popen(argv: list[str]) -> int:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True).pid
+
+
+SMAPS_FIELDS = ("Size", "Rss", "Pss", "Anonymous", "Private_Dirty")
+
+
+def smaps(pid: int) -> list[tuple[str, dict[str, int]]]:
+    """(mapping, {field: KiB}) for each mapping of pid."""
+    out: list[tuple[str, dict[str, int]]] = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head, _, rest = line.partition(" ")
+        if "-" in head and ":" not in head:
+            words = line.split()
+            perms = words[1]
+            where = words[5] if len(words) > 5 else "[anon]"
+            out.append((f"{perms} {Path(where).name if where[0] == '/' else where}", {}))
+        elif head.endswith(":") and head[:-1] in SMAPS_FIELDS and out:
+            out[-1][1][head[:-1]] = int(rest.split()[0])
+    return out
+
+
+def print_smaps(app: Appliance) -> None:
+    pid = app.spawn(["sleep", "30"])
+    try:
+        settle([pid], "sleep")
+        print(f"one plain-command launcher's mappings, as the appliance runs it (KiB), "
+              f"pid {pid}")
+        print(f"  {'mapping':<26}" + "".join(f"{f:>14}" for f in SMAPS_FIELDS))
+        for name, fields in smaps(pid):
+            print(f"  {name:<26}" + "".join(f"{fields.get(f, 0):>14}" for f in SMAPS_FIELDS))
+        print()
+    finally:
+        end_all([pid])
 
 
 # ---- latency -----------------------------------------------------------------
@@ -170,6 +342,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument("--smaps", action="store_true",
+                        help="print one launcher's mappings (/proc/<pid>/smaps)")
     args = parser.parse_args()
 
     binary = launcher_path()
@@ -188,29 +362,37 @@ def main() -> int:
         print()
 
         # 1. memory
-        def ql() -> tuple[list[str], int | None]:
-            fd = token_fd()
-            return launcher_argv(binary, disk_receipts, fd, sleep, "30"), fd
-
+        app = Appliance(binary, work / "appliance")
+        if args.smaps:
+            print_smaps(app)
+        deny_args = app.isolation.launcher_args()
+        python_cmd, python_cwd, python_env = app.task_form()
         waiter = "import subprocess, sys; subprocess.run(sys.argv[1:])"
+        n = args.tasks
         rows = [
-            waiting_memory("ql-launch", ql, args.tasks),
-            waiting_memory(
-                "python3 -c waiter",
-                lambda: ([sys.executable, "-c", waiter, sleep, "30"], None),
-                args.tasks,
-            ),
-            waiting_memory(
-                "sh -c 'sleep 30; :'", lambda: (["/bin/sh", "-c", "sleep 30; :"], None), args.tasks
-            ),
+            waiting("ql-launch sleep (plain)", lambda: app.spawn([sleep, "30"]), n, "sleep"),
+            waiting("ql-launch + sh -c 'sleep 30'",
+                    lambda: app.spawn(["/bin/sh", "-c", "sleep 30"]), n, "sleep"),
+            waiting("ql-launch, task x.py", lambda: app.spawn(
+                python_cmd, cwd=python_cwd, env=python_env), n, None),
+            waiting("ql-launch sleep, no --deny",
+                    lambda: app.spawn([sleep, "30"], deny=False), n, "sleep"),
+            waiting("python3 -c waiter", lambda: popen([sys.executable, "-c", waiter, sleep,
+                                                         "30"]), n, "sleep"),
+            waiting("sh -c 'sleep 30; :'", lambda: popen(["/bin/sh", "-c", "sleep 30; :"]), n,
+                    "sleep"),
         ]
-        print(f"waiting parent, mean of {args.tasks} concurrent tasks (KiB)")
-        print(f"  {'parent':<22}{'PSS':>10}{'RssAnon':>10}{'VmRSS':>10}")
-        for name, pss, anon, rss in rows:
-            print(f"  {name:<22}{pss:>10.1f}{anon:>10.1f}{rss:>10.1f}")
-        ql_pss, ql_anon = rows[0][1], rows[0][2]
-        for name, pss, anon, _ in rows[1:]:
-            print(f"  ql-launch vs {name}: PSS x{ql_pss / pss:.3f}, RssAnon x{ql_anon / anon:.3f}")
+        shown = " ".join(deny_args).replace(str(work / "appliance"), "<root>")
+        print(f"per task, mean of {n} concurrent tasks, waiting on `sleep 30` (KiB); "
+              f"the launcher as the appliance runs it: {shown or 'no confinement'}")
+        print(f"  {'processes for the task':<32}{'count':>6}{'PSS':>10}{'RssAnon':>10}"
+              f"{'VmRSS':>10}")
+        for name, procs, pss, anon, rss in rows:
+            print(f"  {name:<32}{procs:>6.1f}{pss:>10.1f}{anon:>10.1f}{rss:>10.1f}")
+        ql_pss, ql_anon = rows[0][2], rows[0][3]
+        for name, _, pss, anon, _ in rows[1:]:
+            print(f"  ql-launch sleep vs {name}: PSS x{ql_pss / pss:.3f}, "
+                  f"RssAnon x{ql_anon / anon:.3f}")
         print()
 
         # 2. latency
@@ -295,8 +477,10 @@ def main() -> int:
 
         # 3. verdicts
         checks = [
-            (f"launcher PSS {ql_pss:.1f} KiB <= 64 KiB", ql_pss <= 64),
-            (f"launcher RssAnon {ql_anon:.1f} KiB <= 32 KiB", ql_anon <= 32),
+            *((f"{rows[i][0]}: PSS {rows[i][2]:.1f} KiB <= 64 KiB", rows[i][2] <= 64)
+              for i in (0, 2)),
+            *((f"{rows[i][0]}: RssAnon {rows[i][3]:.1f} KiB <= 32 KiB", rows[i][3] <= 32)
+              for i in (0, 2)),
             (f"binary {size / KIB:.1f} KiB <= 200 KiB", size <= 200 * KIB),
             (f"spawn+receipt on disk x{ratio:.2f} <= 3x bare spawn", ratio <= 3),
         ]
