@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import confined, scripts, shipped_scripts
+from qledge import scripts, shipped_scripts
+from qledge.fs import confined
 from qledge.scripts import Limits, Scripts
 
 from conftest import ADMIN, ROOT, unavailable

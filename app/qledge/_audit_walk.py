@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import msgspec
 
-from . import dirfd
 from .db.audit_queries import Lookup
+from .fs import dirfd
 from .ids import shard_key
 from .model import TERMINAL_ATTEMPT
 

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
-from . import confined, dirfd, process
+from . import process
+from .fs import confined, dirfd
 from .subscription_spec import ENV_NAME, MANIFEST_SUFFIX, PullError, PullSpec, Rules, decode
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

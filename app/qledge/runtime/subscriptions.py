@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .. import confined, ids, script_meta
+from .. import ids, script_meta
 from ..clock import now_ms
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.connection import Tx
+from ..fs import confined
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
 from ..subscription_spec import (
     ENV_NAME,
