@@ -211,15 +211,15 @@ def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
         "db/leases.py:1 imports _attempt from qledge.db.rows"]
     assert check("http/x.py", "from ..db import rows\nrows._attempt(1)\n") == [
         "http/x.py:2 reads rows._attempt"]
-    assert check("http/x.py", "from .. import _script_tree\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
-    assert check("http/x.py", "from .._script_tree import walk\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
-    assert check("http/x.py", "import qledge._script_tree\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "from ..scripts import _tree\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
+    assert check("http/x.py", "from ..scripts._tree import walk\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
+    assert check("http/x.py", "import qledge.scripts._tree\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
     # the pattern: a package's modules use its private helper module's public names
-    assert check("scripts.py", "from . import _script_tree as fs\nfs.walk(1)\n") == []
+    assert check("scripts/folder.py", "from . import _tree as fs\nfs.walk(1)\n") == []
     assert check("http/scripts.py", "from ._files import offload\n") == []
-    assert check("scripts.py", "from . import _script_tree as fs\nfs._temp_name()\n") == [
-        "scripts.py:2 reads fs._temp_name"]
+    assert check("scripts/folder.py", "from . import _tree as fs\nfs._temp_name()\n") == [
+        "scripts/folder.py:2 reads fs._temp_name"]
     assert check("x.py", "from . import __version__\nobj._private = 1\n") == []

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from qledge import notify, qinglong_notify, shipped_scripts
+from qledge import notify, qinglong_notify
 from qledge.db.connection import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.scripts import ship as shipped_scripts
 from qledge.settings import Settings
 
 RUN = Run(id="0190c2e0-0000-7000-8000-000000000001", task_id="t", trigger=Trigger.MANUAL,

@@ -572,7 +572,7 @@ def test_the_worker_never_runs_a_subscriptions_patterns(api: TestClient,
             time.sleep(0.02)
         assert api.get(f"/api/v1/runs/{run_id}").json()["status"] == "succeeded"
         assert worst < 2.0, f"the worker stalled for {worst:.1f} s"
-        from qledge.script_meta import task_command
+        from qledge.scripts.meta import task_command
 
         mine = {c for c in tasks_by_command(api) if c.startswith(("task me/", "task 'me/"))}
         assert mine == {task_command(f"me/{evil}"), "task me/ok.js"}

@@ -22,11 +22,9 @@ from typing import Any
 
 import msgspec
 
-from ._script_history import History, Version
-from ._script_tree import HIDDEN, Node, walk
-from .clock import now_ms
-from .fs import confined as fs
-from .fs.confined import (
+from ..clock import now_ms
+from ..fs import confined as fs
+from ..fs.confined import (
     TEMP_PREFIX,
     ScriptBinary,
     ScriptChanged,
@@ -42,6 +40,8 @@ from .fs.confined import (
     ScriptVersionNotFound,
     ScriptWrongType,
 )
+from ._history import History, Version
+from ._tree import HIDDEN, Node, walk
 
 __all__ = [
     "HIDDEN", "TEMP_PREFIX", "Limits", "Node", "Saved", "ScriptBinary", "ScriptChanged",
