@@ -586,7 +586,7 @@ def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from qledge.subscription_spec import ENV_NAME, Caps, PullSpec, encode
+    from qledge.subscriptions.spec import ENV_NAME, Caps, PullSpec, encode
 
     repo = GitRepo(tmp_path / "origin" / "bomb")
     repo.write("ok.js", "// cron: 1 1 * * *\n")
@@ -740,8 +740,8 @@ def test_pack_objects_are_sized_before_they_are_inflated(tmp_path: Path) -> None
     the cap — each refused in 64 KiB steps. A real pack with deltas passes."""
     import subprocess
 
-    from qledge._subscription_fetch import check_pack
-    from qledge.subscription_spec import PullError
+    from qledge.subscriptions._fetch import check_pack
+    from qledge.subscriptions.spec import PullError
 
     def refused(pack: Any, limit: int) -> str:
         with pytest.raises(PullError) as info:

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging()
         return import_cmd(args)
     if args.cmd == "subscription":
-        from . import subscription_pull
+        from .subscriptions import pull as subscription_pull
 
         return subscription_pull.main(args.id)
     if args.cmd == "deps":

@@ -31,7 +31,7 @@ from .qinglong_plan import (
     source_key,
 )
 from .qinglong_source import QlCron, Source
-from .subscription_spec import DEFAULT_EXTENSIONS
+from .subscriptions.spec import DEFAULT_EXTENSIONS
 
 TASK_KEYS = ("name", "command", "schedule", "extra_schedules", "enabled", "labels", "overlap",
              "timeout_s")

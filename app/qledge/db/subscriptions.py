@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..subscription_spec import Caps
+from ..subscriptions.spec import Caps
 from . import dialect
 from .connection import Tx
 from .rows import NotFound, like_pattern

@@ -31,7 +31,7 @@ from ..db.connection import Tx
 from ..fs import confined
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
 from ..scripts import meta as script_meta
-from ..subscription_spec import (
+from ..subscriptions.spec import (
     ENV_NAME,
     MANIFEST_MAX_BYTES,
     MANIFEST_SUFFIX,
