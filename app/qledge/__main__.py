@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return subscription_pull.main(args.id)
     if args.cmd == "deps":
-        from . import dependency_install
+        from .dependencies import install as dependency_install
 
         return dependency_install.main(args.ecosystem)
     _setup_logging()

@@ -10,7 +10,8 @@ from typing import Any
 
 import msgspec
 
-from .. import dependency_spec, ids
+from .. import ids
+from ..dependencies import spec as dependency_spec
 from ..qinglong_plan import Action, Item, Mapped, Plan, Target
 from ..qinglong_source import QlDependency
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
