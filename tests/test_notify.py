@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from qledge import notify, qinglong_notify
 from qledge.db.connection import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.notify import qinglong as qinglong_notify
+from qledge.notify import rules as notify
 from qledge.scripts import ship as shipped_scripts
 from qledge.settings import Settings
 

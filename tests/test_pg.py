@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 import _pg
-from qledge import ids, notify, qinglong_plan, transitions
+from qledge import ids, qinglong_plan, transitions
 from qledge.db import (
     apps,
     attempts,
@@ -37,6 +37,7 @@ from qledge.db import (
 from qledge.db.connection import Database
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
+from qledge.notify import rules as notify
 from qledge.qinglong_source import QlDependency
 from qledge.subscriptions import spec as subscription_spec
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import qinglong_notify, taskform
+from . import taskform
 from .http.apps import RUNS_CODE, SCOPES, digest
+from .notify import qinglong as qinglong_notify
 from .qinglong_plan import Action, Ctx, Item, decide, skip
 
 

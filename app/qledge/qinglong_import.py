@@ -13,12 +13,13 @@ from hashlib import sha256
 from typing import Any
 
 from . import _qinglong_items as _items
-from . import interval, qinglong_notify, taskform
+from . import interval, taskform
 from ._qinglong_items import timeout_s
 from .http.envs import validate_env
 from .http.errors import ApiError
 from .http.subscriptions import validate as validate_subscription
 from .http.tasks import validated as validate_task
+from .notify import qinglong as qinglong_notify
 from .qinglong_plan import (
     CONFLICT_MODES,
     Action,

@@ -18,13 +18,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import notify
 from ..clock import now_ms
 from ..db import gauges
 from ..db import notifications as nq
 from ..db import retention_queries as rq
 from ..db.connection import Database, Tx
 from ..model import Reason, Run
+from ..notify import rules as notify
 
 if TYPE_CHECKING:
     from .lifecycle import Runtime
