@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 import _pg
-from qledge import ids, qinglong_plan, transitions
+from qledge import ids, transitions
 from qledge.db import (
     apps,
     attempts,
@@ -35,10 +35,11 @@ from qledge.db import (
     tasks,
 )
 from qledge.db.connection import Database
+from qledge.importer import plan as qinglong_plan
+from qledge.importer.source import QlDependency
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
 from qledge.notify import rules as notify
-from qledge.qinglong_source import QlDependency
 from qledge.subscriptions import spec as subscription_spec
 
 from conftest import free_port

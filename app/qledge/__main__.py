@@ -159,10 +159,10 @@ def import_cmd(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from . import paths, qinglong_report, settings
+    from . import paths, settings
     from .db import backend, migrate
-    from .qinglong_plan import ImportFailed
-    from .qinglong_source import SourceError
+    from .importer import ImportFailed, SourceError
+    from .importer import report as qinglong_report
     from .runtime import imports
 
     async def go(conf: settings.Settings) -> int:

@@ -1,6 +1,6 @@
 """SQL of `qledge import qinglong`: the state a plan is made against, the mapping of
 QingLong ids to qledge objects, and applying a plan inside ONE transaction
-(docs/migrating-from-qinglong.md; the plan itself is qinglong_import.py's).
+(docs/migrating-from-qinglong.md; the plan itself is importer/build.py's).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import msgspec
 
 from .. import ids
 from ..dependencies import spec as dependency_spec
-from ..qinglong_plan import Action, Item, Mapped, Plan, Target
-from ..qinglong_source import QlDependency
+from ..importer.plan import Action, Item, Mapped, Plan, Target
+from ..importer.source import QlDependency
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
 from .connection import Tx
 

@@ -15,11 +15,10 @@ from starlette.responses import Response
 
 from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
+from ..importer import ImportFailed, SourceError
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
-from ..qinglong_plan import ImportFailed
-from ..qinglong_source import SourceError
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused

@@ -6,7 +6,7 @@ private temp file in the data volume and capped at MAX_ARCHIVE bytes (413 as soo
 as the cap is passed, before the rest is read); the temp file is removed when the
 answer is ready. `?apply=true` imports, otherwise it is a dry run; `on_conflict`
 (rename|replace) and `with_logs` (0-100) as the CLI's options. The answer is the
-report (qinglong_report.as_json): labels, actions and reasons, never a value.
+report (importer/report.py's as_json): labels, actions and reasons, never a value.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import qinglong_report
+from ..importer import report as qinglong_report
 from ..runtime import imports
 from ..runtime.lifecycle import Runtime
 from . import inputs
