@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     refused = embedded_only("audit receipts", args.rest)
     if refused is not None:
         return refused
-    from . import audit as audit_mod
+    from .audit import receipts as audit_mod
 
     return audit_mod.main(args.rest)
 
