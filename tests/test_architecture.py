@@ -54,8 +54,8 @@ def test_only_db_speaks_sqlite() -> None:
 
 
 # Functions that run on threads of their own, where a blocking sleep stalls nobody
-# (task_cli: the operator's `task` program, a process without an event loop).
-THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
+# (cli/task.py: the operator's `task` program, a process without an event loop).
+THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("cli/task.py", "follow")}
 
 
 def test_nothing_sleeps_on_the_event_loop() -> None:

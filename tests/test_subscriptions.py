@@ -451,7 +451,7 @@ def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPat
     each statement's parameters (a subscription's secret, env values)."""
     import logging
 
-    from qledge import __main__ as cli
+    from qledge.cli import output as cli
 
     sql, root = logging.getLogger("aiosqlite"), logging.getLogger()
     levels = sql.level, root.level
@@ -459,7 +459,7 @@ def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPat
     try:
         sql.setLevel(logging.NOTSET)
         root.setLevel(logging.DEBUG)  # what basicConfig sets on a fresh process
-        cli._setup_logging()
+        cli.setup_logging()
         assert not sql.isEnabledFor(logging.DEBUG)
     finally:
         sql.setLevel(levels[0])
