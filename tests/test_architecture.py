@@ -24,6 +24,17 @@ def _imported(tree: ast.Module) -> Iterator[str]:
             yield node.module
 
 
+# The flat modules at the top are the core every feature shares; a feature is a package
+# of its own (importer/, subscriptions/, scripts/, ...), found by its folder.
+CORE = {"__init__.py", "__main__.py", "model.py", "transitions.py", "cron.py", "interval.py",
+        "taskform.py", "settings.py", "ids.py", "clock.py", "paths.py", "process.py",
+        "failpoints.py", "node.py", "cluster_auth.py"}
+
+
+def test_features_are_packages() -> None:
+    assert {path.name for path in PACKAGE.glob("*.py")} == CORE
+
+
 def test_only_cron_wraps_cronsim() -> None:
     users = {rel for rel, tree in _modules()
              if any(name.split(".")[0] == "cronsim" for name in _imported(tree))}
