@@ -24,6 +24,17 @@ def _imported(tree: ast.Module) -> Iterator[str]:
             yield node.module
 
 
+# The flat modules at the top are the core every feature shares; a feature is a package
+# of its own (importer/, subscriptions/, scripts/, ...), found by its folder.
+CORE = {"__init__.py", "__main__.py", "model.py", "transitions.py", "cron.py", "interval.py",
+        "taskform.py", "settings.py", "ids.py", "clock.py", "paths.py", "process.py",
+        "failpoints.py", "node.py", "cluster_auth.py"}
+
+
+def test_features_are_packages() -> None:
+    assert {path.name for path in PACKAGE.glob("*.py")} == CORE
+
+
 def test_only_cron_wraps_cronsim() -> None:
     users = {rel for rel, tree in _modules()
              if any(name.split(".")[0] == "cronsim" for name in _imported(tree))}
@@ -39,7 +50,7 @@ def test_one_wall_clock() -> None:
                 own_clocks.append(f"{rel}:{node.name}")
             elif isinstance(node, ast.Attribute) and node.attr in ("time", "time_ns") and \
                     isinstance(node.value, ast.Name) and node.value.id == "time" and \
-                    rel not in ("clock.py", "audit.py"):  # audit compares file mtimes, in s
+                    rel not in ("clock.py", "audit/receipts.py"):  # audit: file mtimes, in s
                 own_clocks.append(f"{rel}:{node.lineno}")
     assert own_clocks == ["clock.py:now_ms"]
 
@@ -98,8 +109,8 @@ def test_the_backend_rule_catches_each_spelling() -> None:
 
 
 # Functions that run on threads of their own, where a blocking sleep stalls nobody
-# (task_cli: the operator's `task` program, a process without an event loop).
-THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("task_cli.py", "follow")}
+# (cli/task.py: the operator's `task` program, a process without an event loop).
+THREAD_BODIES = {("launch/_exitpoll.py", "_run"), ("cli/task.py", "follow")}
 
 
 def test_nothing_sleeps_on_the_event_loop() -> None:
@@ -255,17 +266,17 @@ def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
         "db/leases.py:1 imports _attempt from qledge.db.rows"]
     assert check("http/x.py", "from ..db import rows\nrows._attempt(1)\n") == [
         "http/x.py:2 reads rows._attempt"]
-    assert check("http/x.py", "from .. import _script_tree\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
-    assert check("http/x.py", "from .._script_tree import walk\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
-    assert check("http/x.py", "import qledge._script_tree\n") == [
-        "http/x.py:1 imports private module qledge._script_tree"]
+    assert check("http/x.py", "from ..scripts import _tree\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
+    assert check("http/x.py", "from ..scripts._tree import walk\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
+    assert check("http/x.py", "import qledge.scripts._tree\n") == [
+        "http/x.py:1 imports private module qledge.scripts._tree"]
     # the pattern: a package's modules use its private helper module's public names
-    assert check("scripts.py", "from . import _script_tree as fs\nfs.walk(1)\n") == []
+    assert check("scripts/folder.py", "from . import _tree as fs\nfs.walk(1)\n") == []
     assert check("http/scripts.py", "from ._files import offload\n") == []
-    assert check("scripts.py", "from . import _script_tree as fs\nfs._temp_name()\n") == [
-        "scripts.py:2 reads fs._temp_name"]
+    assert check("scripts/folder.py", "from . import _tree as fs\nfs._temp_name()\n") == [
+        "scripts/folder.py:2 reads fs._temp_name"]
     assert check("x.py", "from . import __version__\nobj._private = 1\n") == []
 
 

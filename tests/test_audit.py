@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from qledge import audit
+from qledge.audit import receipts as audit
 from qledge.db import migrate
 from qledge.ids import uuid7
 

@@ -98,7 +98,7 @@ def test_the_embedded_path_never_imports_the_postgresql_driver() -> None:
     import sys
 
     code = ("import sys; sys.modules['asyncpg'] = None\n"
-            "import qledge.__main__, qledge.http.app, qledge.runtime.lifecycle\n"
+            "import qledge.cli, qledge.http.app, qledge.runtime.lifecycle\n"
             "assert sys.modules['asyncpg'] is None")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)

@@ -428,7 +428,7 @@ def test_a_bad_mirror_setting_stops_start_up_without_showing_its_password(
 def test_the_install_process_refuses_without_a_job_or_without_npm(tmp_path: Path) -> None:
     import msgspec
 
-    from qledge.dependency_spec import ENV_NAME, Job
+    from qledge.dependencies.spec import ENV_NAME, Job
 
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)}
     res = subprocess.run([sys.executable, "-m", "qledge", "deps", "apply", "python"],

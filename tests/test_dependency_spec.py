@@ -1,10 +1,10 @@
-"""Package specs, derived statuses and mirror redaction (app/qledge/dependency_spec.py)."""
+"""Package specs, derived statuses and mirror redaction (app/qledge/dependencies/spec.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from qledge.dependency_spec import (
+from qledge.dependencies.spec import (
     SpecError,
     node_package,
     python_package,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from qledge import dirfd
+from qledge.fs import dirfd
 
 
 @pytest.fixture

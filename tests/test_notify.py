@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from qledge import notify, qinglong_notify, shipped_scripts
 from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.notify import qinglong as qinglong_notify
+from qledge.notify import rules as notify
+from qledge.scripts import ship as shipped_scripts
 from qledge.settings import Settings
 
 RUN = Run(id="0190c2e0-0000-7000-8000-000000000001", task_id="t", trigger=Trigger.MANUAL,

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 import _pg
-from qledge import ids, notify, qinglong_plan, subscription_spec, transitions
+from qledge import ids, transitions
 from qledge.db import (
     apps,
     attempts,
@@ -35,9 +35,12 @@ from qledge.db import (
     tasks,
 )
 from qledge.db.sqlite import Database
+from qledge.importer import plan as qinglong_plan
+from qledge.importer.source import QlDependency
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
-from qledge.qinglong_source import QlDependency
+from qledge.notify import rules as notify
+from qledge.subscriptions import spec as subscription_spec
 
 from conftest import free_port
 

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from qledge import failpoints
 from qledge.db import backend
-from qledge.qinglong_plan import Plan
+from qledge.importer.plan import Plan
 from qledge.runtime import dependencies, imports
 
 from conftest import (

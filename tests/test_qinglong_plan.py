@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from qledge import qinglong_import
-from qledge.qinglong_plan import Action, Item, Mapped, Target, fingerprint
-from qledge.qinglong_source import (
+from qledge.importer import build as qinglong_import
+from qledge.importer.plan import Action, Item, Mapped, Target, fingerprint
+from qledge.importer.source import (
     FileSet,
     QlApp,
     QlConfig,

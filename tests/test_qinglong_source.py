@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from qledge import qinglong_source
-from qledge.qinglong_source import SourceError
+from qledge.importer import source as qinglong_source
+from qledge.importer.source import SourceError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qinglong" / "2.21.0-data.tgz"
 

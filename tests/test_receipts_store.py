@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from qledge import dirfd
-from qledge.dirfd import MAX_SUFFIX, UnsafeDirectory
+from qledge.fs import dirfd
+from qledge.fs.dirfd import MAX_SUFFIX, UnsafeDirectory
 from qledge.ids import uuid7
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected, decode
 from qledge.receipts.store import ReceiptStore, UnsupportedVolume, probe

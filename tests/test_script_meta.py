@@ -1,4 +1,4 @@
-"""Script header parsing (qledge.script_meta): QingLong's formats, in QingLong's order."""
+"""Script header parsing (qledge.scripts.meta): QingLong's formats, in QingLong's order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from qledge import script_meta
+from qledge.scripts import meta as script_meta
 
 JD_HEADER = """/*
 京东种豆得豆

@@ -1,4 +1,4 @@
-"""The confined scripts folder (qledge.scripts): hostile paths, planted symlinks and
+"""The confined scripts folder (qledge.scripts.folder): hostile paths, planted symlinks and
 special files, atomic writes under a real SIGKILL, the bounded history, the bounded
 tree and delete, and the upload cap (413 before the body is read)."""
 
@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import confined, scripts, shipped_scripts
-from qledge.scripts import Limits, Scripts
+from qledge.fs import confined
+from qledge.scripts import folder as scripts
+from qledge.scripts import ship as shipped_scripts
+from qledge.scripts.folder import Limits, Scripts
 
 from conftest import ADMIN, ROOT, unavailable
 
@@ -266,7 +268,7 @@ def test_folders_and_files_in_each_others_place(world: tuple[Scripts, Path]) -> 
 _WRITER = """
 import sys
 from pathlib import Path
-from qledge.scripts import Limits, Scripts
+from qledge.scripts.folder import Limits, Scripts
 root = Path(sys.argv[1])
 size = int(sys.argv[2])
 sc = Scripts(root / "scripts", root / ".scripts-history", Limits(max_text=size))
@@ -435,7 +437,7 @@ def test_history_keeps_the_last_five_replaced_contents(world: tuple[Scripts, Pat
 
 
 def test_versions_saved_in_one_millisecond_keep_their_order(tmp_path: Path) -> None:
-    from qledge._script_history import History
+    from qledge.scripts._history import History
 
     history = History(tmp_path, keep=3)
     for i in range(5):

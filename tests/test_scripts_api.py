@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import shipped_scripts
-from qledge.scripts import Limits, Scripts
+from qledge.scripts import ship as shipped_scripts
+from qledge.scripts.folder import Limits, Scripts
 from test_qinglong_api import bearer, get_token, make_app
 
 API = "/api/v1/scripts"

@@ -451,7 +451,7 @@ def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPat
     each statement's parameters (a subscription's secret, env values)."""
     import logging
 
-    from qledge import __main__ as cli
+    from qledge.cli import output as cli
 
     sql, root = logging.getLogger("aiosqlite"), logging.getLogger()
     levels = sql.level, root.level
@@ -459,7 +459,7 @@ def test_debug_logging_never_prints_sql_parameters(monkeypatch: pytest.MonkeyPat
     try:
         sql.setLevel(logging.NOTSET)
         root.setLevel(logging.DEBUG)  # what basicConfig sets on a fresh process
-        cli._setup_logging()
+        cli.setup_logging()
         assert not sql.isEnabledFor(logging.DEBUG)
     finally:
         sql.setLevel(levels[0])
@@ -572,7 +572,7 @@ def test_the_worker_never_runs_a_subscriptions_patterns(api: TestClient,
             time.sleep(0.02)
         assert api.get(f"/api/v1/runs/{run_id}").json()["status"] == "succeeded"
         assert worst < 2.0, f"the worker stalled for {worst:.1f} s"
-        from qledge.script_meta import task_command
+        from qledge.scripts.meta import task_command
 
         mine = {c for c in tasks_by_command(api) if c.startswith(("task me/", "task 'me/"))}
         assert mine == {task_command(f"me/{evil}"), "task me/ok.js"}
@@ -586,7 +586,7 @@ def test_a_compression_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from qledge.subscription_spec import ENV_NAME, Caps, PullSpec, encode
+    from qledge.subscriptions.spec import ENV_NAME, Caps, PullSpec, encode
 
     repo = GitRepo(tmp_path / "origin" / "bomb")
     repo.write("ok.js", "// cron: 1 1 * * *\n")
@@ -740,8 +740,8 @@ def test_pack_objects_are_sized_before_they_are_inflated(tmp_path: Path) -> None
     the cap — each refused in 64 KiB steps. A real pack with deltas passes."""
     import subprocess
 
-    from qledge._subscription_fetch import check_pack
-    from qledge.subscription_spec import PullError
+    from qledge.subscriptions._fetch import check_pack
+    from qledge.subscriptions.spec import PullError
 
     def refused(pack: Any, limit: int) -> str:
         with pytest.raises(PullError) as info:

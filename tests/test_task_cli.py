@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from qledge.task_cli import admin_token
+from qledge.cli.task import admin_token
 
 from conftest import ADMIN, Server
 

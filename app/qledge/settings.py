@@ -403,7 +403,7 @@ def _with_token_file(conf: Settings) -> Settings:
 
 
 def _check_mirrors(conf: Settings) -> None:
-    from .dependency_spec import mirror_error, redact_url
+    from .dependencies.spec import mirror_error, redact_url
 
     for key, urls in (("PIP_INDEX_URL", [conf.pip_index_url]),
                       ("PIP_EXTRA_INDEX_URLS", conf.pip_extra_index_urls.split()),

@@ -135,7 +135,7 @@ def heap_after_imports() -> int:
 
 def main() -> None:
     heap_kib = _try(heap_after_imports)  # first: nothing of the stack imported yet
-    from qledge.__main__ import _loop_factory
+    from qledge.cli.serve import _loop_factory
 
     factory = _loop_factory()
     out = {

@@ -80,12 +80,13 @@ CONTROLS = {"reaper-early": _reaper_early, "deferred-step1": _deferred_step1}
 
 
 def main(argv: list[str]) -> int:
-    from qledge.__main__ import _setup_logging, serve
+    from qledge.cli.output import setup_logging
+    from qledge.cli.serve import serve
 
     boot_id = argv[0]
     for control in argv[1:]:
         CONTROLS[control]()
-    _setup_logging()
+    setup_logging()
     return serve(boot_id=boot_id)
 
 

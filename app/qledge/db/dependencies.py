@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import msgspec
 
 from .. import ids
-from ..dependency_spec import package
+from ..dependencies.spec import package
 from ..model import RunStatus
 from . import dialect, statuses
 from .interface import Row, Tx
@@ -90,7 +90,7 @@ async def declare(tx: Tx, ecosystem: str, specs: Iterable[str], now_ms: int, *,
     """Declare packages to be installed: a new row per new name, the spec (and remark,
     if given) of a known one replaced. The rows' ids, in order; no run is queued here
     (runtime/dependencies.queue_in does that, in the same transaction). SpecError for
-    a spec that is refused (dependency_spec)."""
+    a spec that is refused (dependencies/spec.py)."""
     out: list[str] = []
     for raw in specs:
         pkg = package(ecosystem, raw)

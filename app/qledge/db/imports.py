@@ -1,6 +1,6 @@
 """SQL of `qledge import qinglong`: the state a plan is made against, the mapping of
 QingLong ids to qledge objects, and applying a plan inside ONE transaction
-(docs/migrating-from-qinglong.md; the plan itself is qinglong_import.py's).
+(docs/migrating-from-qinglong.md; the plan itself is importer/build.py's).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 
 import msgspec
 
-from .. import dependency_spec, ids
-from ..qinglong_plan import Action, Item, Mapped, Plan, Target
-from ..qinglong_source import QlDependency
+from .. import ids
+from ..dependencies import spec as dependency_spec
+from ..importer.plan import Action, Item, Mapped, Plan, Target
+from ..importer.source import QlDependency
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
 from .interface import Tx
 

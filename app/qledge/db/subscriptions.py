@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ..subscription_spec import Caps
+from ..subscriptions.spec import Caps
 from . import dialect
 from .interface import Row, Tx
 from .rows import NotFound, like_pattern

@@ -15,7 +15,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
-from ..scripts import Scripts, ScriptTooLarge, Upload
+from ..scripts.folder import Scripts, ScriptTooLarge, Upload
 from .errors import BadRequest
 
 T = TypeVar("T")

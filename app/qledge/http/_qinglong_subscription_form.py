@@ -14,7 +14,7 @@ import msgspec
 
 from .. import interval
 from ..db import subscriptions as subs
-from ..subscription_spec import DEFAULT_EXTENSIONS
+from ..subscriptions.spec import DEFAULT_EXTENSIONS
 from . import subscriptions as native
 from .errors import BadRequest, Invalid
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from .. import ids
 from ..db import dependencies as deps
 from ..db import rows
-from ..dependency_spec import MAX_SPECS, SpecError, package
+from ..dependencies.spec import MAX_SPECS, SpecError, package
 from ..runtime import dependencies as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs

@@ -13,7 +13,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import scripts
 from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
@@ -23,6 +22,7 @@ from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
 from ..runtime.operations import ActiveRun, SystemTask
+from ..scripts import folder as scripts
 
 log = logging.getLogger("qledge.http")
 

@@ -6,7 +6,7 @@ private temp file in the data volume and capped at MAX_ARCHIVE bytes (413 as soo
 as the cap is passed, before the rest is read); the temp file is removed when the
 answer is ready. `?apply=true` imports, otherwise it is a dry run; `on_conflict`
 (rename|replace) and `with_logs` (0-100) as the CLI's options. The answer is the
-report (qinglong_report.as_json): labels, actions and reasons, never a value.
+report (importer/report.py's as_json): labels, actions and reasons, never a value.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ async def _receive(request: Request, dest: Path) -> None:
 async def qinglong(request: Request) -> Response:
     # The importer (tarfile, the QingLong readers and planner: ~1.3 MiB) loads at the
     # first import, not in every idle worker (tests/test_imports_idle.py).
-    from .. import qinglong_report
-    from ..qinglong_plan import ImportFailed
-    from ..qinglong_source import SourceError
+    from ..importer import report as qinglong_report
+    from ..importer.plan import ImportFailed
+    from ..importer.source import SourceError
     from ..runtime import imports
 
     rt: Runtime = request.app.state.runtime

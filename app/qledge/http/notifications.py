@@ -14,8 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids, notify
+from .. import ids
 from ..db import notifications as q
+from ..notify import rules as notify
 from ..runtime import notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs

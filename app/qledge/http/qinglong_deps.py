@@ -20,7 +20,7 @@ from starlette.routing import Route
 from ..cron import from_ms, local_zone
 from ..db import attempts, rows
 from ..db import dependencies as deps
-from ..dependency_spec import MAX_SPECS, QINGLONG_TYPES, SpecError, package, qinglong_status
+from ..dependencies.spec import MAX_SPECS, QINGLONG_TYPES, SpecError, package, qinglong_status
 from ..launch import logs
 from ..runtime import dependencies as ops
 from ..runtime.lifecycle import Runtime

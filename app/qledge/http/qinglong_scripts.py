@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..scripts import Node, ScriptExists, ScriptNotFound, Scripts
+from ..scripts.folder import Node, ScriptExists, ScriptNotFound, Scripts
 from ._files import offload, read_body, read_form
 from .errors import BadRequest, json_response
 from .qinglong import decode, ok, scoped

@@ -13,10 +13,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import script_meta, taskform
+from .. import taskform
 from ..runtime import script_runs
 from ..runtime.lifecycle import Runtime
-from ..scripts import Limits, ScriptPathInvalid, Scripts, text_of
+from ..scripts import meta as script_meta
+from ..scripts.folder import Limits, ScriptPathInvalid, Scripts, text_of
 from . import inputs
 from ._files import UPLOAD_OVERHEAD, offload, read_body, read_form
 from .errors import BadRequest, Invalid, decode_body, json_response

@@ -21,7 +21,7 @@ from ..db import rows
 from ..db import subscriptions as subs
 from ..runtime import subscriptions as ops
 from ..runtime.lifecycle import Runtime
-from ..subscription_spec import DEFAULT_EXTENSIONS, Caps, pattern_error
+from ..subscriptions.spec import DEFAULT_EXTENSIONS, Caps, pattern_error
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from qledge import dirfd
+from qledge.fs import dirfd
 from qledge.ids import is_uuid7, shard_key
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected
 

@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .. import confined, dirfd
+from ..fs import confined, dirfd
 
 TEMP = ".qledge-import-"
 MAX_LOG = 16 << 20

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .. import dependency_dirs as dirs
 from .. import ids
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows, runs, tasks
 from ..db.interface import Tx
-from ..dependency_spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job, package, status
+from ..dependencies import dirs
+from ..dependencies.spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job, package, status
 from ..launch.executor import BASE_PATH
 from ..model import Overlap, Run, Task, Trigger
 from .loop import PeriodicLoop
@@ -365,7 +365,7 @@ async def environments(rt: Runtime) -> dict[str, Any]:
 
 
 def mirrors(rt: Runtime) -> dict[str, Any]:
-    from ..dependency_spec import redact_url
+    from ..dependencies.spec import redact_url
 
     s = rt.settings
     return {"pip_index_url": redact_url(s.pip_index_url) or None,

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .. import qinglong_import, qinglong_source
 from ..clock import now_ms
 from ..db import errors, imports
 from ..db.interface import Database
+from ..importer import build as qinglong_import
+from ..importer import source as qinglong_source
+from ..importer.plan import KINDS, Action, ImportFailed, Plan, source_key
 from ..launch import environment
-from ..qinglong_plan import KINDS, Action, ImportFailed, Plan, source_key
 from ..settings import Settings
 from . import _import_files as files
 from . import dependencies

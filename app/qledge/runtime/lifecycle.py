@@ -15,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-from .. import __version__, ids, notify, shipped_scripts
+from .. import __version__, ids
 from ..clock import now_ms
 from ..db import attempts, backend, envs, journal, runs
 from ..db.interface import Tx
@@ -25,7 +25,9 @@ from ..launch.fileio import FilePool
 from ..launch.unrecorded import Identities
 from ..model import Run, Task
 from ..node import Node, default_name, labels_of
+from ..notify import rules as notify
 from ..receipts.store import ReceiptStore
+from ..scripts import ship as shipped_scripts
 from ..settings import Settings, redact_dsn
 from . import chains, conc
 from .cancellation import CANCEL_CHANNEL, Cancellation

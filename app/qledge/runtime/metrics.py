@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import notify
 from ..clock import now_ms
 from ..db import gauges
 from ..db import notifications as nq
 from ..db import retention_queries as rq
 from ..db.interface import Database, Tx
 from ..model import Reason, Run
+from ..notify import rules as notify
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Histogram

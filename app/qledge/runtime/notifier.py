@@ -27,13 +27,15 @@ from pathlib import Path
 
 import msgspec
 
-from .. import failpoints, notify, qinglong_notify
+from .. import failpoints
 from ..clock import now_ms
 from ..db import envs, rows, tasks
 from ..db import notifications as q
 from ..db.interface import Database, Tx
 from ..launch import logs, notify_send
 from ..model import Run, RunStatus
+from ..notify import qinglong as qinglong_notify
+from ..notify import rules as notify
 from .leader import Leader
 from .loop import PeriodicLoop, settle
 
@@ -48,7 +50,7 @@ SEND_TIMEOUT_S = 30.0  # per send, set here: the URL's own cto/rto never extend 
 OUTBOX_SENDS = 2
 TEST_SENDS = 2
 # A script's message also goes to the services QingLong envs describe: channel
-# "env:NAME" (qinglong_notify.py), its URL built from the envs at send time.
+# "env:NAME" (notify/qinglong.py), its URL built from the envs at send time.
 ENV_CHANNEL = "env:"
 PRUNE_EVERY = 20  # rounds; sent and given-up rows are kept KEEP_DONE_MS for the API
 PRUNE_PAGE = 256

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import notify
 from ..clock import now_ms
 from ..db import attempts, runs
 from ..db import notifications as q
 from ..model import ACTIVE_ATTEMPT
+from ..notify import rules as notify
 
 if TYPE_CHECKING:
     from .lifecycle import Runtime

@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .. import confined, ids, script_meta
+from .. import ids
 from ..clock import now_ms
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.interface import Tx
+from ..fs import confined
 from ..model import Concurrency, Run, RunStatus, Task, Trigger
-from ..subscription_spec import (
+from ..scripts import meta as script_meta
+from ..subscriptions.spec import (
     ENV_NAME,
     MANIFEST_MAX_BYTES,
     MANIFEST_SUFFIX,

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import msgspec
 
-from . import _audit_walk as walk
-from .db import errors
-from .db.audit_queries import lookup, open_readonly
+from ..db import errors
+from ..db.audit_queries import lookup, open_readonly
+from . import _walk as walk
 
 __all__ = ["Report", "ShardReport", "main", "open_readonly", "run"]
 
@@ -200,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
 def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
     if args.receipts_dir is not None and args.db is not None:
         return args.receipts_dir, args.db  # no settings needed (tests, operators)
-    from . import settings
+    from .. import settings
 
     conf = settings.load()
     return (args.receipts_dir or conf.receipts_path), (args.db or conf.db_path)

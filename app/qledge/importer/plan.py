@@ -1,4 +1,4 @@
-"""The import plan's types and its one decision rule (pure; qinglong_import.py builds
+"""The import plan's types and its one decision rule (pure; build.py builds
 the items, db/imports.py applies them).
 
 The rule (docs/migrating-from-qinglong.md):
@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from .qinglong_source import Source
+from .source import Source
 
 
 class ImportFailed(Exception):

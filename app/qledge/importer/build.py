@@ -2,7 +2,7 @@
 
 `plan(source, target)` builds one `Item` per cron, env, script file, subscription,
 app, notification channel, dependency, setting and (with --with-logs) log folder;
-qinglong_plan.py holds the types and the decision rule, db/imports.py applies a
+plan.py holds the types and the decision rule, db/imports.py applies a
 plan. How each QingLong field maps is in docs/migrating-from-qinglong.md.
 """
 
@@ -12,14 +12,16 @@ import shlex
 from hashlib import sha256
 from typing import Any
 
-from . import _qinglong_items as _items
-from . import interval, qinglong_notify, taskform
-from ._qinglong_items import timeout_s
-from .http.envs import validate_env
-from .http.errors import ApiError
-from .http.subscriptions import validate as validate_subscription
-from .http.tasks import validated as validate_task
-from .qinglong_plan import (
+from .. import interval, taskform
+from ..http.envs import validate_env
+from ..http.errors import ApiError
+from ..http.subscriptions import validate as validate_subscription
+from ..http.tasks import validated as validate_task
+from ..notify import qinglong as qinglong_notify
+from ..subscriptions.spec import DEFAULT_EXTENSIONS
+from . import _items
+from ._items import timeout_s
+from .plan import (
     CONFLICT_MODES,
     Action,
     Ctx,
@@ -30,8 +32,7 @@ from .qinglong_plan import (
     skip,
     source_key,
 )
-from .qinglong_source import QlCron, Source
-from .subscription_spec import DEFAULT_EXTENSIONS
+from .source import QlCron, Source
 
 TASK_KEYS = ("name", "command", "schedule", "extra_schedules", "enabled", "labels", "overlap",
              "timeout_s")

@@ -26,7 +26,7 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from .subscription_spec import PullError, PullSpec
+from .spec import PullError, PullSpec
 
 _TIMEOUT = urllib3.Timeout(connect=15.0, read=60.0)
 _GITLINK = 0o160000

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .taskform import TaskFormError, parse
+from ..taskform import TaskFormError, parse
 
 POLL_S = 0.3
 

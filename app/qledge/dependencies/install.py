@@ -7,7 +7,7 @@ this process does is blank it. pip and npm run as children in the launcher's pro
 group (a cancel or timeout reaches them), their output goes through a filter that
 blanks mirror credentials, and their exit code is the run's.
 
-Never half-broken: the `.changing` marker (dependency_dirs) is on disk before pip or
+Never half-broken: the `.changing` marker (dirs.py) is on disk before pip or
 npm touch a folder and leaves only after they exited on their own. A job that finds
 one, or a venv made by another Python, or a missing folder the database says was
 installed, first rebuilds the folder from the declared list — said so in the log.
@@ -37,9 +37,10 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from . import dependency_dirs as dirs
-from . import process
-from .dependency_spec import (
+from .. import process
+from ..paths import fsync_dir
+from . import dirs
+from .spec import (
     ENV_NAME,
     Ecosystem,
     Job,
@@ -48,7 +49,6 @@ from .dependency_spec import (
     redact,
     secrets_of,
 )
-from .paths import fsync_dir
 
 # What pip and npm see of the task's environment (not the user's envs, not cookies).
 _PASS = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "http_proxy", "https_proxy", "no_proxy",

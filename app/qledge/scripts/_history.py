@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from . import confined as fs
+from ..fs import confined as fs
 
 _VERSION = re.compile(r"^\d{13}-[0-9a-f]{6}$")
 

@@ -1,6 +1,6 @@
 """Scripts: the files tasks run, in `<work>/scripts`, edited through the API (docs/scripts.md).
 
-Every operation is blocking file work on directory fds (`confined.py`); the HTTP
+Every operation is blocking file work on directory fds (`fs/confined.py`); the HTTP
 layer runs it off the event loop. Paths are relative to the scripts folder and are
 refused, with a reason, when they are malformed (`..`, absolute, NUL, …), pass
 through a symlink, or name a FIFO, socket or device. Mutations are serialised by one
@@ -22,11 +22,9 @@ from typing import Any
 
 import msgspec
 
-from . import confined as fs
-from ._script_history import History, Version
-from ._script_tree import HIDDEN, Node, walk
-from .clock import now_ms
-from .confined import (
+from ..clock import now_ms
+from ..fs import confined as fs
+from ..fs.confined import (
     TEMP_PREFIX,
     ScriptBinary,
     ScriptChanged,
@@ -42,6 +40,8 @@ from .confined import (
     ScriptVersionNotFound,
     ScriptWrongType,
 )
+from ._history import History, Version
+from ._tree import HIDDEN, Node, walk
 
 __all__ = [
     "HIDDEN", "TEMP_PREFIX", "Limits", "Node", "Saved", "ScriptBinary", "ScriptChanged",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .qinglong_plan import KINDS, Action, Plan
+from .plan import KINDS, Action, Plan
 
 TITLES = {"cron": "crons → tasks", "env": "envs", "script": "scripts",
           "subscription": "subscriptions", "app": "apps (OpenAPI clients)",

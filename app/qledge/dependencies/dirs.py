@@ -26,7 +26,7 @@ from typing import Literal
 
 import msgspec
 
-from .dependency_spec import Ecosystem, normalize_python
+from .spec import Ecosystem, normalize_python
 
 ROOT = ".deps"
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from . import ids
-from .model import FAILED_RUN, Run, RunStatus
+from .. import ids
+from ..model import FAILED_RUN, Run, RunStatus
 
 HHMM = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 MAX_LOG_LINES = 50

@@ -6,7 +6,7 @@ import os
 
 import msgspec
 
-from . import confined as fs
+from ..fs import confined as fs
 
 # Like QingLong's tree: dependencies and lock files are noise in a scripts folder.
 HIDDEN = frozenset({"node_modules", ".git", ".pnpm", "pnpm-lock.yaml", "yarn.lock",

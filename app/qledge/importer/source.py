@@ -20,14 +20,14 @@ from typing import Any
 
 import msgspec
 
-from . import _qinglong_archive
-from ._qinglong_config import ConfigUnreadable
-from ._qinglong_config import QlConfig as QlConfig
-from ._qinglong_config import read_config as read_config
-from ._qinglong_scripts import FileSet as FileSet
-from ._qinglong_scripts import SourceFile as SourceFile
-from ._qinglong_scripts import list_files
-from .db import qinglong
+from ..db import qinglong
+from . import _archive as _qinglong_archive
+from ._config import ConfigUnreadable
+from ._config import QlConfig as QlConfig
+from ._config import read_config as read_config
+from ._scripts import FileSet as FileSet
+from ._scripts import SourceFile as SourceFile
+from ._scripts import list_files
 
 NEDB = ("crontab.db", "env.db", "app.db", "auth.db", "dependence.db")
 _OLD_PATHS = re.compile(r"/ql/(scripts|config|log|db)/")
@@ -127,7 +127,7 @@ class Source(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def unpack(archive: Path, into: Path) -> list[str]:
-    """A backup .tgz unpacked into the empty private folder `into` (_qinglong_archive.py);
+    """A backup .tgz unpacked into the empty private folder `into` (_archive.py);
     returns what was left out and why."""
     try:
         return _qinglong_archive.unpack(archive, into).skipped

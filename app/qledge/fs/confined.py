@@ -18,7 +18,7 @@ import secrets
 import stat
 from collections.abc import Iterable, Iterator
 
-from . import failpoints
+from .. import failpoints
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -20,7 +20,7 @@ import shlex
 
 import msgspec
 
-from . import cron
+from .. import cron
 
 MAX_SCAN = 256 * 1024  # headers are at the top; minified megabytes need no regex
 MAX_LINE = 2000

@@ -1,13 +1,14 @@
 """Import items of apps, notification channels, linux dependencies, settings and logs
-(pure; qinglong_import.py builds the rest and the plan)."""
+(pure; build.py builds the rest and the plan)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import qinglong_notify, taskform
-from .http.apps import RUNS_CODE, SCOPES, digest
-from .qinglong_plan import Action, Ctx, Item, decide, skip
+from .. import taskform
+from ..http.apps import RUNS_CODE, SCOPES, digest
+from ..notify import qinglong as qinglong_notify
+from .plan import Action, Ctx, Item, decide, skip
 
 
 def timeout_s(ctx: Ctx) -> int | None:

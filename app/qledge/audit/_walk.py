@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import msgspec
 
-from . import dirfd
-from .db.audit_queries import Lookup
-from .ids import shard_key
-from .model import TERMINAL_ATTEMPT
+from ..db.audit_queries import Lookup
+from ..fs import dirfd
+from ..ids import shard_key
+from ..model import TERMINAL_ATTEMPT
 
 # Moved files keep their name, or get dirfd.numbered's `<stem>.<n><suffix>` when it is
 # taken (like the consumer's quarantine). Before that routine was shared the audit

@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 
-from . import confined, dirfd, process
-from .subscription_spec import ENV_NAME, MANIFEST_SUFFIX, PullError, PullSpec, Rules, decode
+from .. import process
+from ..fs import confined, dirfd
+from .spec import ENV_NAME, MANIFEST_SUFFIX, PullError, PullSpec, Rules, decode
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -140,7 +141,7 @@ def _write_manifest(staging: Path, alias: str, scripts: list[str]) -> None:
 def _fetch_into(spec: PullSpec, stage: Path) -> tuple[dict[str, str], list[str]]:
     """Fetch and filter into stage/tree; ({path: sha256} of what was kept, the kept
     paths that are scripts)."""
-    from . import _subscription_fetch as fetch
+    from . import _fetch as fetch
 
     tree = stage / "tree"
     tree.mkdir(mode=0o755)

@@ -27,7 +27,7 @@ import re
 
 import msgspec
 
-from .scripts import HIDDEN, TEMP_PREFIX
+from ..scripts.folder import HIDDEN, TEMP_PREFIX
 
 DEFAULT_EXTENSIONS = ("js", "mjs", "py", "sh")
 # How the worker hands a pull its spec: not a QLEDGE_* name, which settings would
