@@ -37,7 +37,7 @@ PROBE = r"""
 import asyncio, json, os, sys
 
 from qledge import paths, settings
-from qledge.__main__ import _loop_factory
+from qledge.cli.serve import _loop_factory
 from qledge.db import backend
 from qledge.http.app import create_app
 

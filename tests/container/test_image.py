@@ -109,7 +109,8 @@ def test_image_has_no_package_manager_and_tasks_keep_their_tools() -> None:
         "setpriv usermod groupmod; do command -v $p >/dev/null || { echo missing $p; exit 1; }; "
         "done; "
         "test -s /var/lib/dpkg/status && ! grep -qx 'Package: perl-base' /var/lib/dpkg/status && "
-        "printf 'ok' | iconv -f UTF-8 -t GB18030 >/dev/null && "
+        "for cs in GBK GB18030 BIG5 ISO-8859-15 CP1252; do "
+        "printf 'ok' | iconv -f UTF-8 -t $cs >/dev/null || exit 1; done && "
         "python3 -c 'import ssl, sqlite3, json, zoneinfo, traceback; "
         "zoneinfo.ZoneInfo(\"Asia/Shanghai\"); import json.decoder as d; "
         "assert d.__file__.endswith(\".pyc\"), d.__file__' && echo fine")
