@@ -3,7 +3,7 @@
  *
  *   ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID
  *             --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]
- *             [--keep-background] -- command [args...]
+ *             [--keep-background] [--sh-fallback] -- command [args...]
  *
  * Own session; TERM/INT/HUP/QUIT forwarded to the process group; the command
  * confined by Landlock away from the --deny directories; what it left running
@@ -69,6 +69,7 @@ struct options {
     const char *deny[MAX_DENY];
     int ndeny;
     int keep_background;
+    int sh_fallback;          /* an exec failure is /bin/sh's to judge (issue 40) */
     uint64_t sequence;
     int token_fd;
     char **command;           /* NULL-terminated, points into argv */
@@ -86,7 +87,7 @@ static char receipt[RECEIPT_MAX];
 static const char usage_text[] =
     "usage: ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID\n"
     "                 --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]\n"
-    "                 [--keep-background] [--cwd DIR] -- command [args...]\n"
+    "                 [--keep-background] [--sh-fallback] [--cwd DIR] -- command [args...]\n"
     "       ql-launch --version\n";
 
 /* One diagnostic line: "ql-launch: <what>: <strerror(err)>". */
@@ -157,6 +158,13 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (o->keep_background)
                 return bad_usage("option given twice");
             o->keep_background = 1;
+            i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--sh-fallback") == 0) {
+            if (o->sh_fallback)
+                return bad_usage("option given twice");
+            o->sh_fallback = 1;
             i++;
             continue;
         }
@@ -614,7 +622,7 @@ static void close_inherited_fds(void)
  * (then ruleset >= 0), the errno goes to the launcher through err_fd and nothing
  * runs. ruleset < 0 with confine: Landlock unavailable under `auto`. */
 static _Noreturn void exec_command(char **command, const char *cwd, int confine,
-                                   int ruleset, int required, int err_fd)
+                                   int ruleset, int required, int err_fd, int sh_fallback)
 {
     sigset_t empty;
     struct sigaction dfl;
@@ -648,6 +656,23 @@ static _Noreturn void exec_command(char **command, const char *cwd, int confine,
     close_inherited_fds();   /* the ruleset and err_fd too: EOF for the launcher */
     execvp(command[0], command);
     err = errno;
+    if (sh_fallback) {
+        /* The command was a task's plain command, exec'd without the shell it was
+         * written for: the shell judges the failure, with its own search, message,
+         * 126/127 and script-without-#! rule, exactly as under `sh -c`. */
+        size_t n = 0;
+        while (command[n] != NULL)
+            n++;
+        char *sh[n + 5];
+        sh[0] = "/bin/sh";
+        sh[1] = "-c";
+        sh[2] = "\"$@\"";
+        sh[3] = "/bin/sh";   /* $0: the shell's messages say "/bin/sh: 1: ..." as before */
+        memcpy(&sh[4], command, (n + 1) * sizeof(char *));
+        execv(sh[0], sh);
+        err = errno;
+        command = sh;
+    }
     fprintf(stderr, "ql-launch: exec %s: %s\n", command[0], strerror(err));
     _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }
@@ -1153,7 +1178,7 @@ static pid_t start_command(const struct options *o, int ruleset, int err_pipe[2]
     }
     if (child == 0)
         exec_command(o->command, o->cwd, o->ndeny > 0, ruleset, isolation_required(o),
-                     err_pipe[1]);
+                     err_pipe[1], o->sh_fallback);
     if (ruleset < 0)
         return child;
     close(ruleset);
