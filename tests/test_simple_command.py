@@ -20,6 +20,9 @@ ACCEPTED: list[tuple[str, list[str]]] = [
     ("./run.sh a,b c:d e@f 100% +1 -- -", ["./run.sh", "a,b", "c:d", "e@f", "100%", "+1", "--",
                                           "-"]),
     ("python3 签到.py 京东", ["python3", "签到.py", "京东"]),
+    # UTF-8 bytes 0x80-0x8f are dash's internal markers (CTLESC, CTLVAR, …): escaped
+    ("x 耚聚肚胚脚腚膚臚舚艚芚苚茚荚莚菚 '脚' \"舚\"",
+     ["x", "耚聚肚胚脚腚膚臚舚艚芚苚茚荚莚菚", "脚", "舚"]),
     ("/usr/bin/env", ["/usr/bin/env"]),
     ("tool ''", ["tool", ""]),
     ("tool \"\" x", ["tool", "", "x"]),
@@ -31,7 +34,6 @@ ACCEPTED: list[tuple[str, list[str]]] = [
     ("ls --color=auto a=b", ["ls", "--color=auto", "a=b"]),
     ("x 'tab\there'", ["x", "tab\there"]),
     ("echo2 ok", ["echo2", "ok"]),
-    ("-x", ["-x"]),
     ("..", [".."]),
     ("x ..", ["x", ".."]),
 ]
@@ -55,6 +57,8 @@ REFUSED = [
     "a '\x00'", "a \x0b", "a '\x1b'", "a\u00a0b", "a '\u200b'",
     # an empty command name
     "'' x", "\"\" x", "''",
+    # a leading - or +: dash reads `sh -c "-x …"` as options
+    "-x", "-x foo", "+x foo", "-", "--", "'-x' a", "\"+\"",
 ]
 
 
@@ -84,6 +88,11 @@ def test_every_dash_builtin_and_keyword_is_refused() -> None:
         what = subprocess.run([SH, "-c", 'command -V "$1"', SH, name], capture_output=True,
                               text=True).stdout
         assert "builtin" not in what and "keyword" not in what, (name, what)
+
+
+def test_a_leading_dash_or_plus_is_an_option_to_sh() -> None:
+    res = subprocess.run([SH, "-c", "-x foo"], capture_output=True, text=True)
+    assert (res.returncode, "Illegal option" in res.stderr) == (2, True)
 
 
 def test_too_many_words_keep_the_shell() -> None:

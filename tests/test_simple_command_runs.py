@@ -112,6 +112,7 @@ async def test_a_running_simple_command_has_no_shell_in_between(rt: Runtime) -> 
     ("A=1 sh -c 'echo $A'", RunStatus.SUCCEEDED, 0, "1\n"),
     ("echo plain", RunStatus.SUCCEEDED, 0, "plain\n"),   # a builtin: the shell's echo
     ("printf '%s-' a b", RunStatus.SUCCEEDED, 0, "a-b-"),
+    ("-x foo", RunStatus.FAILED, 2, "/bin/sh: 0: Illegal option - \n"),
 ])
 async def test_commands_that_need_the_shell_behave_as_ever(
         rt: Runtime, command: str, status: RunStatus, code: int, log: str | None) -> None:

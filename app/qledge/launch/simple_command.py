@@ -104,8 +104,9 @@ def parse(command: str) -> list[str] | None:
         return None
     name = words[0]
     # `=` anywhere in the first word: conservative (only `NAME=` before a quote is an
-    # assignment, but nothing is lost by keeping the shell for the rest).
-    if not name or "=" in name or name in NEEDS_SHELL:
+    # assignment, but nothing is lost by keeping the shell for the rest). A leading `-`
+    # or `+`: `sh -c "-x …"` takes the string for options (exit 2, "Illegal option").
+    if not name or "=" in name or name[0] in "-+" or name in NEEDS_SHELL:
         return None
     return words
 
