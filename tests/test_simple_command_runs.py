@@ -198,3 +198,22 @@ async def test_a_cancel_records_the_commands_own_answer_to_term(rt: Runtime) -> 
 async def test_a_timeout_ends_a_simple_command(rt: Runtime) -> None:
     run, _ = await outcome(rt, f"python3 -c '{READY_THEN_WAIT}'", timeout_s=1)
     assert (run.status, run.exit_code, run.reason_code) == (RunStatus.TIMED_OUT, 143, "TIMEOUT")
+
+
+async def test_the_program_is_found_on_the_tasks_own_path(rt: Runtime, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "ql-h40b-tool"
+    tool.write_text('#!/bin/sh\necho "tool $0 $1 $(cat /proc/$PPID/comm)"\n')
+    tool.chmod(0o755)
+    path = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    run, text = await outcome(rt, "ql-h40b-tool x", env=path)
+    assert run.status is RunStatus.SUCCEEDED, text
+    assert text == f"tool {tool} x ql-launch\n"   # found there, no shell in between
+    # argv[0] is the word as written, as the shell passed it.
+    (bindir / "ql-h40b-py").symlink_to(os.path.realpath("/usr/bin/python3"))
+    run, text = await outcome(rt, "ql-h40b-py -c 'import sys; print(sys.orig_argv[0])'",
+                              env=path)
+    assert (run.status, text) == (RunStatus.SUCCEEDED, "ql-h40b-py\n")
+    run, text = await outcome(rt, "ql-h40b-tool x")   # not on the base PATH: the shell's 127
+    assert (run.exit_code, text) == (127, "/bin/sh: 1: ql-h40b-tool: not found\n")
