@@ -69,7 +69,6 @@ struct options {
     const char *deny[MAX_DENY];
     int ndeny;
     int keep_background;
-    int sh_fallback;          /* an exec failure is /bin/sh's to judge (issue 40) */
     uint64_t sequence;
     int token_fd;
     char **command;           /* NULL-terminated, points into argv */
@@ -89,6 +88,8 @@ static const char usage_text[] =
     "                 --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]\n"
     "                 [--keep-background] [--sh-fallback] [--cwd DIR] -- command [args...]\n"
     "       ql-launch --version\n";
+
+static int sh_fallback;   /* --sh-fallback: an exec failure is /bin/sh's to judge */
 
 /* One diagnostic line: "ql-launch: <what>: <strerror(err)>". */
 static void report(const char *what, int err)
@@ -162,9 +163,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             continue;
         }
         if (strcmp(argv[i], "--sh-fallback") == 0) {
-            if (o->sh_fallback)
+            if (sh_fallback)
                 return bad_usage("option given twice");
-            o->sh_fallback = 1;
+            sh_fallback = 1;
             i++;
             continue;
         }
@@ -600,6 +601,28 @@ static int confine_self(int ruleset)
     return ruleset < 0 ? 0 : (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
 }
 
+/* With --sh-fallback, after execvp failed: the command is a task's plain command,
+ * exec'd without the shell it was written for, so the shell judges the failure —
+ * its own search, message, 126/127, a file without #! run as a script — exactly
+ * as under `sh -c "<command>"`. */
+static _Noreturn void exec_shell(char **command)
+{
+    size_t n = 0;
+    int err;
+    while (command[n] != NULL)
+        n++;
+    char *sh[n + 5];
+    sh[0] = "/bin/sh";
+    sh[1] = "-c";
+    sh[2] = "\"$@\"";
+    sh[3] = "/bin/sh";   /* $0: its messages say "/bin/sh: 1: ..." as they always did */
+    memcpy(&sh[4], command, (n + 1) * sizeof(char *));
+    execv(sh[0], sh);
+    err = errno;
+    fprintf(stderr, "ql-launch: exec /bin/sh: %s\n", strerror(err));
+    _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC);
+}
+
 /* ---- step 6: the child ------------------------------------------------ */
 
 static void close_inherited_fds(void)
@@ -622,7 +645,7 @@ static void close_inherited_fds(void)
  * (then ruleset >= 0), the errno goes to the launcher through err_fd and nothing
  * runs. ruleset < 0 with confine: Landlock unavailable under `auto`. */
 static _Noreturn void exec_command(char **command, const char *cwd, int confine,
-                                   int ruleset, int required, int err_fd, int sh_fallback)
+                                   int ruleset, int required, int err_fd)
 {
     sigset_t empty;
     struct sigaction dfl;
@@ -656,23 +679,8 @@ static _Noreturn void exec_command(char **command, const char *cwd, int confine,
     close_inherited_fds();   /* the ruleset and err_fd too: EOF for the launcher */
     execvp(command[0], command);
     err = errno;
-    if (sh_fallback) {
-        /* The command was a task's plain command, exec'd without the shell it was
-         * written for: the shell judges the failure, with its own search, message,
-         * 126/127 and script-without-#! rule, exactly as under `sh -c`. */
-        size_t n = 0;
-        while (command[n] != NULL)
-            n++;
-        char *sh[n + 5];
-        sh[0] = "/bin/sh";
-        sh[1] = "-c";
-        sh[2] = "\"$@\"";
-        sh[3] = "/bin/sh";   /* $0: the shell's messages say "/bin/sh: 1: ..." as before */
-        memcpy(&sh[4], command, (n + 1) * sizeof(char *));
-        execv(sh[0], sh);
-        err = errno;
-        command = sh;
-    }
+    if (sh_fallback)
+        exec_shell(command);
     fprintf(stderr, "ql-launch: exec %s: %s\n", command[0], strerror(err));
     _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }
@@ -1178,7 +1186,7 @@ static pid_t start_command(const struct options *o, int ruleset, int err_pipe[2]
     }
     if (child == 0)
         exec_command(o->command, o->cwd, o->ndeny > 0, ruleset, isolation_required(o),
-                     err_pipe[1], o->sh_fallback);
+                     err_pipe[1]);
     if (ruleset < 0)
         return child;
     close(ruleset);
