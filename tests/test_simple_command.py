@@ -143,6 +143,9 @@ def test_exports_are_what_dash_exports(tmp_path: Path) -> None:
         base,
         {**base, "A-B": "1", "1X": "2", "a.b": "3", "GOOD_1": "4", "ü": "5"},
         {**base, "IFS": "x", "OPTIND": "5", "LINENO": "9", "PS1": "a", "SHLVL": "4"},
+        {**base, "PS2": "b", "PS4": "c", "MAIL": "m", "MAILPATH": "p", "TERM": "t",
+         "ENV": "e", "OLDPWD": "/o", "CDPATH": "/c", "OPTARG": "x", "HISTSIZE": "3",
+         "_": "u", "FCEDIT": "f", "POSIXLY_CORRECT": "1"},
         {**base, "PWD": str(tmp_path / "link")},   # the same directory: kept
         {**base, "PWD": f"{real}/../real/"},       # ditto, with dots
         {**base, "PWD": str(tmp_path)},            # another directory: replaced

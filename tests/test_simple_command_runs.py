@@ -195,6 +195,35 @@ async def test_a_cancel_records_the_commands_own_answer_to_term(rt: Runtime) -> 
     assert (run.status, run.exit_code) == (RunStatus.CANCELLED, 143)
 
 
+@pytest.fixture
+async def patient_rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """A kill grace longer than the launcher's own 2 s for what a command left running."""
+    runtime = make_runtime(tmp_path / "state", kill_grace_s="4", round_interval_s="0.2")
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+async def test_a_cancel_of_a_command_that_ignores_term_ends_in_kill(
+        patient_rt: Runtime) -> None:
+    """Exec'd directly, a command that ignores TERM is the launcher's child: the kill
+    grace's KILL ends it with its launcher (no receipt, no exit code), as for a `task …`
+    form. Under the shell, the shell died of the TERM at once and its launcher ended the
+    command 2 s later: 143 recorded."""
+    rt = patient_rt
+    ignore = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "print(\"ready\", flush=True); time.sleep(60)")
+    for command, code in ((f"python3 -c '{ignore}'", None),
+                          (f"python3 -c '{ignore}' && true", 143)):
+        run = await start(rt, command)
+        await wait_log(rt, run, "ready")
+        await cancel_run(rt, run.id)
+        run, _ = await finished(rt, run)
+        assert (run.status, run.exit_code) == (RunStatus.CANCELLED, code), command
+
+
 async def test_a_timeout_ends_a_simple_command(rt: Runtime) -> None:
     run, _ = await outcome(rt, f"python3 -c '{READY_THEN_WAIT}'", timeout_s=1)
     assert (run.status, run.exit_code, run.reason_code) == (RunStatus.TIMED_OUT, 143, "TIMEOUT")
