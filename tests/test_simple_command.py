@@ -54,6 +54,7 @@ REFUSED = [
     "a {b,c}", "a }", "a !", "a ^x", "a \"$b\"", "a \"\\b\"", "a \"`b`\"", "a \"$\"",
     # unterminated quotes, line breaks and other control characters
     "a 'b", "a \"b", "a'", "a\nb", "a 'b\nc'", "a \"b\nc\"", "a\r", "a 'b\rc'", "a\x00b",
+    "a\r\n", "a \\\n", "a 'b\n", "\n-x\n", "\n\n",
     "a '\x00'", "a \x0b", "a '\x1b'", "a\u00a0b", "a '\u200b'",
     # an empty command name
     "'' x", "\"\" x", "''",
@@ -67,6 +68,19 @@ def test_accepted(command: str, argv: list[str]) -> None:
     assert parse(command) == argv
     # The words are dash's own (the name is an argument here: no builtin lookup).
     assert dash_words(command) == argv
+
+
+@pytest.mark.parametrize("command", [
+    "/usr/bin/printf '%s|' a 'b c' \"d\"e\n",            # an editor's final newline
+    "\n\n  /usr/bin/printf '%s|' a 'b c' \n\t\n",
+    "/usr/bin/printf %s, 签到 ''",
+], ids=repr)
+def test_the_argv_runs_as_the_shell_ran_the_command(command: str) -> None:
+    argv = parse(command)
+    assert argv is not None and argv[0] == "/usr/bin/printf"
+    direct = subprocess.run(argv, capture_output=True, check=True)
+    shell = subprocess.run([SH, "-c", command], capture_output=True, check=True)
+    assert direct.stdout == shell.stdout != b""
 
 
 @pytest.mark.parametrize("command", REFUSED, ids=repr)

@@ -71,6 +71,9 @@ def _quotable(body: str) -> bool:
 
 def parse(command: str) -> list[str] | None:
     """The argv `sh -c command` would exec for a single simple command, or None."""
+    # Line breaks before or after the command are empty lines to the shell (an editor's
+    # final newline); one inside it, or one escaped by a `\`, is refused below.
+    command = command.strip(BLANKS + "\n")
     words: list[str] = []
     i, n = 0, len(command)
     while True:
