@@ -3,14 +3,15 @@
 `parse` (pure) returns the argv of a command whose meaning under `/bin/sh -c
 "<command>"` (Debian's dash) is "run this one program with these words" — and None for
 everything else, which keeps the shell. Debian's dash forks for the last command of
-`-c` instead of exec'ing it, so a plain `python3 bot.py` kept a 218 KiB shell resident
-for the task's whole life; exec'd directly, the launcher's child is the program itself.
+`-c` instead of exec'ing it, so under the shell a plain `python3 bot.py` keeps a shell
+(~200 KiB PSS) resident for the task's whole life; exec'd directly, the launcher's child
+is the program itself.
 
 What the shell still does for a direct argv, and where it is done instead:
 * the PATH search and its failures (not found 127, not executable 126, a script
   without `#!` run by `sh`): the launcher execs the argv with `execvp`, and when that
   fails with `--sh-fallback` it hands the same words to `/bin/sh -c '"$@"'`, so dash
-  itself says what it always said (image/launcher/README.md);
+  itself says what it says under `sh -c` (image/launcher/README.md);
 * the environment dash exports to its child: `exports` below.
 
 Accepted words are built only of characters no shell treats specially, or quoted so
@@ -46,8 +47,8 @@ DASH_BUILTINS = frozenset({
     "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "test",
     "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset", "wait",
 })
-# dash's reserved words, and other shells' (a command written for bash keeps the shell
-# it gets today rather than a program of that name).
+# dash's reserved words, and other shells' (a command written for bash keeps its shell
+# rather than running a program of that name).
 RESERVED = frozenset({
     "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in",
     "then", "until", "while", "[[", "]]", "function", "select", "time", "coproc",
