@@ -213,6 +213,7 @@ BAD_ARGS: dict[str, tuple[Callable[[list[str], Attempt], list[str]], bytes | Non
     "receipt-dir-is-a-file": (_dir(_a_file), None),
     "receipt-dir-symlink": (_dir(_symlinked), None),
     "keep-background-twice": (lambda a, _: ["--keep-background", "--keep-background", *a], None),
+    "sh-fallback-twice": (lambda a, _: ["--sh-fallback", "--sh-fallback", *a], None),
     "deny-without-value": (lambda a, _: [*a[: a.index("--")], "--deny"], None),
     "deny-relative": (lambda a, _: ["--deny", "logs", *a], None),
     "deny-missing": (lambda a, at: ["--deny", str(at.root / "nope"), *a], None),
@@ -358,6 +359,58 @@ def test_exec_failures_are_127_or_126(
     assert receipt_of(attempt)["exitCode"] == expected
     if needle:
         assert_one_diagnostic(attempt, needle)
+
+
+def test_sh_fallback_execs_the_command_itself(launcher: Launcher, attempt: Attempt) -> None:
+    # A task's plain command without a shell (issue 40): the launcher's child is the
+    # program, and no shell is involved while the exec succeeds.
+    out = attempt.root / "who"
+    tool = attempt.root / "tool"
+    tool.write_text(f"#!/bin/sh\necho $PPID > {out}\nexit 7\n")
+    tool.chmod(0o755)
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--sh-fallback", "--", str(tool)]
+    proc = start(launcher, attempt, [], argv=argv)
+    assert finish(proc) == 7
+    assert out.read_text().strip() == str(proc.pid)   # its parent is the launcher
+    assert receipt_of(attempt)["exitCode"] == 7
+    assert attempt.log_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "expected", "says"),
+    [
+        (["ql-launch-test-no-such-command", "a"], 127,
+         "/bin/sh: 1: ql-launch-test-no-such-command: not found"),
+        (["/nonexistent/ql-missing"], 127, "/bin/sh: 1: /nonexistent/ql-missing: not found"),
+        (["/etc/passwd/x"], 127, "/bin/sh: 1: /etc/passwd/x: not found"),
+        (["{root}/not-executable"], 126, "/bin/sh: 1: {root}/not-executable: Permission denied"),
+        (["{root}"], 126, "/bin/sh: 1: {root}: Permission denied"),
+        (["{root}/loop"], 127, "/bin/sh: 1: {root}/loop: Too many levels of symbolic links"),
+        (["{root}/no-shebang", "a b", "c"], 5, "script a b|c"),
+    ],
+    ids=["path-search", "absolute", "enotdir", "no-x-bit", "directory", "eloop", "enoexec"],
+)
+def test_sh_fallback_failures_are_the_shells(
+    launcher: Launcher, attempt: Attempt, command: list[str], expected: int, says: str
+) -> None:
+    """With --sh-fallback an exec failure is judged by `/bin/sh -c '"$@"'`: the status
+    and the one line `sh -c "<command>"` gives (a file without `#!` runs as a script)."""
+    root = attempt.root
+    (root / "not-executable").write_text("#!/bin/sh\nexit 0\n")
+    (root / "not-executable").chmod(0o644)
+    (root / "no-shebang").write_text('printf "script %s|%s\\n" "$1" "$2"\nexit 5\n')
+    (root / "no-shebang").chmod(0o755)
+    (root / "loop").symlink_to(root / "loop")
+    command = [c.replace("{root}", str(root)) for c in command]
+    argv = [*attempt.args(), "--token-fd", "{fd}", "--sh-fallback", "--", *command]
+    assert run(launcher, attempt, [], argv=argv) == expected
+    assert receipt_of(attempt)["exitCode"] == expected
+    text = attempt.log_text()
+    assert text == says.replace("{root}", str(root)) + "\n", text
+    # The same words under the shell, as the task ran before: the same status and line.
+    quoted = " ".join(shlex.quote(c) for c in command)
+    before = subprocess.run(["/bin/sh", "-c", quoted], capture_output=True, text=True)
+    assert (before.returncode, before.stdout + before.stderr) == (expected, text)
 
 
 def test_cwd_is_the_commands_working_directory(launcher: Launcher, attempt: Attempt) -> None:

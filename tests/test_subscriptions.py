@@ -303,7 +303,8 @@ def test_ssh_urls_are_refused_naming_the_https_one(api: TestClient, url: str,
 
 
 def _pull_pids(sub_id: str) -> list[int]:
-    """The pull processes of this subscription (its python, below the launcher)."""
+    """The pull processes of this subscription (its python, the launcher's child: the
+    launcher's own argv holds the same words after `--`)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -313,7 +314,7 @@ def _pull_pids(sub_id: str) -> list[int]:
         except OSError:
             continue
         if b"subscription" in argv and b"pull" in argv and sub_id.encode() in argv \
-                and b"-c" not in argv:
+                and b"--attempt-id" not in argv:
             pids.append(int(entry))
     return pids
 

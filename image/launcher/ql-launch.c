@@ -3,7 +3,7 @@
  *
  *   ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID
  *             --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]
- *             [--keep-background] -- command [args...]
+ *             [--keep-background] [--sh-fallback] -- command [args...]
  *
  * Own session; TERM/INT/HUP/QUIT forwarded to the process group; the command
  * confined by Landlock away from the --deny directories; what it left running
@@ -87,8 +87,10 @@ static char final_name[UUID_LEN + 8];
 static const char usage_text[] =
     "usage: ql-launch --receipt-dir DIR --run-id UUID --attempt-id UUID\n"
     "                 --sequence N --token-fd FD [--deny DIR]... [--isolation MODE]\n"
-    "                 [--keep-background] [--cwd DIR] -- command [args...]\n"
+    "                 [--keep-background] [--sh-fallback] [--cwd DIR] -- command [args...]\n"
     "       ql-launch --version\n";
+
+static int sh_fallback;   /* --sh-fallback: an exec failure is /bin/sh's to judge */
 
 /* One diagnostic line: "ql-launch: <what>: <strerror(err)>". */
 static void report(const char *what, int err)
@@ -158,6 +160,13 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (o->keep_background)
                 return bad_usage("option given twice");
             o->keep_background = 1;
+            i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--sh-fallback") == 0) {
+            if (sh_fallback)
+                return bad_usage("option given twice");
+            sh_fallback = 1;
             i++;
             continue;
         }
@@ -624,6 +633,28 @@ static int confine_self(int ruleset)
     return ruleset < 0 ? 0 : (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
 }
 
+/* With --sh-fallback, after execvp failed: the command is a task's plain command,
+ * exec'd without the shell it was written for, so the shell judges the failure —
+ * its own search, message, 126/127, a file without #! run as a script — exactly
+ * as under `sh -c "<command>"`. */
+static _Noreturn void exec_shell(char **command)
+{
+    size_t n = 0;
+    int err;
+    while (command[n] != NULL)
+        n++;
+    char *sh[n + 5];
+    sh[0] = "/bin/sh";
+    sh[1] = "-c";
+    sh[2] = "\"$@\"";
+    sh[3] = "/bin/sh";   /* $0: its messages say "/bin/sh: 1: ..." as they always did */
+    memcpy(&sh[4], command, (n + 1) * sizeof(char *));
+    execv(sh[0], sh);
+    err = errno;
+    fprintf(stderr, "ql-launch: exec /bin/sh: %s\n", strerror(err));
+    _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC);
+}
+
 /* ---- step 6: the child ------------------------------------------------ */
 
 /* Before Linux 5.9: what /proc lists, read by hand: opendir's malloc would be
@@ -732,6 +763,8 @@ static __attribute__((noinline)) _Noreturn void exec_command(const struct option
     close_inherited_fds();   /* the ruleset and err_fd too: EOF for the launcher */
     execvp(command[0], command);
     err = errno;
+    if (sh_fallback)
+        exec_shell(command);
     fprintf(stderr, "ql-launch: exec %s: %s\n", command[0], strerror(err));
     _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC);
 }

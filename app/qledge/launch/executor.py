@@ -30,7 +30,7 @@ from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..node import Node
 from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
-from . import identity, logs
+from . import identity, logs, simple_command
 from .isolation import Isolation
 from .unrecorded import Identities, Unrecorded
 
@@ -104,6 +104,21 @@ def _command(task: Task, scripts_dir: Path) -> tuple[
         return taskform.parse(task.command, scripts_dir), None
     except taskform.TaskFormError as exc:
         return None, exc
+
+
+def direct(command: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]] | None:
+    """A plain command that needs no shell: its argv and the environment dash would
+    have exported to it, run from this process's cwd (the launcher inherits it); None
+    keeps `/bin/sh -c` (launch/simple_command.py)."""
+    argv = simple_command.parse(command)
+    if argv is None:
+        return None
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None  # dash would warn and export an empty PWD: its own business
+    exported = simple_command.exports(env, cwd)
+    return None if exported is None else (argv, exported)
 
 
 def deadline_ms(task: Task, form: taskform.TaskForm | None, now: int) -> int | None:
@@ -235,6 +250,12 @@ class LocalExecutor:
         command = ["/bin/sh", "-c", p.task.command]
         cwd: str | None = None
         env = p.env
+        shell_fallback = False
+        if p.form is None and p.refusal is None:
+            plain = direct(p.task.command, env)
+            if plain is not None:
+                # No shell stays resident; an exec failure is still the shell's to judge.
+                (command, env), shell_fallback = plain, True
         try:
             if p.refusal is not None:
                 raise p.refusal
@@ -259,7 +280,7 @@ class LocalExecutor:
         # not stall the event loop on an SD card.
         try:
             pid = await asyncio.to_thread(self._launch, attempt, run, p.task, p.token, env,
-                                          command, cwd)
+                                          command, cwd, shell_fallback)
         except Exception as exc:
             log.error("spawn of attempt %s failed: %s", attempt_id, type(exc).__name__)
             await self._finish_without_process(attempt_id, Reason.SPAWN_FAILED, settled=True)
@@ -400,7 +421,8 @@ class LocalExecutor:
                       "recovery adopts their launchers", type(exc).__name__)
 
     def _launch(self, attempt: Attempt, run: Run, task: Task, token: str,
-                env: dict[str, str], command: list[str], cwd: str | None) -> int:
+                env: dict[str, str], command: list[str], cwd: str | None,
+                shell_fallback: bool = False) -> int:
         log_fd, _ = logs.create(self.logs_root, attempt.id)
         shard = self.receipts.ensure_shard(attempt.id)
         read_end, write_end = os.pipe()
@@ -414,6 +436,7 @@ class LocalExecutor:
                 "--attempt-id", attempt.id, "--sequence", str(attempt.callback_sequence),
                 "--token-fd", str(TOKEN_FD), *self.isolation.launcher_args(),
                 *(["--keep-background"] if task.keep_background else []),
+                *(["--sh-fallback"] if shell_fallback else []),
                 *(["--cwd", cwd] if cwd else []), "--", *command,
             ]
             if read_end == TOKEN_FD:

@@ -92,8 +92,8 @@ window.QLEDGE_I18N = ((table) => {
 
   'editor.editTitle': 'Edit task|编辑任务',
   'editor.command': 'Command|命令',
-  'editor.commandHelp': 'Run as /bin/sh -c "<command>" in the work directory; output goes to the run log.|' +
-    '在工作目录中以 /bin/sh -c "<命令>" 运行，输出写入运行日志。',
+  'editor.commandHelp': 'Means what /bin/sh -c "<command>" makes of it, in the work directory (a simple command, one program and its words, runs without a shell); output goes to the run log.|' +
+    '在工作目录中按 /bin/sh -c "<命令>" 的含义运行（简单命令，即一个程序及其参数，不经 shell 直接运行），输出写入运行日志。',
   'editor.schedule': 'Cron schedule|Cron 定时规则',
   'editor.scheduleHelp': '5 fields (minute hour day month weekday), or 6 with seconds first, or @every 6h / 90m (1m-31d). Empty: run by hand only.|' +
     '5 段（分 时 日 月 周），或 6 段（首段为秒），或 @every 6h / 90m（1 分钟至 31 天）。留空表示仅手动运行。',
