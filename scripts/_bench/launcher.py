@@ -59,6 +59,7 @@ KIB = 1024
 
 sys.path.insert(0, str(REPO / "app"))
 from qledge import taskform  # noqa: E402
+from qledge.launch import executor  # noqa: E402
 from qledge.launch.executor import TOKEN_FD, base_env  # noqa: E402
 from qledge.launch.isolation import decide  # noqa: E402
 from qledge.settings import Settings  # noqa: E402
@@ -230,8 +231,16 @@ class Appliance:
                                 self.env, None)
         return spawn.argv, spawn.cwd, spawn.env
 
+    def plain(self, command: str) -> tuple[list[str], dict[str, str]]:
+        """A plain command as the executor runs it: exec'd directly when it needs no shell."""
+        direct = executor.direct(command, self.env)
+        if direct is None:
+            raise SystemExit(f"bench: {command!r} would run under a shell")
+        return direct
+
     def spawn(self, command: list[str], *, cwd: str | None = None,
-              env: dict[str, str] | None = None, deny: bool = True) -> int:
+              env: dict[str, str] | None = None, deny: bool = True,
+              sh_fallback: bool = False) -> int:
         attempt = str(uuid.uuid4())
         shard = self.settings.receipts_path / attempt[-2:]
         shard.mkdir(mode=0o700, exist_ok=True)
@@ -243,6 +252,7 @@ class Appliance:
                 str(self.binary), "--receipt-dir", str(shard), "--run-id", str(uuid.uuid4()),
                 "--attempt-id", attempt, "--sequence", "1", "--token-fd", str(TOKEN_FD),
                 *(self.isolation.launcher_args() if deny else []),
+                *(["--sh-fallback"] if sh_fallback else []),
                 *(["--cwd", cwd] if cwd else []), "--", *command,
             ]  # fmt: skip
             actions = [
@@ -369,8 +379,10 @@ def main() -> int:
         python_cmd, python_cwd, python_env = app.task_form()
         waiter = "import subprocess, sys; subprocess.run(sys.argv[1:])"
         n = args.tasks
+        plain_argv, plain_env = app.plain("sleep 30")
         rows = [
-            waiting("ql-launch sleep (plain)", lambda: app.spawn([sleep, "30"]), n, "sleep"),
+            waiting("ql-launch sleep (plain)", lambda: app.spawn(
+                plain_argv, env=plain_env, sh_fallback=True), n, "sleep"),
             waiting("ql-launch + sh -c 'sleep 30'",
                     lambda: app.spawn(["/bin/sh", "-c", "sleep 30"]), n, "sleep"),
             waiting("ql-launch, task x.py", lambda: app.spawn(
