@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster for the backend tests (docs/fleet-plan.md, "The test rig").
+"""A throwaway PostgreSQL cluster for the backend tests (docs/fleet.md, "The test rig").
 
 `pg_server` (session) runs initdb + pg_ctl in a private temp dir: trust auth, listening
 on 127.0.0.1 only at a free port, its socket in that dir, fsync and synchronous_commit

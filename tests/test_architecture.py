@@ -57,7 +57,8 @@ def test_one_wall_clock() -> None:
 
 def test_only_db_speaks_sqlite() -> None:
     """Storage errors are named in db/errors.py: a module outside db/ that caught
-    sqlite3's classes would let a second backend's errors through (docs/fleet-plan.md).
+    sqlite3's classes would let a second backend's errors through (docs/fleet.md, "SQL
+    dialect differences").
     No exemption: QingLong's own SQLite file is read by db/qinglong.py."""
     users = {rel for rel, tree in _modules() if not rel.startswith("db/")
              and any(name.split(".")[0] == "sqlite3" for name in _imported(tree))}

@@ -1,6 +1,6 @@
 """PostgreSQL migrations (db/migrate_pg.py) and the one source of truth: after all
 migrations, SQLite's and PostgreSQL's catalogs read into one normalized model must
-be equal (docs/fleet-plan.md, "Migrations for both backends from one source of truth").
+be equal (docs/fleet.md, "Migrations on both backends").
 
 The model: per table, its columns in order (name, normalized type, NOT NULL, default,
 identity/AUTOINCREMENT), primary key, unique constraints, foreign keys with ON
@@ -23,7 +23,7 @@ import pytest
 from qledge.db import migrate, migrate_pg
 
 # SQLite's `node` singleton is left out of PostgreSQL's baseline on purpose: a fleet
-# node keeps its id in its state dir (docs/fleet-plan.md).
+# node keeps its id in its state dir (docs/fleet.md, "How it is built").
 SQLITE_ONLY = {"node"}
 # And a fleet's own tables (migration 0023): one node has no peers and no leases.
 PG_ONLY = {"nodes", "fleet_leases"}

@@ -1,4 +1,4 @@
-"""Placement (docs/fleet-plan.md, "Placement", "The claim"): the task API, a run's copy of
+"""Placement (docs/fleet.md, "The model", "The claim"): the task API, a run's copy of
 its task's placement, the claim's page filtered in SQL on both backends, and the claim
 on PostgreSQL across two nodes (two Database connections, a real cluster)."""
 

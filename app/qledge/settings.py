@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 
 ProfileName = Literal["edge", "standalone", "cluster-control", "cluster-worker"]
-# Fleet profiles (docs/fleet-plan.md, "Settings added"): only with database_url set.
+# Fleet profiles (docs/fleet.md, "Setting it up"): only with database_url set.
 _CLUSTER = ("cluster-control", "cluster-worker")
 _DSN_SCHEMES = ("postgresql://", "postgres://")
 # A guessable admin token is no lock at all; the generated one has 43 characters.
@@ -332,7 +332,7 @@ def _with_fleet_files(conf: Settings) -> Settings:
 
 
 def _check_fleet(conf: Settings) -> Settings:
-    """Fleet mode's settings (docs/fleet-plan.md, "Settings added"); without
+    """Fleet mode's settings (docs/fleet.md, "Setting it up"); without
     database_url a cluster profile is refused and the rest is not looked at."""
     from .node import NodeError, check_labels, check_name
 

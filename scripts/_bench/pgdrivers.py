@@ -1,4 +1,4 @@
-"""PostgreSQL drivers for fleet mode (issue 23, docs/fleet-plan.md): psycopg 3 (async)
+"""PostgreSQL drivers for fleet mode (docs/fleet.md, "Why asyncpg"): psycopg 3 (async)
 vs asyncpg on the two hot transactions, and the same shapes on the embedded SQLite.
 
 Standalone groundwork, not part of `scripts/bench` (which never runs it) and never
@@ -145,7 +145,7 @@ class Cluster:
 
     As root, everything runs as the `postgres` user (Debian's package creates it) via
     runuser; otherwise as the current user. The same steps are what scripts/test will
-    do for the fleet rig (docs/fleet-plan.md, "The test rig")."""
+    do for the fleet rig (docs/fleet.md, "The test rig")."""
 
     def __init__(self, bindir: Path) -> None:
         self.bin = bindir

@@ -53,7 +53,7 @@ async def prepare_attempt(
 ) -> Attempt:
     """Spawn step 1 (docs/contract.md §3): attempt, log path, token hash, deadline and
     journal entry together, in one row (migration 0021); `node_epoch` is the owner's
-    lease epoch on PostgreSQL (fencing, docs/fleet-plan.md), None on SQLite;
+    lease epoch on PostgreSQL (docs/fleet.md, "Fencing"), None on SQLite;
     `spawn_boot_id` the machine's boot id, durable with the rest (migration 0024): what
     tells recovery that an unconfirmed spawn predates a reboot."""
     row = await tx.one(

@@ -2,7 +2,7 @@
 
 `database_url` empty (the default) is the embedded SQLite exactly as before: the file
 under the data dir, db/migrate.py, db/sqlite.Database. Set, it is fleet mode
-(docs/fleet-plan.md): db/pg.Database on that server, db/migrate_pg.py, and the node's
+(docs/fleet.md): db/pg.Database on that server, db/migrate_pg.py, and the node's
 runtime owner id kept in `<data_path>/node-id` (SQLite keeps it in its `node` row;
 a shared database cannot hold one node's identity for it).
 

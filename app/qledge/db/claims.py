@@ -4,8 +4,8 @@ of a queued run, and why a queued run waits for its placement.
 On the embedded SQLite every write is `BEGIN IMMEDIATE` on the one writer, so these
 are no-ops there (the single writer already serializes the claim, the overlap
 decision and the attempt's insert; the one node has no lease). On PostgreSQL several
-nodes write at once under READ COMMITTED (docs/fleet-plan.md, "What SQLite's single
-writer gives for free", "The claim"):
+nodes write at once under READ COMMITTED (docs/fleet.md, "The claim"; SQLite's
+single writer serializes them):
 
 * the run's row lock `FOR UPDATE SKIP LOCKED`: two nodes never prepare the same run,
   and neither waits on the other's row;

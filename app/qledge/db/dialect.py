@@ -2,7 +2,7 @@
 
 Most queries of `db/*.py` are written once in a spelling both backends accept
 (`ON CONFLICT DO NOTHING`, `SUM(CASE …)`, `IS NOT DISTINCT FROM`, no negative
-LIMIT: docs/fleet-plan.md, "Migrations for both backends", item 4). What has no
+LIMIT: docs/fleet.md, "SQL dialect differences"). What has no
 common spelling is built here, so a module keeps one SQL string per query and a
 second backend changes this module, not every call site.
 

@@ -1,4 +1,4 @@
-"""SQL of a node's lease epoch as the completion side reads it (fencing, docs/fleet-plan.md).
+"""SQL of a node's lease epoch as the completion side reads it (docs/fleet.md, "Fencing").
 
 Only a fleet (PostgreSQL) has a `nodes` table; an attempt carries `node_epoch` there
 alone, so SQLite never reaches this module.

@@ -2,8 +2,8 @@
 
 Modules outside `db/` decide on storage failures — retry a receipt batch, answer
 507, relieve disk pressure, exit 2 — and used to import `sqlite3` to do it, so a
-second backend's exceptions would slip past them (docs/fleet-plan.md, "SQL
-outside app/qledge/db/"). They import this module instead.
+second backend's exceptions would slip past them (docs/fleet.md, "SQL
+dialect differences"). They import this module instead.
 
 Design: on SQLite the names below stand for SQLite's own classes, not new classes
 wrapping them. Nothing re-raises, so every raise site, traceback and

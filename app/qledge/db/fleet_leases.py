@@ -2,7 +2,7 @@
 
 One row per duty ('scheduler'): the holder node, its incarnation (one worker
 process), an epoch that grows at every change of holder, and an expiry. Every
-time here is the database's clock (docs/fleet-plan.md, "The scheduler leader"):
+time here is the database's clock (docs/fleet.md, "The scheduler leader"):
 a Raspberry Pi without a real-time clock must not decide who leads.
 
 Unlike a session advisory lock, a lease runs out by itself: a SIGSTOPped leader

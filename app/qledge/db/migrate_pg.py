@@ -4,8 +4,8 @@ The same rules as SQLite's (migrate.py): numbered, append-only files, each appli
 in its own transaction and recorded in `schema_migrations` with the SHA-256 of its
 text; refused when an applied file has changed or the database carries a
 migration this code does not know. PostgreSQL's history starts at 0022, the
-baseline (docs/fleet-plan.md, "Migrations for both backends from one source of
-truth"); from then on every migration is a pair with SQLite's, same number and name.
+baseline (docs/fleet.md, "Migrations on both backends"); from then on every
+migration is a pair with SQLite's, same number and name.
 
 Several nodes may start against one empty database at once: the whole check and
 apply runs under a session advisory lock, so one migrates and the others wait,

@@ -1,6 +1,6 @@
 """SQL of the fleet's nodes (PostgreSQL only): register, heartbeat, takeover, reads.
 
-The `nodes` row is a node's lease (docs/fleet-plan.md, "Registration, lease, epoch").
+The `nodes` row is a node's lease (docs/fleet.md, "Registration, lease, epoch").
 Every time compared across nodes is the database's clock (`DB_NOW`), never a node's:
 a Raspberry Pi without a real-time clock may boot with a wrong one. The node's own
 clock enters only as the skew it shows against the database.
@@ -24,7 +24,7 @@ from . import statuses as st
 from .interface import Tx
 from .rows import attempt_from_row
 
-# The database's clock in ms (docs/fleet-plan.md: times compared across nodes).
+# The database's clock in ms (docs/fleet.md: times compared across nodes).
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
 _A_ACTIVE = st.active_attempt("a.status")

@@ -1,7 +1,7 @@
 """The other nodes of the fleet as a log reader sees them (PostgreSQL only: `nodes`).
 
-Liveness is the lease on the database clock (fleet-plan "Registration, lease,
-epoch"): a node whose `lease_expires_at_ms` is past is down, whatever its `state`
+Liveness is the lease on the database clock (docs/fleet.md, "Registration,
+lease, epoch"): a node whose `lease_expires_at_ms` is past is down, whatever its `state`
 column says yet, because the takeover that flips the state may not have run.
 """
 

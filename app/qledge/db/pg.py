@@ -2,7 +2,7 @@
 
 One writer connection under an asyncio lock (writes of a node stay serialized, as
 on SQLite), reader connections for `REPEATABLE READ READ ONLY` snapshots. Built
-for fleet mode (docs/fleet-plan.md, build step 3); db/backend.py opens it when
+for fleet mode (docs/fleet.md, "How it is built"); db/backend.py opens it when
 `database_url` is set.
 
 Durability (docs/storage.md, "Durability classes"): a durable write commits with

@@ -23,7 +23,7 @@ from .rows import Conflict, NotFound, run_from_row
 _json = msgspec.json.Encoder()
 _ACTIVE_RUN = st.active_run()
 _QUEUED = st.is_("status", RunStatus.QUEUED)
-# The channel a node LISTENs on for queued runs (PostgreSQL; docs/fleet-plan.md, "The
+# The channel a node LISTENs on for queued runs (PostgreSQL; docs/fleet.md, "The
 # claim"): delivered on commit, dropped with a rollback, one per transaction.
 QUEUED_CHANNEL = "qledge_queued"
 # apply's run UPDATE, per dialect (the event-log append differs: events.APPEND_SET).

@@ -1,5 +1,5 @@
-"""Fleet mode: a log that lives on another node, relayed from it (docs/fleet-plan.md,
-"Logs: the node-to-node proxy").
+"""Fleet mode: a log that lives on another node, relayed from it (docs/fleet.md,
+"Node-to-node log reads").
 
 An attempt's log stays on the node that ran it (`run_attempts.runtime_owner`). Any
 other node answers the public log routes by asking the owner's internal route

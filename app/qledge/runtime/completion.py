@@ -8,7 +8,7 @@ run terminal events in order with CAS on the run version.
 
 In a fleet (PostgreSQL) the attempt also carries the epoch of its owner's lease: a
 receipt from an epoch a takeover has ended is refused (COMPLETION_STALE_EPOCH) and
-recorded beside the attempt, never applied (docs/fleet-plan.md, "Fencing").
+recorded beside the attempt, never applied (docs/fleet.md, "Fencing").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A node's life in the fleet (PostgreSQL): its lease, fencing, and takeover of the dead.
 
-docs/fleet-plan.md, "Registration, lease, epoch" and "Fencing". `register()` runs at
+docs/fleet.md, "Registration, lease, epoch" and "Fencing". `register()` runs at
 start, after migrations and before recovery, and sets `node.epoch`. Then every
 `node_heartbeat_s` one round:
 

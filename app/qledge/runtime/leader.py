@@ -1,4 +1,4 @@
-"""The fleet's singleton duties: which node fires schedule ticks (docs/fleet-plan.md,
+"""The fleet's singleton duties: which node fires schedule ticks (docs/fleet.md,
 "The scheduler leader").
 
 On the embedded SQLite the one node is always the leader: no lease, no loop, and
