@@ -114,7 +114,7 @@ def main() -> int:
             results[profile] = one(profile, args.running, args.waiting, Path(tmp) / profile)
     print(f"{'figure':48} {'edge':>10} {'standalone':>11}  target")
     rows = [("kill -9 -> /readyz 200, s", "ready_s", "<= 2.5", lambda v: v <= 2.5),
-            ("kill -9 -> waiting receipts consumed, s", "drain_s", "", None),
+            ("kill -9 -> waiting receipt files deleted, s", "drain_s", "", None),
             ("long task exit -> terminal event, p50 ms", "exit_lag_p50_ms", "", None),
             ("long task exit -> terminal event, max ms", "exit_lag_max_ms", "<= 1000",
              lambda v: v <= 1000)]
