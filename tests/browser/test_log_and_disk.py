@@ -291,7 +291,8 @@ def test_runs_held_because_free_space_is_unknown_say_so(page: Page, tmp_path: Pa
         item = page.locator("#timeline li[data-type='run.held'] .ev-text")
         expect(item).to_have_text(
             "Held in the queue: the free space of logs is unknown (its filesystem reports no "
-            "size) and the disk guard is set to hold; it starts when that changes")
+            "size or does not answer) and the disk guard is set to hold; it starts when that "
+            "changes")
         expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "queued")
         page.locator("[data-action='lang']").click()
         expect(item).to_have_text(re.compile(r"^在队列中暂缓：logs 的可用空间未知"))
