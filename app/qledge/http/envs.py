@@ -8,7 +8,6 @@ events.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -18,15 +17,12 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import envs
+from ..envs.spec import validate_env
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
-from .errors import ApiError, Invalid, Missing, decode_body, json_response
+from .errors import Missing, decode_body, json_response
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_NAME = inputs.MAX_ENV_NAME
-MAX_VALUE = inputs.MAX_ENV_VALUE_BYTES
-MAX_REMARKS = inputs.MAX_REMARKS
 UNSET = msgspec.UNSET
 
 
@@ -42,27 +38,6 @@ class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     value: str | msgspec.UnsetType = UNSET
     remarks: str | msgspec.UnsetType | None = UNSET
     enabled: bool | msgspec.UnsetType = UNSET
-
-
-def validate_env(fields: dict[str, Any], error: type[ApiError] = Invalid,
-                 prefix: str = "") -> dict[str, Any]:
-    """Checks beyond types; the error names its field and never echoes a value."""
-    out = dict(fields)
-    if "name" in out:
-        out["name"] = env_name(out["name"], f"{prefix}name", error)
-    if "value" in out:
-        inputs.utf8_bytes(out["value"], f"{prefix}value", MAX_VALUE, error)
-    if out.get("remarks") is not None:
-        inputs.text(out["remarks"], f"{prefix}remarks", MAX_REMARKS, lines=True, error=error)
-    return out
-
-
-def env_name(raw: str, field: str = "name", error: type[ApiError] = Invalid) -> str:
-    name = raw.strip()
-    if not ENV_NAME.match(name) or len(name) > MAX_NAME:
-        raise error(f"{field} must be a shell identifier ([A-Za-z_][A-Za-z0-9_]*,"
-                    f" at most {MAX_NAME} characters)", field=field)
-    return name
 
 
 def env_view(env: envs.EnvVar) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, limits
 from ..db import attempts, retention_queries, runs
 from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
@@ -98,10 +98,10 @@ def _offset(request: Request) -> int:
     """`offset`, else an EventSource's Last-Event-ID (the `id` of its last `log` event)."""
     raw = request.query_params.get("offset")
     if raw:
-        return inputs.parse_int(raw, "offset", 0, inputs.INT64_MAX)
+        return inputs.parse_int(raw, "offset", 0, limits.INT64_MAX)
     header = request.headers.get("last-event-id", "").strip()
     if header:
-        return inputs.parse_int(header, "Last-Event-ID", 0, inputs.INT64_MAX)
+        return inputs.parse_int(header, "Last-Event-ID", 0, limits.INT64_MAX)
     return 0
 
 

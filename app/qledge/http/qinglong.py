@@ -20,17 +20,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import limits
+from ..apps.spec import digest, new_secret
 from ..clock import now_ms
 from ..cron import from_ms, local_zone
 from ..db import apps, attempts, envs, rows, runs, tasks
+from ..envs.spec import env_name, validate_env
 from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
+from ..tasks import spec as task_spec
 from . import _proxy, inputs
 from . import tasks as native_tasks
-from .apps import digest, new_secret
-from .envs import env_name, validate_env
 from .errors import (
     BadRequest,
     Forbidden,
@@ -178,7 +180,7 @@ class CronIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     log_name: str | None = None
     work_dir: str | None = None
     # qledge extension (QingLong clients neither send nor read it): where its runs go.
-    qledge_placement: native_tasks.PlacementIn | None = None
+    qledge_placement: task_spec.PlacementIn | None = None
 
 
 class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -194,7 +196,7 @@ class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     task_after: str | None = None
     log_name: str | None = None
     work_dir: str | None = None
-    qledge_placement: native_tasks.PlacementIn | None = None  # None: unchanged
+    qledge_placement: task_spec.PlacementIn | None = None  # None: unchanged
 
 
 def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
 def _default_name(command: str) -> str:
     """The command's first line, as a name must be (no control characters)."""
     first = command.strip().splitlines()[0] if command.strip() else ""
-    return inputs.without_controls(first).strip()[:inputs.MAX_NAME] or "cron"
+    return inputs.without_controls(first).strip()[:limits.MAX_NAME] or "cron"
 
 
 def _extra_schedules(items: list[Any]) -> list[str]:
@@ -277,7 +279,7 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
         fields["placement"] = body.qledge_placement
     if "schedule" in fields and not str(fields["schedule"]).strip():
         raise BadRequest("schedule must not be empty", field="schedule")
-    return native_tasks.validated(fields, BadRequest)
+    return task_spec.validated(fields)
 
 
 async def _views(rt: Runtime, found: list[Task]) -> list[dict[str, Any]]:
@@ -473,7 +475,7 @@ def env_view(env: envs.EnvVar) -> dict[str, Any]:
 
 
 def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    return validate_env(fields, BadRequest, prefix)
+    return validate_env(fields, prefix)  # a FieldError answers 400 here (http/errors.py)
 
 
 @scoped("envs")
@@ -498,8 +500,8 @@ async def envs_create(request: Request) -> Response:
     items = decode(await request.body(), list[EnvIn])
     if not items:
         raise BadRequest("body must be a non-empty array of {name, value, remarks}")
-    if len(items) > inputs.MAX_IDS:
-        raise BadRequest(f"{len(items)} envs in one request; at most {inputs.MAX_IDS}")
+    if len(items) > limits.MAX_IDS:
+        raise BadRequest(f"{len(items)} envs in one request; at most {limits.MAX_IDS}")
     checked = []
     for i, item in enumerate(items):
         _unsupported(item, ("labels",))
@@ -556,7 +558,7 @@ async def envs_rename(request: Request) -> Response:
     """QingLong's PUT /envs/name: give every listed env one name (back/api/env.ts)."""
     body = decode(await request.body(), EnvRename)
     nums = _id_list(body.ids)
-    name = env_name(body.name, "name", BadRequest)
+    name = env_name(body.name, "name")
     rt = _rt(request)
     await operations.rename_envs(rt, await _env_ids(rt, nums), name)
     return ok()

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, limits
 from ..db import attempts, claims, conc_runs, events, nodes, runs
 from ..db.interface import Tx
 from ..model import (
@@ -138,7 +138,7 @@ async def _nodes_of(rt: Runtime, tx: Tx, owners: set[str]) -> dict[str, str]:
 
 async def run_events(request: Request) -> Response:
     run_id = await _run_id(request)
-    after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
+    after = inputs.query_int(request, "after", 0, 0, limits.INT64_MAX)
     async with _rt(request).db.read() as tx:
         await runs.get_run(tx, run_id)
         evs = await events.list_events(tx, run_id, after_seq=after)
