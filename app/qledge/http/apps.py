@@ -29,7 +29,7 @@ from ..apps.spec import (  # noqa: F401  (RUNS_CODE, SCOPES: read here by the te
 from ..clock import now_ms
 from ..db import apps
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
+from .context import runtime_of
 from .errors import Missing, StateConflict, decode_body, json_response
 
 
@@ -43,17 +43,12 @@ def app_view(app: apps.App) -> dict[str, Any]:
             "created_at_ms": app.created_at_ms, "live_tokens": app.live_tokens}
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), AppIn)
     name, scopes = validated(body.name, body.scopes)
     secret = new_secret()
     try:
-        app = await operations.create_app(_rt(request), name=name, client_id=new_client_id(),
+        app = await operations.create_app(runtime_of(request), name=name, client_id=new_client_id(),
                                           secret_hash=digest(secret), scopes=scopes)
     except operations.NameTaken:
         raise StateConflict(f"an app named {name!r} exists", field="name") from None
@@ -79,7 +74,7 @@ def scope_warnings(scopes: list[str]) -> list[dict[str, Any]]:
 
 
 async def list_(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await apps.list_apps(tx, now_ms())
     return json_response({"items": [app_view(a) for a in found]})
 
@@ -93,13 +88,13 @@ def _app_id(request: Request) -> str:
 
 async def get(request: Request) -> Response:
     app_id = _app_id(request)
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         app = await apps.get_app(tx, app_id, now_ms())
     return json_response(app_view(app))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_app(_rt(request), _app_id(request))
+    await operations.delete_app(runtime_of(request), _app_id(request))
     return Response(status_code=204)
 
 

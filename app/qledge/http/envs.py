@@ -19,8 +19,8 @@ from .. import ids
 from ..db import envs
 from ..envs.spec import validate_env
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
 from . import inputs
+from .context import runtime_of
 from .errors import Missing, decode_body, json_response
 
 UNSET = msgspec.UNSET
@@ -45,11 +45,6 @@ def env_view(env: envs.EnvVar) -> dict[str, Any]:
     return body
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 def _env_id(request: Request) -> str:
     env_id: str = request.path_params["env_id"]
     if not ids.is_uuid7(env_id):
@@ -59,7 +54,7 @@ def _env_id(request: Request) -> str:
 
 async def list_(request: Request) -> Response:
     search = inputs.query_text(request, "search")
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.list_envs(tx, search)
     return json_response({"items": [env_view(e) for e in found]})
 
@@ -67,13 +62,13 @@ async def list_(request: Request) -> Response:
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), EnvIn)
     fields = validate_env(msgspec.structs.asdict(body))
-    (env,) = await operations.create_envs(_rt(request), [fields])
+    (env,) = await operations.create_envs(runtime_of(request), [fields])
     return json_response(env_view(env), 201)
 
 
 async def get(request: Request) -> Response:
     env_id = _env_id(request)
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         env = await envs.get_env(tx, env_id)
     return json_response(env_view(env))
 
@@ -82,12 +77,12 @@ async def update(request: Request) -> Response:
     env_id = _env_id(request)
     patch = decode_body(await request.body(), EnvPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    env = await operations.update_env(_rt(request), env_id, validate_env(fields))
+    env = await operations.update_env(runtime_of(request), env_id, validate_env(fields))
     return json_response(env_view(env))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_envs(_rt(request), [_env_id(request)])
+    await operations.delete_envs(runtime_of(request), [_env_id(request)])
     return Response(status_code=204)
 
 

@@ -33,6 +33,7 @@ from ..runtime.lifecycle import Runtime
 from ..tasks import spec as task_spec
 from . import _proxy, inputs
 from . import tasks as native_tasks
+from .context import runtime_of
 from .errors import (
     BadRequest,
     Forbidden,
@@ -46,16 +47,11 @@ from .errors import (
 
 TOKEN_TTL_S = 30 * 86400  # like QingLong
 MAX_LIVE_TOKENS = 20  # per app; the oldest is revoked beyond this
-MAX_LIST = 5000  # crons returned when no page/size is given
-MAX_PAGE = 1_000_000
-MAX_PAGE_SIZE = 1_000_000  # accepted; at most MAX_LIST are returned
+MAX_LIST = limits.QL_MAX_LIST  # crons returned when no page/size is given
+MAX_PAGE = limits.QL_MAX_PAGE
+MAX_PAGE_SIZE = limits.QL_MAX_PAGE  # accepted; at most MAX_LIST are returned
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def ok(data: Any = msgspec.UNSET) -> Response:
@@ -84,7 +80,7 @@ async def authorize(request: Request, scopes: tuple[str, ...]) -> None:
     admin: str = request.app.state.admin_token
     if hmac.compare_digest(token.encode(), admin.encode()):
         return
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         grant = await apps.token_grant(tx, digest(token))
     if grant is None:
         raise Unauthorized("invalid token")
@@ -116,7 +112,7 @@ async def auth_token(request: Request) -> Response:
     token = new_secret()
     try:
         await operations.issue_app_token(
-            _rt(request), client_id=client_id, secret_hash=digest(secret),
+            runtime_of(request), client_id=client_id, secret_hash=digest(secret),
             token_hash=digest(token), expires_at_ms=expiration * 1000, now=now,
             keep=MAX_LIVE_TOKENS)
     except operations.WrongCredentials:
@@ -290,7 +286,7 @@ async def _views(rt: Runtime, found: list[Task]) -> list[dict[str, Any]]:
 
 @scoped("crons")
 async def crons_list(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     page = inputs.query_int(request, "page", 0, 0, MAX_PAGE, BadRequest)
     size = inputs.query_int(request, "size", 0, 0, MAX_PAGE_SIZE, BadRequest)
     offset, limit = 0, MAX_LIST
@@ -305,7 +301,7 @@ async def crons_list(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_get(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     async with rt.db.read() as tx:
         task = await tasks.get_task_by_num(tx, _path_id(request))
     return ok((await _views(rt, [task]))[0])
@@ -317,13 +313,13 @@ async def crons_create(request: Request) -> Response:
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
     fields.setdefault("name", _default_name(body.command))
-    task = await operations.create_task(_rt(request), fields)
+    task = await operations.create_task(runtime_of(request), fields)
     return ok(cron_view(task, None))
 
 
 @scoped("crons")
 async def crons_update(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = decode(await request.body(), CronPatch)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
@@ -351,7 +347,7 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int], *, missing_ok: bool = Fal
 
 @scoped("crons")
 async def crons_delete(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     # Deleting is idempotent: unknown ids are already gone.
     chosen = await _tasks_by_nums(rt, await _ids_body(request), missing_ok=True)
     try:
@@ -363,7 +359,7 @@ async def crons_delete(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_run(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
         # concurrency: forbid and already queued/running: like QingLong, no error
         with contextlib.suppress(operations.ActiveRun):
@@ -373,14 +369,14 @@ async def crons_run(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_stop(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
         await operations.stop_task(rt, task.id)
     return ok()
 
 
 async def _set_enabled(request: Request, enabled: bool) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     chosen = await _tasks_by_nums(rt, await _ids_body(request))
     await operations.set_tasks_enabled(rt, [t.id for t in chosen], enabled)
     return ok()
@@ -406,7 +402,7 @@ def _utf8_start(data: bytes) -> bytes:
 
 @scoped("crons", "logs")
 async def crons_log(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     async with rt.db.read() as tx:
         task = await tasks.get_task_by_num(tx, _path_id(request))
     return await latest_log(rt, task.id)
@@ -481,14 +477,14 @@ def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 @scoped("envs")
 async def envs_list(request: Request) -> Response:
     search = inputs.query_text(request, "searchValue", BadRequest).strip()
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.list_envs(tx, search)
     return ok([env_view(e) for e in found])
 
 
 @scoped("envs")
 async def envs_get(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.envs_by_nums(tx, [_path_id(request)])
     if not found:
         raise Missing("env not found")
@@ -507,7 +503,7 @@ async def envs_create(request: Request) -> Response:
         _unsupported(item, ("labels",))
         fields = {"name": item.name, "value": item.value, "remarks": item.remarks or ""}
         checked.append(_env_fields(fields, f"[{i}]." if len(items) > 1 else ""))
-    created = await operations.create_envs(_rt(request), checked)
+    created = await operations.create_envs(runtime_of(request), checked)
     return ok([env_view(e) for e in created])
 
 
@@ -518,21 +514,21 @@ async def envs_update(request: Request) -> Response:
     num = _id_list([body.id], "id")[0]
     fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
                           if getattr(body, k) is not None})
-    rt = _rt(request)
+    rt = runtime_of(request)
     (env_id,) = await _env_ids(rt, [num])
     return ok(env_view(await operations.update_env(rt, env_id, fields)))
 
 
 @scoped("envs")
 async def envs_delete(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     env_ids = await _env_ids(rt, await _ids_body(request), missing_ok=True)
     await operations.delete_envs(rt, env_ids, missing_ok=True)  # unknown ids: nothing to do
     return ok()
 
 
 async def _envs_enabled(request: Request, enabled: bool) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     env_ids = await _env_ids(rt, await _ids_body(request))
     await operations.set_envs_enabled(rt, env_ids, enabled)
     return ok()
@@ -559,7 +555,7 @@ async def envs_rename(request: Request) -> Response:
     body = decode(await request.body(), EnvRename)
     nums = _id_list(body.ids)
     name = env_name(body.name, "name")
-    rt = _rt(request)
+    rt = runtime_of(request)
     await operations.rename_envs(rt, await _env_ids(rt, nums), name)
     return ok()
 

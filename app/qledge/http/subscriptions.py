@@ -18,8 +18,8 @@ from .. import ids
 from ..db import rows
 from ..db import subscriptions as subs
 from ..runtime import subscriptions as ops
-from ..runtime.lifecycle import Runtime
 from ..subscriptions.spec import DEFAULT_EXTENSIONS, Caps, validate
+from .context import runtime_of
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
 UNSET = msgspec.UNSET
@@ -76,11 +76,6 @@ def view(sub: subs.Subscription) -> dict[str, Any]:
     return body
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 def _sub_id(request: Request) -> str:
     sub_id: str = request.path_params["sub_id"]
     if not ids.is_uuid7(sub_id):
@@ -89,7 +84,7 @@ def _sub_id(request: Request) -> str:
 
 
 async def list_(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         items = await subs.list_all(tx)
     return json_response({"items": [view(s) for s in items]})
 
@@ -98,7 +93,7 @@ async def create(request: Request) -> Response:
     body = decode_body(await request.body(), SubscriptionIn)
     fields = validate(msgspec.structs.asdict(body))
     try:
-        sub = await ops.create(_rt(request), fields)
+        sub = await ops.create(runtime_of(request), fields)
     except ops.AliasTaken as exc:
         raise Invalid(str(exc), field="alias") from None
     return json_response(view(sub), 201)
@@ -107,7 +102,7 @@ async def create(request: Request) -> Response:
 async def get(request: Request) -> Response:
     sub_id = _sub_id(request)
     try:
-        async with _rt(request).db.read() as tx:
+        async with runtime_of(request).db.read() as tx:
             sub = await subs.get(tx, sub_id)
     except rows.NotFound:
         raise Missing("subscription not found") from None
@@ -119,7 +114,7 @@ async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), SubscriptionPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
     try:
-        sub = await ops.update(_rt(request), sub_id, validate(fields))
+        sub = await ops.update(runtime_of(request), sub_id, validate(fields))
     except rows.NotFound:
         raise Missing("subscription not found") from None
     return json_response(view(sub))
@@ -127,7 +122,7 @@ async def update(request: Request) -> Response:
 
 async def delete(request: Request) -> Response:
     try:
-        await ops.delete(_rt(request), _sub_id(request))
+        await ops.delete(runtime_of(request), _sub_id(request))
     except rows.NotFound:
         raise Missing("subscription not found") from None
     return Response(status_code=204)
@@ -135,7 +130,7 @@ async def delete(request: Request) -> Response:
 
 async def pull(request: Request) -> Response:
     try:
-        run = await ops.pull_now(_rt(request), _sub_id(request))
+        run = await ops.pull_now(runtime_of(request), _sub_id(request))
     except rows.NotFound:
         raise Missing("subscription not found") from None
     except ops.PullBusy as exc:

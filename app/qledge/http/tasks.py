@@ -14,9 +14,9 @@ from ..clock import now_ms
 from ..db import tasks
 from ..model import DEFAULT_RETRY_ON, Task
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
 from ..tasks.spec import PlacementIn, validated
 from . import inputs
+from .context import runtime_of
 from .errors import decode_body, json_response
 
 UNSET = msgspec.UNSET
@@ -86,21 +86,18 @@ def task_view(task: Task) -> dict[str, Any]:
     return body
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), TaskIn)
-    task = await operations.create_task(_rt(request), validated(msgspec.structs.asdict(body)))
+    task = await operations.create_task(runtime_of(request),
+                                        validated(msgspec.structs.asdict(body)))
     return json_response(task_view(task), 201)
 
 
 async def list_(request: Request) -> Response:
     after = inputs.query_int(request, "after", 0, 0, limits.INT64_MAX)
-    limit = inputs.query_int(request, "limit", 100, 1, 500)
-    async with _rt(request).db.read() as tx:
+    limit = inputs.query_int(request, "limit", limits.TASKS_PAGE.default, 1,
+                             limits.TASKS_PAGE.most)
+    async with runtime_of(request).db.read() as tx:
         page = await tasks.list_tasks(tx, after_num=after, limit=limit)
     items = [task_view(t) for t in page]
     nxt = page[-1].num if len(page) == limit else None
@@ -108,7 +105,7 @@ async def list_(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         task = await tasks.get_task(tx, request.path_params["task_id"])
     return json_response(task_view(task))
 
@@ -116,13 +113,13 @@ async def get(request: Request) -> Response:
 async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), TaskPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    task = await operations.update_task(_rt(request), request.path_params["task_id"],
+    task = await operations.update_task(runtime_of(request), request.path_params["task_id"],
                                         validated(fields))
     return json_response(task_view(task))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_tasks(_rt(request), [request.path_params["task_id"]])
+    await operations.delete_tasks(runtime_of(request), [request.path_params["task_id"]])
     return Response(status_code=204)
 
 
