@@ -28,7 +28,7 @@ def _imported(tree: ast.Module) -> Iterator[str]:
 # of its own (importer/, subscriptions/, scripts/, ...), found by its folder.
 CORE = {"__init__.py", "__main__.py", "model.py", "transitions.py", "cron.py", "interval.py",
         "taskform.py", "settings.py", "ids.py", "clock.py", "paths.py", "process.py",
-        "failpoints.py", "node.py", "cluster_auth.py"}
+        "failpoints.py", "node.py", "cluster_auth.py", "fields.py", "limits.py"}
 
 
 def test_features_are_packages() -> None:
@@ -188,6 +188,59 @@ def test_operations_have_one_home() -> None:
             if writes or follow_up:
                 outside.append(f"{rel}:{node.lineno} {owner_name}.{name}")
     assert outside == []
+
+
+# The one arrow into the HTTP edge: `qledge serve` builds the app (the composition root).
+HTTP_IMPORTERS = {("cli/serve.py", "qledge.http.app")}
+
+
+def http_imports(rel: str, tree: ast.Module) -> list[str]:
+    """Where a module outside http/ imports the HTTP edge (any spelling)."""
+    if rel.startswith("http/"):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = _module_name(rel).split(".")
+                if not rel.endswith("__init__.py"):
+                    parts = parts[:-1]
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            names = [source] if node.module else [f"{source}.{a.name}" for a in node.names]
+        found += [f"{rel}:{node.lineno} {name}" for name in names
+                  if (name == "qledge.http" or name.startswith("qledge.http."))
+                  and (rel, name) not in HTTP_IMPORTERS]
+    return found
+
+
+def test_nothing_outside_http_imports_http() -> None:
+    """The edge depends on the domain, never the other way: a rule a feature needs (the
+    QingLong importer checks tasks, envs, subscriptions, apps) lives in the domain
+    (tasks/spec.py, envs/spec.py, …), and http/errors.py maps its FieldError."""
+    found = [f for rel, tree in _modules() for f in http_imports(rel, tree)]
+    assert found == []
+
+
+def test_the_http_import_rule_catches_each_spelling() -> None:
+    def check(rel: str, source: str) -> list[str]:
+        return http_imports(rel, ast.parse(source))
+
+    assert check("importer/build.py", "from ..http.tasks import validated\n") == [
+        "importer/build.py:1 qledge.http.tasks"]
+    assert check("importer/_items.py", "from ..http import apps\n") == [
+        "importer/_items.py:1 qledge.http"]
+    assert check("runtime/x.py", "from .. import http\n") == ["runtime/x.py:1 qledge.http"]
+    assert check("runtime/x.py", "import qledge.http.errors\n") == [
+        "runtime/x.py:1 qledge.http.errors"]
+    assert check("cli/serve.py", "from ..http.app import create_app\n") == []
+    assert check("http/tasks.py", "from .errors import Invalid\n") == []
+    assert check("tasks/spec.py", "from ..fields import FieldError\n") == []
 
 
 def _module_name(rel: str) -> str:

@@ -280,3 +280,22 @@ async def test_inline_code_that_suspends_rolls_the_transaction_back(db: Database
             await tx.inline(body)
     async with db.read() as tx:
         assert await tx.one("SELECT 1 FROM storage_settings WHERE name = 'sus'") is None
+
+
+async def test_task_sql_names_only_its_own_columns(db: Database) -> None:
+    """db/tasks.py builds INSERT/UPDATE from its fixed WRITABLE columns: a key that is
+    no task column (a typo, or text shaped like SQL) is refused before any SQL runs."""
+    task_id, _ = await _task_and_run(db)
+    for bad in ("nmae", "version", "id", "name = 'x', num"):
+        with pytest.raises(tasks.UnknownTaskField, match="not a task field"):
+            async with db.write() as tx:
+                await tasks.update_task(tx, task_id, {bad: "x"}, 5)
+        with pytest.raises(tasks.UnknownTaskField):
+            async with db.write() as tx:
+                await tasks.create_task(tx, ids.uuid7(), {"name": "u", "command": "true",
+                                                          bad: "x"}, 5)
+    async with db.write() as tx:
+        task = await tasks.update_task(tx, task_id, {"labels": ["a"], "overlap": "allow",
+                                                     "placement_labels": ["x"]}, 6)
+    assert (task.labels, str(task.overlap), str(task.concurrency), task.placement_labels,
+            task.version) == (["a"], "allow", "allow", ["x"], 2)

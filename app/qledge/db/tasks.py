@@ -13,8 +13,22 @@ from .rows import NotFound, like_pattern, task_from_row
 
 _json = msgspec.json.Encoder()
 
+# The columns a create or an update may set, in the order INSERT names them: the SQL's
+# column names come from here, never from a caller's keys (a key that is none of these
+# is refused by name before any SQL is built).
+WRITABLE = ("name", "command", "schedule", "timeout_s", "env_json", "enabled", "concurrency",
+            "labels_json", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
+            "retry_delay_s", "retry_on_json", "on_success_json", "on_failure_json",
+            "on_finish_json", "extra_schedules_json", "tz", "placement_node",
+            "placement_labels_json")
+
+
+class UnknownTaskField(ValueError):
+    """A caller passed a field no task column holds (a bug: the API decodes strictly)."""
+
 
 def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields as column values, keyed by the names in WRITABLE only."""
     out = dict(fields)
     if "env" in out:
         out["env_json"] = _json.encode(out.pop("env")).decode()
@@ -43,14 +57,18 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
         out["enabled"] = int(bool(out["enabled"]))
     if "keep_background" in out:
         out["keep_background"] = int(bool(out["keep_background"]))
-    return out
+    unknown = sorted(set(out) - set(WRITABLE))
+    if unknown:
+        raise UnknownTaskField(f"not a task field: {', '.join(unknown)}")
+    return {column: out[column] for column in WRITABLE if column in out}
 
 
 async def create_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
     values = _task_values(fields)
+    columns = [c for c in WRITABLE if c in values]  # the rest keep their defaults
     values.update(id=task_id, created_at_ms=now_ms, updated_at_ms=now_ms)
-    cols = ", ".join(values)
-    marks = ", ".join(f":{c}" for c in values)
+    cols = ", ".join(["id", *columns, "created_at_ms", "updated_at_ms"])
+    marks = ", ".join(f":{c}" for c in ["id", *columns, "created_at_ms", "updated_at_ms"])
     await tx.execute(f"INSERT INTO tasks ({cols}) VALUES ({marks})", values)  # noqa: S608
     return await get_task(tx, task_id)
 
@@ -118,7 +136,7 @@ async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:
 async def update_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
     values = _task_values(fields)
     if values:
-        sets = ", ".join(f"{c} = :{c}" for c in values)
+        sets = ", ".join(f"{c} = :{c}" for c in WRITABLE if c in values)
         values.update(id=task_id, now=now_ms)
         changed = await tx.execute(
             f"UPDATE tasks SET {sets}, updated_at_ms = :now, version = version + 1"  # noqa: S608

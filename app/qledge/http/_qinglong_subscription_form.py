@@ -1,7 +1,7 @@
 """QingLong's subscription form as the native subscription's fields
 (http/qinglong_subscriptions.py; docs/qinglong-compat.md, "Subscription fields").
 
-The checking is the native API's (http/subscriptions.py), answered with 400 as
+The checking is the native API's (subscriptions/spec.py), answered with 400 as
 QingLong's Joi checks do. `PUT` sends only what changes: a field left out stays
 (UNSET), as QingLong merges an update into the stored subscription.
 """
@@ -14,9 +14,10 @@ import msgspec
 
 from .. import interval
 from ..db import subscriptions as subs
-from ..subscriptions.spec import DEFAULT_EXTENSIONS
+from ..fields import FieldError
+from ..subscriptions.spec import DEFAULT_EXTENSIONS, TYPES, validate
 from . import subscriptions as native
-from .errors import BadRequest, Invalid
+from .errors import BadRequest
 
 UNSET = msgspec.UNSET
 Maybe = msgspec.UnsetType
@@ -145,7 +146,7 @@ def native_fields(body: _Fields, current: subs.Subscription | None) -> dict[str,
         assert isinstance(body, SubPut) and current is not None
         for key in ("type", "alias"):
             value = getattr(body, key)
-            if _given(value) and native.TYPES.get(value, value) != getattr(current, key):
+            if _given(value) and TYPES.get(value, value) != getattr(current, key):
                 raise BadRequest(f"{key} cannot change (it is {getattr(current, key)!r}): "
                                  "create a new subscription instead", field=key)
         if _given(body.url):
@@ -172,6 +173,6 @@ def native_fields(body: _Fields, current: subs.Subscription | None) -> dict[str,
     out.update(_schedule(body, current))
     out.update(_credentials(body))
     try:
-        return native.validate(out)
-    except Invalid as exc:
+        return validate(out)
+    except FieldError as exc:
         raise BadRequest(exc.message, field=exc.field) from None

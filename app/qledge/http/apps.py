@@ -4,14 +4,11 @@ An app is a client_id/client_secret pair with scopes; a client trades the pair
 for a Bearer token at GET /open/auth/token. The secret is shown once, at
 creation; only its SHA-256 is stored (it is 32 random bytes, so a plain hash
 is enough) and it is compared in constant time. Deleting an app revokes its
-tokens.
+tokens. What an app may be is apps/spec.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-import string
 from typing import Any
 
 import msgspec
@@ -20,23 +17,20 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids
+from ..apps.spec import (  # noqa: F401  (RUNS_CODE, SCOPES: read here by the tests)
+    RUNS_CODE,
+    SCOPES,
+    SCOPES_RUN_CODE,
+    digest,
+    new_client_id,
+    new_secret,
+    validated,
+)
 from ..clock import now_ms
 from ..db import apps
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
-from . import inputs
-from .errors import Invalid, Missing, StateConflict, decode_body, json_response
-
-SCOPES = ("crons", "envs", "logs", "scripts", "subscriptions", "dependencies")
-# Scopes that amount to running code as the task user, with every env value in reach
-# (docs/security.md, "What each scope reaches"): a task is arbitrary code (crons), so is
-# a script (scripts), a subscription's hooks and repository (subscriptions), a package
-# and the bin dir first on the tasks' PATH (dependencies), and the variables
-# interpreters read as code (envs: NODE_OPTIONS, PYTHONWARNINGS, PATH…). Only `logs`
-# is not: it reads what tasks printed.
-RUNS_CODE = ("crons", "envs", "scripts", "subscriptions", "dependencies")
-SCOPES_RUN_CODE = "SCOPES_RUN_CODE"
-_ALNUM = string.ascii_letters + string.digits
+from .context import runtime_of
+from .errors import Missing, StateConflict, decode_body, json_response
 
 
 class AppIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -44,53 +38,17 @@ class AppIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
     scopes: list[str]
 
 
-def new_client_id() -> str:
-    return "".join(secrets.choice(_ALNUM) for _ in range(12))
-
-
-def new_secret() -> str:
-    """32 random bytes, URL-safe text (also used for tokens)."""
-    return secrets.token_urlsafe(32)
-
-
-def digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
-
-
 def app_view(app: apps.App) -> dict[str, Any]:
     return {"id": app.id, "name": app.name, "client_id": app.client_id, "scopes": app.scopes,
             "created_at_ms": app.created_at_ms, "live_tokens": app.live_tokens}
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
-def _validated(body: AppIn) -> tuple[str, list[str]]:
-    name = inputs.text(body.name.strip(), "name", inputs.MAX_APP_NAME)
-    if not name:
-        raise Invalid(f"name must be 1-{inputs.MAX_APP_NAME} characters", field="name")
-    if len(body.scopes) > 2 * len(SCOPES):
-        raise Invalid(f"scopes lists {len(body.scopes)} entries; supported: "
-                      + ", ".join(SCOPES), field="scopes")
-    scopes: list[str] = []
-    for scope in body.scopes:
-        if scope not in SCOPES:
-            raise Invalid(f"unsupported scope {scope[:32]!r} (supported: {', '.join(SCOPES)})",
-                          field="scopes")
-        if scope not in scopes:
-            scopes.append(scope)
-    if not scopes:
-        raise Invalid("scopes must name at least one of: " + ", ".join(SCOPES), field="scopes")
-    return name, scopes
-
-
 async def create(request: Request) -> Response:
-    name, scopes = _validated(decode_body(await request.body(), AppIn))
+    body = decode_body(await request.body(), AppIn)
+    name, scopes = validated(body.name, body.scopes)
     secret = new_secret()
     try:
-        app = await operations.create_app(_rt(request), name=name, client_id=new_client_id(),
+        app = await operations.create_app(runtime_of(request), name=name, client_id=new_client_id(),
                                           secret_hash=digest(secret), scopes=scopes)
     except operations.NameTaken:
         raise StateConflict(f"an app named {name!r} exists", field="name") from None
@@ -116,7 +74,7 @@ def scope_warnings(scopes: list[str]) -> list[dict[str, Any]]:
 
 
 async def list_(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await apps.list_apps(tx, now_ms())
     return json_response({"items": [app_view(a) for a in found]})
 
@@ -130,13 +88,13 @@ def _app_id(request: Request) -> str:
 
 async def get(request: Request) -> Response:
     app_id = _app_id(request)
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         app = await apps.get_app(tx, app_id, now_ms())
     return json_response(app_view(app))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_app(_rt(request), _app_id(request))
+    await operations.delete_app(runtime_of(request), _app_id(request))
     return Response(status_code=204)
 
 

@@ -21,6 +21,7 @@ from ..dependencies.spec import MAX_SPECS, SpecError, package
 from ..runtime import dependencies as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
+from .context import runtime_of
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response
 
 MAX_REMARK = 1000
@@ -38,11 +39,6 @@ class IdsIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
 
 class TypeIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     type: str
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 async def views(rt: Runtime, items: list[deps.Dependency]) -> list[dict[str, Any]]:
@@ -82,7 +78,7 @@ def _ids(raw: list[str]) -> list[str]:
 
 
 async def list_(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     kind = inputs.query_text(request, "type")
     search = inputs.query_text(request, "search")
     async with rt.db.read() as tx:
@@ -96,7 +92,7 @@ async def add(request: Request) -> Response:
     body = decode_body(await request.body(), AddIn)
     specs = checked_specs(body.type, body.specs)
     remark = None if body.remark is None else inputs.text(body.remark, "remark", MAX_REMARK)
-    rt = _rt(request)
+    rt = runtime_of(request)
     queued = await ops.add(rt, body.type, specs, remark)
     return json_response({"items": await views(rt, queued.items),
                           "run_id": queued.run_ids[0]}, 202)
@@ -106,7 +102,7 @@ async def get(request: Request) -> Response:
     dep_id: str = request.path_params["dep_id"]
     if not ids.is_uuid7(dep_id):
         raise Missing("dependency not found")
-    rt = _rt(request)
+    rt = runtime_of(request)
     try:
         async with rt.db.read() as tx:
             dep = await deps.get(tx, dep_id)
@@ -117,7 +113,7 @@ async def get(request: Request) -> Response:
 
 async def _act(request: Request, action: str) -> Response:
     body = decode_body(await request.body(), IdsIn)
-    rt = _rt(request)
+    rt = runtime_of(request)
     try:
         queued = await ops.act(rt, _ids(body.ids), action)
     except rows.NotFound:
@@ -139,7 +135,7 @@ async def remove(request: Request) -> Response:
 async def rebuild(request: Request) -> Response:
     body = decode_body(await request.body(), TypeIn)
     try:
-        run_id = await ops.rebuild(_rt(request), body.type)
+        run_id = await ops.rebuild(runtime_of(request), body.type)
     except ops.Unavailable as exc:
         raise Invalid(str(exc), field="type") from None
     return json_response({"run_id": run_id}, 202)
@@ -148,7 +144,7 @@ async def rebuild(request: Request) -> Response:
 async def forget(request: Request) -> Response:
     dep_id: str = request.path_params["dep_id"]
     try:
-        await ops.forget(_rt(request), _ids([dep_id]))
+        await ops.forget(runtime_of(request), _ids([dep_id]))
     except rows.NotFound:
         raise Missing("dependency not found") from None
     except ops.StillInstalled as exc:

@@ -8,7 +8,6 @@ events.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -18,15 +17,12 @@ from starlette.routing import Route
 
 from .. import ids
 from ..db import envs
+from ..envs.spec import validate_env
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
 from . import inputs
-from .errors import ApiError, Invalid, Missing, decode_body, json_response
+from .context import runtime_of
+from .errors import Missing, decode_body, json_response
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_NAME = inputs.MAX_ENV_NAME
-MAX_VALUE = inputs.MAX_ENV_VALUE_BYTES
-MAX_REMARKS = inputs.MAX_REMARKS
 UNSET = msgspec.UNSET
 
 
@@ -44,35 +40,9 @@ class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     enabled: bool | msgspec.UnsetType = UNSET
 
 
-def validate_env(fields: dict[str, Any], error: type[ApiError] = Invalid,
-                 prefix: str = "") -> dict[str, Any]:
-    """Checks beyond types; the error names its field and never echoes a value."""
-    out = dict(fields)
-    if "name" in out:
-        out["name"] = env_name(out["name"], f"{prefix}name", error)
-    if "value" in out:
-        inputs.utf8_bytes(out["value"], f"{prefix}value", MAX_VALUE, error)
-    if out.get("remarks") is not None:
-        inputs.text(out["remarks"], f"{prefix}remarks", MAX_REMARKS, lines=True, error=error)
-    return out
-
-
-def env_name(raw: str, field: str = "name", error: type[ApiError] = Invalid) -> str:
-    name = raw.strip()
-    if not ENV_NAME.match(name) or len(name) > MAX_NAME:
-        raise error(f"{field} must be a shell identifier ([A-Za-z_][A-Za-z0-9_]*,"
-                    f" at most {MAX_NAME} characters)", field=field)
-    return name
-
-
 def env_view(env: envs.EnvVar) -> dict[str, Any]:
     body: dict[str, Any] = msgspec.to_builtins(env)
     return body
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def _env_id(request: Request) -> str:
@@ -84,7 +54,7 @@ def _env_id(request: Request) -> str:
 
 async def list_(request: Request) -> Response:
     search = inputs.query_text(request, "search")
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.list_envs(tx, search)
     return json_response({"items": [env_view(e) for e in found]})
 
@@ -92,13 +62,13 @@ async def list_(request: Request) -> Response:
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), EnvIn)
     fields = validate_env(msgspec.structs.asdict(body))
-    (env,) = await operations.create_envs(_rt(request), [fields])
+    (env,) = await operations.create_envs(runtime_of(request), [fields])
     return json_response(env_view(env), 201)
 
 
 async def get(request: Request) -> Response:
     env_id = _env_id(request)
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         env = await envs.get_env(tx, env_id)
     return json_response(env_view(env))
 
@@ -107,12 +77,12 @@ async def update(request: Request) -> Response:
     env_id = _env_id(request)
     patch = decode_body(await request.body(), EnvPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    env = await operations.update_env(_rt(request), env_id, validate_env(fields))
+    env = await operations.update_env(runtime_of(request), env_id, validate_env(fields))
     return json_response(env_view(env))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_envs(_rt(request), [_env_id(request)])
+    await operations.delete_envs(runtime_of(request), [_env_id(request)])
     return Response(status_code=204)
 
 

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
+from ..fields import FieldError
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
@@ -176,6 +177,14 @@ async def handle_file_pool(request: Request, exc: Exception) -> Response:
     return response
 
 
+async def handle_field_error(request: Request, exc: Exception) -> Response:
+    """A domain rule's refusal (fields.py): 422 INVALID naming the field, or QingLong's
+    400 on /open — the status each API has always given bad input."""
+    assert isinstance(exc, FieldError)
+    kind = BadRequest if request.url.path.startswith("/open/") else Invalid
+    return await handle_api_error(request, kind(exc.message, field=exc.field))
+
+
 async def handle_environment(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, EnvironmentTooLarge)
     kind = BadRequest if request.url.path.startswith("/open/") else Invalid
@@ -259,6 +268,7 @@ async def handle_script_error(request: Request, exc: Exception) -> Response:
 HANDLERS = {
     scripts.ScriptError: handle_script_error,
     ApiError: handle_api_error,
+    FieldError: handle_field_error,
     NotFound: handle_not_found,
     Conflict: handle_conflict,
     ActiveRun: handle_active_run,

@@ -24,16 +24,12 @@ from ..db import attempts, peers, runs
 from ..model import TERMINAL_ATTEMPT, TERMINAL_RUN
 from ..runtime.lifecycle import Runtime
 from . import _proxy, logs_sse
+from .context import runtime_of
 from .errors import Forbidden, Missing, Unauthorized
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 async def _admit(request: Request) -> Runtime:
-    rt = _rt(request)
+    rt = runtime_of(request)
     node = _proxy.node_of(rt)
     if node is None or not node.fleet:
         raise Missing("not found")

@@ -28,13 +28,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, limits
 from ..db import attempts, retention_queries, runs
 from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
 from ..model import TERMINAL_RUN, Attempt
 from ..runtime.lifecycle import Runtime
 from . import _proxy, inputs
+from .context import runtime_of
 from .errors import Invalid, Missing, json_response
 
 CHUNK = 64 * 1024
@@ -43,11 +44,6 @@ STATUS_EVERY = 5  # polls between run-status checks while the file is quiet
 KEEPALIVE_S = 15.0  # an idle stream sends ": keep-alive" this often
 KEEPALIVE = b": keep-alive\n\n"
 _enc = msgspec.json.Encoder()
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 Target = tuple[Attempt | None, bool, str]  # (the attempt to read, run over?, run status)
@@ -98,10 +94,10 @@ def _offset(request: Request) -> int:
     """`offset`, else an EventSource's Last-Event-ID (the `id` of its last `log` event)."""
     raw = request.query_params.get("offset")
     if raw:
-        return inputs.parse_int(raw, "offset", 0, inputs.INT64_MAX)
+        return inputs.parse_int(raw, "offset", 0, limits.INT64_MAX)
     header = request.headers.get("last-event-id", "").strip()
     if header:
-        return inputs.parse_int(header, "Last-Event-ID", 0, inputs.INT64_MAX)
+        return inputs.parse_int(header, "Last-Event-ID", 0, limits.INT64_MAX)
     return 0
 
 
@@ -112,7 +108,7 @@ def read_window(rt: Runtime, request: Request) -> tuple[int, int]:
 
 
 async def read(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     offset, limit = read_window(rt, request)
     attempt, terminal, status = await _target(rt, request.path_params["run_id"])
     if attempt is not None and (peer := await _proxy.owner(rt, attempt)) is not None:
@@ -177,7 +173,7 @@ def _sse(event: str, data: str, event_id: int | None = None) -> bytes:
 
 
 async def stream(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     run_id = request.path_params["run_id"]
     offset = _offset(request)
     await _target(rt, run_id)  # 404 before the stream starts

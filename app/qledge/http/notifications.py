@@ -14,12 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, limits
 from ..db import notifications as q
 from ..notify import rules as notify
 from ..runtime import notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
+from .context import runtime_of
 from .errors import (
     Forbidden,
     Invalid,
@@ -51,11 +52,6 @@ class ChannelPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_o
 class ScriptMessage(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     title: str
     content: str = ""
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def channel_view(ch: q.Channel) -> dict[str, Any]:
@@ -97,13 +93,13 @@ def _name(raw: str) -> str:
 
 
 async def list_channels(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         chans = await q.channels(tx)
     return json_response({"items": [channel_view(c) for c in chans]})
 
 
 async def create_channel(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = decode_body(await request.body(), ChannelIn)
     name, url = _name(body.name), await _valid_url(rt, body.url)
     try:
@@ -114,7 +110,7 @@ async def create_channel(request: Request) -> Response:
 
 
 async def update_channel(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     channel_id = _id(request)
     patch = decode_body(await request.body(), ChannelPatch)
     fields: dict[str, object] = {}
@@ -137,7 +133,7 @@ async def update_channel(request: Request) -> Response:
 async def delete_channel(request: Request) -> Response:
     channel_id = _id(request)
     try:
-        await notify_ops.delete_channel(_rt(request), channel_id)
+        await notify_ops.delete_channel(runtime_of(request), channel_id)
     except q.NotFound:
         raise Missing("channel not found") from None
     return Response(status_code=204)
@@ -145,7 +141,7 @@ async def delete_channel(request: Request) -> Response:
 
 async def test_channel(request: Request) -> Response:
     """Send a test message now (not through the outbox) and say how it went."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     channel_id = _id(request)
     async with rt.db.read() as tx:
         try:
@@ -159,7 +155,7 @@ async def test_channel(request: Request) -> Response:
 
 
 async def get_rules(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         base = await q.global_rules(tx)
         per_task = await q.all_task_rules(tx)
     return json_response({"global": msgspec.to_builtins(base),
@@ -177,7 +173,7 @@ def _checked(rules: notify.Rules | notify.RulesPatch) -> None:
 async def put_rules(request: Request) -> Response:
     rules = decode_body(await request.body(), notify.Rules)
     _checked(rules)
-    await notify_ops.set_global_rules(_rt(request), rules)
+    await notify_ops.set_global_rules(runtime_of(request), rules)
     return json_response(msgspec.to_builtins(rules))
 
 
@@ -188,7 +184,7 @@ async def put_task_rules(request: Request) -> Response:
     if not ids.is_uuid7(task_id):
         raise Missing("task not found")
     try:
-        await notify_ops.set_task_rules(_rt(request), task_id, patch)
+        await notify_ops.set_task_rules(runtime_of(request), task_id, patch)
     except q.NotFound:
         raise Missing("task not found") from None
     return json_response(msgspec.to_builtins(patch))
@@ -196,14 +192,15 @@ async def put_task_rules(request: Request) -> Response:
 
 async def delete_task_rules(request: Request) -> Response:
     task_id = request.path_params["task_id"]
-    await notify_ops.set_task_rules(_rt(request), task_id, None)
+    await notify_ops.set_task_rules(runtime_of(request), task_id, None)
     return Response(status_code=204)
 
 
 async def list_messages(request: Request) -> Response:
-    limit = inputs.query_int(request, "limit", 50, 1, 500)
+    limit = inputs.query_int(request, "limit", limits.MESSAGES_PAGE.default, 1,
+                             limits.MESSAGES_PAGE.most)
     run_id = request.query_params.get("run_id")
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         items = await q.recent(tx, limit, run_id=run_id)
         counts = await q.counts(tx)
     return json_response({"items": [message_view(m) for m in items], "counts": counts})
@@ -214,10 +211,10 @@ async def list_messages(request: Request) -> Response:
 async def script_notify(request: Request) -> Response:
     """POST /notify from a running task's notify.py / sendNotify.js: the credential
     in its environment names the attempt and is only good while that attempt runs."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    attempt_id = notify.script_attempt(_rt(request).notify_key, token.strip()) \
+    attempt_id = notify.script_attempt(runtime_of(request).notify_key, token.strip()) \
         if scheme.lower() == "bearer" else None
     if attempt_id is None:
         raise Unauthorized("missing or invalid run credential")

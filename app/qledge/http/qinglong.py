@@ -20,17 +20,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import limits
+from ..apps.spec import digest, new_secret
 from ..clock import now_ms
 from ..cron import from_ms, local_zone
 from ..db import apps, attempts, envs, rows, runs, tasks
+from ..envs.spec import env_name, validate_env
 from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
+from ..tasks import spec as task_spec
 from . import _proxy, inputs
 from . import tasks as native_tasks
-from .apps import digest, new_secret
-from .envs import env_name, validate_env
+from .context import runtime_of
 from .errors import (
     BadRequest,
     Forbidden,
@@ -44,16 +47,11 @@ from .errors import (
 
 TOKEN_TTL_S = 30 * 86400  # like QingLong
 MAX_LIVE_TOKENS = 20  # per app; the oldest is revoked beyond this
-MAX_LIST = 5000  # crons returned when no page/size is given
-MAX_PAGE = 1_000_000
-MAX_PAGE_SIZE = 1_000_000  # accepted; at most MAX_LIST are returned
+MAX_LIST = limits.QL_MAX_LIST  # crons returned when no page/size is given
+MAX_PAGE = limits.QL_MAX_PAGE
+MAX_PAGE_SIZE = limits.QL_MAX_PAGE  # accepted; at most MAX_LIST are returned
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def ok(data: Any = msgspec.UNSET) -> Response:
@@ -82,7 +80,7 @@ async def authorize(request: Request, scopes: tuple[str, ...]) -> None:
     admin: str = request.app.state.admin_token
     if hmac.compare_digest(token.encode(), admin.encode()):
         return
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         grant = await apps.token_grant(tx, digest(token))
     if grant is None:
         raise Unauthorized("invalid token")
@@ -114,7 +112,7 @@ async def auth_token(request: Request) -> Response:
     token = new_secret()
     try:
         await operations.issue_app_token(
-            _rt(request), client_id=client_id, secret_hash=digest(secret),
+            runtime_of(request), client_id=client_id, secret_hash=digest(secret),
             token_hash=digest(token), expires_at_ms=expiration * 1000, now=now,
             keep=MAX_LIVE_TOKENS)
     except operations.WrongCredentials:
@@ -178,7 +176,7 @@ class CronIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     log_name: str | None = None
     work_dir: str | None = None
     # qledge extension (QingLong clients neither send nor read it): where its runs go.
-    qledge_placement: native_tasks.PlacementIn | None = None
+    qledge_placement: task_spec.PlacementIn | None = None
 
 
 class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -194,7 +192,7 @@ class CronPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     task_after: str | None = None
     log_name: str | None = None
     work_dir: str | None = None
-    qledge_placement: native_tasks.PlacementIn | None = None  # None: unchanged
+    qledge_placement: task_spec.PlacementIn | None = None  # None: unchanged
 
 
 def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
@@ -243,7 +241,7 @@ def cron_view(task: Task, summary: runs.RunSummary | None) -> dict[str, Any]:
 def _default_name(command: str) -> str:
     """The command's first line, as a name must be (no control characters)."""
     first = command.strip().splitlines()[0] if command.strip() else ""
-    return inputs.without_controls(first).strip()[:inputs.MAX_NAME] or "cron"
+    return inputs.without_controls(first).strip()[:limits.MAX_NAME] or "cron"
 
 
 def _extra_schedules(items: list[Any]) -> list[str]:
@@ -277,7 +275,7 @@ def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
         fields["placement"] = body.qledge_placement
     if "schedule" in fields and not str(fields["schedule"]).strip():
         raise BadRequest("schedule must not be empty", field="schedule")
-    return native_tasks.validated(fields, BadRequest)
+    return task_spec.validated(fields)
 
 
 async def _views(rt: Runtime, found: list[Task]) -> list[dict[str, Any]]:
@@ -288,7 +286,7 @@ async def _views(rt: Runtime, found: list[Task]) -> list[dict[str, Any]]:
 
 @scoped("crons")
 async def crons_list(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     page = inputs.query_int(request, "page", 0, 0, MAX_PAGE, BadRequest)
     size = inputs.query_int(request, "size", 0, 0, MAX_PAGE_SIZE, BadRequest)
     offset, limit = 0, MAX_LIST
@@ -303,7 +301,7 @@ async def crons_list(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_get(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     async with rt.db.read() as tx:
         task = await tasks.get_task_by_num(tx, _path_id(request))
     return ok((await _views(rt, [task]))[0])
@@ -315,13 +313,13 @@ async def crons_create(request: Request) -> Response:
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
     fields.setdefault("name", _default_name(body.command))
-    task = await operations.create_task(_rt(request), fields)
+    task = await operations.create_task(runtime_of(request), fields)
     return ok(cron_view(task, None))
 
 
 @scoped("crons")
 async def crons_update(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = decode(await request.body(), CronPatch)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
@@ -349,7 +347,7 @@ async def _tasks_by_nums(rt: Runtime, nums: list[int], *, missing_ok: bool = Fal
 
 @scoped("crons")
 async def crons_delete(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     # Deleting is idempotent: unknown ids are already gone.
     chosen = await _tasks_by_nums(rt, await _ids_body(request), missing_ok=True)
     try:
@@ -361,7 +359,7 @@ async def crons_delete(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_run(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
         # concurrency: forbid and already queued/running: like QingLong, no error
         with contextlib.suppress(operations.ActiveRun):
@@ -371,14 +369,14 @@ async def crons_run(request: Request) -> Response:
 
 @scoped("crons")
 async def crons_stop(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for task in await _tasks_by_nums(rt, await _ids_body(request)):
         await operations.stop_task(rt, task.id)
     return ok()
 
 
 async def _set_enabled(request: Request, enabled: bool) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     chosen = await _tasks_by_nums(rt, await _ids_body(request))
     await operations.set_tasks_enabled(rt, [t.id for t in chosen], enabled)
     return ok()
@@ -404,7 +402,7 @@ def _utf8_start(data: bytes) -> bytes:
 
 @scoped("crons", "logs")
 async def crons_log(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     async with rt.db.read() as tx:
         task = await tasks.get_task_by_num(tx, _path_id(request))
     return await latest_log(rt, task.id)
@@ -473,20 +471,20 @@ def env_view(env: envs.EnvVar) -> dict[str, Any]:
 
 
 def _env_fields(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    return validate_env(fields, BadRequest, prefix)
+    return validate_env(fields, prefix)  # a FieldError answers 400 here (http/errors.py)
 
 
 @scoped("envs")
 async def envs_list(request: Request) -> Response:
     search = inputs.query_text(request, "searchValue", BadRequest).strip()
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.list_envs(tx, search)
     return ok([env_view(e) for e in found])
 
 
 @scoped("envs")
 async def envs_get(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await envs.envs_by_nums(tx, [_path_id(request)])
     if not found:
         raise Missing("env not found")
@@ -498,14 +496,14 @@ async def envs_create(request: Request) -> Response:
     items = decode(await request.body(), list[EnvIn])
     if not items:
         raise BadRequest("body must be a non-empty array of {name, value, remarks}")
-    if len(items) > inputs.MAX_IDS:
-        raise BadRequest(f"{len(items)} envs in one request; at most {inputs.MAX_IDS}")
+    if len(items) > limits.MAX_IDS:
+        raise BadRequest(f"{len(items)} envs in one request; at most {limits.MAX_IDS}")
     checked = []
     for i, item in enumerate(items):
         _unsupported(item, ("labels",))
         fields = {"name": item.name, "value": item.value, "remarks": item.remarks or ""}
         checked.append(_env_fields(fields, f"[{i}]." if len(items) > 1 else ""))
-    created = await operations.create_envs(_rt(request), checked)
+    created = await operations.create_envs(runtime_of(request), checked)
     return ok([env_view(e) for e in created])
 
 
@@ -516,21 +514,21 @@ async def envs_update(request: Request) -> Response:
     num = _id_list([body.id], "id")[0]
     fields = _env_fields({k: getattr(body, k) for k in ("name", "value", "remarks")
                           if getattr(body, k) is not None})
-    rt = _rt(request)
+    rt = runtime_of(request)
     (env_id,) = await _env_ids(rt, [num])
     return ok(env_view(await operations.update_env(rt, env_id, fields)))
 
 
 @scoped("envs")
 async def envs_delete(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     env_ids = await _env_ids(rt, await _ids_body(request), missing_ok=True)
     await operations.delete_envs(rt, env_ids, missing_ok=True)  # unknown ids: nothing to do
     return ok()
 
 
 async def _envs_enabled(request: Request, enabled: bool) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     env_ids = await _env_ids(rt, await _ids_body(request))
     await operations.set_envs_enabled(rt, env_ids, enabled)
     return ok()
@@ -556,8 +554,8 @@ async def envs_rename(request: Request) -> Response:
     """QingLong's PUT /envs/name: give every listed env one name (back/api/env.ts)."""
     body = decode(await request.body(), EnvRename)
     nums = _id_list(body.ids)
-    name = env_name(body.name, "name", BadRequest)
-    rt = _rt(request)
+    name = env_name(body.name, "name")
+    rt = runtime_of(request)
     await operations.rename_envs(rt, await _env_ids(rt, nums), name)
     return ok()
 

@@ -25,6 +25,7 @@ from ..launch import logs
 from ..runtime import dependencies as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
+from .context import runtime_of
 from .errors import BadRequest, Missing, StateConflict
 from .qinglong import decode, ok, scoped
 
@@ -43,11 +44,6 @@ class DepPut(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tr
     name: str
     type: int
     remark: str | None = None
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def view(d: deps.Dependency) -> dict[str, Any]:
@@ -75,7 +71,7 @@ def _kind(number: int, field: str) -> str:
 async def _ids(request: Request) -> list[str]:
     nums = inputs.id_list(decode(await request.body(), list[Any]), "ids", BadRequest)
     try:
-        async with _rt(request).db.read() as tx:
+        async with runtime_of(request).db.read() as tx:
             return await deps.ids_by_nums(tx, nums)
     except rows.NotFound:
         raise Missing("dependency not found") from None
@@ -92,7 +88,7 @@ async def deps_list(request: Request) -> Response:
     raw_type = inputs.query_text(request, "type", BadRequest)
     if raw_type and raw_type not in TYPE_NAMES:
         raise BadRequest("type must be nodejs, python3 or linux", field="type")
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         found = await deps.list_all(tx, type_=TYPE_NAMES.get(raw_type), search=search)
     return ok([view(d) for d in found])
 
@@ -100,7 +96,7 @@ async def deps_list(request: Request) -> Response:
 @scoped("dependencies")
 async def deps_get(request: Request) -> Response:
     num = inputs.path_int(request, "num", "id", BadRequest)
-    rt = _rt(request)
+    rt = runtime_of(request)
     try:
         async with rt.db.read() as tx:
             dep = (await deps.by_ids(tx, await deps.ids_by_nums(tx, [num])))[0]
@@ -131,7 +127,7 @@ async def deps_create(request: Request) -> Response:
         if item.remark:
             inputs.text(item.remark, f"[{i}].remark", 1000, error=BadRequest)
         groups.setdefault(kind, []).append(item)
-    rt = _rt(request)
+    rt = runtime_of(request)
     made: list[str] = []
     for kind, group in groups.items():
         remark = group[0].remark or None  # QingLong's panel sends one remark for all
@@ -145,7 +141,7 @@ async def deps_update(request: Request) -> Response:
     body = decode(await request.body(), DepPut)
     num = inputs.id_list([body.id], "id", BadRequest)[0]
     kind = _kind(body.type, "type")
-    rt = _rt(request)
+    rt = runtime_of(request)
     try:
         async with rt.db.read() as tx:
             dep_id = (await deps.ids_by_nums(tx, [num]))[0]
@@ -164,7 +160,7 @@ async def deps_update(request: Request) -> Response:
 
 async def _act(request: Request, action: str) -> Response:
     dep_ids = await _ids(request)
-    rt = _rt(request)
+    rt = runtime_of(request)
     try:
         await ops.act(rt, dep_ids, action)
     except ops.Unavailable as exc:
@@ -186,7 +182,7 @@ async def deps_reinstall(request: Request) -> Response:
 
 @scoped("dependencies")
 async def deps_cancel(request: Request) -> Response:
-    await ops.cancel(_rt(request), await _ids(request))
+    await ops.cancel(runtime_of(request), await _ids(request))
     return ok()
 
 

@@ -28,6 +28,7 @@ from ..runtime import subscriptions as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from ._qinglong_subscription_form import SubIn, SubPut, native_fields
+from .context import runtime_of
 from .errors import BadRequest, Missing
 from .qinglong import (
     STATUS_DISABLED,
@@ -94,11 +95,6 @@ def sub_view(sub: subs.Subscription, summary: runs.RunSummary | None) -> dict[st
     }
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 async def _views(rt: Runtime, found: list[subs.Subscription]) -> list[dict[str, Any]]:
     async with rt.db.read() as tx:
         summaries = await runs.run_summaries(
@@ -124,7 +120,7 @@ async def _ids_body(request: Request) -> list[int]:
 
 @scoped("subscriptions")
 async def list_(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     search = inputs.query_text(request, "searchValue", BadRequest).strip()
     raw_ids = inputs.query_text(request, "ids", BadRequest).strip()
     async with rt.db.read() as tx:
@@ -141,7 +137,7 @@ async def list_(request: Request) -> Response:
 
 @scoped("subscriptions")
 async def get(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     num = inputs.path_int(request, "num", "id", BadRequest)
     (sub,) = await _by_nums(rt, [num])
     return ok((await _views(rt, [sub]))[0])
@@ -149,7 +145,7 @@ async def get(request: Request) -> Response:
 
 @scoped("subscriptions")
 async def create(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = decode(await request.body(), SubIn)
     try:
         sub = await ops.create(rt, native_fields(body, None))
@@ -160,7 +156,7 @@ async def create(request: Request) -> Response:
 
 @scoped("subscriptions")
 async def update(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     body = decode(await request.body(), SubPut)
     (num,) = inputs.id_list([body.id], "id", BadRequest)
     (current,) = await _by_nums(rt, [num])
@@ -178,7 +174,7 @@ async def delete(request: Request) -> Response:
         raise BadRequest("force is not supported: qledge keeps the tasks and the scripts "
                          "folder of a deleted subscription; delete them yourself",
                          field="force")
-    rt = _rt(request)
+    rt = runtime_of(request)
     chosen = await _by_nums(rt, await _ids_body(request), missing_ok=True)
     await ops.delete(rt, *[s.id for s in chosen])
     return ok()
@@ -186,7 +182,7 @@ async def delete(request: Request) -> Response:
 
 @scoped("subscriptions")
 async def run(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for sub in await _by_nums(rt, await _ids_body(request)):
         with contextlib.suppress(ops.PullBusy):  # already queued or running: like QingLong
             await ops.pull_now(rt, sub.id)
@@ -195,14 +191,14 @@ async def run(request: Request) -> Response:
 
 @scoped("subscriptions")
 async def stop(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for sub in await _by_nums(rt, await _ids_body(request)):
         await ops.stop(rt, sub.id)
     return ok()
 
 
 async def _set_enabled(request: Request, enabled: bool) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     for sub in await _by_nums(rt, await _ids_body(request)):
         await ops.update(rt, sub.id, {"enabled": enabled})
     return ok()
@@ -221,7 +217,7 @@ async def enable(request: Request) -> Response:
 @scoped("subscriptions", "logs")
 async def log(request: Request) -> Response:
     """The latest pull's log (QingLong: the subscription's last log file)."""
-    rt = _rt(request)
+    rt = runtime_of(request)
     num = inputs.path_int(request, "num", "id", BadRequest)
     (sub,) = await _by_nums(rt, [num])
     return await latest_log(rt, sub.pull_task_id)

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, limits
 from ..db import attempts, claims, conc_runs, events, nodes, runs
 from ..db.interface import Tx
 from ..model import (
@@ -23,13 +23,9 @@ from ..model import (
 from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
+from .context import runtime_of
 from .errors import Invalid, Missing, json_response
 from .logs_sse import log_state
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 def run_view(run: Run, waiting: claims.Waiting | None = None) -> dict[str, Any]:
@@ -66,7 +62,8 @@ def attempt_view(a: Attempt) -> dict[str, Any]:
 
 
 async def create(request: Request) -> Response:
-    got = await operations.start_run(_rt(request), request.path_params["task_id"], Trigger.API)
+    got = await operations.start_run(runtime_of(request), request.path_params["task_id"],
+                                     Trigger.API)
     return json_response({"run": run_view(got.run), "outcome": got.outcome,
                           "replaced": got.replaced}, 202)
 
@@ -79,14 +76,15 @@ async def list_(request: Request) -> Response:
     cursor = q.get("cursor") or None
     if cursor is not None and not ids.is_uuid7(cursor):
         raise Invalid("cursor must be a run id from next_cursor", field="cursor")
-    limit = inputs.query_int(request, "limit", 50, 1, 200)
+    limit = inputs.query_int(request, "limit", limits.RUNS_PAGE.default, 1,
+                             limits.RUNS_PAGE.most)
     task_id = q.get("task_id") or None
     if task_id is not None and not ids.is_uuid7(task_id):
         raise Invalid("task_id must be a task id (UUIDv7)", field="task_id")
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         page = await runs.list_runs(tx, task_id=task_id, status=status,
                                      before=cursor, limit=limit)
-        waits = await _waiting(_rt(request), tx, page)
+        waits = await _waiting(runtime_of(request), tx, page)
     nxt = page[-1].id if len(page) == limit else None
     return json_response({"items": [run_view(r, waits.get(r.id)) for r in page],
                           "next_cursor": nxt})
@@ -100,7 +98,7 @@ async def _run_id(request: Request) -> str:
 
 
 async def get(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     run_id = await _run_id(request)
     async with rt.db.read() as tx:
         run = await runs.get_run(tx, run_id)
@@ -138,8 +136,8 @@ async def _nodes_of(rt: Runtime, tx: Tx, owners: set[str]) -> dict[str, str]:
 
 async def run_events(request: Request) -> Response:
     run_id = await _run_id(request)
-    after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
-    async with _rt(request).db.read() as tx:
+    after = inputs.query_int(request, "after", 0, 0, limits.INT64_MAX)
+    async with runtime_of(request).db.read() as tx:
         await runs.get_run(tx, run_id)
         evs = await events.list_events(tx, run_id, after_seq=after)
     return json_response({"items": msgspec.to_builtins(evs)})
@@ -147,7 +145,7 @@ async def run_events(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     run_id = await _run_id(request)
-    status = await operations.cancel_run(_rt(request), run_id)
+    status = await operations.cancel_run(runtime_of(request), run_id)
     return json_response({"run_id": run_id, "status": status.value, "cancel_requested": True},
                          202)
 

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron
+from .. import cron, limits
 from ..clock import now_ms
 from . import inputs
 from .errors import Invalid, json_response
@@ -22,7 +22,7 @@ async def preview(request: Request) -> Response:
     raw = request.query_params.get("schedule")
     if raw is None or not raw.strip():
         raise Invalid("schedule is required", field="schedule")
-    inputs.text(raw, "schedule", inputs.MAX_SCHEDULE, lines=True)
+    inputs.text(raw, "schedule", limits.MAX_SCHEDULE, lines=True)
     try:
         expr = cron.validate(raw)
     except cron.CronError as exc:

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import taskform
+from .. import limits, taskform
 from ..runtime import script_runs
 from ..runtime.lifecycle import Runtime
 from ..scripts import meta as script_meta
@@ -253,7 +253,7 @@ async def run(request: Request) -> Response:
                                 script_runs.DEBUG_LABEL)
     else:
         assert body.command is not None
-        inputs.utf8_bytes(body.command, "command", inputs.MAX_COMMAND_BYTES, Invalid)
+        inputs.utf8_bytes(body.command, "command", limits.MAX_COMMAND_BYTES, Invalid)
         try:
             form = taskform.parse(body.command, rt.settings.scripts_path)
         except taskform.TaskFormError as exc:

@@ -11,14 +11,10 @@ from starlette.routing import Route
 from .. import __version__
 from ..db import errors as storage
 from ..runtime.lifecycle import Runtime
+from .context import runtime_of
 from .errors import RETRY_AFTER_S, json_response
 
 PROBE_TIMEOUT_S = 2.0
-
-
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
 
 
 async def healthz(request: Request) -> Response:
@@ -26,7 +22,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     if not (rt.ready and rt.db.is_open):
         return json_response({"status": "starting"}, 503)
     if rt.fleet is not None and not rt.fleet.ready:
@@ -51,7 +47,7 @@ async def _reachable(rt: Runtime) -> bool:
 
 
 async def system(request: Request) -> Response:
-    rt = _rt(request)
+    rt = runtime_of(request)
     return json_response({"version": __version__, **await rt.report()})
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 import msgspec
@@ -10,29 +9,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, node, taskform
+from .. import cron, limits
 from ..clock import now_ms
 from ..db import tasks
-from ..model import DEFAULT_RETRY_ON, RETRYABLE, Reason, Task
+from ..model import DEFAULT_RETRY_ON, Task
 from ..runtime import operations
-from ..runtime.lifecycle import Runtime
+from ..tasks.spec import PlacementIn, validated
 from . import inputs
-from .errors import ApiError, Invalid, decode_body, json_response
+from .context import runtime_of
+from .errors import decode_body, json_response
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 UNSET = msgspec.UNSET
 _Overlap = Literal["skip", "queue", "replace", "allow"]
-MAX_RETRIES = 10
-MAX_RETRY_DELAY_S = 86400
-MAX_EXTRA_SCHEDULES = 20
-
-
-class PlacementIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """Where a task's runs may execute (docs/fleet.md): a node by name, labels a node
-    must all carry, both, or neither (any node)."""
-
-    node: str | None = None
-    labels: list[str] = []
 
 
 class TaskIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -83,137 +71,8 @@ class TaskPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     placement: PlacementIn | msgspec.UnsetType | None = UNSET
 
 
-# A `task` form refused for its words alone can never start: refused at save, with the
-# code a run would end with (the path's checks need the scripts folder: at spawn).
-_REFUSED_AT_SAVE = frozenset({Reason.TASK_BAD_SYNTAX, Reason.TASK_BAD_OPTION,
-                              Reason.TASK_BAD_SELECTION})
-
-
-def _task_form(command: str, error: type[ApiError]) -> None:
-    if not taskform.is_task_form(command):
-        return
-    try:
-        taskform.parse(command)
-    except taskform.TaskFormError as exc:
-        if exc.reason in _REFUSED_AT_SAVE:
-            raise error(f"{exc.reason.value}: {exc.message}", field="command") from None
-
-
-def validated(fields: dict[str, Any], error: type[ApiError] = Invalid) -> dict[str, Any]:
-    """Field checks beyond types (limits: docs/api.md); each error names its field."""
-    out = dict(fields)
-    if "name" in out:
-        name = inputs.text(out["name"].strip(), "name", inputs.MAX_NAME, error=error)
-        if not name:
-            raise error(f"name must be 1-{inputs.MAX_NAME} characters", field="name")
-        out["name"] = name
-    if "command" in out:
-        if not out["command"].strip():
-            raise error("command must not be empty", field="command")
-        inputs.utf8_bytes(out["command"], "command", inputs.MAX_COMMAND_BYTES, error)
-        _task_form(out["command"], error)
-    if out.get("schedule") is not None:
-        schedule = inputs.text(out["schedule"], "schedule", inputs.MAX_SCHEDULE, lines=True,
-                               error=error)
-        try:
-            out["schedule"] = cron.validate(schedule)
-        except cron.CronError as exc:
-            raise error(f"invalid cron schedule: {exc}", field="schedule") from exc
-    if "extra_schedules" in out:
-        out["extra_schedules"] = _extra_schedules(out["extra_schedules"], error)
-    if out.get("tz") is not None:
-        tz = inputs.text(out["tz"], "tz", 64, error=error)
-        try:
-            cron.zone(tz)
-        except cron.CronError as exc:
-            raise error(str(exc), field="tz") from exc
-    if out.get("timeout_s") is not None:
-        inputs.bounded(out["timeout_s"], "timeout_s", 1, 366 * 86400, error)
-    env = out.get("env") or {}
-    if len(env) > inputs.MAX_TASK_ENV:
-        raise error(f"env holds {len(env)} variables; at most {inputs.MAX_TASK_ENV}",
-                    field="env")
-    for key, value in env.items():
-        if not _ENV_NAME.match(key) or len(key) > inputs.MAX_ENV_NAME:
-            raise error(f"env name {key[:64]!r} is not a shell identifier"
-                        f" (at most {inputs.MAX_ENV_NAME} characters)", field="env")
-        inputs.utf8_bytes(value, "env", inputs.MAX_ENV_VALUE_BYTES, error,
-                          what=f"env value of {key}")
-    labels = out.get("labels") or []
-    if len(labels) > inputs.MAX_LABELS:
-        raise error(f"{len(labels)} labels; at most {inputs.MAX_LABELS}", field="labels")
-    for label in labels:
-        inputs.text(label, "labels", inputs.MAX_LABEL, error=error)
-        if not label.strip():
-            raise error(f"labels must be 1-{inputs.MAX_LABEL} characters", field="labels")
-    if out.get("keep_runs") is not None:
-        inputs.bounded(out["keep_runs"], "keep_runs", 0, 1_000_000, error)
-    if out.get("keep_days") is not None:
-        inputs.bounded(out["keep_days"], "keep_days", 0, 36_500, error)
-    _policies(out, error)
-    if "placement" in out:
-        out.update(placement(out.pop("placement"), error))
-    return out
-
-
-def placement(value: PlacementIn | dict[str, Any] | None,
-              error: type[ApiError] = Invalid) -> dict[str, Any]:
-    """A placement as the task's columns (`placement_node`, `placement_labels`), checked
-    by the node rules (node.check_name / check_labels); None or {} is "any node"."""
-    if value is None:
-        return {"placement_node": None, "placement_labels": []}
-    if isinstance(value, dict):
-        try:
-            value = msgspec.convert(value, PlacementIn)
-        except msgspec.ValidationError as exc:
-            raise error(f"placement: {exc}", field="placement") from exc
-    try:
-        name = node.check_name(value.node) if value.node is not None else None
-        labels = node.check_labels(value.labels)
-    except node.NodeError as exc:
-        raise error(f"placement: {exc}", field="placement") from exc
-    return {"placement_node": name, "placement_labels": labels}
-
-
 def placement_view(placement_node: str | None, labels: list[str]) -> dict[str, Any]:
     return {"node": placement_node, "labels": list(labels)}
-
-
-def _extra_schedules(items: list[str], error: type[ApiError]) -> list[str]:
-    if len(items) > MAX_EXTRA_SCHEDULES:
-        raise error(f"{len(items)} extra schedules; at most {MAX_EXTRA_SCHEDULES}",
-                    field="extra_schedules")
-    out = []
-    for item in items:
-        text = inputs.text(item, "extra_schedules", inputs.MAX_SCHEDULE, lines=True,
-                           error=error)
-        try:
-            out.append(cron.validate(text))
-        except cron.CronError as exc:
-            raise error(f"extra_schedules: invalid cron schedule {text[:64]!r}: {exc}",
-                        field="extra_schedules") from exc
-    return list(dict.fromkeys(out))
-
-
-def _policies(out: dict[str, Any], error: type[ApiError]) -> None:
-    """Overlap (with its old spelling `concurrency`) and retries (docs/tasks.md)."""
-    conc, overlap = out.pop("concurrency", None), out.pop("overlap", None)
-    if overlap is not None:
-        if conc is not None and (conc == "allow") != (overlap == "allow"):
-            raise error(f"concurrency {conc!r} contradicts overlap {overlap!r}; send overlap"
-                        " only (concurrency is its old spelling)", field="concurrency")
-        out["overlap"] = overlap
-    elif conc is not None:
-        out["concurrency"] = conc
-    if "retries" in out:
-        inputs.bounded(out["retries"], "retries", 0, MAX_RETRIES, error)
-    if "retry_delay_s" in out:
-        inputs.bounded(out["retry_delay_s"], "retry_delay_s", 0, MAX_RETRY_DELAY_S, error)
-    if "retry_on" in out:
-        wrong = [o for o in out["retry_on"] if o not in RETRYABLE]
-        if wrong:
-            raise error(f"retry_on: {str(wrong[0])[:32]!r} cannot retry; choose from"
-                        f" {', '.join(sorted(RETRYABLE))}", field="retry_on")
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -227,21 +86,18 @@ def task_view(task: Task) -> dict[str, Any]:
     return body
 
 
-def _rt(request: Request) -> Runtime:
-    rt: Runtime = request.app.state.runtime
-    return rt
-
-
 async def create(request: Request) -> Response:
     body = decode_body(await request.body(), TaskIn)
-    task = await operations.create_task(_rt(request), validated(msgspec.structs.asdict(body)))
+    task = await operations.create_task(runtime_of(request),
+                                        validated(msgspec.structs.asdict(body)))
     return json_response(task_view(task), 201)
 
 
 async def list_(request: Request) -> Response:
-    after = inputs.query_int(request, "after", 0, 0, inputs.INT64_MAX)
-    limit = inputs.query_int(request, "limit", 100, 1, 500)
-    async with _rt(request).db.read() as tx:
+    after = inputs.query_int(request, "after", 0, 0, limits.INT64_MAX)
+    limit = inputs.query_int(request, "limit", limits.TASKS_PAGE.default, 1,
+                             limits.TASKS_PAGE.most)
+    async with runtime_of(request).db.read() as tx:
         page = await tasks.list_tasks(tx, after_num=after, limit=limit)
     items = [task_view(t) for t in page]
     nxt = page[-1].num if len(page) == limit else None
@@ -249,7 +105,7 @@ async def list_(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    async with _rt(request).db.read() as tx:
+    async with runtime_of(request).db.read() as tx:
         task = await tasks.get_task(tx, request.path_params["task_id"])
     return json_response(task_view(task))
 
@@ -257,13 +113,13 @@ async def get(request: Request) -> Response:
 async def update(request: Request) -> Response:
     patch = decode_body(await request.body(), TaskPatch)
     fields = {k: v for k, v in msgspec.structs.asdict(patch).items() if v is not UNSET}
-    task = await operations.update_task(_rt(request), request.path_params["task_id"],
+    task = await operations.update_task(runtime_of(request), request.path_params["task_id"],
                                         validated(fields))
     return json_response(task_view(task))
 
 
 async def delete(request: Request) -> Response:
-    await operations.delete_tasks(_rt(request), [request.path_params["task_id"]])
+    await operations.delete_tasks(runtime_of(request), [request.path_params["task_id"]])
     return Response(status_code=204)
 
 

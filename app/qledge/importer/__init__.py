@@ -4,8 +4,8 @@ the plan of what to create, change or skip (plan.py: its types and decision rule
 with _items.py: its items, pure), and its report (report.py). db/imports.py applies a
 plan; runtime/imports.py runs an import from start to end.
 
-build.py is not imported here: it validates through http/, whose errors module imports
-this package.
+build.py applies the field rules of the domain (tasks/spec.py, envs/spec.py,
+subscriptions/spec.py, apps/spec.py), never the HTTP edge's.
 """
 
 from .plan import ImportFailed, Plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import taskform
-from ..http.apps import RUNS_CODE, SCOPES, digest
+from ..apps.spec import RUNS_CODE, SCOPES, digest
 from ..notify import qinglong as qinglong_notify
 from .plan import Action, Ctx, Item, decide, skip
 

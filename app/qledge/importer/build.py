@@ -13,12 +13,12 @@ from hashlib import sha256
 from typing import Any
 
 from .. import interval, taskform
-from ..http.envs import validate_env
-from ..http.errors import ApiError
-from ..http.subscriptions import validate as validate_subscription
-from ..http.tasks import validated as validate_task
+from ..envs.spec import validate_env
+from ..fields import FieldError
 from ..notify import qinglong as qinglong_notify
 from ..subscriptions.spec import DEFAULT_EXTENSIONS
+from ..subscriptions.spec import validate as validate_subscription
+from ..tasks.spec import validated as validate_task
 from . import _items
 from ._items import timeout_s
 from .plan import (
@@ -150,8 +150,8 @@ def _crons(ctx: Ctx) -> list[Item]:
             "enabled": not c.disabled, "labels": c.labels, "overlap": overlap,
             "timeout_s": timeout}
         try:
-            fields = validate_task(fields, ApiError)
-        except ApiError as exc:
+            fields = validate_task(fields)
+        except FieldError as exc:
             out.append(skip("cron", key, label, f"not valid in qledge: {exc.message}", notes))
             continue
         fields = {k: fields.get(k) for k in TASK_KEYS}
@@ -185,8 +185,8 @@ def _envs(ctx: Ctx) -> list[Item]:
         label = f"{name} ({remarks[:60]})" if remarks else name
         fields = {"name": name, "value": value, "remarks": remarks, "enabled": enabled}
         try:
-            validate_env(fields, ApiError)
-        except ApiError as exc:
+            validate_env(fields)
+        except FieldError as exc:
             out.append(skip("env", key, label, f"not valid in qledge: {exc.message}"))
             continue
         mine = [(i, v) for i, v in ctx.target.envs.get(name, []) if i not in ctx.claimed]
@@ -279,7 +279,7 @@ def _subscriptions(ctx: Ctx) -> list[Item]:
             "username": (s.username or "git") if s.password else None, "secret": s.password}
         try:
             fields = validate_subscription(fields)
-        except ApiError as exc:
+        except FieldError as exc:
             out.append(skip("subscription", key, label, f"not valid in qledge:"
                              f" {exc.message}", notes))
             continue

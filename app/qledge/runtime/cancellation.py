@@ -25,6 +25,7 @@ from ..clock import now_ms
 from ..db import attempts, events, leases, rows, runs
 from ..db.interface import Database
 from ..launch import identity
+from ..limits import SWEEP_BATCH, UNBOUNDED
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
 from . import conc
 from .completion import CompletionService
@@ -60,7 +61,7 @@ class Cancellation:
         self.record_first: Callable[[int | None], Awaitable[None]] | None = None
 
     async def start(self) -> None:
-        await self.sweep(1_000_000, orphans=True)
+        await self.sweep(UNBOUNDED, orphans=True)
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -92,7 +93,7 @@ class Cancellation:
                 run = await runs.end_if_queued(tx, run, now_ms())
                 if run.status in TERMINAL_RUN:
                     return run.status
-        await self.sweep(64)
+        await self.sweep(SWEEP_BATCH)
         return run.status
 
     def track(self, attempt: Attempt) -> None:
@@ -111,7 +112,7 @@ class Cancellation:
 
     async def _check_deadlines(self) -> None:
         try:
-            await self.expire_deadlines(64)
+            await self.expire_deadlines(SWEEP_BATCH)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -177,7 +178,7 @@ class Cancellation:
         loop = asyncio.get_running_loop()
         until = loop.time() + drain_s
         async with self.db.read() as tx:
-            active = await attempts.active_attempts_page(tx, self.node_id, "", 1_000_000)
+            active = await attempts.active_attempts_page(tx, self.node_id, "", UNBOUNDED)
         for attempt in active:
             with contextlib.suppress(RunTerminal, rows.Conflict):
                 await self.request(attempt.run_id, CancelReason.SHUTDOWN)
@@ -185,7 +186,7 @@ class Cancellation:
             if not any(spawning(a.id) for a in active):
                 break
             await asyncio.sleep(0.02)
-        await self.sweep(1_000_000)
+        await self.sweep(UNBOUNDED)
         if self._drivers:
             await asyncio.wait(list(self._drivers.values()),
                                timeout=max(0.0, until - loop.time()))

@@ -23,6 +23,7 @@ from ..launch import identity, isolation, logs
 from ..launch.executor import LocalExecutor, SpawnResult
 from ..launch.fileio import FilePool
 from ..launch.unrecorded import Identities
+from ..limits import SWEEP_BATCH, UNBOUNDED
 from ..model import Run, Task
 from ..node import Node, default_name, labels_of
 from ..notify import rules as notify
@@ -196,7 +197,7 @@ class Runtime:
             page_size=max(self.profile.page_size, 64))
         log.info("start-up recovery: %s", self.startup_report.counts)
         # Deadlines that expired while no worker was running fire before anything else.
-        await self.cancellation.expire_deadlines(1_000_000)
+        await self.cancellation.expire_deadlines(UNBOUNDED)
         await self.cancellation.start()
         # Before any run starts: the system tasks' commands as this version hands
         # credentials to (an earlier version's would get none).
@@ -337,7 +338,7 @@ class Runtime:
     def _sweep_cancels(self) -> None:
         """Cancel intents committed by a tick (overlap `replace`): drive them now, not at
         the next supervision round (which would find them too)."""
-        task = asyncio.create_task(self.cancellation.sweep(64), name="sweep-cancels")
+        task = asyncio.create_task(self.cancellation.sweep(SWEEP_BATCH), name="sweep-cancels")
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 

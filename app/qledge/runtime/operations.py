@@ -25,6 +25,7 @@ from ..db import dependencies as deps
 from ..db import subscriptions as subs
 from ..db.interface import Tx
 from ..launch import environment
+from ..limits import SWEEP_BATCH
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
 from . import chains, overlap
 from .cancellation import RunTerminal
@@ -175,7 +176,7 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
         await overlap.record_replaced(tx, run, decision, now)
         prepared = await rt.dispatcher.admit_new(tx, run, task)
     if decision.replaced:
-        await rt.cancellation.sweep(64)
+        await rt.cancellation.sweep(SWEEP_BATCH)
     if prepared is not None:
         rt.dispatcher.launch_soon(prepared)
     else:

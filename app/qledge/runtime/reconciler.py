@@ -22,6 +22,7 @@ from ..clock import now_ms
 from ..db import attempts, journal, rows, runs
 from ..db.interface import Database
 from ..launch import identity
+from ..limits import UNBOUNDED
 from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Reason
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
@@ -82,7 +83,7 @@ class Reconciler:
                 orphans.extend(page)
         async with self.db.write() as tx:
             # Attempts from before the journal existed get their row, idempotently.
-            bare = await attempts.attempts_without_journal(tx, self.node_id, 1_000_000)
+            bare = await attempts.attempts_without_journal(tx, self.node_id, UNBOUNDED)
             bare += orphans  # registered only if they have no entry yet
             for attempt in bare:
                 shard_rel = self.consumer.receipts.relative_path(attempt.id)

@@ -1,0 +1,1 @@
+"""Environment variables (QingLong "envs"): the rules their fields obey (`spec.py`)."""
