@@ -50,20 +50,49 @@ def test_index_is_no_cache_with_a_strict_csp(client: TestClient) -> None:
 
 def test_assets_have_content_hashes_and_immutable_caching(client: TestClient) -> None:
     html = client.get("/").text
-    urls = _asset_urls(html)
-    assert len(urls) == len(panel.ASSETS)
-    for url in urls:
-        name = url.rsplit("/", 1)[1]
-        stem, digest, suffix = name.split(".")
-        source = (PANEL / f"{stem}.{suffix}").read_bytes()
-        assert digest == hashlib.sha256(source).hexdigest()[:16]
+    assert len(_asset_urls(html)) == len(panel.ASSETS)  # app.css and main.js
+    served = panel.Panel()
+    assert set(served.urls) == {"app.css", *panel.modules()}
+    for name, url in served.urls.items():
+        stem, digest, suffix = url.rsplit("/", 1)[1].split(".")
+        assert stem == name.rsplit(".", 1)[0]
         r = client.get(url, headers={"Accept-Encoding": "identity"})
         assert r.status_code == 200
-        assert r.content == source
+        # the body is the file with its imports naming their hashed files; the hash is
+        # taken over that body, so a dependency's change renames its importers too
+        assert digest == hashlib.sha256(r.content).hexdigest()[:16]
+        assert r.content.decode() == panel.IMPORT.sub(
+            lambda m: m.group(1) + "./" + served.urls[m.group(2)].rsplit("/", 1)[1] + m.group(3),
+            (PANEL / name).read_text("utf-8"))
         assert r.headers["cache-control"] == "public, max-age=31536000, immutable"
         want = "text/javascript" if suffix == "js" else "text/css"
         assert r.headers["content-type"].startswith(want)
         assert r.headers["x-content-type-options"] == "nosniff"
+        for dep in panel.imports((PANEL / name).read_text("utf-8")):
+            assert f"from '.{served.urls[dep].removeprefix('/assets')}';" in r.text, (name, dep)
+
+
+def test_a_changed_module_renames_every_module_that_imports_it(tmp_path: Path) -> None:
+    for path in PANEL.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    before = panel.Panel(tmp_path).urls
+    (tmp_path / "i18n.js").write_text((tmp_path / "i18n.js").read_text() + "\n// v2\n")
+    after = panel.Panel(tmp_path).urls
+    changed = {name for name in before if before[name] != after[name]}
+    # i18n.js, core.js (imports it), every page (imports core) and main.js; not the CSS
+    assert changed == set(panel.modules()), changed
+
+
+def test_an_import_cycle_or_a_missing_module_fails_at_startup(tmp_path: Path) -> None:
+    for path in PANEL.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    i18n = (tmp_path / "i18n.js").read_text()
+    (tmp_path / "i18n.js").write_text("import { t } from './core.js';\n" + i18n)
+    with pytest.raises(ValueError, match="cycle"):
+        panel.Panel(tmp_path)
+    (tmp_path / "i18n.js").write_text("import { x } from './gone.js';\n" + i18n)
+    with pytest.raises(FileNotFoundError):
+        panel.Panel(tmp_path)
 
 
 def test_unknown_or_stale_asset_names_are_404(client: TestClient) -> None:
@@ -120,32 +149,28 @@ def test_index_naming_an_unknown_asset_fails_at_startup(tmp_path: Path) -> None:
 
 
 def _scripts_text() -> str:
-    return "".join((PANEL / name).read_text("utf-8") for name in panel.SCRIPTS
+    return "".join((PANEL / name).read_text("utf-8") for name in panel.modules()
                    if name != "i18n.js")
 
 
-def test_every_file_in_the_panel_is_served_and_every_script_loaded_in_order(
+def test_every_file_in_the_panel_is_served_and_one_module_loads_the_rest(
         client: TestClient) -> None:
     on_disk = {p.name for p in PANEL.iterdir() if p.is_file()} - {"index.html"}
-    assert on_disk == set(panel.ASSETS)  # a file left out of the manifest would never load
+    # a file no module imports would never load
+    assert on_disk == {"app.css", *panel.modules()}
     html = client.get("/").text
-    scripts = re.findall(r'<script src="/assets/([^."]+)\.[0-9a-f]{16}\.js" defer></script>', html)
-    assert scripts == [name.removesuffix(".js") for name in panel.SCRIPTS]
-    assert scripts[:2] == ["i18n", "core"]  # the strings and the shared core come first
-    assert html.count("<script") == len(panel.SCRIPTS)
+    assert re.findall(r"<script[^>]*>", html) == [
+        f'<script type="module" src="{panel.Panel().urls["main.js"]}">']
 
 
-def test_page_scripts_share_one_namespace_and_stay_small() -> None:
-    for name in panel.SCRIPTS[1:]:  # i18n.js is a table of strings, not code
-        text = (PANEL / name).read_text("utf-8")
-        assert len(text.splitlines()) <= 400, f"{name} is growing into a monolith again"
-        if name != "core.js":
-            # one closure per file; its only exports go through window.QLEDGE
-            assert text.count("window.QLEDGE;") == 1, name
-            assert re.findall(r"window\.(\w+)", text) == ["QLEDGE"] * text.count("window."), name
+def test_modules_stay_small() -> None:
+    for name in panel.modules():
+        if name != "i18n.js":  # a table of strings, not code
+            text = (PANEL / name).read_text("utf-8")
+            assert len(text.splitlines()) <= 400, f"{name} is growing into a monolith again"
 
 
-def test_index_without_the_scripts_placeholder_fails_at_startup(tmp_path: Path) -> None:
+def test_index_without_the_entry_module_fails_at_startup(tmp_path: Path) -> None:
     for path in PANEL.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     (tmp_path / "index.html").write_text('<link rel="stylesheet" href="{{app.css}}">')

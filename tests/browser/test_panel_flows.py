@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from qledge.http import panel
 from test_panel import emitted_event_types
 
 from .conftest import FAST, Watched, api_task, sign_in, wait_ready_again
@@ -400,11 +401,12 @@ EVENT_SAMPLES: dict[str, dict[str, object]] = {
 
 def test_h_takes_classes_in_the_tag_name_and_props_may_be_left_out(page: Page) -> None:
     sign_in(page)
-    made = page.evaluate("""() => { const { h } = window.QLEDGE; return [
+    # the module's hashed URL, as the appliance (same files) serves it: the page shares it
+    made = page.evaluate("""async (url) => { const { h } = await import(url); return [
         h('p.muted.small', { class: 'x', id: 'a' }, 'one').outerHTML,
         h('p', 'two', null, h('b', 'three')).outerHTML,
         h('td', { 'data-label': 'L' }).outerHTML,
-        h('span').outerHTML]; }""")
+        h('span').outerHTML]; }""", panel.Panel().urls["core.js"])
     assert made == ['<p class="muted small x" id="a">one</p>', "<p>two<b>three</b></p>",
                     '<td data-label="L"></td>', "<span></span>"]
 
@@ -415,8 +417,9 @@ def test_every_event_type_reads_as_words_in_english_and_chinese(page: Page) -> N
     texts = {}
     for lang in ("en", "zh"):
         texts[lang] = dict(page.evaluate(
-            "samples => Object.entries(samples).map(([type, data]) => "
-            "[type, window.QLEDGE.eventText({ type, data })])", EVENT_SAMPLES))
+            "async ([samples, url]) => { const { eventText } = await import(url); "
+            "return Object.entries(samples).map(([type, data]) => "
+            "[type, eventText({ type, data })]); }", [EVENT_SAMPLES, panel.Panel().urls["run.js"]]))
         for kind, text in texts[lang].items():
             assert kind not in text and "{" not in text and "ev." not in text, (lang, text)
             assert not re.search(r"\b(undefined|null|NaN)\b", text), (lang, text)

@@ -10,10 +10,14 @@
   run stale code. Unknown or outdated names answer 404.
 * Files are read once into memory (the budget is 150 KB in all) and gzipped
   once; a client that accepts gzip gets the compressed copy.
-* The scripts are classic deferred scripts sharing one namespace
-  (`window.QLEDGE`); `SCRIPTS` is their load order, and index.html's
-  `{{scripts}}` becomes one `<script defer>` per entry, so this tuple is the one
-  list of what the panel loads.
+* The scripts are ES modules. index.html loads one, `main.js`
+  (`<script type="module" src="{{main.js}}">`); the modules it imports, and the
+  ones they import, are found by reading their `import … from './name.js'` lines.
+  Serving rewrites each such specifier to the imported module's hashed name, so
+  a module's hash is taken over its rewritten text, dependencies first: a change
+  to `core.js` gives every module that imports it (up to `main.js`) a new URL too,
+  and an immutable cache never mixes old and new modules. No build step, no
+  import map, so the CSP stays `script-src 'self'`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import mimetypes
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,13 +34,13 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 PANEL_DIR = Path(__file__).resolve().parents[1] / "panel"
-# The page scripts in load order: the strings, the shared core, then one file per page
-# (log.js before run.js, which uses it). Every one is a deferred classic script.
-SCRIPTS = ("i18n.js", "core.js", "login.js", "tasks.js", "editor.js", "runs.js", "log.js",
-           "run.js", "envs.js", "deps.js", "subs.js", "notify.js", "scripts.js", "system.js")
-# The files index.html refers to as {{name}} (the scripts through {{scripts}}); anything
-# else in the directory is not served.
-ASSETS = ("app.css", *SCRIPTS)
+ENTRY = "main.js"  # the one module index.html loads; it imports the rest
+# The files index.html refers to as {{name}}; with the modules ENTRY imports (directly or
+# not), they are all that is served: anything else in the directory is not.
+ASSETS = ("app.css", ENTRY)
+# `import { a, b } from './name.js';` at the start of a line: the only import form the
+# panel uses (tests/test_panel_js.py holds every module to it).
+IMPORT = re.compile(r"^(import\s*\{[^}]*\}\s*from\s*')\./([a-z0-9_-]+\.js)(';)", re.M)
 IMMUTABLE = "public, max-age=31536000, immutable"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -59,6 +64,32 @@ class Asset:
     etag: str
 
 
+def imports(text: str) -> list[str]:
+    """The modules a module imports (file names in the panel directory), in order."""
+    return [m.group(2) for m in IMPORT.finditer(text)]
+
+
+def modules(root: Path = PANEL_DIR) -> list[str]:
+    """Every module ENTRY reaches, dependencies before their importers (a cycle is an
+    error: a module's hashed name depends on those of the modules it imports)."""
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise ValueError(f"panel modules import in a cycle: {' -> '.join(visiting)} -> {name}")
+        visiting.append(name)
+        for dep in imports((root / name).read_text("utf-8")):
+            visit(dep)
+        visiting.pop()
+        order.append(name)
+
+    visit(ENTRY)
+    return order
+
+
 def _asset(name: str, url: str, body: bytes) -> Asset:
     digest = hashlib.sha256(body).hexdigest()
     suffix = Path(name).suffix
@@ -70,19 +101,21 @@ def _asset(name: str, url: str, body: bytes) -> Asset:
 class Panel:
     def __init__(self, root: Path = PANEL_DIR) -> None:
         self.assets: dict[str, Asset] = {}  # by the hashed file name
-        urls: dict[str, str] = {}
-        for name in ASSETS:
+        urls: dict[str, str] = {}  # by source file name
+        self.urls = urls
+        for name in ("app.css", *modules(root)):
             body = (root / name).read_bytes()
+            if name.endswith(".js"):  # its imports are hashed already: name them so
+                body = IMPORT.sub(lambda m: m.group(1) + "./" + urls[m.group(2)].rsplit("/", 1)[1]
+                                  + m.group(3), body.decode("utf-8")).encode()
             stem, suffix = name.rsplit(".", 1)
             hashed = f"{stem}.{hashlib.sha256(body).hexdigest()[:16]}.{suffix}"
             asset = _asset(name, f"/assets/{hashed}", body)
             self.assets[hashed] = asset
             urls[name] = asset.url
         html = (root / "index.html").read_text("utf-8")
-        if "{{scripts}}" not in html:
-            raise ValueError("panel index.html does not load the scripts ({{scripts}})")
-        tags = "\n".join(f'<script src="{{{{{name}}}}}" defer></script>' for name in SCRIPTS)
-        html = html.replace("{{scripts}}", tags)
+        if f'<script type="module" src="{{{{{ENTRY}}}}}"></script>' not in html:
+            raise ValueError(f"panel index.html does not load {ENTRY} as a module")
         for name, url in urls.items():
             html = html.replace("{{" + name + "}}", url)
         if "{{" in html:

@@ -1,7 +1,6 @@
 /* qledge panel strings: one table of `key: 'English|Simplified Chinese'`, split into
- * window.QLEDGE_I18N = { en, zh }. Reason-code texts follow the table in docs/recovery.md. */
-'use strict';
-window.QLEDGE_I18N = ((table) => {
+ * STRINGS = { en, zh }. Reason-code texts follow the table in docs/recovery.md. */
+export const STRINGS = ((table) => {
   const en = {};
   const zh = {};
   for (const [key, both] of Object.entries(table)) {
