@@ -33,8 +33,7 @@ TREE = [*DOCS, ROOT / "Containerfile", ROOT / "compose.yaml",
 # Deliberately wrong names, only in the tests that prove they are refused.
 TYPOS = {"QLEDGE_PROFLE", "QLEDGE_SOAK_SEED", "QLEDGE_SCREENSHOTS_DIR"}
 TYPO_TESTS = {ROOT / "tests/test_settings.py", Path(__file__).resolve()}
-# `window.QLEDGE_I18N` (the panel's strings) is a JavaScript global, not a variable.
-_NAME = re.compile(r"(?<!window\.)\b(QLEDGE_[A-Z0-9_]*[A-Z0-9])\b")
+_NAME = re.compile(r"\b(QLEDGE_[A-Z0-9_]*[A-Z0-9])\b")
 _ASSIGNMENT = re.compile(r"\b(QLTEST_[A-Z0-9_]+)=([^\s`'\"]+)")
 
 
