@@ -147,8 +147,9 @@ def test_no_background_task_is_dropped() -> None:
     assert dropped == []
 
 
-# Writes that are operations: only runtime/operations.py calls them (the scheduler's
-# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md;
+# Writes that are operations: only runtime/operations.py calls them (runtime/overlap.py
+# creates every run under the overlap policy: a trigger's, a tick's inside the tick's own
+# transaction, docs/qinglong-compat.md;
 # runtime/subscriptions.py is the home of the subscription operations, which create
 # and keep in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
 # of the dependency operations, whose queues are tasks, docs/dependencies.md; a chain's
@@ -157,7 +158,7 @@ OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
 OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py",
                      "runtime/dependencies.py"}
-ALLOWED_WRITES = {("runtime/scheduler.py", "create_run"), ("runtime/chains.py", "create_run")}
+ALLOWED_WRITES = {("runtime/overlap.py", "create_run")}
 
 
 def _db_modules(tree: ast.Module) -> set[str]:

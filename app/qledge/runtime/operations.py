@@ -164,15 +164,15 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
     now = now_ms()
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
-        decision = await overlap.decide(tx, task, now)
-        if decision.blocking is not None:
+        created = await overlap.create_run(tx, task, how, now)
+        decision, run = created.decision, created.run
+        if run is None:
+            assert decision.blocking is not None  # the policy's reason for skipping
             waiting = decision.skip_reason == "queued_run"
             raise ActiveRun(
                 "task already has a run waiting (overlap: queue)" if waiting
                 else f"task already has an active run (overlap: {task.overlap.value})",
                 task=task, run_id=decision.blocking.id, reason=decision.skip_reason or "")
-        run = await runs.create_run(tx, ids.uuid7(), task.id, how, now)
-        await overlap.record_replaced(tx, run, decision, now)
         prepared = await rt.dispatcher.admit_new(tx, run, task)
     if decision.replaced:
         await rt.cancellation.sweep(64)
