@@ -147,7 +147,7 @@ def test_no_background_task_is_dropped() -> None:
     assert dropped == []
 
 
-# Writes that are operations: only runtime/operations.py calls them (runtime/overlap.py
+# Writes that are operations: only operations/ calls them (runtime/overlap.py
 # creates every run under the overlap policy: a trigger's, a tick's inside the tick's own
 # transaction, docs/qinglong-compat.md;
 # runtime/subscriptions.py is the home of the subscription operations, which create
@@ -156,7 +156,7 @@ def test_no_background_task_is_dropped() -> None:
 # run commits with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py",
+OPERATION_CALLERS = {"operations/tasks.py", "operations/envs.py", "runtime/subscriptions.py",
                      "runtime/dependencies.py"}
 ALLOWED_WRITES = {("runtime/overlap.py", "create_run")}
 
@@ -350,7 +350,7 @@ def http_write_transactions(rel: str, tree: ast.Module) -> list[str]:
 
 
 def test_http_never_opens_a_write_transaction() -> None:
-    """An endpoint reads through db/ or calls one operation of runtime/operations.py:
+    """An endpoint reads through db/ or calls one operation of operations/:
     a write of its own would skip the operation's checks and follow-ups."""
     found = [f for rel, tree in _modules() if rel.startswith("http/")
              for f in http_write_transactions(rel, tree)]

@@ -19,10 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, operations
 from ..clock import now_ms
 from ..db import apps
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response

@@ -16,9 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, operations
 from ..db import envs
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import ApiError, Invalid, Missing, decode_body, json_response

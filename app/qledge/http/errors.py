@@ -18,10 +18,10 @@ from ..db.rows import Conflict, NotFound
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
+from ..operations import ActiveRun, SystemTask
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
-from ..runtime.operations import ActiveRun, SystemTask
 from ..scripts import folder as scripts
 
 log = logging.getLogger("qledge.http")

@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import operations
 from ..clock import now_ms
 from ..cron import from_ms, local_zone
 from ..db import apps, attempts, envs, rows, runs, tasks
 from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import _proxy, inputs
 from . import tasks as native_tasks

@@ -10,11 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, node, taskform
+from .. import cron, node, operations, taskform
 from ..clock import now_ms
 from ..db import tasks
 from ..model import DEFAULT_RETRY_ON, RETRYABLE, Reason, Task
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .errors import ApiError, Invalid, decode_body, json_response

@@ -201,8 +201,8 @@ async def forget(rt: Runtime, dep_ids: list[str]) -> None:
 
 async def cancel(rt: Runtime, dep_ids: list[str]) -> list[str]:
     """Cancel the active runs of these packages (a run may hold other packages too)."""
+    from ..operations import cancel_run
     from .cancellation import RunTerminal
-    from .operations import cancel_run
 
     async with rt.db.read() as tx:
         found = await deps.by_ids(tx, dep_ids)

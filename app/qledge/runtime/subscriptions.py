@@ -118,7 +118,7 @@ async def update(rt: Runtime, sub_id: str, fields: dict[str, Any]) -> subs.Subsc
 async def delete(rt: Runtime, *sub_ids: str) -> None:
     """The subscriptions and their pull tasks, all or none (refused while a pull is
     active); the tasks they created and their scripts folders stay (the user's now)."""
-    from .operations import ActiveRun
+    from ..operations import ActiveRun
 
     now = now_ms()
     paths: list[str] = []
@@ -139,7 +139,7 @@ async def delete(rt: Runtime, *sub_ids: str) -> None:
 
 async def stop(rt: Runtime, sub_id: str) -> None:
     """Cancel the subscription's active pull, if any (the scripts stay as they were)."""
-    from .operations import stop_task
+    from ..operations import stop_task
 
     async with rt.db.read() as tx:
         sub = await subs.get(tx, sub_id)
@@ -149,7 +149,7 @@ async def stop(rt: Runtime, sub_id: str) -> None:
 
 async def pull_now(rt: Runtime, sub_id: str) -> Run:
     """Queue a pull (the subscription's task, recreated if its user deleted it)."""
-    from .operations import ActiveRun, trigger
+    from ..operations import ActiveRun, trigger
 
     async with rt.db.write() as tx:
         sub = await _ensure_pull_task(tx, await subs.get(tx, sub_id))

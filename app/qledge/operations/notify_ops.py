@@ -1,6 +1,6 @@
 """Operations on notification channels and rules, and a script's message: the writes
 behind /api/v1/notifications and POST /notify (the HTTP layer only decodes and encodes;
-operations.py holds those on tasks, runs and envs)."""
+operations/tasks.py holds those on tasks and runs)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..model import ACTIVE_ATTEMPT
 from ..notify import rules as notify
 
 if TYPE_CHECKING:
-    from .lifecycle import Runtime
+    from ..runtime.lifecycle import Runtime
 
 # A script's send() calls per attempt; a loop in a script must not flood a phone.
 MAX_SCRIPT_SENDS = 20
