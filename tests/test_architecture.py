@@ -150,14 +150,14 @@ def test_no_background_task_is_dropped() -> None:
 # Writes that are operations: only operations/ calls them (runtime/overlap.py
 # creates every run under the overlap policy: a trigger's, a tick's inside the tick's own
 # transaction, docs/qinglong-compat.md;
-# runtime/subscriptions.py is the home of the subscription operations, which create
-# and keep in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
+# operations/subscriptions.py creates a subscription's pull task, runtime/subscriptions.py
+# keeps in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
 # of the dependency operations, whose queues are tasks, docs/dependencies.md; a chain's
 # run commits with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"operations/tasks.py", "operations/envs.py", "runtime/subscriptions.py",
-                     "runtime/dependencies.py"}
+OPERATION_CALLERS = {"operations/tasks.py", "operations/envs.py", "operations/subscriptions.py",
+                     "runtime/subscriptions.py", "runtime/dependencies.py"}
 ALLOWED_WRITES = {("runtime/overlap.py", "create_run")}
 
 

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from .. import cron, ids
 from ..db import rows
 from ..db import subscriptions as subs
-from ..runtime import subscriptions as ops
+from ..operations import subscriptions as ops
 from ..runtime.lifecycle import Runtime
 from ..subscriptions.spec import DEFAULT_EXTENSIONS, Caps, pattern_error
 from . import inputs
