@@ -152,7 +152,7 @@ def test_no_background_task_is_dropped() -> None:
 # transaction, docs/qinglong-compat.md;
 # operations/subscriptions.py creates a subscription's pull task, runtime/subscriptions.py
 # keeps in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
-# of the dependency operations, whose queues are tasks, docs/dependencies.md; a chain's
+# keeps the dependency queues, which are tasks, docs/dependencies.md; a chain's
 # run commits with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
