@@ -18,8 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "app" / "qledge"
 # these modules takes the Runtime (or is imported by lifecycle.py and imports it).
 KNOWN: frozenset[frozenset[str]] = frozenset({
     frozenset({
-        "qledge.runtime.lifecycle", "qledge.runtime.dependencies",
-        "qledge.runtime.subscriptions", "qledge.runtime.metrics",
+        "qledge.runtime.lifecycle", "qledge.runtime.subscriptions", "qledge.runtime.metrics",
     }),
 })
 

@@ -6,6 +6,7 @@ beside the rows (docs/dependencies.md)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ import msgspec
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows
+from ..db.interface import Tx
 from ..dependencies import dirs
 from ..dependencies.spec import ECOSYSTEMS, Ecosystem, package, redact_url, status
 from ..runtime.cancellation import RunTerminal
@@ -52,6 +54,11 @@ def derived_status(dep: deps.Dependency) -> str:
     return status(dep.action, dep.run_status or dep.last_result)
 
 
+async def _queue(rt: Runtime, tx: Tx, eco: str, dep_ids: Iterable[str], action: str) -> str:
+    return await queue_in(tx, eco, dep_ids, action, timeout_s=rt.settings.deps_timeout_s,
+                          kick=rt.kick)
+
+
 class Queued(msgspec.Struct, frozen=True, kw_only=True):
     items: list[deps.Dependency]
     run_ids: list[str]
@@ -64,7 +71,7 @@ async def add(rt: Runtime, eco: str, specs: list[str], remark: str | None = None
         package(kind, spec)  # every spec checked before anything is written
     async with rt.db.write() as tx:
         dep_ids = await deps.declare(tx, kind, specs, now_ms(), remark=remark)
-        run_id = await queue_in(rt, tx, kind, dep_ids, "install")
+        run_id = await _queue(rt, tx, kind, dep_ids, "install")
         items = await deps.by_ids(tx, dep_ids)
     return Queued(items=items, run_ids=[run_id])
 
@@ -79,7 +86,7 @@ async def act(rt: Runtime, dep_ids: list[str], action: str) -> Queued:
         if action == "install":
             for eco in by_eco:
                 check_ecosystem(eco)
-        run_ids = [await queue_in(rt, tx, eco, group, action)
+        run_ids = [await _queue(rt, tx, eco, group, action)
                    for eco, group in by_eco.items()]
         items = await deps.by_ids(tx, dep_ids)
     return Queued(items=items, run_ids=run_ids)
@@ -93,7 +100,7 @@ async def change(rt: Runtime, dep_id: str, spec: str, remark: str | None) -> Que
         if await deps.name_taken(tx, dep.type, pkg.name, dep.id):
             raise StillInstalled(f"{pkg.name} is declared already (another entry)")
         await deps.set_spec(tx, dep.id, pkg.spec, remark, now_ms())
-        run_id = await queue_in(rt, tx, dep.type, [dep.id], "install")
+        run_id = await _queue(rt, tx, dep.type, [dep.id], "install")
         items = await deps.by_ids(tx, [dep.id])
     return Queued(items=items, run_ids=[run_id])
 
@@ -103,7 +110,7 @@ async def rebuild(rt: Runtime, eco: str) -> str:
     kind = check_ecosystem(eco)
     async with rt.db.write() as tx:
         rows_ = await deps.installed(tx, kind)
-        return await queue_in(rt, tx, kind, [d.id for d in rows_], "rebuild")
+        return await _queue(rt, tx, kind, [d.id for d in rows_], "rebuild")
 
 
 async def forget(rt: Runtime, dep_ids: list[str]) -> None:

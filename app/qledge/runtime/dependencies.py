@@ -19,9 +19,9 @@ import logging
 import shlex
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -29,15 +29,13 @@ from .. import ids
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows, runs, tasks
-from ..db.interface import Tx
+from ..db.interface import Database, Tx
 from ..dependencies import dirs
 from ..dependencies.spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job
 from ..launch.executor import BASE_PATH
 from ..model import Overlap, Run, Task, Trigger
+from ..settings import Settings
 from .loop import PeriodicLoop
-
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
 
 log = logging.getLogger("qledge.dependencies")
 LABEL = "dependencies"
@@ -77,10 +75,11 @@ async def _queue_task(tx: Tx, eco: str, timeout_s: int) -> Task:
     return task
 
 
-async def queue_in(rt: Runtime, tx: Tx, eco: str, dep_ids: Iterable[str], action: str) -> str:
-    """`queue_job`, and the dispatcher woken once the transaction commits."""
-    run_id = await queue_job(tx, eco, dep_ids, action, rt.settings.deps_timeout_s)
-    tx.on_commit(rt.kick)
+async def queue_in(tx: Tx, eco: str, dep_ids: Iterable[str], action: str, *,
+                   timeout_s: int, kick: Callable[[], None]) -> str:
+    """`queue_job`, and the dispatcher woken (`kick`) once the transaction commits."""
+    run_id = await queue_job(tx, eco, dep_ids, action, timeout_s)
+    tx.on_commit(kick)
     return run_id
 
 
@@ -108,11 +107,13 @@ async def queue_job(tx: Tx, eco: str, dep_ids: Iterable[str], action: str,
 class Dependencies:
     """The job of each queue run, the terminal memo, and the packages' env cache."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, settings: Settings, kick: Callable[[], None]) -> None:
+        self.db = db
+        self.settings = settings
+        self.kick = kick  # the dispatcher's wake, after a commit that queued a run
         self.env: dict[str, str] = {}
         self.loop = PeriodicLoop("dependencies", REFRESH_S, self.refresh)
-        rt.db.on_terminal(self.on_terminal)
+        db.on_terminal(self.on_terminal)
 
     async def start(self) -> None:
         await self.refresh()
@@ -127,14 +128,14 @@ class Dependencies:
         await self.loop.stop()
 
     async def refresh(self) -> float | None:
-        self.env = await asyncio.to_thread(dirs.task_env, self.rt.settings.work_path,
+        self.env = await asyncio.to_thread(dirs.task_env, self.settings.work_path,
                                            BASE_PATH)
         return None
 
     async def align_tasks(self) -> None:
         """The queue tasks' system fields as this version writes them (an earlier
         version's command gets no job, `job_env`); a deleted one is made when needed."""
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             for eco in ECOSYSTEMS:
                 task_id = await deps.task_of(tx, eco)
                 if task_id is None:
@@ -143,7 +144,7 @@ class Dependencies:
                     await tasks.get_task(tx, task_id)
                 except rows.NotFound:
                     continue
-                await _queue_task(tx, eco, self.rt.settings.deps_timeout_s)
+                await _queue_task(tx, eco, self.settings.deps_timeout_s)
 
     async def _repair_at_start(self, eco: Ecosystem) -> None:
         """Queue a visible rebuild when the folder no longer holds what is declared: a
@@ -151,19 +152,20 @@ class Dependencies:
         Not when a job waits (it repairs first) nor after a failed rebuild (no loop)."""
         if eco == "node" and not npm_available():
             return
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             declared = await deps.installed(tx, eco)
             newest = await deps.newest_job(tx, eco)
         if newest is not None and (newest[2] in ("queued", "running") or (
                 newest[1] == "rebuild" and newest[2] != "succeeded")):
             return
-        work = self.rt.settings.work_path
+        work = self.settings.work_path
         reason = await asyncio.to_thread(_needs_rebuild, work, eco, bool(declared))
         if not reason:
             return
         log.warning("rebuilding the %s dependencies: %s", eco, reason)
-        async with self.rt.db.write() as tx:
-            await queue_in(self.rt, tx, eco, [d.id for d in declared], "rebuild")
+        async with self.db.write() as tx:
+            await queue_in(tx, eco, [d.id for d in declared], "rebuild",
+                           timeout_s=self.settings.deps_timeout_s, kick=self.kick)
 
     async def job_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]:
         """{ENV_NAME: job} for a run of a queue task; {} for any other task — and for
@@ -180,7 +182,7 @@ class Dependencies:
         mine = await deps.of_run(tx, run.id)
         specs = [d.name if action == "remove" else d.spec for d in mine]
         declared = [d.spec for d in await deps.installed(tx, eco) if d.last_run_id != run.id]
-        s = self.rt.settings
+        s = self.settings
         job = Job(run_id=run.id, ecosystem="python" if eco == "python" else "node",
                   action="remove" if action == "remove" else
                   "rebuild" if action == "rebuild" else "install",

@@ -143,7 +143,7 @@ class Runtime:
         owner = self.node_id if s.fleet else None
         self.isolation = isolation.decide(s)
         self.subscriptions = Syncer(self)
-        self.dependencies = Dependencies(self)
+        self.dependencies = Dependencies(self.db, self.settings, self.kick)
         self.receipts = ReceiptStore(s.receipts_path)
         # Launcher identities waiting for their result's commit (launch/unrecorded.py).
         self.identities = Identities()
