@@ -142,7 +142,9 @@ class Runtime:
         # Fleet mode: this node's files only (receipts, logs): they are on its disk.
         owner = self.node_id if s.fleet else None
         self.isolation = isolation.decide(s)
-        self.subscriptions = Syncer(self)
+        # The scheduler is built further down: the wake looks it up when a sync ends.
+        self.subscriptions = Syncer(self.db, s.work_path, self.remove_logs,
+                                    lambda: self.scheduler.wake())
         self.dependencies = Dependencies(self.db, self.settings, self.kick)
         self.receipts = ReceiptStore(s.receipts_path)
         # Launcher identities waiting for their result's commit (launch/unrecorded.py).

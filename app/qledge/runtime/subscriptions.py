@@ -18,15 +18,15 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import ids
 from ..clock import now_ms
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
-from ..db.interface import Tx
+from ..db.interface import Database, Tx
 from ..fs import confined
 from ..model import Concurrency, Run, RunStatus, Task
 from ..scripts import meta as script_meta
@@ -39,9 +39,6 @@ from ..subscriptions.spec import (
     script_shape,
 )
 from .loop import PeriodicLoop
-
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
 
 log = logging.getLogger("qledge.subscriptions")
 STAGING = ".subscriptions"  # beside scripts/ in the work dir: renames stay on one fs
@@ -85,16 +82,21 @@ def spec_of(sub: subs.Subscription, secret: str | None, work_dir: Path) -> PullS
 class Syncer:
     """The pull task's environment, the terminal listener, and the sync loop."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, work_dir: Path,
+                 remove_logs: Callable[[list[str]], Awaitable[None]],
+                 wake_scheduler: Callable[[], None]) -> None:
+        self.db = db
+        self.work_dir = work_dir
+        self.remove_logs = remove_logs  # a sync's deleted tasks' logs, after its commit
+        self.wake_scheduler = wake_scheduler  # their schedules changed
         self.loop = PeriodicLoop("subscriptions", SYNC_INTERVAL_S, self.round)
-        rt.db.on_terminal(self.on_terminal)
+        db.on_terminal(self.on_terminal)
 
     async def align_tasks(self) -> None:
         """At start-up: every pull task's system fields as this version writes them (a
         command from an earlier version gets no spec, `pull_env`). A deleted pull task
         stays deleted until the subscription is updated or pulled."""
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             for sub in await subs.list_all(tx, limit=100_000):
                 if sub.pull_task_id is None:
                     continue
@@ -123,7 +125,7 @@ class Syncer:
         sub = await subs.by_pull_task(tx, task.id)
         if sub is None or task.command != pull_command(sub.id):
             return {}
-        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.rt.settings.work_path)
+        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.work_dir)
         return {ENV_NAME: encode(spec)}
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
@@ -134,7 +136,7 @@ class Syncer:
         tx.on_commit(self.loop.poke)
 
     async def round(self) -> float | None:
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             due = await subs.sync_due(tx)
         for sub in due:
             assert sub.sync_run_id is not None
@@ -145,23 +147,23 @@ class Syncer:
         return None
 
     async def sync(self, sub: subs.Subscription, run_id: str) -> dict[str, Any]:
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             run = await runs.get_run(tx, run_id)
         result: dict[str, Any] = {"run_id": run_id, "status": str(run.status),
                                   "exit_code": run.exit_code, "at_ms": now_ms()}
         if run.status is RunStatus.SUCCEEDED:
-            folder = self.rt.settings.work_path / "scripts" / sub.alias
+            folder = self.work_dir / "scripts" / sub.alias
             found = await asyncio.to_thread(
-                scan, folder, sub, manifest_path(self.rt.settings.work_path, sub.alias))
+                scan, folder, sub, manifest_path(self.work_dir, sub.alias))
             if found is None:
                 result["error"] = f"scripts/{sub.alias}/ could not be read"
             else:
                 result.update(await self._apply(sub, found))
         paths: list[str] = result.pop("_logs", [])
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             await subs.synced(tx, sub.id, run_id, result)
-        await self.rt.remove_logs(paths)
-        self.rt.scheduler.wake()
+        await self.remove_logs(paths)
+        self.wake_scheduler()
         return result
 
     async def _apply(self, sub: subs.Subscription,
@@ -173,7 +175,7 @@ class Syncer:
         skipped: list[str] = []
         logs: list[str] = []
         now = now_ms()
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             links = await subs.links(tx, sub.id)
             commands = {p: script_meta.task_command(f"{sub.alias}/{p}") for p in found}
             existing = await subs.task_ids_by_command(
