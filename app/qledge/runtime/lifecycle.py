@@ -38,7 +38,7 @@ from .dispatcher import Dispatcher
 from .fleet import Fleet
 from .leader import Leader
 from .loop import PeriodicLoop, settle
-from .metrics import Metrics
+from .metrics import Live, Metrics
 from .notifier import NOTIFY_CHANNEL, Notifier
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
@@ -355,6 +355,17 @@ class Runtime:
                 await tx.notify(channel)
         except Exception:  # the peers' periodic rounds find it (at most a minute)
             log.warning("could not notify the other nodes on %s", channel)
+
+    def live_metrics(self) -> Live:
+        """The in-memory counters a scrape shows beside the database's gauges."""
+        report = self.startup_report
+        return Live(fleet=self.node.fleet, db_path=self.settings.db_path,
+                    scheduler_lag_ms=self.scheduler.lag_ms,
+                    disk_pressure=self.disk.disk.pressure, started_at_ms=self.started_at_ms,
+                    receipts_consumed=self.consumer.consumed,
+                    receipts_quarantined=self.consumer.quarantined,
+                    notify_sent=self.notifier.sent, notify_send_failures=self.notifier.failures,
+                    recovery=dict(report.counts) if report else {})
 
     def kick(self) -> None:
         """A run was queued: let the dispatcher look."""
