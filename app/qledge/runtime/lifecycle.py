@@ -166,15 +166,14 @@ class Runtime:
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
-            completion=self.completion)
-        self.cancellation.record_first = self.executor.before_sweep
+            completion=self.completion, record_first=self.executor.before_sweep)
         self.reconciler = Reconciler(
             db=self.db, consumer=self.consumer, completion=self.completion,
             node_id=self.node_id, boot_id=self.boot_id,
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
             in_flight=lambda a: (a in self.executor.in_flight or self.watcher.watching(a)
-                                 or a in self.identities))
-        self.reconciler.journal_owner = owner
+                                 or a in self.identities),
+            journal_owner=owner)
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick, leader=self.leader, owner=owner)
