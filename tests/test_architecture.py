@@ -147,17 +147,18 @@ def test_no_background_task_is_dropped() -> None:
     assert dropped == []
 
 
-# Writes that are operations: only runtime/operations.py calls them (the scheduler's
-# tick creates its run inside the tick's own transaction, docs/qinglong-compat.md;
-# runtime/subscriptions.py is the home of the subscription operations, which create
-# and keep in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
-# of the dependency operations, whose queues are tasks, docs/dependencies.md; a chain's
+# Writes that are operations: only operations/ calls them (runtime/overlap.py
+# creates every run under the overlap policy: a trigger's, a tick's inside the tick's own
+# transaction, docs/qinglong-compat.md;
+# operations/subscriptions.py creates a subscription's pull task, runtime/subscriptions.py
+# keeps in step the tasks a pull owns, docs/subscriptions.md; runtime/dependencies.py
+# keeps the dependency queues, which are tasks, docs/dependencies.md; a chain's
 # run commits with its upstream run's end, in a terminal listener).
 OPERATION_WRITES = {"create_task", "update_task", "delete_task", "create_run", "create_env",
                     "update_env", "delete_envs", "set_envs_enabled", "rename_envs"}
-OPERATION_CALLERS = {"runtime/operations.py", "runtime/subscriptions.py",
-                     "runtime/dependencies.py"}
-ALLOWED_WRITES = {("runtime/scheduler.py", "create_run"), ("runtime/chains.py", "create_run")}
+OPERATION_CALLERS = {"operations/tasks.py", "operations/envs.py", "operations/subscriptions.py",
+                     "runtime/subscriptions.py", "runtime/dependencies.py"}
+ALLOWED_WRITES = {("runtime/overlap.py", "create_run")}
 
 
 def _db_modules(tree: ast.Module) -> set[str]:
@@ -402,7 +403,7 @@ def http_write_transactions(rel: str, tree: ast.Module) -> list[str]:
 
 
 def test_http_never_opens_a_write_transaction() -> None:
-    """An endpoint reads through db/ or calls one operation of runtime/operations.py:
+    """An endpoint reads through db/ or calls one operation of operations/:
     a write of its own would skip the operation's checks and follow-ups."""
     found = [f for rel, tree in _modules() if rel.startswith("http/")
              for f in http_write_transactions(rel, tree)]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from qledge import ids, transitions
+from qledge import ids, operations, transitions
 from qledge.clock import now_ms
 from qledge.db import attempts, events, journal, runs, tasks
 from qledge.db.sqlite import Database, Tx
@@ -36,7 +36,6 @@ from qledge.model import (
     Trigger,
 )
 from qledge.receipts.codec import new_token, token_hash
-from qledge.runtime import operations
 from qledge.runtime.lifecycle import Runtime
 
 from conftest import add_task, make_runtime

@@ -7,11 +7,12 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+from qledge import operations
 from qledge.db import attempts as db_attempts
 from qledge.db import events as db_events
 from qledge.db import runs as db_runs
 from qledge.model import Event, Run, RunStatus, Task, Trigger
-from qledge.runtime import chains, operations
+from qledge.runtime import chains
 from qledge.runtime.lifecycle import Runtime
 
 

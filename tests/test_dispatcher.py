@@ -14,8 +14,8 @@ from qledge.clock import now_ms
 from qledge.db import attempts, events, runs, tasks
 from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
+from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime
 

@@ -327,7 +327,7 @@ async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
     rt: Runtime = make_runtime(tmp_path / "state")
     await rt.start()
     try:
-        from qledge.runtime.operations import trigger
+        from qledge.operations import trigger
 
         task_id = await add_task(rt, "echo first; sleep 2.5; echo second")
         run = await trigger(rt, task_id, Trigger.API)

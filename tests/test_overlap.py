@@ -13,15 +13,14 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from qledge import settings
+from qledge import operations, settings
 from qledge.clock import now_ms
 from qledge.db import attempts as db_attempts
 from qledge.db import events as db_events
 from qledge.db import runs as db_runs
 from qledge.model import Attempt, Event, Run, RunStatus, Task, Trigger
-from qledge.runtime import operations
+from qledge.operations import ActiveRun, start_run
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import ActiveRun, start_run
 
 from conftest import make_runtime
 

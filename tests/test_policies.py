@@ -22,8 +22,8 @@ from qledge.model import (
     RunStatus,
     Trigger,
 )
+from qledge.operations import create_task, trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import create_task, trigger
 from qledge.transitions import RetryPolicy, retry_delay_ms, retry_or_end
 
 replace = msgspec.structs.replace

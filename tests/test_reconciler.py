@@ -13,8 +13,8 @@ from pathlib import Path
 
 from qledge.db import attempts, migrate, runs
 from qledge.model import Reason, Run, RunStatus, Trigger
+from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime, read_boot_id
-from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_settings
 

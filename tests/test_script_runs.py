@@ -1,5 +1,5 @@
 """POST /api/v1/scripts/run: a tracked run of a script as it is on disk now (the
-panel's Run and the `task` program share its find-or-create, runtime/script_runs.py)."""
+panel's Run and the `task` program share its find-or-create, operations/script_runs.py)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from qledge import ids
 from qledge.db import attempts, runs, tasks
 from qledge.launch import logs
 from qledge.model import Attempt, Run, RunStatus, Trigger
+from qledge.operations import cancel_run, trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import cancel_run, trigger
 
 from conftest import make_runtime
 

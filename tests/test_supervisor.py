@@ -16,8 +16,8 @@ import msgspec
 
 from qledge.db import attempts, journal, tasks
 from qledge.model import Reason, RunStatus, Trigger
+from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import trigger
 
 from _appliance import kill_leftover_tasks
 from conftest import add_task, make_runtime

@@ -13,8 +13,8 @@ from qledge import ids
 from qledge.db import attempts, events, runs, tasks
 from qledge.launch import logs
 from qledge.model import Attempt, CancelReason, Event, Run, RunStatus, Trigger
+from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import trigger
 from qledge.taskform import MESSAGES
 
 from conftest import make_runtime

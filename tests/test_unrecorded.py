@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from qledge import operations
 from qledge.clock import now_ms
 from qledge.db import attempts, events, runs, tasks
 from qledge.db.sqlite import Tx
 from qledge.launch import identity
 from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
-from qledge.runtime import operations
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 

@@ -31,10 +31,10 @@ sys.path.insert(0, str(REPO / "app"))
 from qledge import ids, settings, transitions  # noqa: E402
 from qledge.db import attempts, migrate, runs, tasks  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
+from qledge.operations import create_task, trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
-from qledge.runtime.operations import create_task, trigger  # noqa: E402
 
 
 def _pct(values: list[float], p: float) -> float:

@@ -128,10 +128,10 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
                  variant: str = "", steady: bool = False) -> dict[str, object]:
     from qledge import ids, settings
     from qledge.db import migrate
+    from qledge.operations import create_task
     from qledge.paths import prepare_roots
     from qledge.receipts.codec import Receipt, encode, new_token
     from qledge.runtime.lifecycle import Runtime
-    from qledge.runtime.operations import create_task
 
     launcher = str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")
     if variant == "fsync-log":
@@ -259,7 +259,7 @@ async def run_once(rt: Any, task_id: str) -> str:
     """Trigger a run of the task and wait until it ended and was finished; its status."""
     from qledge.db import runs as run_rows
     from qledge.model import Trigger
-    from qledge.runtime.operations import trigger
+    from qledge.operations import trigger
 
     run = await trigger(rt, task_id, Trigger.API)
     while True:

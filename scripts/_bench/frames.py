@@ -71,9 +71,9 @@ async def _measure(state: Path, runs: int, warmup: int,
 
     from qledge import settings
     from qledge.db import migrate
+    from qledge.operations import create_task
     from qledge.paths import prepare_roots
     from qledge.runtime.lifecycle import Runtime
-    from qledge.runtime.operations import create_task
 
     conf = settings.load({
         "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,

@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO / "app"))
 from qledge import ids, settings  # noqa: E402
 from qledge.db import journal, migrate  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
+from qledge.operations import trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
-from qledge.runtime.operations import trigger  # noqa: E402
 
 COLUMNS = ("min", "runs", "keep3", "keep3@ret", "active", "j.active", "j.settled", "j.terminal",
            "j.quar", "logs", "receipts", "db KiB", "wal KiB", "ret.del", "lost")

@@ -30,11 +30,11 @@ def _reaper_early() -> None:
 
 
 def _deferred_step1() -> None:
-    from qledge import ids
+    from qledge import ids, operations
     from qledge.clock import now_ms
     from qledge.db import runs, tasks
     from qledge.model import Concurrency, Trigger
-    from qledge.runtime import operations
+    from qledge.operations import tasks as task_ops
     from qledge.runtime.dispatcher import Dispatcher
     from qledge.runtime.lifecycle import Runtime
 
@@ -71,8 +71,9 @@ def _deferred_step1() -> None:
                 started += 1
         return started
 
-    # The API's door (http/runs.py); operations.trigger goes through it too.
-    operations.start_run = start_run  # type: ignore[assignment]
+    # The API's door (http/runs.py) calls the package's name; operations.trigger
+    # (operations/tasks.py) calls its module's: both go through the defect.
+    operations.start_run = task_ops.start_run = start_run  # type: ignore[assignment]
     Dispatcher.dispatch_once = dispatch_once  # type: ignore[method-assign]
 
 

@@ -25,8 +25,8 @@ import pytest
 
 from qledge.db import attempts, events, runs
 from qledge.model import Reason, Run, RunStatus, Trigger
+from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
-from qledge.runtime.operations import trigger
 
 from conftest import add_task, make_runtime, make_settings, migrate_for
 

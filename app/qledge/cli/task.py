@@ -137,7 +137,7 @@ def main(words: list[str], environ: dict[str, str] | None = None) -> int:
         host = "127.0.0.1"
     try:
         api = Api(host, int(env.get("QLEDGE_PORT", "5700")), admin_token(env))
-        # The worker finds or creates the task (runtime/script_runs.py), one for many callers.
+        # The worker finds or creates the task (operations/script_runs.py), one for many callers.
         started = api.json("POST", "/scripts/run", {"command": command})
         run, task_id = started["run"], started["task_id"]
         print(f"task: run {run['id']} of task {task_id}", file=sys.stderr)

@@ -88,7 +88,7 @@ async def get_task_by_num(tx: Tx, num: int) -> Task:
 
 
 async def task_by_command(tx: Tx, command: str) -> Task | None:
-    """The oldest task whose command is exactly `command` (runtime/script_runs.py)."""
+    """The oldest task whose command is exactly `command` (operations/script_runs.py)."""
     row = await tx.one("SELECT * FROM tasks WHERE command = ? ORDER BY num LIMIT 1",
                        (command,))
     return task_from_row(row) if row is not None else None

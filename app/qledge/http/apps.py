@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, operations
 from ..apps.spec import (  # noqa: F401  (RUNS_CODE, SCOPES: read here by the tests)
     RUNS_CODE,
     SCOPES,
@@ -28,7 +28,6 @@ from ..apps.spec import (  # noqa: F401  (RUNS_CODE, SCOPES: read here by the te
 )
 from ..clock import now_ms
 from ..db import apps
-from ..runtime import operations
 from .context import runtime_of
 from .errors import Missing, StateConflict, decode_body, json_response
 

@@ -18,7 +18,7 @@ from .. import ids
 from ..db import dependencies as deps
 from ..db import rows
 from ..dependencies.spec import MAX_SPECS, SpecError, package
-from ..runtime import dependencies as ops
+from ..operations import dependencies as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .context import runtime_of

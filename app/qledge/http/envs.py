@@ -15,10 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids
+from .. import ids, operations
 from ..db import envs
 from ..envs.spec import validate_env
-from ..runtime import operations
 from . import inputs
 from .context import runtime_of
 from .errors import Missing, decode_body, json_response

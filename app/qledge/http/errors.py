@@ -19,10 +19,10 @@ from ..fields import FieldError
 from ..launch.environment import EnvironmentTooLarge
 from ..launch.fileio import FileBusy, FileTimeout
 from ..launch.logs import UnsafeLogFile
+from ..operations import ActiveRun, SystemTask
 from ..receipts.codec import DuplicateKey, unique_pairs
 from ..runtime.cancellation import RunTerminal
 from ..runtime.chains import ChainRefused
-from ..runtime.operations import ActiveRun, SystemTask
 from ..scripts import folder as scripts
 
 log = logging.getLogger("qledge.http")

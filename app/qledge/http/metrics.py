@@ -20,7 +20,7 @@ async def metrics(request: Request) -> Response:
         require_admin(request)
     from prometheus_client import CONTENT_TYPE_LATEST  # loaded at the first scrape
 
-    return Response(await rt.metrics.render(rt), media_type=CONTENT_TYPE_LATEST)
+    return Response(await rt.metrics.render(rt.live_metrics()), media_type=CONTENT_TYPE_LATEST)
 
 
 routes = [Route("/metrics", metrics, methods=["GET"])]

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from .. import ids, limits
 from ..db import notifications as q
 from ..notify import rules as notify
-from ..runtime import notify_ops
+from ..operations import notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .context import runtime_of

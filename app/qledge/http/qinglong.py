@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import limits
+from .. import limits, operations
 from ..apps.spec import digest, new_secret
 from ..clock import now_ms
 from ..cron import from_ms, local_zone
@@ -28,7 +28,6 @@ from ..db import apps, attempts, envs, rows, runs, tasks
 from ..envs.spec import env_name, validate_env
 from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from ..tasks import spec as task_spec
 from . import _proxy, inputs

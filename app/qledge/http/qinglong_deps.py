@@ -22,7 +22,7 @@ from ..db import attempts, rows
 from ..db import dependencies as deps
 from ..dependencies.spec import MAX_SPECS, QINGLONG_TYPES, SpecError, package, qinglong_status
 from ..launch import logs
-from ..runtime import dependencies as ops
+from ..operations import dependencies as ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .context import runtime_of

@@ -24,8 +24,9 @@ from starlette.routing import Route
 from .. import interval
 from ..db import rows, runs
 from ..db import subscriptions as subs
-from ..runtime import subscriptions as ops
+from ..operations import subscriptions as ops
 from ..runtime.lifecycle import Runtime
+from ..runtime.subscriptions import pull_command
 from . import inputs
 from ._qinglong_subscription_form import SubIn, SubPut, native_fields
 from .context import runtime_of
@@ -75,7 +76,7 @@ def sub_view(sub: subs.Subscription, summary: runs.RunSummary | None) -> dict[st
         "is_disabled": 0 if sub.enabled else 1,
         "log_path": s.log_path or "",
         "alias": sub.alias,
-        "command": ops.pull_command(sub.id),
+        "command": pull_command(sub.id),
         "extensions": " ".join(sub.extensions),
         "sub_before": sub.sub_before,
         "sub_after": sub.sub_after,

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import ids, limits
+from .. import ids, limits, operations
 from ..db import attempts, claims, conc_runs, events, nodes, runs
 from ..db.interface import Tx
 from ..model import (
@@ -20,7 +20,6 @@ from ..model import (
     RunStatus,
     Trigger,
 )
-from ..runtime import operations
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .context import runtime_of

@@ -14,7 +14,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .. import limits, taskform
-from ..runtime import script_runs
+from ..operations import script_runs
 from ..runtime.lifecycle import Runtime
 from ..scripts import meta as script_meta
 from ..scripts.folder import Limits, ScriptPathInvalid, Scripts, text_of

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from .. import ids
 from ..db import rows
 from ..db import subscriptions as subs
-from ..runtime import subscriptions as ops
+from ..operations import subscriptions as ops
 from ..subscriptions.spec import DEFAULT_EXTENSIONS, Caps, validate
 from .context import runtime_of
 from .errors import Invalid, Missing, StateConflict, decode_body, json_response

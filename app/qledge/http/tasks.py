@@ -9,11 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import cron, limits
+from .. import cron, limits, operations
 from ..clock import now_ms
 from ..db import tasks
 from ..model import DEFAULT_RETRY_ON, Task
-from ..runtime import operations
 from ..tasks.spec import PlacementIn, validated
 from . import inputs
 from .context import runtime_of

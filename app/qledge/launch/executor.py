@@ -24,12 +24,13 @@ from pathlib import Path
 
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
-from ..db import attempts, conc_runs, journal, nodes, runs, tasks
+from ..db import attempts, journal, nodes, runs, tasks
 from ..db.interface import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..node import Node
 from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
+from ..runtime import conc
 from . import identity, logs, simple_command
 from .isolation import Isolation
 from .unrecorded import Identities, Unrecorded
@@ -205,14 +206,11 @@ class LocalExecutor:
         form, refusal = _command(task, self.scripts_dir)
         if form is not None and form.mode == "conc" and run.parent_run_id is None:
             try:
-                picks = taskform.conc_indexes(env.get(form.env_name or ""), form.selection)
+                # No process of its own: its children are queued runs (runtime/conc.py).
+                await conc.fan_out(tx, run, form, env, now)
             except taskform.TaskFormError as exc:
                 refusal = exc  # fails like any refused form: an attempt, no process
             else:
-                # No process of its own: its children are queued runs (runtime/conc.py).
-                run = await runs.apply(tx, run, transitions.fan_out(run, len(picks), now), now)
-                for index in picks:
-                    await conc_runs.create_child(tx, ids.uuid7(), run, index, now)
                 self.fanned_out += 1
                 return None
         deadline = deadline_ms(task, form, now)

@@ -43,7 +43,8 @@ CANCEL_CHANNEL = "qledge_cancel"
 
 class Cancellation:
     def __init__(self, *, db: Database, node_id: str, incarnation: str, boot_id: str,
-                 kill_grace_s: float, completion: CompletionService) -> None:
+                 kill_grace_s: float, completion: CompletionService,
+                 record_first: Callable[[int | None], Awaitable[None]] | None = None) -> None:
         self.db = db
         self.node_id = node_id
         self.incarnation = incarnation
@@ -58,7 +59,7 @@ class Cancellation:
         # Writes the launcher identities still held in memory (launch/unrecorded.py)
         # before a sweep looks for running attempts to signal: a signal needs one.
         # (argument: a deadline check's time — only identities expired by then).
-        self.record_first: Callable[[int | None], Awaitable[None]] | None = None
+        self.record_first = record_first
 
     async def start(self) -> None:
         await self.sweep(UNBOUNDED, orphans=True)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import failpoints, ids
-from ..db import events, policies, runs, tasks
+from .. import failpoints
+from ..db import events, policies, tasks
 from ..db.interface import TerminalListener, Tx
 from ..model import CHAIN_FIELDS, FAILED_RUN, NewEvent, Run, RunStatus, Task, Trigger
 from . import overlap
@@ -102,18 +102,17 @@ def listener(wake: Callable[[], None], sweep: Callable[[], None]) -> TerminalLis
         for tid in chosen:
             down = found.get(tid)
             skip = ("missing" if down is None else "disabled" if not down.enabled else None)
-            decision = overlap.Decision()
+            run = None
             if down is not None and skip is None:
-                decision = await overlap.decide(tx, down, now_ms)
-                skip = decision.skip_reason
-            if skip is not None or down is None:
+                made = await overlap.create_run(tx, down, Trigger.CHAIN, now_ms, first=[
+                    NewEvent(type="chain.triggered_by", data={
+                        "run_id": new.id, "task_id": task.id,
+                        "status": new.status.value})])
+                decision, run, skip = made.decision, made.run, made.decision.skip_reason
+            if run is None or down is None:
                 up_events.append(NewEvent(type="chain.skipped",
                                           data={"task_id": tid, "reason": skip}))
                 continue
-            run = await runs.create_run(tx, ids.uuid7(), down.id, Trigger.CHAIN, now_ms)
-            await events.append_events(tx, run, [NewEvent(type="chain.triggered_by", data={
-                "run_id": new.id, "task_id": task.id, "status": new.status.value})], now_ms)
-            await overlap.record_replaced(tx, run, decision, now_ms)
             replaced = replaced or bool(decision.replaced)
             up_events.append(NewEvent(type="chain.triggered",
                                       data={"run_id": run.id, "task_id": down.id}))

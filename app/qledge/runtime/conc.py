@@ -1,9 +1,10 @@
 """`task … conc`: a parent run, one child run per selected value (docs/tasks.md).
 
 The parent starts no process. In the transaction that would have prepared its
-attempt it turns `running` and creates its children (launch/executor.py) — queued runs of the same
-task, each dispatched, launched, receipted, recovered and timed out like any
-other run. When a child turns terminal, the terminal listener (the
+attempt it turns `running` and creates its children (`fan_out`, called by
+launch/executor.py's spawn step 1, which knows the run's environment) — queued
+runs of the same task, each dispatched, launched, receipted, recovered and timed
+out like any other run. When a child turns terminal, the terminal listener (the
 `Database.on_terminal` seam) checks its siblings in that same transaction and,
 once none is active, finishes the parent: its result commits together with the
 last child's, or not at all, so a worker killed at any point leaves either a
@@ -13,10 +14,24 @@ whose result was invented or a child nobody tracks.
 
 from __future__ import annotations
 
-from .. import transitions
+from collections.abc import Mapping
+
+from .. import ids, taskform, transitions
 from ..db import conc_runs, runs
 from ..db.interface import Tx
 from ..model import TERMINAL_RUN, CancelReason, Run
+
+
+async def fan_out(tx: Tx, parent: Run, form: taskform.TaskForm, env: Mapping[str, str],
+                  now_ms: int) -> None:
+    """In spawn step 1's transaction, instead of an attempt: the parent turns `running`
+    with one queued child per value the form selects from `env` (TaskFormError: the
+    selection is refused, nothing written; the caller fails it like any refused form)."""
+    picks = taskform.conc_indexes(env.get(form.env_name or ""), form.selection)
+    parent = await runs.apply(tx, parent, transitions.fan_out(parent, len(picks), now_ms),
+                              now_ms)
+    for index in picks:
+        await conc_runs.create_child(tx, ids.uuid7(), parent, index, now_ms)
 
 
 async def on_terminal(tx: Tx, old: Run, new: Run, now_ms: int) -> None:

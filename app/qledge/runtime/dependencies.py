@@ -1,5 +1,6 @@
-"""Dependencies: their operations, the queues, the job a run gets, and the packages'
-environment for every task (docs/dependencies.md).
+"""Dependencies: the queues, the job a run gets, and the packages' environment for
+every task (docs/dependencies.md; the add/act/change/rebuild/forget/cancel operations
+are operations/dependencies.py).
 
 Each ecosystem has one queue: a task (`dependencies: python`, label `dependencies`,
 command `qledge deps apply python`, overlap `queue`, so the dispatcher starts one of
@@ -18,9 +19,9 @@ import logging
 import shlex
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -28,37 +29,17 @@ from .. import ids
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows, runs, tasks
-from ..db.interface import Tx
+from ..db.interface import Database, Tx
 from ..dependencies import dirs
-from ..dependencies.spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job, package, status
+from ..dependencies.spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job
 from ..launch.executor import BASE_PATH
 from ..model import Overlap, Run, Task, Trigger
+from ..settings import Settings
 from .loop import PeriodicLoop
-
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
 
 log = logging.getLogger("qledge.dependencies")
 LABEL = "dependencies"
 REFRESH_S = 300.0  # the tasks' PATH/NODE_PATH are re-read at least this often
-LINUX = ("system packages cannot be installed: the container runs unprivileged and"
-         " its root filesystem is the image's. Build them into the image instead"
-         " (EXTRA_PACKAGES, docs/dependencies.md, 'System packages')")
-NO_NPM = ("node packages need the image's -node variant: this image has no npm"
-          " (docs/image.md)")
-# A derived status that keeps a package in the folder or has a run pending.
-HELD = frozenset({"installed", "queued", "installing", "removing"})
-
-
-class Unavailable(Exception):
-    """This kind of package cannot be installed on this appliance (the message says
-    what to do instead)."""
-
-
-class StillInstalled(Exception):
-    """Refused: forgetting a package that is installed or has a run pending."""
-
-
 def queue_command(eco: str) -> str:
     # -I: the work dir (writable by every task) is not on sys.path, PYTHON* are ignored
     # (runtime/subscriptions.py, `pull_command`).
@@ -73,20 +54,6 @@ def queue_task_fields(eco: str, timeout_s: int) -> dict[str, Any]:
 
 def npm_available() -> bool:
     return shutil.which("npm", path=BASE_PATH) is not None
-
-
-def check_ecosystem(eco: str) -> Ecosystem:
-    if eco == "linux":
-        raise Unavailable(LINUX)
-    if eco == "node" and not npm_available():
-        raise Unavailable(NO_NPM)
-    if eco not in ECOSYSTEMS:
-        raise Unavailable(f"unknown type {eco[:20]!r}: python, node or linux")
-    return "python" if eco == "python" else "node"
-
-
-def derived_status(dep: deps.Dependency) -> str:
-    return status(dep.action, dep.run_status or dep.last_result)
 
 
 # -- the queues ------------------------------------------------------------------------
@@ -108,10 +75,11 @@ async def _queue_task(tx: Tx, eco: str, timeout_s: int) -> Task:
     return task
 
 
-async def queue_in(rt: Runtime, tx: Tx, eco: str, dep_ids: Iterable[str], action: str) -> str:
-    """`queue_job`, and the dispatcher woken once the transaction commits."""
-    run_id = await queue_job(tx, eco, dep_ids, action, rt.settings.deps_timeout_s)
-    tx.on_commit(rt.kick)
+async def queue_in(tx: Tx, eco: str, dep_ids: Iterable[str], action: str, *,
+                   timeout_s: int, kick: Callable[[], None]) -> str:
+    """`queue_job`, and the dispatcher woken (`kick`) once the transaction commits."""
+    run_id = await queue_job(tx, eco, dep_ids, action, timeout_s)
+    tx.on_commit(kick)
     return run_id
 
 
@@ -134,99 +102,18 @@ async def queue_job(tx: Tx, eco: str, dep_ids: Iterable[str], action: str,
     return run_id
 
 
-# -- operations ------------------------------------------------------------------------
-
-class Queued(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[deps.Dependency]
-    run_ids: list[str]
-
-
-async def add(rt: Runtime, eco: str, specs: list[str], remark: str | None = None) -> Queued:
-    """Declare packages and queue their install (one run); SpecError for a bad spec."""
-    kind = check_ecosystem(eco)
-    for spec in specs:
-        package(kind, spec)  # every spec checked before anything is written
-    async with rt.db.write() as tx:
-        dep_ids = await deps.declare(tx, kind, specs, now_ms(), remark=remark)
-        run_id = await queue_in(rt, tx, kind, dep_ids, "install")
-        items = await deps.by_ids(tx, dep_ids)
-    return Queued(items=items, run_ids=[run_id])
-
-
-async def act(rt: Runtime, dep_ids: list[str], action: str) -> Queued:
-    """Reinstall (`install`) or remove these packages: one run per ecosystem."""
-    async with rt.db.write() as tx:
-        found = await deps.by_ids(tx, dep_ids)
-        by_eco: dict[str, list[str]] = {}
-        for dep in found:
-            by_eco.setdefault(dep.type, []).append(dep.id)
-        if action == "install":
-            for eco in by_eco:
-                check_ecosystem(eco)
-        run_ids = [await queue_in(rt, tx, eco, group, action)
-                   for eco, group in by_eco.items()]
-        items = await deps.by_ids(tx, dep_ids)
-    return Queued(items=items, run_ids=run_ids)
-
-
-async def change(rt: Runtime, dep_id: str, spec: str, remark: str | None) -> Queued:
-    """A new spec for a package (QingLong's PUT): saved, then installed."""
-    async with rt.db.write() as tx:
-        dep = await deps.get(tx, dep_id)
-        pkg = package(check_ecosystem(dep.type), spec)
-        if await deps.name_taken(tx, dep.type, pkg.name, dep.id):
-            raise StillInstalled(f"{pkg.name} is declared already (another entry)")
-        await deps.set_spec(tx, dep.id, pkg.spec, remark, now_ms())
-        run_id = await queue_in(rt, tx, dep.type, [dep.id], "install")
-        items = await deps.by_ids(tx, [dep.id])
-    return Queued(items=items, run_ids=[run_id])
-
-
-async def rebuild(rt: Runtime, eco: str) -> str:
-    """Rebuild an ecosystem's folder from the packages declared and installed."""
-    kind = check_ecosystem(eco)
-    async with rt.db.write() as tx:
-        rows_ = await deps.installed(tx, kind)
-        return await queue_in(rt, tx, kind, [d.id for d in rows_], "rebuild")
-
-
-async def forget(rt: Runtime, dep_ids: list[str]) -> None:
-    """Drop rows that hold nothing (removed, failed, cancelled): StillInstalled else."""
-    async with rt.db.write() as tx:
-        for dep in await deps.by_ids(tx, dep_ids):
-            if derived_status(dep) in HELD:
-                raise StillInstalled(f"{dep.name} is {derived_status(dep)}: remove it first")
-        await deps.forget(tx, dep_ids)
-
-
-async def cancel(rt: Runtime, dep_ids: list[str]) -> list[str]:
-    """Cancel the active runs of these packages (a run may hold other packages too)."""
-    from .cancellation import RunTerminal
-    from .operations import cancel_run
-
-    async with rt.db.read() as tx:
-        found = await deps.by_ids(tx, dep_ids)
-    cancelled = []
-    for run_id in dict.fromkeys(d.last_run_id for d in found if d.run_status in
-                                ("queued", "running") and d.last_run_id):
-        try:
-            await cancel_run(rt, run_id)
-        except (RunTerminal, rows.Conflict):
-            continue
-        cancelled.append(run_id)
-    return cancelled
-
-
 # -- the runs' jobs, their ends, the tasks' environment --------------------------------
 
 class Dependencies:
     """The job of each queue run, the terminal memo, and the packages' env cache."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, settings: Settings, kick: Callable[[], None]) -> None:
+        self.db = db
+        self.settings = settings
+        self.kick = kick  # the dispatcher's wake, after a commit that queued a run
         self.env: dict[str, str] = {}
         self.loop = PeriodicLoop("dependencies", REFRESH_S, self.refresh)
-        rt.db.on_terminal(self.on_terminal)
+        db.on_terminal(self.on_terminal)
 
     async def start(self) -> None:
         await self.refresh()
@@ -241,14 +128,14 @@ class Dependencies:
         await self.loop.stop()
 
     async def refresh(self) -> float | None:
-        self.env = await asyncio.to_thread(dirs.task_env, self.rt.settings.work_path,
+        self.env = await asyncio.to_thread(dirs.task_env, self.settings.work_path,
                                            BASE_PATH)
         return None
 
     async def align_tasks(self) -> None:
         """The queue tasks' system fields as this version writes them (an earlier
         version's command gets no job, `job_env`); a deleted one is made when needed."""
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             for eco in ECOSYSTEMS:
                 task_id = await deps.task_of(tx, eco)
                 if task_id is None:
@@ -257,7 +144,7 @@ class Dependencies:
                     await tasks.get_task(tx, task_id)
                 except rows.NotFound:
                     continue
-                await _queue_task(tx, eco, self.rt.settings.deps_timeout_s)
+                await _queue_task(tx, eco, self.settings.deps_timeout_s)
 
     async def _repair_at_start(self, eco: Ecosystem) -> None:
         """Queue a visible rebuild when the folder no longer holds what is declared: a
@@ -265,19 +152,20 @@ class Dependencies:
         Not when a job waits (it repairs first) nor after a failed rebuild (no loop)."""
         if eco == "node" and not npm_available():
             return
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             declared = await deps.installed(tx, eco)
             newest = await deps.newest_job(tx, eco)
         if newest is not None and (newest[2] in ("queued", "running") or (
                 newest[1] == "rebuild" and newest[2] != "succeeded")):
             return
-        work = self.rt.settings.work_path
+        work = self.settings.work_path
         reason = await asyncio.to_thread(_needs_rebuild, work, eco, bool(declared))
         if not reason:
             return
         log.warning("rebuilding the %s dependencies: %s", eco, reason)
-        async with self.rt.db.write() as tx:
-            await queue_in(self.rt, tx, eco, [d.id for d in declared], "rebuild")
+        async with self.db.write() as tx:
+            await queue_in(tx, eco, [d.id for d in declared], "rebuild",
+                           timeout_s=self.settings.deps_timeout_s, kick=self.kick)
 
     async def job_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]:
         """{ENV_NAME: job} for a run of a queue task; {} for any other task — and for
@@ -294,7 +182,7 @@ class Dependencies:
         mine = await deps.of_run(tx, run.id)
         specs = [d.name if action == "remove" else d.spec for d in mine]
         declared = [d.spec for d in await deps.installed(tx, eco) if d.last_run_id != run.id]
-        s = self.rt.settings
+        s = self.settings
         job = Job(run_id=run.id, ecosystem="python" if eco == "python" else "node",
                   action="remove" if action == "remove" else
                   "rebuild" if action == "rebuild" else "install",
@@ -324,51 +212,3 @@ def _needs_rebuild(work: Path, eco: Ecosystem, declared: bool) -> str:
     if declared and not dirs.node_modules(work).is_dir():
         return "node_modules is missing"
     return ""
-
-
-# -- what the API shows beside the rows -------------------------------------------------
-
-async def installed_versions(rt: Runtime, items: list[deps.Dependency]
-                             ) -> dict[str, str | None]:
-    """{row id: the version found in its folder, or None}: read from the folders, so
-    a package that a rebuild left out or a wiped volume lost shows as missing."""
-    work = rt.settings.work_path
-
-    def read() -> dict[str, str | None]:
-        py = dirs.python_versions(work) if any(d.type == "python" for d in items) else {}
-        return {d.id: py.get(d.name) if d.type == "python" else dirs.node_version(work, d.name)
-                for d in items}
-
-    return await asyncio.to_thread(read)
-
-
-async def environments(rt: Runtime) -> dict[str, Any]:
-    work = rt.settings.work_path
-
-    def read() -> dict[str, Any]:
-        check = dirs.check_venv(work)
-        major, minor = dirs.this_python()
-        return {
-            "python": {"state": check.state, "reason": check.reason,
-                       "python": f"{major}.{minor}", "changing": dirs.changing(work, "python"),
-                       "task_id": None},
-            "node": {"available": npm_available(),
-                     "state": "ok" if dirs.node_modules(work).is_dir() else "absent",
-                     "changing": dirs.changing(work, "node"), "task_id": None},
-        }
-
-    out = await asyncio.to_thread(read)
-    async with rt.db.read() as tx:
-        for eco in ECOSYSTEMS:
-            out[eco]["task_id"] = await deps.task_of(tx, eco)
-    return out
-
-
-def mirrors(rt: Runtime) -> dict[str, Any]:
-    from ..dependencies.spec import redact_url
-
-    s = rt.settings
-    return {"pip_index_url": redact_url(s.pip_index_url) or None,
-            "pip_extra_index_urls": [redact_url(u) for u in s.pip_extra_index_urls.split()],
-            "npm_registry": redact_url(s.npm_registry) or None,
-            "timeout_s": s.deps_timeout_s}

@@ -21,7 +21,6 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -35,10 +34,8 @@ from ..launch import environment
 from ..settings import Settings
 from . import _import_files as files
 from . import dependencies
+from .lifecycle import Runtime
 from .subscriptions import pull_task_fields
-
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
 
 MAX_SCRIPT = 16 << 20
 

@@ -39,7 +39,7 @@ from .dispatcher import Dispatcher
 from .fleet import Fleet
 from .leader import Leader
 from .loop import PeriodicLoop, settle
-from .metrics import Metrics
+from .metrics import Live, Metrics
 from .notifier import NOTIFY_CHANNEL, Notifier
 from .reaper import Reaper
 from .reconciler import Reconciler, RoundReport
@@ -143,8 +143,10 @@ class Runtime:
         # Fleet mode: this node's files only (receipts, logs): they are on its disk.
         owner = self.node_id if s.fleet else None
         self.isolation = isolation.decide(s)
-        self.subscriptions = Syncer(self)
-        self.dependencies = Dependencies(self)
+        # The scheduler is built further down: the wake looks it up when a sync ends.
+        self.subscriptions = Syncer(self.db, s.work_path, self.remove_logs,
+                                    lambda: self.scheduler.wake())
+        self.dependencies = Dependencies(self.db, self.settings, self.kick)
         self.receipts = ReceiptStore(s.receipts_path)
         # Launcher identities waiting for their result's commit (launch/unrecorded.py).
         self.identities = Identities()
@@ -165,15 +167,14 @@ class Runtime:
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
             boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
-            completion=self.completion)
-        self.cancellation.record_first = self.executor.before_sweep
+            completion=self.completion, record_first=self.executor.before_sweep)
         self.reconciler = Reconciler(
             db=self.db, consumer=self.consumer, completion=self.completion,
             node_id=self.node_id, boot_id=self.boot_id,
             publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
             in_flight=lambda a: (a in self.executor.in_flight or self.watcher.watching(a)
-                                 or a in self.identities))
-        self.reconciler.journal_owner = owner
+                                 or a in self.identities),
+            journal_owner=owner)
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
                                wake_dispatcher=self.kick, leader=self.leader, owner=owner)
@@ -354,6 +355,17 @@ class Runtime:
                 await tx.notify(channel)
         except Exception:  # the peers' periodic rounds find it (at most a minute)
             log.warning("could not notify the other nodes on %s", channel)
+
+    def live_metrics(self) -> Live:
+        """The in-memory counters a scrape shows beside the database's gauges."""
+        report = self.startup_report
+        return Live(fleet=self.node.fleet, db_path=self.settings.db_path,
+                    scheduler_lag_ms=self.scheduler.lag_ms,
+                    disk_pressure=self.disk.disk.pressure, started_at_ms=self.started_at_ms,
+                    receipts_consumed=self.consumer.consumed,
+                    receipts_quarantined=self.consumer.quarantined,
+                    notify_sent=self.notifier.sent, notify_send_failures=self.notifier.failures,
+                    recovery=dict(report.counts) if report else {})
 
     def kick(self) -> None:
         """A run was queued: let the dispatcher look."""

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from ..clock import now_ms
 from ..db import gauges
 from ..db import notifications as nq
@@ -26,8 +28,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Histogram
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    from .lifecycle import Runtime
-
 KNOWN_REASONS = frozenset({*(r.value for r in Reason), *notify.REASONS})
 DURATION_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 
@@ -36,6 +36,22 @@ def reason_label(code: str | None) -> str:
     if code is None:
         return "none"
     return code if code in KNOWN_REASONS else "other"
+
+
+class Live(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine's components count in memory, read at a scrape
+    (lifecycle.Runtime.live_metrics): Metrics needs these values, not the Runtime."""
+
+    fleet: bool  # the database is the shared PostgreSQL (no file of ours to stat)
+    db_path: Path
+    scheduler_lag_ms: float
+    disk_pressure: bool
+    started_at_ms: int
+    receipts_consumed: int
+    receipts_quarantined: int
+    notify_sent: int
+    notify_send_failures: int
+    recovery: dict[str, int]  # the start-up reconciler's actions; {} before it ran
 
 
 class _Snapshot:
@@ -86,6 +102,7 @@ _COUNTERS = {
 
 class Metrics:
     def __init__(self, db: Database) -> None:
+        self.db = db
         self.snapshot = _Snapshot()
         self._made: tuple[CollectorRegistry, Counter, Histogram] | None = None
         db.on_terminal(self.on_terminal)
@@ -137,35 +154,34 @@ class Metrics:
             self.duration.labels(run.status.value).observe(
                 max(0, run.finished_at_ms - run.started_at_ms) / 1000)
 
-    async def render(self, rt: Runtime) -> bytes:
+    async def render(self, live: Live) -> bytes:
         from prometheus_client import generate_latest
 
         registry, _runs, _duration = self._metrics()
-        async with rt.db.read() as tx:
+        async with self.db.read() as tx:
             queued, running = await gauges.active_runs(tx)
             outbox = await nq.counts(tx)
             # Fleet mode: the shared PostgreSQL's size (no file of ours to stat).
-            shared = await rq.db_stats(tx) if rt.node.fleet else None
-        path = rt.settings.db_path
+            shared = await rq.db_stats(tx) if live.fleet else None
+        path = live.db_path
         v = self.snapshot.values
         v["queue_depth"] = queued
         v["running_runs"] = running
-        v["scheduler_lag_seconds"] = rt.scheduler.lag_ms / 1000
+        v["scheduler_lag_seconds"] = live.scheduler_lag_ms / 1000
         v["notify_outbox_pending"] = outbox["pending"]
         v["notify_outbox_given_up"] = outbox["given_up"]
-        v["disk_pressure"] = 1.0 if rt.disk.disk.pressure else 0.0
+        v["disk_pressure"] = 1.0 if live.disk_pressure else 0.0
         v["db_size_bytes"] = (_size(path) if shared is None
                               else shared.page_size * shared.page_count)
         v["db_wal_size_bytes"] = _size(Path(f"{path}-wal"))
         v["process_resident_memory_bytes"] = _rss()
-        v["up_seconds"] = (now_ms() - rt.started_at_ms) / 1000
+        v["up_seconds"] = (now_ms() - live.started_at_ms) / 1000
         c = self.snapshot.counters
-        c["receipts_consumed"] = rt.consumer.consumed
-        c["receipts_quarantined"] = rt.consumer.quarantined
-        c["notify_sent"] = rt.notifier.sent
-        c["notify_send_failures"] = rt.notifier.failures
-        report = rt.startup_report
-        self.snapshot.recovery = dict(report.counts) if report else {}
+        c["receipts_consumed"] = live.receipts_consumed
+        c["receipts_quarantined"] = live.receipts_quarantined
+        c["notify_sent"] = live.notify_sent
+        c["notify_send_failures"] = live.notify_send_failures
+        self.snapshot.recovery = dict(live.recovery)
         return generate_latest(registry)
 
 

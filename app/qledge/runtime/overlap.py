@@ -1,8 +1,9 @@
 """The overlap policy: what a new run of a task does while one of it is active.
 
-One decision for both doors that create runs — a manual/API trigger
-(operations.trigger) and a cron tick (scheduler.fire) — made inside the
-transaction that would create the run (docs/tasks.md):
+One decision for every door that creates runs — a manual/API trigger
+(operations.start_run), a cron or @boot tick (scheduler.fire, fire_boot) and a
+chain (chains.listener) — made inside the transaction that would create the run,
+and one way to create it under that decision (`create_run`, docs/tasks.md):
 
 * `skip`: no new run while one is active (queued or running); the caller
   answers 409 or records a `schedule.skipped` event on the active run.
@@ -22,12 +23,14 @@ gets an attempt while another run of that task has one (`may_start`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
-from .. import transitions
+from .. import ids, transitions
 from ..db import attempts, claims, events, runs
 from ..db.interface import Tx
-from ..model import CancelReason, NewEvent, Overlap, Run, RunStatus, Task
+from ..model import CancelReason, NewEvent, Overlap, Run, RunStatus, Task, Trigger
 from . import conc
 
 
@@ -82,6 +85,32 @@ async def record_replaced(tx: Tx, run: Run, decision: Decision, now_ms: int) -> 
         old = await runs.get_run(tx, rid)
         await events.append_events(
             tx, old, [NewEvent(type="run.replaced_by", data={"run_id": run.id})], now_ms)
+
+
+class Created(msgspec.Struct, frozen=True, kw_only=True):
+    run: Run | None  # None: the policy skipped it (decision.blocking is why)
+    decision: Decision
+
+
+async def create_run(tx: Tx, task: Task, how: Trigger, now_ms: int, *,
+                     decision: Decision | None = None, first: Sequence[NewEvent] = (),
+                     not_before_ms: int | None = None) -> Created:
+    """Create a run of `task` under its overlap policy, inside the caller's transaction.
+
+    `decision` given: the caller decided already (a tick of an `allow` task has its own
+    no-pile-up rule). The new run's `first` events precede its `run.replaces` ones, so
+    each door keeps the event order it has always written.
+    """
+    if decision is None:
+        decision = await decide(tx, task, now_ms)
+    if decision.blocking is not None:
+        return Created(run=None, decision=decision)
+    run = await runs.create_run(tx, ids.uuid7(), task.id, how, now_ms,
+                                not_before_ms=not_before_ms)
+    if first:
+        await events.append_events(tx, run, list(first), now_ms)
+    await record_replaced(tx, run, decision, now_ms)
+    return Created(run=run, decision=decision)
 
 
 async def may_start(tx: Tx, task: Task, run: Run) -> bool:

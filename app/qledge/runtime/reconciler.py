@@ -51,13 +51,13 @@ class Reconciler:
     def __init__(self, *, db: Database, consumer: Consumer, completion: CompletionService,
                  node_id: str, boot_id: str, publish_grace_ms: int,
                  reattach: Callable[[str, int], None],
-                 in_flight: Callable[[str], bool]) -> None:
+                 in_flight: Callable[[str], bool], journal_owner: str | None = None) -> None:
         self.db = db
         self.consumer = consumer
         self.completion = completion
         self.node_id = node_id
         # Fleet mode: this node's journal entries only (their receipts are on its disk).
-        self.journal_owner: str | None = None
+        self.journal_owner = journal_owner
         self.boot_id = boot_id
         self.grace_s = publish_grace_ms / 1000
         self.reattach = reattach  # hands a pidfd to the exit watcher

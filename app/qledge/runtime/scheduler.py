@@ -44,7 +44,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from .. import failpoints, ids, taskform
+from .. import failpoints, taskform
 from ..clock import now_ms
 from ..cron import first_due_after_any, last_due_any
 from ..db import errors, events, policies, rows, runs, schedule, tasks
@@ -288,18 +288,17 @@ class Scheduler:
                 return 0
             for task_id in await policies.boot_task_ids(tx):
                 task = await tasks.get_task(tx, task_id)
-                decision = await overlap.decide(tx, task, now)
+                made = await overlap.create_run(tx, task, Trigger.SCHEDULE, now, first=[
+                    NewEvent(type="run.scheduled", data={
+                        "scheduled_for_ms": now, "late_ms": 0, "catch_up": 0,
+                        "at_boot": 1})])
+                decision = made.decision
                 if decision.blocking is not None:
                     await events.append_events(tx, decision.blocking, [NewEvent(
                         type="schedule.skipped", data={"scheduled_for_ms": now,
                                                        "reason": decision.skip_reason,
                                                        "catch_up": 0})], now)
                     continue
-                run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now)
-                await events.append_events(tx, run, [NewEvent(
-                    type="run.scheduled", data={"scheduled_for_ms": now, "late_ms": 0,
-                                                "catch_up": 0, "at_boot": 1})], now)
-                await overlap.record_replaced(tx, run, decision, now)
                 self.replaced += len(decision.replaced)
                 created += 1
         if created:
@@ -336,13 +335,19 @@ class Scheduler:
         nxt = first_due_after_any(schedules, due, task.tz, anchor)
         await schedule.record_due(tx, task.id, due, now)
         catch_up = int(due != first or now - due > LATE_MS)
+        decision = None
         if task.overlap is Overlap.ALLOW:
             decision = overlap.Decision(skip_reason="queued_run",
                                         blocking=await runs.queued_run_of_task(tx, task.id))
-        else:
-            decision = await overlap.decide(tx, task, now)
+        delay_ms = 0
+        if decision is None or decision.blocking is None:
+            delay_ms = random_delay_ms(task, self.random_delay_s)
+        made = await overlap.create_run(tx, task, Trigger.SCHEDULE, now, decision=decision,
+                                        not_before_ms=now + delay_ms if delay_ms else None)
+        decision, run = made.decision, made.run
         blocking, reason = decision.blocking, decision.skip_reason
-        if blocking is not None:
+        if run is None:
+            assert blocking is not None  # the policy's reason for skipping
             # Bounded: an every-second schedule beside a day-long run must not grow its
             # event list without limit (the tick is consumed either way).
             if await events.count_events(tx, blocking.id, "schedule.skipped") < MAX_SKIP_EVENTS:
@@ -353,10 +358,6 @@ class Scheduler:
             log.debug("schedule: task %d tick %d skipped (%s run %s)", task.num, due, reason,
                       blocking.id)
             return Outcome.SKIPPED, nxt
-        delay_ms = random_delay_ms(task, self.random_delay_s)
-        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now,
-                                     not_before_ms=now + delay_ms if delay_ms else None)
-        await overlap.record_replaced(tx, run, decision, now)
         if decision.replaced:
             self.replaced += len(decision.replaced)
         await events.append_events(tx, run, [NewEvent(

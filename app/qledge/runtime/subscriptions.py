@@ -1,5 +1,5 @@
-"""Subscriptions: their operations, their pull task, and keeping tasks in step
-(docs/subscriptions.md).
+"""Subscriptions: their pull task, and keeping tasks in step (docs/subscriptions.md;
+the create/update/delete/pull operations are operations/subscriptions.py).
 
 A pull is a run of the subscription's own task (`qledge subscription pull <id>`),
 so it has a log, a receipt and an exit code like any run. The worker hands it its
@@ -18,18 +18,17 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 from .. import ids
 from ..clock import now_ms
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
-from ..db.interface import Tx
+from ..db.interface import Database, Tx
 from ..fs import confined
-from ..model import Concurrency, Run, RunStatus, Task, Trigger
+from ..model import Concurrency, Run, RunStatus, Task
 from ..scripts import meta as script_meta
 from ..subscriptions.spec import (
     ENV_NAME,
@@ -41,23 +40,11 @@ from ..subscriptions.spec import (
 )
 from .loop import PeriodicLoop
 
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
-
 log = logging.getLogger("qledge.subscriptions")
 STAGING = ".subscriptions"  # beside scripts/ in the work dir: renames stay on one fs
 SYNC_INTERVAL_S = 60.0
 PULL_GRACE_S = 30  # the pull task's timeout beyond caps.timeout_s (its own alarm first)
 MAX_LISTED = 200  # paths listed per kind in a sync result
-
-
-class PullBusy(Exception):
-    """Refused: the subscription's pull is already queued or running."""
-
-
-class AliasTaken(Exception):
-    """Refused: another subscription has this alias, or scripts/<alias> exists already
-    (a pull replaces that folder whole: it must be the subscription's own)."""
 
 
 def pull_command(sub_id: str) -> str:
@@ -74,111 +61,11 @@ def pull_task_fields(sub: subs.Subscription) -> dict[str, Any]:
             "concurrency": Concurrency.FORBID, "labels": ["subscription"], "env": {}}
 
 
-def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the scheme's default port filled in."""
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port
-
-
-# -- operations ------------------------------------------------------------------------
-
-async def create(rt: Runtime, fields: dict[str, Any]) -> subs.Subscription:
-    """A new subscription and its pull task, in one transaction (fields validated)."""
-    sub_id = ids.uuid7()
-    folder = rt.settings.work_path / "scripts" / fields["alias"]
-    async with rt.db.write() as tx:
-        if await subs.alias_taken(tx, fields["alias"]):
-            raise AliasTaken(f"alias {fields['alias']!r} is taken by another subscription")
-        if await asyncio.to_thread(os.path.lexists, folder):
-            raise AliasTaken(f"scripts/{fields['alias']}/ exists already and is not a "
-                             "subscription's: a pull would replace it")
-        sub = await subs.create(tx, sub_id, fields, now_ms())
-        task = await tasks.create_task(tx, ids.uuid7(), pull_task_fields(sub), now_ms())
-        sub = await subs.update(tx, sub_id, {"pull_task_id": task.id}, now_ms())
-    rt.scheduler.wake()
-    return sub
-
-
-async def update(rt: Runtime, sub_id: str, fields: dict[str, Any]) -> subs.Subscription:
-    """Change a subscription (fields validated). A credential is bound to the origin
-    (scheme, host, port) it was given for: a URL to another origin drops it unless the
-    same update gives one again — else whoever may edit the URL could send it anywhere."""
-    async with rt.db.write() as tx:
-        if "url" in fields and "secret" not in fields:
-            current = await subs.get(tx, sub_id)
-            if origin(fields["url"]) != origin(current.url):
-                fields = {**fields, "secret": None}
-        sub = await subs.update(tx, sub_id, fields, now_ms())
-        sub = await _ensure_pull_task(tx, sub)
-    rt.scheduler.wake()
-    return sub
-
-
-async def delete(rt: Runtime, *sub_ids: str) -> None:
-    """The subscriptions and their pull tasks, all or none (refused while a pull is
-    active); the tasks they created and their scripts folders stay (the user's now)."""
-    from .operations import ActiveRun
-
-    now = now_ms()
-    paths: list[str] = []
-    async with rt.db.write() as tx:
-        for sub_id in sub_ids:
-            sub = await subs.get(tx, sub_id)
-            if sub.pull_task_id is not None and await _task_or_none(tx, sub.pull_task_id):
-                active = await runs.active_run_of_task(tx, sub.pull_task_id)
-                if active is not None:
-                    task = await tasks.get_task(tx, sub.pull_task_id)
-                    raise ActiveRun(f"the pull of subscription {sub.name!r} is active; "
-                                    "cancel it first", task=task, run_id=active.id)
-                paths += await tasks.delete_task(tx, sub.pull_task_id, now)
-            await subs.delete(tx, sub_id)
-    await rt.remove_logs(paths)
-    rt.scheduler.wake()
-
-
-async def stop(rt: Runtime, sub_id: str) -> None:
-    """Cancel the subscription's active pull, if any (the scripts stay as they were)."""
-    from .operations import stop_task
-
-    async with rt.db.read() as tx:
-        sub = await subs.get(tx, sub_id)
-    if sub.pull_task_id is not None:
-        await stop_task(rt, sub.pull_task_id)
-
-
-async def pull_now(rt: Runtime, sub_id: str) -> Run:
-    """Queue a pull (the subscription's task, recreated if its user deleted it)."""
-    from .operations import ActiveRun, trigger
-
-    async with rt.db.write() as tx:
-        sub = await _ensure_pull_task(tx, await subs.get(tx, sub_id))
-    assert sub.pull_task_id is not None
-    try:
-        return await trigger(rt, sub.pull_task_id, Trigger.MANUAL)
-    except ActiveRun as exc:
-        raise PullBusy("a pull of this subscription is already queued or running") from exc
-
-
-async def _task_or_none(tx: Tx, task_id: str) -> Task | None:
+async def task_or_none(tx: Tx, task_id: str) -> Task | None:
     try:
         return await tasks.get_task(tx, task_id)
     except rows.NotFound:
         return None
-
-
-async def _ensure_pull_task(tx: Tx, sub: subs.Subscription) -> subs.Subscription:
-    """The pull task in step with the subscription (its user may have deleted it)."""
-    fields = pull_task_fields(sub)
-    if sub.pull_task_id is not None:
-        task = await _task_or_none(tx, sub.pull_task_id)
-        if task is not None:
-            changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
-            if changed:
-                await tasks.update_task(tx, task.id, changed, now_ms())
-            return sub
-    task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
-    return await subs.update(tx, sub.id, {"pull_task_id": task.id}, now_ms())
 
 
 # -- the pull's environment, and the end of a pull ------------------------------------
@@ -195,20 +82,25 @@ def spec_of(sub: subs.Subscription, secret: str | None, work_dir: Path) -> PullS
 class Syncer:
     """The pull task's environment, the terminal listener, and the sync loop."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, db: Database, work_dir: Path,
+                 remove_logs: Callable[[list[str]], Awaitable[None]],
+                 wake_scheduler: Callable[[], None]) -> None:
+        self.db = db
+        self.work_dir = work_dir
+        self.remove_logs = remove_logs  # a sync's deleted tasks' logs, after its commit
+        self.wake_scheduler = wake_scheduler  # their schedules changed
         self.loop = PeriodicLoop("subscriptions", SYNC_INTERVAL_S, self.round)
-        rt.db.on_terminal(self.on_terminal)
+        db.on_terminal(self.on_terminal)
 
     async def align_tasks(self) -> None:
         """At start-up: every pull task's system fields as this version writes them (a
         command from an earlier version gets no spec, `pull_env`). A deleted pull task
         stays deleted until the subscription is updated or pulled."""
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             for sub in await subs.list_all(tx, limit=100_000):
                 if sub.pull_task_id is None:
                     continue
-                task = await _task_or_none(tx, sub.pull_task_id)
+                task = await task_or_none(tx, sub.pull_task_id)
                 if task is None:
                     continue
                 fields = pull_task_fields(sub)
@@ -233,7 +125,7 @@ class Syncer:
         sub = await subs.by_pull_task(tx, task.id)
         if sub is None or task.command != pull_command(sub.id):
             return {}
-        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.rt.settings.work_path)
+        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.work_dir)
         return {ENV_NAME: encode(spec)}
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
@@ -244,7 +136,7 @@ class Syncer:
         tx.on_commit(self.loop.poke)
 
     async def round(self) -> float | None:
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             due = await subs.sync_due(tx)
         for sub in due:
             assert sub.sync_run_id is not None
@@ -255,23 +147,23 @@ class Syncer:
         return None
 
     async def sync(self, sub: subs.Subscription, run_id: str) -> dict[str, Any]:
-        async with self.rt.db.read() as tx:
+        async with self.db.read() as tx:
             run = await runs.get_run(tx, run_id)
         result: dict[str, Any] = {"run_id": run_id, "status": str(run.status),
                                   "exit_code": run.exit_code, "at_ms": now_ms()}
         if run.status is RunStatus.SUCCEEDED:
-            folder = self.rt.settings.work_path / "scripts" / sub.alias
+            folder = self.work_dir / "scripts" / sub.alias
             found = await asyncio.to_thread(
-                scan, folder, sub, manifest_path(self.rt.settings.work_path, sub.alias))
+                scan, folder, sub, manifest_path(self.work_dir, sub.alias))
             if found is None:
                 result["error"] = f"scripts/{sub.alias}/ could not be read"
             else:
                 result.update(await self._apply(sub, found))
         paths: list[str] = result.pop("_logs", [])
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             await subs.synced(tx, sub.id, run_id, result)
-        await self.rt.remove_logs(paths)
-        self.rt.scheduler.wake()
+        await self.remove_logs(paths)
+        self.wake_scheduler()
         return result
 
     async def _apply(self, sub: subs.Subscription,
@@ -283,7 +175,7 @@ class Syncer:
         skipped: list[str] = []
         logs: list[str] = []
         now = now_ms()
-        async with self.rt.db.write() as tx:
+        async with self.db.write() as tx:
             links = await subs.links(tx, sub.id)
             commands = {p: script_meta.task_command(f"{sub.alias}/{p}") for p in found}
             existing = await subs.task_ids_by_command(
@@ -316,7 +208,7 @@ class Syncer:
                     continue
                 if link.task_id is None:
                     continue  # its user deleted the task: a pull does not bring it back
-                current = await _task_or_none(tx, link.task_id)
+                current = await task_or_none(tx, link.task_id)
                 if current is None:
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=None, applied_schedule=link.applied_schedule,
@@ -346,7 +238,7 @@ class Syncer:
             for path, link in sorted(links.items()):
                 if path in found:
                     continue
-                gone = await _task_or_none(tx, link.task_id) if link.task_id else None
+                gone = await task_or_none(tx, link.task_id) if link.task_id else None
                 if gone is None or not sub.auto_delete:
                     if gone is None:
                         await subs.drop_link(tx, sub.id, path)

@@ -1,35 +1,25 @@
-"""Operations on tasks, runs, envs and OpenAPI apps: the one home both APIs, the benches and the
-drills call (docs/architecture.md).
-
-Each operation opens its transaction, makes the checks that belong to the change
-(an active run, the kernel's environment limits), and does the follow-ups after
-the commit (waking the scheduler or the dispatcher, unlinking deleted logs). The
-HTTP layer decodes a request and validates its fields (`http/inputs.py`), calls
-one of these, and encodes the answer; nothing here knows about HTTP. Errors are
-named exceptions, mapped to responses in `http/errors.py`.
-"""
+"""Operations on tasks and their runs: create, update, enable/disable, delete,
+trigger, cancel, stop (the package's docstring says what an operation is)."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 from typing import Any
 
 import msgspec
 
 from .. import ids
 from ..clock import now_ms
-from ..db import apps, envs, rows, runs, tasks
 from ..db import dependencies as deps
+from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.interface import Tx
 from ..launch import environment
 from ..limits import SWEEP_BATCH
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
-from . import chains, overlap
-from .cancellation import RunTerminal
-from .lifecycle import Runtime
+from ..runtime import chains, overlap
+from ..runtime.cancellation import RunTerminal
+from ..runtime.lifecycle import Runtime
 
 
 class ActiveRun(Exception):
@@ -42,14 +32,6 @@ class ActiveRun(Exception):
         self.task = task
         self.run_id = run_id
         self.reason = reason
-
-
-class NameTaken(Exception):
-    """Refused: another app has this name."""
-
-
-class WrongCredentials(Exception):
-    """Refused: no app has this client id and secret."""
 
 
 class SystemTask(Exception):
@@ -165,15 +147,15 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
     now = now_ms()
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
-        decision = await overlap.decide(tx, task, now)
-        if decision.blocking is not None:
+        created = await overlap.create_run(tx, task, how, now)
+        decision, run = created.decision, created.run
+        if run is None:
+            assert decision.blocking is not None  # the policy's reason for skipping
             waiting = decision.skip_reason == "queued_run"
             raise ActiveRun(
                 "task already has a run waiting (overlap: queue)" if waiting
                 else f"task already has an active run (overlap: {task.overlap.value})",
                 task=task, run_id=decision.blocking.id, reason=decision.skip_reason or "")
-        run = await runs.create_run(tx, ids.uuid7(), task.id, how, now)
-        await overlap.record_replaced(tx, run, decision, now)
         prepared = await rt.dispatcher.admit_new(tx, run, task)
     if decision.replaced:
         await rt.cancellation.sweep(SWEEP_BATCH)
@@ -199,81 +181,3 @@ async def stop_task(rt: Runtime, task_id: str) -> None:
     for run in active:
         with contextlib.suppress(RunTerminal, rows.Conflict):
             await cancel_run(rt, run.id)
-
-
-# -- envs ------------------------------------------------------------------------------
-
-async def create_envs(rt: Runtime, items: list[dict[str, Any]]) -> list[envs.EnvVar]:
-    """New envs in one transaction; every task's environment must still fit execve."""
-    async with rt.db.write() as tx:
-        created = [await envs.create_env(tx, ids.uuid7(), fields, now_ms())
-                   for fields in items]
-        await environment.verify(tx, rt.settings.work_path)
-    return created
-
-
-async def update_env(rt: Runtime, env_id: str, fields: dict[str, Any]) -> envs.EnvVar:
-    async with rt.db.write() as tx:
-        env = await envs.update_env(tx, env_id, fields, now_ms())
-        await environment.verify(tx, rt.settings.work_path)
-    return env
-
-
-async def set_envs_enabled(rt: Runtime, env_ids: list[str], enabled: bool) -> None:
-    """All or nothing: NotFound when one of them is gone."""
-    async with rt.db.write() as tx:
-        await envs.require_envs(tx, env_ids)
-        await envs.set_envs_enabled(tx, env_ids, enabled, now_ms())
-        if enabled:
-            await environment.verify(tx, rt.settings.work_path)
-
-
-async def rename_envs(rt: Runtime, env_ids: list[str], name: str) -> None:
-    """Give every listed env one name (QingLong's PUT /envs/name)."""
-    async with rt.db.write() as tx:
-        await envs.require_envs(tx, env_ids)
-        await envs.rename_envs(tx, env_ids, name, now_ms())
-        await environment.verify(tx, rt.settings.work_path)
-
-
-async def delete_envs(rt: Runtime, env_ids: list[str], *, missing_ok: bool = False) -> None:
-    """Delete these envs; NotFound for an unknown one unless `missing_ok`."""
-    async with rt.db.write() as tx:
-        if not missing_ok:
-            await envs.require_envs(tx, env_ids)
-        await envs.delete_envs(tx, env_ids)
-
-
-# -- OpenAPI apps ---------------------------------------------------------------------
-
-# What an unknown client id's secret is compared with: the comparison takes as long as
-# for a known one, so the answer's time does not say which of the two was wrong.
-_NO_SUCH_APP = hashlib.sha256(b"qledge-no-such-client").digest()
-
-
-async def create_app(rt: Runtime, *, name: str, client_id: str, secret_hash: bytes,
-                     scopes: list[str]) -> apps.App:
-    """A new app; NameTaken if another has `name`. Only the secret's hash is stored."""
-    async with rt.db.write() as tx:
-        if await apps.app_name_taken(tx, name):
-            raise NameTaken(name)
-        return await apps.create_app(tx, app_id=ids.uuid7(), name=name, client_id=client_id,
-                                     secret_hash=secret_hash, scopes=scopes, now_ms=now_ms())
-
-
-async def delete_app(rt: Runtime, app_id: str) -> None:
-    """Delete the app and so revoke its tokens; NotFound for an unknown one."""
-    async with rt.db.write() as tx:
-        await apps.delete_app(tx, app_id)
-
-
-async def issue_app_token(rt: Runtime, *, client_id: str, secret_hash: bytes,
-                          token_hash: bytes, expires_at_ms: int, now: int, keep: int) -> None:
-    """Store a token for the app with this client id and secret (compared in constant
-    time), keeping its newest `keep`; WrongCredentials, and nothing stored, if none."""
-    async with rt.db.write() as tx:
-        found = await apps.app_secret(tx, client_id)
-        expected = found[1] if found else _NO_SUCH_APP
-        if not hmac.compare_digest(secret_hash, expected) or found is None:
-            raise WrongCredentials(client_id)
-        await apps.issue_token(tx, found[0], token_hash, expires_at_ms, now, keep)

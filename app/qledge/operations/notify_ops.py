@@ -1,19 +1,15 @@
 """Operations on notification channels and rules, and a script's message: the writes
 behind /api/v1/notifications and POST /notify (the HTTP layer only decodes and encodes;
-operations.py holds those on tasks, runs and envs)."""
+operations/tasks.py holds those on tasks and runs)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from ..clock import now_ms
 from ..db import attempts, runs
 from ..db import notifications as q
 from ..model import ACTIVE_ATTEMPT
 from ..notify import rules as notify
-
-if TYPE_CHECKING:
-    from .lifecycle import Runtime
+from ..runtime.lifecycle import Runtime
 
 # A script's send() calls per attempt; a loop in a script must not flood a phone.
 MAX_SCRIPT_SENDS = 20

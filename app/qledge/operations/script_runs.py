@@ -13,8 +13,8 @@ from __future__ import annotations
 import shlex
 
 from ..model import Task, Trigger
-from . import operations
-from .lifecycle import Runtime
+from ..runtime.lifecycle import Runtime
+from . import tasks as operations
 
 DEBUG_LABEL = "debug"
 
