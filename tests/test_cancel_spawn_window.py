@@ -39,7 +39,7 @@ from qledge.receipts.codec import new_token, token_hash
 from qledge.runtime import operations
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
 
 
 class _HeldIdentityCommit:

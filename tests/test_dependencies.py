@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from _pkg_index import PackageServer, make_wheel, npm_pack
 
-from conftest import ADMIN, make_settings, migrate_for
+from support import ADMIN, make_settings, migrate_for
 
 API = "/api/v1/dependencies"
 SECRET = "mirror-pw-5d2c9e"
@@ -471,7 +471,7 @@ def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
     mirror; the install run goes on, ends honestly, and its package is still there
     after the whole appliance restarted."""
     from _appliance import Appliance
-    from conftest import free_port, wait_terminal
+    from support import free_port, wait_terminal
 
     sources.hold = "tinypkg-1.1.0-py3-none-any.whl"
     sources.holding.clear()

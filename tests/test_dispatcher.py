@@ -17,7 +17,7 @@ from qledge.model import Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
 
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
 
 
 @pytest.fixture

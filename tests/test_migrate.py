@@ -13,7 +13,7 @@ from qledge import ids
 from qledge.db import migrate, upkeep
 from qledge.launch import logs
 
-from conftest import killed_mid_vacuum
+from support import killed_mid_vacuum
 
 
 def _copy_migrations(dst: Path, upto: int | None = None) -> list[migrate.Migration]:

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from qledge.runtime import notify_ops
 
 from _receivers import HttpReceiver, SmtpReceiver, text_of
-from conftest import ADMIN, Server, make_runtime, unavailable, wait_terminal
+from support import ADMIN, Server, make_runtime, unavailable, wait_terminal
 
 SECRET = "tok3nS3cretValue42"
 FAST = {"notify_retry_base_s": "0.2", "notify_interval_s": "1",

@@ -23,7 +23,7 @@ from qledge.runtime import operations
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import ActiveRun, start_run
 
-from conftest import make_runtime
+from support import make_runtime
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from qledge.db import backend
 from qledge.importer.plan import Plan
 from qledge.runtime import dependencies, imports
 
-from conftest import (
+from support import (
     ADMIN,
     BACKEND,
     ROOT,

@@ -35,7 +35,7 @@ from qledge.runtime.retention import (
 )
 from qledge.settings import Profile, Settings
 
-from conftest import killed_mid_vacuum
+from support import killed_mid_vacuum
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -727,7 +727,7 @@ def test_task_retention_overrides_and_system_figures(client: object) -> None:
 
 async def test_capped_rounds_catch_up_instead_of_waiting_the_interval(
         tmp_path: Path) -> None:
-    from conftest import make_runtime
+    from support import make_runtime
 
     rt = make_runtime(tmp_path / "state", retention_interval_s="600")
     conf = rt.settings

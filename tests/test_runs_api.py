@@ -10,7 +10,7 @@ import pytest
 
 from _marked import MARK, kill_marked, marked
 
-from conftest import Server, wait_terminal
+from support import Server, wait_terminal
 
 
 def _task(http: httpx.Client, command: str, **extra: object) -> str:

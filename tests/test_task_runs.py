@@ -17,7 +17,7 @@ from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.operations import trigger
 from qledge.taskform import MESSAGES
 
-from conftest import make_runtime
+from support import make_runtime
 
 
 @pytest.fixture

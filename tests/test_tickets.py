@@ -9,7 +9,7 @@ import httpx
 
 from qledge.http.tickets import MAX_OUTSTANDING, TTL_MS, TicketStore
 
-from conftest import Server, wait_terminal
+from support import Server, wait_terminal
 
 RUN_A = "01900000-0000-7000-8000-00000000000a"
 RUN_B = "01900000-0000-7000-8000-00000000000b"
