@@ -19,6 +19,8 @@ from _appliance import Appliance
 from _launcher import wait_until
 from support import Server, free_port, wait_terminal
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 def _start(http: httpx.Client, command: str, **extra: object) -> str:
     task = http.post("/api/v1/tasks", json={"name": "c", "command": command, **extra})

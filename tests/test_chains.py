@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from qledge.db import attempts as db_attempts
@@ -13,6 +14,8 @@ from qledge.db import runs as db_runs
 from qledge.model import Event, Run, RunStatus, Task, Trigger
 from qledge.runtime import chains, operations
 from qledge.runtime.lifecycle import Runtime
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 async def new_task(rt: Runtime, command: str, **fields: Any) -> Task:

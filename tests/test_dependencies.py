@@ -21,6 +21,8 @@ from _pkg_index import PackageServer, make_wheel, npm_pack
 
 from support import ADMIN, make_settings, migrate_for
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 API = "/api/v1/dependencies"
 SECRET = "mirror-pw-5d2c9e"
 TINY_PY = "def hello():\n    return 'hello from tinypkg'\n"

@@ -19,6 +19,8 @@ from qledge.runtime.operations import trigger
 
 from support import add_task, make_runtime
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:

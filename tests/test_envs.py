@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from qledge import ids
 from qledge.db import envs
 from qledge.db.sqlite import Database
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 SECRET = "s3cr3t-v4lue-0f-an-env"
 

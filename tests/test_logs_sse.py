@@ -20,6 +20,8 @@ from starlette.testclient import TestClient
 from _appliance import Appliance
 from support import Server, free_port, wait_terminal
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 def _start(server: Server, command: str, **task: object) -> str:
     task = server.http.post("/api/v1/tasks",

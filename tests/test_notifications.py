@@ -21,6 +21,8 @@ from qledge.runtime import notify_ops
 from _receivers import HttpReceiver, SmtpReceiver, text_of
 from support import ADMIN, Server, make_runtime, unavailable, wait_terminal
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 SECRET = "tok3nS3cretValue42"
 FAST = {"notify_retry_base_s": "0.2", "notify_interval_s": "1",
         "notify_base_url": "http://qledge.local:5700/"}

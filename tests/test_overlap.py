@@ -25,6 +25,8 @@ from qledge.runtime.operations import ActiveRun, start_run
 
 from support import make_runtime
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 @pytest.fixture
 async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:

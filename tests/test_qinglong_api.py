@@ -21,6 +21,8 @@ from qledge.settings import Settings
 from _appliance import Appliance
 from support import free_port, sql
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 ENV_SECRET = "env-v4lue-th4t-must-n0t-leak"
 
 Get = Callable[..., Any]

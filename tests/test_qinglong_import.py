@@ -38,6 +38,8 @@ from support import (
     wait_terminal,
 )
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 FIXTURES = Path(__file__).parent / "fixtures" / "qinglong"
 DATA_TGZ = FIXTURES / "2.21.0-data.tgz"
 BACKUP_TGZ = FIXTURES / "2.21.0-backup.tgz"

@@ -12,6 +12,8 @@ from _marked import MARK, kill_marked, marked
 
 from support import Server, wait_terminal
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 def _task(http: httpx.Client, command: str, **extra: object) -> str:
     r = http.post("/api/v1/tasks", json={"name": "t", "command": command, **extra})

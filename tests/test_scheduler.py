@@ -20,6 +20,8 @@ from qledge.settings import Settings
 
 from support import time_zone
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 SHANGHAI = timezone(timedelta(hours=8))
 MINUTE = 60_000
 DAY = 86_400_000

@@ -18,6 +18,8 @@ from test_qinglong_subscriptions import token
 
 from support import ADMIN, make_settings, migrate_for
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 API = "/api/v1/subscriptions"
 SECRET = "s3cr3t-TOKEN-7d1f0a"
 
