@@ -4,11 +4,14 @@ tests/conftest.py, which imports from here."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import platform
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -89,12 +92,31 @@ def migrate_for(conf: settings.Settings) -> None:
     """Migrate the settings' database; callable inside a running event loop too (the
     PostgreSQL migration runs its own, so it goes to a thread of its own)."""
     if not conf.fleet:
+        if not conf.db_path.exists():
+            # A new SQLite database starts as a copy of the one migrated once per session
+            # (test_support.py proves their schemas equal); apply then only checks it.
+            shutil.copyfile(migrated_template(), conf.db_path)
+            os.chmod(conf.db_path, 0o600)
         migrate.apply(conf.db_path)
         return
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(backend.migrate_now, conf).result()
+
+
+_TEMPLATE: list[Path] = []
+
+
+def migrated_template() -> Path:
+    """A SQLite database migrated through every migration, made once per test session
+    (closed, so checkpointed: a single file to copy)."""
+    if not _TEMPLATE:
+        where = Path(tempfile.mkdtemp(prefix="qledge-template-"))
+        atexit.register(shutil.rmtree, where, True)
+        migrate.apply(where / "template.db")
+        _TEMPLATE.append(where / "template.db")
+    return _TEMPLATE[0]
 
 
 def sql(conf: settings.Settings, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
