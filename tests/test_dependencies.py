@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from _pkg_index import PackageServer, make_wheel, npm_pack
 
-from support import ADMIN, make_settings, migrate_for
+from support import ADMIN, eventually, make_settings, migrate_for
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -262,10 +262,7 @@ def test_remove_then_forget(api: TestClient) -> None:
 
 
 def _wait(cond: Any, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.002)
+    eventually(cond, timeout=timeout, interval=0.002, what=what)
 
 
 def _job_pids(run_id: str) -> list[int]:
