@@ -75,7 +75,7 @@ def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def rows(state: Path, sql: str) -> list[tuple[Any, ...]]:
-    if BACKEND == "pg":  # the node's database is its PostgreSQL one (tests/conftest.py)
+    if BACKEND == "pg":  # the node's database is its PostgreSQL one (tests/support.py)
         return pg_rows(pg_env(state)["QLEDGE_DATABASE_URL"], sql)
     conn = sqlite3.connect(state / "data" / "qledge.sqlite3")
     try:
