@@ -25,7 +25,7 @@ class Appliance:
         """`env`: settings (QLEDGE_<NAME>); `failpoints`: the test-only crash points
         (QLTEST_FAILPOINTS, outside the settings' name space); `preexec_fn`: e.g. a
         seccomp filter, inherited by the whole tree."""
-        from conftest import launcher_path
+        from support import launcher_path
 
         self.state = state
         self.port = port

@@ -121,7 +121,7 @@ def pg_server() -> Iterator[str]:
     if given:
         yield given
         return
-    from conftest import free_port
+    from support import free_port
 
     cluster = Cluster(pg_bindir(), free_port())
     try:
@@ -183,7 +183,7 @@ def fresh_database() -> str:
     global _shared
     import atexit
 
-    from conftest import free_port
+    from support import free_port
 
     server = os.environ.get(DSN_ENV)
     if server is None:

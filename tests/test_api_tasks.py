@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import pytest
 from starlette.testclient import TestClient
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 TASK = {"name": "hello", "command": "echo hi", "schedule": "*/5 * * * *", "timeout_s": 60,
         "env": {"GREETING": "hi"}}

@@ -21,7 +21,7 @@ from qledge.db import backend
 from qledge.db.sqlite import Database
 
 from _appliance import Appliance
-from conftest import free_port
+from support import free_port
 
 SECRET = "cluster-secret-0123456789abcdefghij"
 DSN = "postgresql://qledge:hunter2-pw@db.lan:5432/qledge"

@@ -38,7 +38,7 @@ from qledge.model import (
 from qledge.receipts.codec import new_token, token_hash
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
 
 
 class _HeldIdentityCommit:

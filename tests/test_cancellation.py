@@ -17,7 +17,9 @@ from qledge.model import Trigger
 
 from _appliance import Appliance
 from _launcher import wait_until
-from conftest import Server, free_port, wait_terminal
+from support import Server, free_port, wait_terminal
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 def _start(http: httpx.Client, command: str, **extra: object) -> str:

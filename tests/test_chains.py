@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from qledge import operations
@@ -14,6 +15,8 @@ from qledge.db import runs as db_runs
 from qledge.model import Event, Run, RunStatus, Task, Trigger
 from qledge.runtime import chains
 from qledge.runtime.lifecycle import Runtime
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 async def new_task(rt: Runtime, command: str, **fields: Any) -> Task:

@@ -18,6 +18,8 @@ from qledge.runtime.consumer import Consumed, Consumer
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 NODE = "01a22c6f-dc91-7024-a839-591fbcd14500"
 
 

@@ -8,6 +8,8 @@ from qledge import transitions
 from qledge.model import CancelReason, Run, RunStatus, Trigger
 from qledge.transitions import InvalidTransition
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 
 def _run(status: RunStatus, exit_code: int | None = None,
          cancel_reason: CancelReason | None = None) -> Run:

@@ -9,7 +9,7 @@ import pytest
 
 from qledge import cron
 
-from conftest import time_zone
+from support import time_zone
 
 SHANGHAI = timezone(timedelta(hours=8))
 

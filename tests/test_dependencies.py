@@ -19,7 +19,9 @@ from starlette.testclient import TestClient
 
 from _pkg_index import PackageServer, make_wheel, npm_pack
 
-from conftest import ADMIN, make_settings, migrate_for
+from support import ADMIN, eventually, make_settings, migrate_for
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 API = "/api/v1/dependencies"
 SECRET = "mirror-pw-5d2c9e"
@@ -260,10 +262,7 @@ def test_remove_then_forget(api: TestClient) -> None:
 
 
 def _wait(cond: Any, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.002)
+    eventually(cond, timeout=timeout, interval=0.002, what=what)
 
 
 def _job_pids(run_id: str) -> list[int]:
@@ -471,7 +470,7 @@ def test_an_install_survives_a_worker_kill_and_the_appliance_restarting(
     mirror; the install run goes on, ends honestly, and its package is still there
     after the whole appliance restarted."""
     from _appliance import Appliance
-    from conftest import free_port, wait_terminal
+    from support import free_port, wait_terminal
 
     sources.hold = "tinypkg-1.1.0-py3-none-any.whl"
     sources.holding.clear()

@@ -32,7 +32,7 @@ from qledge.runtime.diskwatch import (
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
 
-from conftest import Server, tmpfs, unavailable, wait_terminal
+from support import Server, tmpfs, unavailable, wait_terminal
 
 
 class FakeFs:

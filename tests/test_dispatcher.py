@@ -17,7 +17,9 @@ from qledge.model import Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 @pytest.fixture

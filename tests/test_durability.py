@@ -20,7 +20,7 @@ from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
 
-from conftest import ROOT, unavailable
+from support import ROOT, unavailable
 
 _PROGRAM = textwrap.dedent("""
     import asyncio, os, sys

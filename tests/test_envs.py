@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from qledge import ids
 from qledge.db import envs
 from qledge.db.sqlite import Database
 
+from support import eventually
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 SECRET = "s3cr3t-v4lue-0f-an-env"
 
 
 def wait_terminal(client: TestClient, run_id: str, timeout: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def terminal() -> dict[str, Any] | None:
         run: dict[str, Any] = client.get(f"/api/v1/runs/{run_id}").json()
-        if run["terminal"]:
-            return run
-        time.sleep(0.05)
-    raise AssertionError(f"run {run_id} not terminal after {timeout}s")
+        return run if run["terminal"] else None
+
+    return eventually(terminal, timeout=timeout, interval=0.05, what=f"run {run_id} to be terminal")
 
 
 def run_and_log(client: TestClient, task_id: str) -> tuple[dict[str, Any], str]:

@@ -21,7 +21,7 @@ from qledge.model import Event, NewEvent, RunStatus
 from qledge.transitions import Transition
 from test_migrate import _legacy_db, _seed
 
-from conftest import ROOT, unavailable
+from support import ROOT, unavailable
 
 
 def test_the_log_reads_back_every_kind_of_event() -> None:

@@ -18,7 +18,7 @@ from qledge.model import AttemptStatus, Reason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from conftest import add_task
+from support import add_task
 
 
 async def test_a_failed_identity_commit_stops_the_group_without_blocking_the_loop(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ADMIN, Server, tmpfs
+from support import ADMIN, Server, tmpfs
 
 
 def _raw(server: Server, head: str, body_parts: list[bytes], timeout: float = 10

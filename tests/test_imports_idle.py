@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import launcher_path
+from support import launcher_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

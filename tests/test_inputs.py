@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from conftest import wait_terminal
+from support import wait_terminal
 
 # Hostile text for integer query parameters and headers: too big for int64,
 # negative, not a number, digits int() would accept but are not ASCII ("²" passes

@@ -22,7 +22,7 @@ from qledge import paths, settings
 from qledge.launch import isolation, logs
 
 from _launcher import landlock_unavailable
-from conftest import ADMIN, Server, make_settings, unavailable, wait_terminal
+from support import ADMIN, Server, make_settings, unavailable, wait_terminal
 
 NOBODY = 65534
 

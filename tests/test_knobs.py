@@ -20,7 +20,7 @@ from pathlib import Path
 from qledge import settings
 
 from _appliance import Appliance
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 # Where commands and variables are documented for people to copy.
 DOCS = [ROOT / "README.md", ROOT / "image/launcher/README.md", *sorted((ROOT / "docs").glob(

@@ -53,7 +53,7 @@ from _launcher import (
     start,
     wait_until,
 )
-from conftest import unavailable
+from support import unavailable
 
 RECEIPT_RE = re.compile(
     rb'\{"schemaVersion":1,"runId":"[0-9a-f-]{36}","attemptId":"[0-9a-f-]{36}",'

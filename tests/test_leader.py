@@ -37,7 +37,7 @@ from qledge.runtime.retention import Retention
 from qledge.runtime.scheduler import Outcome, Scheduler
 from qledge.settings import Settings
 
-from conftest import time_zone
+from support import time_zone
 
 TTL_S = 1.0
 SETTINGS = Settings(leader_lease_s=TTL_S)

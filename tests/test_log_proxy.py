@@ -31,7 +31,7 @@ from qledge.launch import logs
 from qledge.model import Trigger
 from qledge.node import Node
 
-from conftest import ADMIN, free_port, make_settings
+from support import ADMIN, free_port, make_settings
 
 SECRET = "fleet-secret-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

@@ -18,7 +18,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from _appliance import Appliance
-from conftest import Server, free_port, wait_terminal
+from support import Server, free_port, wait_terminal
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 def _start(server: Server, command: str, **task: object) -> str:
@@ -321,7 +323,7 @@ async def test_an_idle_stream_sends_keepalive_comments(tmp_path: Path,
     from qledge.model import Trigger
     from qledge.runtime.lifecycle import Runtime
 
-    from conftest import add_task, make_runtime
+    from support import add_task, make_runtime
 
     monkeypatch.setattr(logs_sse, "KEEPALIVE_S", 0.4, raising=False)
     rt: Runtime = make_runtime(tmp_path / "state")

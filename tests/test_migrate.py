@@ -13,7 +13,7 @@ from qledge import ids
 from qledge.db import migrate, upkeep
 from qledge.launch import logs
 
-from conftest import killed_mid_vacuum
+from support import killed_mid_vacuum
 
 
 def _copy_migrations(dst: Path, upto: int | None = None) -> list[migrate.Migration]:
@@ -494,7 +494,7 @@ def _digest(db: Path) -> str:
 
 
 def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
-    """kill -9 at two known points of the VACUUM (conftest.killed_mid_vacuum): the
+    """kill -9 at two known points of the VACUUM (support.killed_mid_vacuum): the
     database is exactly the old one, 4 KiB pages, and the next start converts it."""
     db = _legacy_db(tmp_path, upto=6)
     conn = sqlite3.connect(db)

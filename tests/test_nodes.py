@@ -26,7 +26,7 @@ from qledge.runtime.fleet import Fleet
 from qledge.runtime.lifecycle import read_boot_id
 from qledge.settings import Settings, SettingsError
 
-from conftest import make_settings
+from support import make_settings
 
 BOOT = read_boot_id()
 

@@ -19,7 +19,9 @@ from starlette.testclient import TestClient
 from qledge.operations import notify_ops
 
 from _receivers import HttpReceiver, SmtpReceiver, text_of
-from conftest import ADMIN, Server, make_runtime, unavailable, wait_terminal
+from support import ADMIN, Server, make_runtime, unavailable, wait_terminal
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 SECRET = "tok3nS3cretValue42"
 FAST = {"notify_retry_base_s": "0.2", "notify_interval_s": "1",

@@ -22,7 +22,9 @@ from qledge.model import Attempt, Event, Run, RunStatus, Task, Trigger
 from qledge.operations import ActiveRun, start_run
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import make_runtime
+from support import make_runtime
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 @pytest.fixture

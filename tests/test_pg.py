@@ -42,7 +42,7 @@ from qledge.node import Node
 from qledge.notify import rules as notify
 from qledge.subscriptions import spec as subscription_spec
 
-from conftest import free_port
+from support import free_port
 
 
 async def test_the_rig_cluster_is_a_real_durable_server(pg_dsn: str) -> None:

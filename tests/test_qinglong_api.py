@@ -19,7 +19,9 @@ from starlette.testclient import TestClient
 from qledge.settings import Settings
 
 from _appliance import Appliance
-from conftest import free_port, sql
+from support import free_port, sql
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 ENV_SECRET = "env-v4lue-th4t-must-n0t-leak"
 
@@ -306,7 +308,7 @@ def test_deleting_a_cron_wakes_the_scheduler_and_dates_its_log_deletions(
 def test_log_is_the_bounded_tail(tmp_path: Path) -> None:
     from qledge.http.app import create_app
 
-    from conftest import ADMIN, make_settings, migrate_for
+    from support import ADMIN, make_settings, migrate_for
 
     conf = make_settings(tmp_path / "state", log_read_limit="1000")
     migrate_for(conf)

@@ -7,8 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from _pkg_index import PackageServer
 from test_dependencies import client, sources, wait_run  # noqa: F401 - `sources` is a fixture
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 def token(c: Any, scopes: list[str]) -> dict[str, str]:

@@ -25,7 +25,7 @@ from qledge.db import backend
 from qledge.importer.plan import Plan
 from qledge.runtime import dependencies, imports
 
-from conftest import (
+from support import (
     ADMIN,
     BACKEND,
     ROOT,
@@ -37,6 +37,8 @@ from conftest import (
     sql,
     wait_terminal,
 )
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 FIXTURES = Path(__file__).parent / "fixtures" / "qinglong"
 DATA_TGZ = FIXTURES / "2.21.0-data.tgz"
@@ -73,7 +75,7 @@ def cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def rows(state: Path, sql: str) -> list[tuple[Any, ...]]:
-    if BACKEND == "pg":  # the node's database is its PostgreSQL one (tests/conftest.py)
+    if BACKEND == "pg":  # the node's database is its PostgreSQL one (tests/support.py)
         return pg_rows(pg_env(state)["QLEDGE_DATABASE_URL"], sql)
     conn = sqlite3.connect(state / "data" / "qledge.sqlite3")
     try:

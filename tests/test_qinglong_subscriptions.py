@@ -16,6 +16,8 @@ from starlette.testclient import TestClient
 
 from _git_server import GitRepo, GitServer
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 SECRET = "tok3n-N0T-to-leak-9f2c"
 OPEN = "/open/subscriptions"
 

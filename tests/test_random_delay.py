@@ -19,7 +19,7 @@ from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler, random_delay_ms
 
-from conftest import ADMIN, make_runtime, time_zone
+from support import ADMIN, make_runtime, time_zone
 
 SHANGHAI = timezone(timedelta(hours=8))
 

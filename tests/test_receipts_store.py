@@ -17,7 +17,7 @@ from qledge.ids import uuid7
 from qledge.receipts.codec import MAX_RECEIPT_BYTES, ReceiptReason, Rejected, decode
 from qledge.receipts.store import ReceiptStore, UnsupportedVolume, probe
 
-from conftest import unavailable
+from support import unavailable
 
 NOT_REGULAR = Rejected(ReceiptReason.RECEIPT_NOT_REGULAR)
 

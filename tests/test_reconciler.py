@@ -16,7 +16,7 @@ from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime, read_boot_id
 
-from conftest import add_task, make_settings
+from support import add_task, make_settings
 
 
 async def _run(rt: Runtime, run_id: str) -> Run:

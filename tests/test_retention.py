@@ -35,7 +35,7 @@ from qledge.runtime.retention import (
 )
 from qledge.settings import Profile, Settings
 
-from conftest import killed_mid_vacuum
+from support import killed_mid_vacuum
 
 NOW = 1_800_000_000_000
 T = RunStatus
@@ -623,7 +623,7 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
 
 
 def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
-    """kill -9 at two known points of the VACUUM (conftest.killed_mid_vacuum): the
+    """kill -9 at two known points of the VACUUM (support.killed_mid_vacuum): the
     database is exactly the old one (no auto-vacuum, 4 KiB pages) with the migrations
     committed before it, and the next start converts it."""
     db = tmp_path / "q.db"
@@ -727,7 +727,7 @@ def test_task_retention_overrides_and_system_figures(client: object) -> None:
 
 async def test_capped_rounds_catch_up_instead_of_waiting_the_interval(
         tmp_path: Path) -> None:
-    from conftest import make_runtime
+    from support import make_runtime
 
     rt = make_runtime(tmp_path / "state", retention_interval_s="600")
     conf = rt.settings

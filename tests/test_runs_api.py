@@ -10,7 +10,9 @@ import pytest
 
 from _marked import MARK, kill_marked, marked
 
-from conftest import Server, wait_terminal
+from support import Server, wait_terminal
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 def _task(http: httpx.Client, command: str, **extra: object) -> str:

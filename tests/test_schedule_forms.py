@@ -20,7 +20,7 @@ from qledge.model import TERMINAL_RUN, CancelReason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler
 
-from conftest import make_runtime, time_zone
+from support import make_runtime, time_zone
 
 MINUTE = 60_000
 

@@ -18,7 +18,9 @@ from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
 from qledge.settings import Settings
 
-from conftest import time_zone
+from support import time_zone
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 SHANGHAI = timezone(timedelta(hours=8))
 MINUTE = 60_000

@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from test_scripts_api import API, put, root_of
 
-from conftest import wait_terminal
+from support import wait_terminal
 
 
 def _run(client: TestClient, **body: Any) -> Any:

@@ -25,7 +25,7 @@ from qledge.scripts import folder as scripts
 from qledge.scripts import ship as shipped_scripts
 from qledge.scripts.folder import Limits, Scripts
 
-from conftest import ADMIN, ROOT, unavailable
+from support import ADMIN, ROOT, unavailable
 
 
 @pytest.fixture
@@ -631,7 +631,7 @@ def test_upload_over_the_cap_is_413_before_the_body_is_read(client: TestClient) 
 def test_start_up_makes_the_scripts_folder_private(tmp_path: Path) -> None:
     from qledge import paths
 
-    from conftest import make_settings
+    from support import make_settings
 
     conf = make_settings(tmp_path / "state")
     for folder in (conf.scripts_path, conf.script_history_path):

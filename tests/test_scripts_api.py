@@ -16,6 +16,8 @@ from qledge.scripts import ship as shipped_scripts
 from qledge.scripts.folder import Limits, Scripts
 from test_qinglong_api import bearer, get_token, make_app
 
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
+
 API = "/api/v1/scripts"
 
 

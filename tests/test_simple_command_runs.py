@@ -18,7 +18,7 @@ from qledge.model import Attempt, Run, RunStatus, Trigger
 from qledge.operations import cancel_run, trigger
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import make_runtime
+from support import make_runtime
 
 # The launcher's child names its parent and its own program.
 WHO = ("python3 -c 'import os; print(open(\"/proc/%d/comm\" % os.getppid()).read().strip(),"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import _skips
-from conftest import ROOT
+from support import ROOT
 
 QEMU_SKIP = '''
 import pytest

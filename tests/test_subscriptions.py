@@ -16,7 +16,9 @@ from starlette.testclient import TestClient
 from _git_server import GitHttpBackend, GitRepo, GitServer, PageServer, tree_bytes
 from test_qinglong_subscriptions import token
 
-from conftest import ADMIN, make_settings, migrate_for
+from support import ADMIN, make_settings, migrate_for
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 API = "/api/v1/subscriptions"
 SECRET = "s3cr3t-TOKEN-7d1f0a"
@@ -360,7 +362,7 @@ def test_enospc_during_the_fetch_leaves_the_scripts(tmp_path: Path, repo: GitRep
                                                      git_server: GitServer) -> None:
     import subprocess
 
-    from conftest import unavailable
+    from support import unavailable
 
     if os.geteuid() != 0:
         unavailable("the ENOSPC drill needs root to mount a small tmpfs")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _appliance import ADMIN, Appliance
-from conftest import free_port
+from support import free_port
 
 pytestmark = pytest.mark.drill
 

@@ -20,7 +20,7 @@ from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 
 from _appliance import kill_leftover_tasks
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
 
 # Attempts with a receipt-journal entry (its columns of the attempt row, migration 0021).
 _JOURNAL = "SELECT COUNT(*) FROM run_attempts WHERE receipt_state IS NOT NULL"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from qledge.cli.task import admin_token
 
-from conftest import ADMIN, Server
+from support import ADMIN, Server
 
 ROOT = Path(__file__).resolve().parents[1]
 

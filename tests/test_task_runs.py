@@ -17,7 +17,9 @@ from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.taskform import MESSAGES
 
-from conftest import make_runtime
+from support import make_runtime
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 @pytest.fixture

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from qledge.http.tickets import MAX_OUTSTANDING, TTL_MS, TicketStore
 
-from conftest import Server, wait_terminal
+from support import Server, wait_terminal
+
+pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 RUN_A = "01900000-0000-7000-8000-00000000000a"
 RUN_B = "01900000-0000-7000-8000-00000000000b"

@@ -24,7 +24,7 @@ from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from conftest import add_task, make_runtime
+from support import add_task, make_runtime
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from _appliance import ADMIN, Appliance
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 CHROMIUM = os.environ.get("QLTEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -15,7 +15,7 @@ from _pkg_index import PackageServer, make_wheel
 
 from .conftest import FAST, sign_in_at
 from _appliance import Appliance
-from conftest import free_port
+from support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from drills.conftest import get_run, make_task, trigger, wait_until
 
 from .conftest import FAST, api_task, sign_in, sign_in_at, wait_run
 from _appliance import Appliance
-from conftest import free_port
+from support import free_port
 
 pytestmark = pytest.mark.slow
 

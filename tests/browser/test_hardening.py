@@ -19,7 +19,7 @@ from qledge.launch import isolation
 from .conftest import FAST, api_task, shoot, sign_in, sign_in_at, wait_run
 from _appliance import Appliance
 from _launcher import landlock_unavailable
-from conftest import free_port, tmpfs, unavailable
+from support import free_port, tmpfs, unavailable
 
 pytestmark = pytest.mark.slow
 

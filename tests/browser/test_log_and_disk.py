@@ -20,7 +20,7 @@ from drills._forgetful import ForgetfulMount, available
 
 from .conftest import FAST, Watched, api_task, shoot, sign_in, sign_in_at, wait_run
 from _appliance import Appliance
-from conftest import free_port, unavailable
+from support import free_port, unavailable
 
 pytestmark = pytest.mark.slow
 

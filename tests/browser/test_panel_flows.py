@@ -16,7 +16,7 @@ from test_panel import emitted_event_types
 
 from .conftest import FAST, Watched, api_task, sign_in, wait_ready_again
 from _appliance import ADMIN, Appliance
-from conftest import free_port
+from support import free_port
 
 pytestmark = pytest.mark.slow
 

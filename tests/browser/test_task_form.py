@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from .conftest import FAST, api_task, sign_in
 from _appliance import Appliance
-from conftest import free_port
+from support import free_port
 
 
 @pytest.fixture(scope="module")

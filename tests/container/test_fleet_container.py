@@ -36,7 +36,7 @@ import httpx
 import pytest
 
 from .drill import tag_of
-from conftest import unavailable
+from support import unavailable
 
 pytestmark = [pytest.mark.drill, pytest.mark.slow]
 DOCKER = "/usr/bin/docker"

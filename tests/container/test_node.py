@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from .drill import tag_of
-from conftest import ROOT, unavailable
+from support import ROOT, unavailable
 
 pytestmark = [pytest.mark.drill, pytest.mark.slow]
 DOCKER = "/usr/bin/docker"

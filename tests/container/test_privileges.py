@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from conftest import ROOT, unavailable
+from support import ROOT, unavailable
 
 pytestmark = [pytest.mark.drill, pytest.mark.slow]
 DOCKER = "/usr/bin/docker"

@@ -28,7 +28,7 @@ from _pg import Cluster, pg_bindir, psql
 
 from .conftest import FAST, api, ok, wait_until
 from _appliance import Appliance, kill_leftover_tasks, launcher_pids
-from conftest import free_port
+from support import free_port
 
 SECRET = "fleet-drill-cluster-secret-0123456789abcdef"
 # Leases short enough for drills: a node is `expired` 3 s after its last heartbeat.

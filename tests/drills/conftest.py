@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from _appliance import Appliance, kill_leftover_tasks
-from conftest import free_port
+from support import free_port
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ._forgetful import ForgetfulMount, available
-from conftest import unavailable
+from support import unavailable
 
 pytestmark = pytest.mark.drill
 

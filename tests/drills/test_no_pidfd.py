@@ -37,7 +37,7 @@ from .test_recovery_drills import (
     test_worker_killed_mid_run_tasks_keep_log_and_exit_code as worker_kill_drill,
 )
 from _launcher import deny_syscalls
-from conftest import unavailable
+from support import unavailable
 
 pytestmark = pytest.mark.drill
 NR_PIDFD_OPEN = 434  # x86_64 (and every arch since 5.3)

@@ -28,7 +28,7 @@ from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 
-from conftest import add_task, make_runtime, make_settings, migrate_for
+from support import add_task, make_runtime, make_settings, migrate_for
 
 
 class Machine:

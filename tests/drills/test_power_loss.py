@@ -53,7 +53,7 @@ from ._forgetful import ForgetfulMount, available
 from .conftest import wait_until
 from _appliance import kill_leftover_tasks
 from _launcher import build_variant
-from conftest import ADMIN, free_port, launcher_path, unavailable
+from support import ADMIN, free_port, launcher_path, unavailable
 
 pytestmark = pytest.mark.drill
 

@@ -25,7 +25,7 @@ from _pg import Cluster, psql
 from ._fleet import LEASES, SECRET, cluster_fixture  # noqa: F401  (the fixture)
 from .conftest import FAST, make_task, trigger, wait_terminal, wait_until
 from _appliance import ADMIN, ROOT, Appliance
-from conftest import free_port
+from support import free_port
 
 pytestmark = [pytest.mark.drill]
 
