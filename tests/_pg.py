@@ -178,7 +178,7 @@ _shared: Cluster | None = None
 
 
 def fresh_database() -> str:
-    """QLTEST_BACKEND=pg (tests/conftest.py): a new empty database on a cluster shared
+    """QLTEST_BACKEND=pg (tests/support.py): a new empty database on a cluster shared
     by the whole session, started at the first call and stopped at exit."""
     global _shared
     import atexit
