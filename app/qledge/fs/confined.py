@@ -16,7 +16,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .. import failpoints
 
@@ -168,6 +168,43 @@ def refuse_kind(st: os.stat_result, rel: str, want: str) -> None:
         raise ScriptWrongType(f"{rel} is a {found}, not a {want}", path=rel, reason=reason)
     raise ScriptNotRegular(f"{rel} is a {found.replace('_', ' ')}, not a regular "
                            f"{want}", path=rel, reason=found)
+
+
+class NotAFolder(NotADirectoryError):
+    """A level of a folder path that is a file or a symlink (never followed); `parts`
+    is the path up to and including it."""
+
+    def __init__(self, parts: tuple[str, ...]) -> None:
+        super().__init__(errno.ENOTDIR, f"{'/'.join(parts)} is not a folder")
+        self.parts = parts
+
+
+def folder_fd(root_fd: int, parts: tuple[str, ...], mode: int, *,
+              made: Callable[[tuple[str, ...]], None] | None = None,
+              durable: bool = False) -> int:
+    """An fd of root/parts, each missing level made with `mode`, never through a link
+    (NotAFolder). `made` hears each level created (for an undo); `durable` fsyncs the
+    parent of each, so a new folder survives a power cut with what is put in it."""
+    fd = os.dup(root_fd)
+    try:
+        for i, name in enumerate(parts):
+            try:
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(name, mode, dir_fd=fd)
+                if made is not None:
+                    made(parts[:i + 1])
+                if durable:
+                    os.fsync(fd)
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                raise NotAFolder(parts[:i + 1]) from None
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_root(root: os.PathLike[str] | str) -> int:

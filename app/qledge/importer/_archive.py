@@ -11,13 +11,14 @@ are counted and reported.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tarfile
 from pathlib import Path
 
 import msgspec
+
+from ..fs import confined
 
 MAX_MEMBERS = 50_000
 MAX_TOTAL = 1 << 30  # bytes unpacked
@@ -49,19 +50,7 @@ def _parts(name: str) -> tuple[str, ...] | None:
 
 def _folder(root_fd: int, parts: tuple[str, ...]) -> int:
     """An fd of root/parts, made (0700) where missing, never through a link."""
-    fd = os.dup(root_fd)
-    try:
-        for part in parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=fd)
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return confined.folder_fd(root_fd, parts, 0o700)
 
 
 def unpack(archive: Path, into: Path) -> Unpacked:

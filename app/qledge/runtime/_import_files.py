@@ -96,25 +96,12 @@ class Copies:
     def _folder(self, parts: tuple[str, ...], mode: int) -> int:
         """An fd of root/parts, made level by level where missing (remembered for undo);
         a link or a file on the way is refused."""
-        fd = os.dup(self.root_fd)
         try:
-            for i, name in enumerate(parts):
-                try:
-                    nxt = os.open(name, confined.DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    os.mkdir(name, mode, dir_fd=fd)
-                    self.made.append(parts[:i + 1])
-                    os.fsync(fd)
-                    nxt = os.open(name, confined.DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    raise CopyFailed(f"{'/'.join(parts[:i + 1])} is not a folder (a file or"
-                                     " a symlink is there)") from None
-                os.close(fd)
-                fd = nxt
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+            return confined.folder_fd(self.root_fd, parts, mode, made=self.made.append,
+                                      durable=True)
+        except confined.NotAFolder as exc:
+            raise CopyFailed(f"{'/'.join(exc.parts)} is not a folder (a file or"
+                             " a symlink is there)") from None
 
     def stage(self, dest: str, source: Path, *, sha256: str | None, mode: int,
               replace: bool, limit: int) -> None:
