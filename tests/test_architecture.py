@@ -70,12 +70,13 @@ def test_only_db_speaks_sqlite() -> None:
 BACKEND_MODULES = {"qledge.db.sqlite", "qledge.db.pg", "aiosqlite", "asyncpg"}
 
 
-def backend_imports(rel: str, tree: ast.Module) -> list[str]:
-    found = []
+def _imports(rel: str, tree: ast.Module) -> Iterator[tuple[int, str, list[str], bool]]:
+    """Every import of a module as (line, absolute source, imported names, whether the
+    source is a bare package — `from . import x`); `import a.b` is ("a.b", [])."""
     for node in ast.walk(tree):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            for alias in node.names:
+                yield node.lineno, alias.name, [], False
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = _module_name(rel).split(".")
@@ -85,8 +86,14 @@ def backend_imports(rel: str, tree: ast.Module) -> list[str]:
                 source = f"{base}.{node.module}" if node.module else base
             else:
                 source = node.module or ""
-            names = [source, *(f"{source}.{alias.name}" for alias in node.names)]
-        found += [f"{rel}:{node.lineno} {name}" for name in names
+            yield node.lineno, source, [a.name for a in node.names], node.module is None
+
+
+def backend_imports(rel: str, tree: ast.Module) -> list[str]:
+    found = []
+    for lineno, source, aliases, _ in _imports(rel, tree):
+        names = [source, *(f"{source}.{a}" for a in aliases)]
+        found += [f"{rel}:{lineno} {name}" for name in names
                   if name in BACKEND_MODULES or name.split(".")[0] in BACKEND_MODULES]
     return found
 
@@ -200,21 +207,9 @@ def http_imports(rel: str, tree: ast.Module) -> list[str]:
     if rel.startswith("http/"):
         return []
     found = []
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = _module_name(rel).split(".")
-                if not rel.endswith("__init__.py"):
-                    parts = parts[:-1]
-                base = ".".join(parts[:len(parts) - node.level + 1])
-                source = f"{base}.{node.module}" if node.module else base
-            else:
-                source = node.module or ""
-            names = [source] if node.module else [f"{source}.{a.name}" for a in node.names]
-        found += [f"{rel}:{node.lineno} {name}" for name in names
+    for lineno, source, aliases, bare in _imports(rel, tree):
+        names = [f"{source}.{a}" for a in aliases] if bare else [source]
+        found += [f"{rel}:{lineno} {name}" for name in names
                   if (name == "qledge.http" or name.startswith("qledge.http."))
                   and (rel, name) not in HTTP_IMPORTERS]
     return found
