@@ -223,6 +223,7 @@ export const STRINGS = ((table) => {
   'kind.directory': 'directory|目录',
   'kind.socket': 'socket|套接字',
   'kind.device': 'device file|设备文件',
+  'kind.special file': 'special file|特殊文件',
 
   'ev.created': 'Run created (trigger: {trigger})|运行已创建（触发方式：{trigger}）',
   'ev.scheduled': 'Scheduled for {at} (started {late} late)|定时于 {at}（延迟 {late} 启动）',
