@@ -23,8 +23,9 @@ from _appliance import Appliance
 from support import ROOT, free_port
 
 # Where commands and variables are documented for people to copy.
-DOCS = [ROOT / "README.md", ROOT / "image/launcher/README.md", *sorted((ROOT / "docs").glob(
-    "*.md")), *sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file())]
+DOCS = [ROOT / "README.md", ROOT / "README.zh-CN.md", ROOT / "image/launcher/README.md",
+        *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "zh").glob("*.md")),
+        *sorted(p for p in (ROOT / "scripts").iterdir() if p.is_file())]
 # Everything that could set or read a variable the worker then sees.
 TREE = [*DOCS, ROOT / "Containerfile", ROOT / "compose.yaml",
         *sorted(p for p in (ROOT / "rootfs").rglob("*") if p.is_file()),
