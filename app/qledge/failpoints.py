@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 
+# Spawn step 1 commits without its fsync at both doors (a trigger that finds a free
+# slot, and the dispatcher): the power-cut drill's negative control.
+STEP1_DEFERRED = "spawn.step1.deferred"
+
 
 class FailpointError(RuntimeError):
     pass
@@ -31,6 +35,13 @@ def configure(spec: str) -> None:
     """Replace the active failpoints (tests)."""
     global _points
     _points = _parse(spec)
+
+
+def armed(name: str) -> bool:
+    """Whether `name` is enabled, whatever its action: for a point that changes what
+    the code does instead of stopping it (`spawn.step1.deferred`: the drills' negative
+    control of spawn step 1's durable commit, tests/drills/test_power_loss.py)."""
+    return name in _points
 
 
 def hit(name: str) -> None:

@@ -8,12 +8,14 @@ controls the drill must catch:
 
 * `reaper-early`: consumed receipts are deleted at once, before the fsync
   that makes their results durable (docs/storage.md);
-* `deferred-step1`: spawn step 1 commits without its fsync (both doors: a
-  trigger that finds a free slot, and the dispatcher).
+* `deferred-step1`: spawn step 1 commits without its fsync at both doors (a
+  trigger that finds a free slot, and the dispatcher): the product's own code
+  with the failpoint `spawn.step1.deferred` armed, not a copy of it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,51 +32,10 @@ def _reaper_early() -> None:
 
 
 def _deferred_step1() -> None:
-    from qledge import ids, operations
-    from qledge.clock import now_ms
-    from qledge.db import runs, tasks
-    from qledge.model import Concurrency, Trigger
-    from qledge.operations import tasks as task_ops
-    from qledge.runtime.dispatcher import Dispatcher
-    from qledge.runtime.lifecycle import Runtime
+    from qledge import failpoints
 
-    async def start_run(rt: Runtime, task_id: str, how: Trigger) -> operations.Started:
-        async with rt.db.write(durable=False) as tx:  # the defect
-            task = await tasks.get_task(tx, task_id)
-            if task.concurrency is Concurrency.FORBID:
-                raise AssertionError("drills use concurrency: allow")
-            run = await runs.create_run(tx, ids.uuid7(), task.id, how, now_ms())
-            prepared = await rt.dispatcher.admit_new(tx, run, task)
-        if prepared is not None:
-            rt.dispatcher.launch_soon(prepared)
-        else:
-            rt.kick()
-        return operations.Started(run=run,
-                                  outcome="started" if prepared is not None else "queued")
-
-    async def dispatch_once(self: Dispatcher) -> int:
-        if await self.may_spawn() is not None:
-            return 0
-        async with self.db.read() as tx:
-            queued = await runs.queued_runs(tx, self.limit * 2, now_ms())
-        started = 0
-        for run in queued:
-            async with self.db.write(durable=False) as tx:  # the defect
-                if not await self._slot_free(tx):
-                    return started
-                prepared = await self.executor.prepare_in(tx, run)
-            if prepared is None:
-                continue
-            result = await self.executor.launch(prepared)
-            if result is not None:
-                self.on_spawned(result)
-                started += 1
-        return started
-
-    # The API's door (http/runs.py) calls the package's name; operations.trigger
-    # (operations/tasks.py) calls its module's: both go through the defect.
-    operations.start_run = task_ops.start_run = start_run  # type: ignore[assignment]
-    Dispatcher.dispatch_once = dispatch_once  # type: ignore[method-assign]
+    armed = os.environ.get("QLTEST_FAILPOINTS", "")
+    failpoints.configure(f"{armed},{failpoints.STEP1_DEFERRED}=on")
 
 
 CONTROLS = {"reaper-early": _reaper_early, "deferred-step1": _deferred_step1}

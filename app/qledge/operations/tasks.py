@@ -8,12 +8,13 @@ from typing import Any
 
 import msgspec
 
-from .. import ids
+from .. import failpoints, ids
 from ..clock import now_ms
 from ..db import dependencies as deps
 from ..db import rows, runs, tasks
 from ..db import subscriptions as subs
 from ..db.interface import Tx
+from ..failpoints import STEP1_DEFERRED
 from ..launch import environment
 from ..limits import SWEEP_BATCH
 from ..model import CancelReason, Run, RunStatus, Task, Trigger
@@ -145,7 +146,7 @@ async def start_run(rt: Runtime, task_id: str, how: Trigger) -> Started:
     dispatcher.admit_new): the run then reads `running`, the launch follows.
     """
     now = now_ms()
-    async with rt.db.write() as tx:
+    async with rt.db.write(durable=not failpoints.armed(STEP1_DEFERRED)) as tx:
         task = await tasks.get_task(tx, task_id)
         created = await overlap.create_run(tx, task, how, now)
         decision, run = created.decision, created.run

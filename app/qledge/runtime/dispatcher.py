@@ -19,9 +19,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from .. import failpoints
 from ..clock import now_ms
 from ..db import attempts, claims, errors, rows, runs, tasks
 from ..db.interface import Database, Tx
+from ..failpoints import STEP1_DEFERRED
 from ..launch.executor import LocalExecutor, Prepared, SpawnResult
 from ..model import Overlap, Reason, Run, Task
 from ..node import Node, allows
@@ -223,7 +225,7 @@ class Dispatcher:
     async def _prepare_one(self, run: Run) -> tuple[bool, Prepared | None]:
         """Spawn step 1 for one queued run in its own transaction: (go on with the
         round?, its prepared attempt or None). No free slot, or the lease gone: stop."""
-        async with self.db.write() as tx:
+        async with self.db.write(durable=not failpoints.armed(STEP1_DEFERRED)) as tx:
             if not await self._slot_free(tx):
                 return False, None
             task = await tasks.get_task(tx, run.task_id)
