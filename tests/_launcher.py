@@ -18,7 +18,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -196,11 +195,9 @@ def kill_group(pgid: int) -> None:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.01)
+    from support import eventually  # here: scripts/_bench imports this module without qledge
+
+    eventually(predicate, timeout=timeout, interval=0.01, what=what or str(predicate))
 
 
 def have(tool: str) -> bool:

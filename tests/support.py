@@ -20,7 +20,8 @@ from typing import Any, NamedTuple, TypeVar
 import pytest
 
 from qledge import paths, settings
-from qledge.db import backend, migrate
+from qledge.db import backend, migrate, runs
+from qledge.model import Run, RunStatus
 from qledge.runtime.lifecycle import Runtime
 
 import _skips
@@ -450,6 +451,29 @@ async def eventually_async(predicate: Callable[[], Awaitable[T]], *, timeout: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def ended(run: Run) -> bool:
+    """A run that is neither queued nor running."""
+    return run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+async def run_when(rt: Runtime, run_id: str, check: Callable[[Run], object] = ended, *,
+                   timeout: float = 20.0, what: str = "") -> Run:
+    """The run, read from `rt`'s database, once `check(run)` holds (by default: once it
+    has ended); after `timeout` s fail with the run as it last was."""
+    last: list[Run] = []
+
+    async def holds() -> Run | None:
+        async with rt.db.read() as tx:
+            run = await runs.get_run(tx, run_id)
+        last[:] = [run]
+        return run if check(run) else None
+
+    try:
+        return await eventually_async(holds, timeout=timeout, what=what or f"run {run_id}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the run: {last[0] if last else None}") from None
 
 
 def wait_terminal(http: object, run_id: str, timeout: float = 30.0) -> dict[str, object]:

@@ -21,7 +21,7 @@ from qledge.db import backend
 from qledge.db.sqlite import Database
 
 from _appliance import Appliance
-from support import free_port
+from support import eventually, free_port
 
 SECRET = "cluster-secret-0123456789abcdefghij"
 DSN = "postgresql://qledge:hunter2-pw@db.lan:5432/qledge"
@@ -181,13 +181,7 @@ def test_audit_of_the_sqlite_file_refused_in_fleet_mode(tmp_path: Path) -> None:
 # -- a real node on PostgreSQL ------------------------------------------------------------
 
 def _wait(fn: Any, timeout: float = 30, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = fn()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return eventually(fn, timeout=timeout, interval=0.05, what=what or "the condition")
 
 
 def _run_of(app: Appliance, run_id: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from qledge.model import (
 from qledge.receipts.codec import new_token, token_hash
 from qledge.runtime.lifecycle import Runtime
 
-from support import add_task, make_runtime
+from support import add_task, ended, make_runtime, run_when
 
 
 class _HeldIdentityCommit:
@@ -69,13 +69,8 @@ async def _run(rt: Runtime, run_id: str) -> Run:
 
 
 async def _until_terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
-    for _ in range(int(timeout / 0.02)):
-        run = await _run(rt, run_id)
-        if run.finished_at_ms is not None and run.status not in (RunStatus.QUEUED,
-                                                                  RunStatus.RUNNING):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"run {run_id} never ended: {await _run(rt, run_id)}")
+    return await run_when(rt, run_id, lambda r: r.finished_at_ms is not None and ended(r),
+                          timeout=timeout, what=f"run {run_id} to end")
 
 
 async def _types(rt: Runtime, run_id: str) -> list[str]:

@@ -32,7 +32,7 @@ from qledge.runtime.diskwatch import (
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
 
-from support import Server, tmpfs, unavailable, wait_terminal
+from support import Server, eventually, tmpfs, unavailable, wait_terminal
 
 
 class FakeFs:
@@ -412,13 +412,7 @@ def tiny_logs(tmp_path: Path) -> Iterator[Path]:
 
 
 def _wait(pred: Any, timeout: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return eventually(pred, timeout=timeout, interval=0.1, what=what or "the condition")
 
 
 @pytest.mark.drill

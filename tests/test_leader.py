@@ -37,7 +37,7 @@ from qledge.runtime.retention import Retention
 from qledge.runtime.scheduler import Outcome, Scheduler
 from qledge.settings import Settings
 
-from support import time_zone
+from support import eventually_async, time_zone
 
 TTL_S = 1.0
 SETTINGS = Settings(leader_lease_s=TTL_S)
@@ -111,9 +111,11 @@ async def lease_row(db: Any) -> fleet_leases.Lease | None:
 
 async def until(pred: Any, timeout_s: float) -> float:
     start = time.monotonic()
-    while not pred():
-        assert time.monotonic() - start < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.02)
+
+    async def holds() -> bool:
+        return bool(pred())
+
+    await eventually_async(holds, timeout=timeout_s, what="the condition")
     return time.monotonic() - start
 
 

@@ -22,7 +22,7 @@ from qledge.model import Attempt, Event, Run, RunStatus, Task, Trigger
 from qledge.operations import ActiveRun, start_run
 from qledge.runtime.lifecycle import Runtime
 
-from support import make_runtime
+from support import eventually_async, make_runtime
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -54,12 +54,12 @@ async def state(rt: Runtime, run_id: str) -> tuple[Run, list[Attempt], list[Even
 
 
 async def until(rt: Runtime, run_id: str, check: Any, what: str, timeout: float = 20) -> Run:
-    for _ in range(int(timeout / 0.05)):
+    async def holds() -> Run | None:
         run, attempts, _ = await state(rt, run_id)
-        if check(run, attempts):
-            return run
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id}: {what}")
+        return run if check(run, attempts) else None
+
+    return await eventually_async(holds, timeout=timeout, interval=0.05,
+                                  what=f"run {run_id}: {what}")
 
 
 def running(run: Run, attempts: list[Attempt]) -> bool:

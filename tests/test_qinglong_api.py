@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from qledge.settings import Settings
 
 from _appliance import Appliance
-from support import free_port, sql
+from support import eventually, free_port, sql
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -55,14 +55,17 @@ def ql(client: TestClient) -> tuple[TestClient, dict[str, str]]:
 
 
 def poll(fn: Callable[[], Any], until: Callable[[Any], bool], timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if until(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in {timeout}s; last value {value!r}")
-        time.sleep(0.05)
+    last: list[Any] = []
+
+    def holds() -> Any:
+        last[:] = [fn()]
+        return until(last[0]) and (last[0],)
+
+    try:
+        return eventually(holds, timeout=timeout, interval=0.05)[0]
+    except AssertionError:
+        raise AssertionError(f"condition not met in {timeout}s; last value "
+                             f"{last[0] if last else None!r}") from None
 
 
 # -- apps and tokens -------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,7 +18,7 @@ from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler, random_delay_ms
 
-from support import ADMIN, make_runtime, time_zone
+from support import ADMIN, make_runtime, run_when, time_zone
 
 SHANGHAI = timezone(timedelta(hours=8))
 
@@ -111,13 +110,7 @@ async def _get(rt: Runtime, run_id: str) -> Run:
 
 
 async def _until_terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = await _get(rt, run_id)
-        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError("not terminal")
+    return await run_when(rt, run_id, timeout=timeout)
 
 
 async def test_the_dispatcher_starts_a_delayed_run_at_its_time_not_before(

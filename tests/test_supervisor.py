@@ -8,7 +8,6 @@ cap the bookkeeping below the run rate.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 
 from _appliance import kill_leftover_tasks
-from support import add_task, make_runtime
+from support import add_task, eventually_async, make_runtime
 
 # Attempts with a receipt-journal entry (its columns of the attempt row, migration 0021).
 _JOURNAL = "SELECT COUNT(*) FROM run_attempts WHERE receipt_state IS NOT NULL"
@@ -33,11 +32,7 @@ async def _count(rt: Runtime, sql: str, *params: object) -> int:
 
 
 async def _wait(what: str, check: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {what}")
-        await asyncio.sleep(0.1)
+    await eventually_async(check, timeout=timeout, interval=0.1, what=what)  # type: ignore[arg-type]
 
 
 async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(

@@ -17,7 +17,7 @@ from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.taskform import MESSAGES
 
-from support import make_runtime
+from support import make_runtime, run_when
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -192,13 +192,7 @@ async def _start(rt: Runtime, command: str, env: dict[str, str]) -> str:
 
 
 async def _wait(rt: Runtime, run_id: str, timeout: float = 30.0) -> Run:
-    for _ in range(int(timeout / 0.02)):
-        async with rt.db.read() as tx:
-            run = await runs.get_run(tx, run_id)
-        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError("parent not terminal")
+    return await run_when(rt, run_id, timeout=timeout, what="the parent to end")
 
 
 async def test_conc_runs_one_child_per_value_concurrently(rt: Runtime) -> None:

@@ -24,7 +24,7 @@ from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.transitions import Transition
 
-from support import add_task, make_runtime
+from support import add_task, make_runtime, run_when
 
 
 @pytest.fixture
@@ -55,12 +55,7 @@ async def _types(rt: Runtime, run_id: str) -> list[str]:
 
 
 async def _until_terminal(rt: Runtime, run_id: str, timeout: float = 20.0) -> Run:
-    for _ in range(int(timeout / 0.02)):
-        run = await _run(rt, run_id)
-        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"run {run_id} never ended: {await _run(rt, run_id)}")
+    return await run_when(rt, run_id, timeout=timeout, what=f"run {run_id} to end")
 
 
 async def _launcher(rt: Runtime, run: Run) -> identity.Identity:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from _appliance import Appliance, kill_leftover_tasks
-from support import free_port
+from support import eventually, free_port
 
 T = TypeVar("T")
 
@@ -34,15 +34,7 @@ _HTTP_ERRORS = (httpx.TransportError,)
 def wait_until(check: Callable[[], T | None], timeout: float, what: str,
                interval: float = 0.05) -> T:
     """Poll `check` until it returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return eventually(check, timeout=timeout, interval=interval, what=what)  # type: ignore[arg-type]
 
 
 def is_ready(app: Appliance) -> bool:

@@ -28,7 +28,7 @@ from qledge.model import Reason, Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 
-from support import add_task, make_runtime, make_settings, migrate_for
+from support import add_task, make_runtime, make_settings, migrate_for, run_when
 
 
 class Machine:
@@ -95,12 +95,7 @@ async def _run(rt: Runtime, run_id: str) -> Run:
 
 
 async def _until(rt: Runtime, run_id: str, check: object, timeout: float = 20.0) -> Run:
-    for _ in range(int(timeout / 0.02)):
-        run = await _run(rt, run_id)
-        if check(run):  # type: ignore[operator]
-            return run
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"run {run_id}: {await _run(rt, run_id)}")
+    return await run_when(rt, run_id, check, timeout=timeout)  # type: ignore[arg-type]
 
 
 async def _terminal_events(rt: Runtime, run_id: str) -> list[str]:
