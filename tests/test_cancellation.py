@@ -17,7 +17,7 @@ from qledge.model import Trigger
 
 from _appliance import Appliance
 from _launcher import wait_until
-from support import Server, free_port, wait_terminal
+from support import Server, eventually, free_port, wait_terminal
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -56,18 +56,14 @@ def _procs_with(marker: str) -> list[int]:
 def _wait_running(http: httpx.Client, run_id: str) -> None:
     """The launcher runs and its identity is recorded (a run is `running` from spawn
     step 1, before that)."""
-    deadline = time.monotonic() + 20
-    while http.get(f"/api/v1/runs/{run_id}").json()["started_at_ms"] is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually(lambda: http.get(f"/api/v1/runs/{run_id}").json()["started_at_ms"] is not None,
+               timeout=20, what=f"run {run_id}'s launcher to start")
 
 
 def _wait_log(http: httpx.Client, run_id: str, text: bytes) -> None:
     """The task has got this far (e.g. its `trap` is set): signals now meet it."""
-    deadline = time.monotonic() + 20
-    while text not in http.get(f"/api/v1/runs/{run_id}/log").content:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually(lambda: text in http.get(f"/api/v1/runs/{run_id}/log").content,
+               timeout=20, what=f"{text!r} in run {run_id}'s log")
 
 
 def test_timeout_kills_the_group_including_grandchildren(server: Server) -> None:

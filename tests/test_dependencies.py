@@ -71,10 +71,8 @@ def work(c: TestClient) -> Path:
 
 
 def wait_run(c: TestClient, run_id: str, timeout: float = 120) -> tuple[dict[str, Any], str]:
-    deadline = time.monotonic() + timeout
-    while not (run := c.get(f"/api/v1/runs/{run_id}").json())["terminal"]:
-        assert time.monotonic() < deadline, run
-        time.sleep(0.05)
+    run = eventually(lambda: (r := c.get(f"/api/v1/runs/{run_id}").json())["terminal"] and r,
+                     timeout=timeout, interval=0.05, what=f"run {run_id} to end")
     return run, c.get(f"/api/v1/runs/{run_id}/log").text
 
 

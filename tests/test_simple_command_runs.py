@@ -4,7 +4,6 @@ records is what the shell gave."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from qledge import ids
-from qledge.db import attempts, runs, tasks
+from qledge.db import attempts, tasks
 from qledge.launch import logs
 from qledge.model import Attempt, Run, RunStatus, Trigger
 from qledge.operations import cancel_run, trigger
 from qledge.runtime.lifecycle import Runtime
 
-from support import make_runtime
+from support import eventually_async, make_runtime, run_when
 
 # The launcher's child names its parent and its own program.
 WHO = ("python3 -c 'import os; print(open(\"/proc/%d/comm\" % os.getppid()).read().strip(),"
@@ -53,25 +52,20 @@ async def log_of(rt: Runtime, run: Run) -> tuple[Attempt, str]:
 
 
 async def wait_log(rt: Runtime, run: Run, text: str) -> Attempt:
-    for _ in range(1000):
+    async def there() -> Attempt | None:
         async with rt.db.read() as tx:
             found = await attempts.attempts_of_run(tx, run.id)
-        if found:
-            attempt, log = await log_of(rt, run)
-            if text in log and attempt.pid is not None:
-                return attempt
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{text!r} never in the log")
+        if not found:
+            return None
+        attempt, log = await log_of(rt, run)
+        return attempt if text in log and attempt.pid is not None else None
+
+    return await eventually_async(there, timeout=30, what=f"{text!r} in the log")
 
 
 async def finished(rt: Runtime, run: Run) -> tuple[Run, str]:
-    for _ in range(1500):
-        async with rt.db.read() as tx:
-            run = await runs.get_run(tx, run.id)
-        if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
-            return run, (await log_of(rt, run))[1]
-        await asyncio.sleep(0.02)
-    raise AssertionError("run not terminal")
+    ended = await run_when(rt, run.id, timeout=30)
+    return ended, (await log_of(rt, ended))[1]
 
 
 async def outcome(rt: Runtime, command: str, **fields: object) -> tuple[Run, str]:
