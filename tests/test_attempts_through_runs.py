@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from qledge.db import attempts, leases, migrate, retention_queries
 from qledge.db.sqlite import Database
 from test_event_log import _copy, _migrate_in_child
@@ -105,6 +107,7 @@ def _state(db: Path) -> str:
     return "new" if applied else "old"
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_write_of_the_drop_leaves_old_or_new(tmp_path: Path) -> None:
     db = _at_0021(tmp_path, runs=12)
     before = _dump(db)

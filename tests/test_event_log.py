@@ -155,6 +155,7 @@ def _copy(db: Path, to: Path) -> Path:
     return to
 
 
+@pytest.mark.slow
 async def test_a_kill_at_any_write_of_the_migration_leaves_old_or_new(tmp_path: Path) -> None:
     db = _legacy_db(tmp_path, upto=19)  # converted to 1 KiB pages: no VACUUM below
     _seed(db, runs=8)

@@ -224,6 +224,7 @@ def _state(db: Path) -> str:
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_write_of_the_migration_leaves_old_or_new(tmp_path: Path) -> None:
     db = _at_0020(tmp_path, runs=12)
     want = _expected(db)

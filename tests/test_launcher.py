@@ -65,7 +65,10 @@ LEFTOVER_RECEIPT_RE = re.compile(RECEIPT_RE.pattern[:-2] + rb',"leftoverProcesse
 IS_ROOT = os.geteuid() == 0
 
 
-@pytest.fixture(scope="module", params=ARCHES)
+# The foreign arches run under qemu-user: the full suite's, not the quick loop's.
+@pytest.fixture(scope="module", params=[
+    arch if arch == HOST_ARCH else pytest.param(arch, marks=pytest.mark.slow)
+    for arch in ARCHES])
 def launcher(request: pytest.FixtureRequest) -> Launcher:
     found = locate(request.param)
     if isinstance(found, str):

@@ -493,6 +493,7 @@ def _digest(db: Path) -> str:
         conn.close()
 
 
+@pytest.mark.slow
 def test_page_size_conversion_is_crash_safe(tmp_path: Path) -> None:
     """kill -9 at two known points of the VACUUM (support.killed_mid_vacuum): the
     database is exactly the old one, 4 KiB pages, and the next start converts it."""

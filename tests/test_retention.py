@@ -622,6 +622,7 @@ def test_migration_converts_an_existing_database_to_incremental_auto_vacuum(
     assert migrate.apply(db) == []
 
 
+@pytest.mark.slow
 def test_auto_vacuum_conversion_is_crash_safe(tmp_path: Path) -> None:
     """kill -9 at two known points of the VACUUM (support.killed_mid_vacuum): the
     database is exactly the old one (no auto-vacuum, 4 KiB pages) with the migrations
