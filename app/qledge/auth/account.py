@@ -131,7 +131,7 @@ class Accounts:
             acc = await q.account(tx)
             if acc.totp_secret is None:
                 return "password"
-            step = totp.matching_step(acc.totp_secret, code, time.time(),
+            step = totp.matching_step(acc.totp_secret, code, now_ms() / 1000,
                                       after_step=acc.totp_last_step)
             if step is not None:
                 await q.save_account(tx, _with(acc, totp_last_step=step), now_ms())
@@ -234,7 +234,7 @@ class Accounts:
             acc = await q.account(tx)
             if acc.totp_pending is None:
                 raise NoEnrolment("no second factor is being added: start again")
-            step = totp.matching_step(acc.totp_pending, code, time.time())
+            step = totp.matching_step(acc.totp_pending, code, now_ms() / 1000)
             if step is None:
                 raise BadCredentials("wrong code: check the time on your phone and retry")
             await q.save_account(tx, _with(acc, totp_secret=acc.totp_pending,
