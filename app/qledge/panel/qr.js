@@ -1,6 +1,6 @@
 /* qledge panel: a small QR encoder (ISO/IEC 18004) for the TOTP enrolment's otpauth:// URI:
- * byte mode, error correction M, versions 1-10 (up to 213 bytes). Drawn as SVG through
- * createElementNS; no HTML is parsed. */
+ * byte mode, error correction M, versions 1-10 (up to 213 bytes). Drawn on a canvas; no
+ * HTML is parsed. */
 
 // Per version (index 1-10) at level M: EC codewords per block, and the blocks as
 // [count, data codewords] groups; alignment pattern centres.
@@ -219,29 +219,25 @@ function encodeQr(text, onlyMask) {
   return best;
 }
 
-// An <svg> of the symbol with a 4-module quiet zone; `px`: its width and height.
-function qrSvg(text, px) {
+// A <canvas> of the symbol with a 4-module quiet zone, `px` wide and high (or a little
+// less: whole pixels per module keep the edges sharp).
+function qrCanvas(text, px) {
   const { size, dark } = encodeQr(text);
-  const NS = 'http://www.w3.org/2000/svg';
-  const full = size + 8;
-  const svg = document.createElementNS(NS, 'svg');
-  svg.setAttribute('viewBox', `0 0 ${full} ${full}`);
-  svg.setAttribute('width', String(px));
-  svg.setAttribute('height', String(px));
-  svg.setAttribute('shape-rendering', 'crispEdges');
-  const bg = document.createElementNS(NS, 'rect');
-  bg.setAttribute('width', String(full));
-  bg.setAttribute('height', String(full));
-  bg.setAttribute('fill', '#fff');
-  const path = document.createElementNS(NS, 'path');
-  let d = '';
+  const scale = Math.max(1, Math.floor(px / (size + 8)));
+  const full = (size + 8) * scale;
+  const canvas = document.createElement('canvas');
+  canvas.width = full;
+  canvas.height = full;
+  const g = canvas.getContext('2d');
+  g.fillStyle = '#fff';
+  g.fillRect(0, 0, full, full);
+  g.fillStyle = '#000';
   for (let y = 0; y < size; y += 1) {
-    for (let x = 0; x < size; x += 1) if (dark[y][x]) d += `M${x + 4} ${y + 4}h1v1h-1z`;
+    for (let x = 0; x < size; x += 1) {
+      if (dark[y][x]) g.fillRect((x + 4) * scale, (y + 4) * scale, scale, scale);
+    }
   }
-  path.setAttribute('d', d);
-  path.setAttribute('fill', '#000');
-  svg.append(bg, path);
-  return svg;
+  return canvas;
 }
 
-export { encodeQr, qrSvg, rsRemainder, rsDivisor, bchFormat };
+export { encodeQr, qrCanvas, rsRemainder, rsDivisor, bchFormat };
