@@ -1,20 +1,25 @@
 /* qledge panel: the sign-in page: the password (and a TOTP or recovery code when the
  * second factor is on), or the admin token — always accepted, the way back in. A session
  * cookie (HttpOnly) is what the browser keeps; this page stores nothing. */
-import { t, h, field, markField, unmark, api, render, signIn, btn, clear } from './core.js';
+import { t, h, field, markField, unmark, api, render, signIn, btn, clear, notify } from './core.js';
 
 function input(id, type, extra) {
   return h('input', { id, type, autocomplete: 'off', spellcheck: 'false', ...(extra || {}) });
 }
 
 // After signing in: the page the address names (a link from a notification), else Tasks;
-// with no password yet, the account page that offers to set one.
+// with no password yet, a notice offers to set one (#/account).
 function land(state) {
   signIn();
-  const here = location.hash.startsWith('#/') && location.hash !== '#/login';
-  if (!state.password_set) location.hash = '#/account';
-  else if (!here) location.hash = '#/tasks';
-  render();
+  const offer = () => { if (!state.password_set) notify(t('signin.offer')); };
+  if (!location.hash.startsWith('#/') || location.hash === '#/login') {
+    // the router's hashchange listener renders first; the notice goes on the new page
+    window.addEventListener('hashchange', offer, { once: true });
+    location.hash = '#/tasks';
+  } else {
+    render();
+    offer();
+  }
 }
 
 function viewLogin(main) {
