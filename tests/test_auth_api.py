@@ -3,8 +3,6 @@ CSRF check and expiry; the back-off; the login log (docs/api.md, "Signing in")."
 from __future__ import annotations
 
 import base64
-import contextlib
-import sqlite3
 import time
 from collections.abc import Iterator
 
@@ -17,6 +15,7 @@ from qledge.http.app import create_app
 
 from support import ADMIN, make_settings, migrate_for
 
+pytestmark = pytest.mark.pg
 SAME = {"Origin": "http://testserver"}
 PASSWORD = "correct horse battery"
 
@@ -158,24 +157,33 @@ def test_back_off_grows_and_the_admin_token_still_works(anon: TestClient) -> Non
                      headers=SAME).status_code == 200
 
 
-def test_sign_out_everywhere_and_expiry(anon: TestClient, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _session(c: TestClient) -> dict[str, str]:
+    """A new session's cookie, as a header: a second browser on the same client."""
+    r = c.post("/api/v1/auth/login", json={"password": PASSWORD}, headers=SAME)
+    assert r.status_code == 200
+    value = r.cookies["qledge_session"]
+    c.cookies.clear()
+    return {"Cookie": f"qledge_session={value}", **SAME}
+
+
+def test_sign_out_everywhere_and_expiry(anon: TestClient) -> None:
     _set_password(anon)
-    other = TestClient(anon.app)
-    for c in (anon, other):
-        assert c.post("/api/v1/auth/login", json={"password": PASSWORD},
-                      headers=SAME).status_code == 200
-    listed = anon.get("/api/v1/auth/sessions").json()["items"]
+    mine, other = _session(anon), _session(anon)
+    listed = anon.get("/api/v1/auth/sessions", headers=mine).json()["items"]
     assert len(listed) == 2 and sum(s["current"] for s in listed) == 1
-    assert anon.post("/api/v1/auth/logout-everywhere", headers=SAME).json() == {"ended": 2}
-    assert other.get("/api/v1/system").status_code == 401
-    assert anon.get("/api/v1/system").status_code == 401
+    assert anon.get("/api/v1/system", headers=other).status_code == 200
+    r = anon.post("/api/v1/auth/logout-everywhere", headers=mine)
+    assert r.json() == {"ended": 2}
+    anon.cookies.clear()
+    assert anon.get("/api/v1/system", headers=other).status_code == 401
+    assert anon.get("/api/v1/system", headers=mine).status_code == 401
     # Idle expiry: a session unused for longer than session_idle_s is gone.
-    assert other.post("/api/v1/auth/login", json={"password": PASSWORD},
-                      headers=SAME).status_code == 200
+    later = _session(anon)
+    assert anon.get("/api/v1/system", headers=later).status_code == 200
     accounts = anon.app.state.accounts  # type: ignore[attr-defined]
     accounts.idle_ms = 0
     time.sleep(0.01)  # the idle bound is 0 ms: any time at all passes it
-    assert other.get("/api/v1/system").status_code == 401
+    assert anon.get("/api/v1/system", headers=later).status_code == 401
 
 
 def test_password_change_needs_the_current_one_or_the_admin_token(anon: TestClient) -> None:
@@ -217,8 +225,13 @@ def test_a_new_browser_sign_in_queues_a_notification(anon: TestClient) -> None:
     signins = [m for m in outbox.json()["items"] if m["kind"] == "signin"]
     assert len(signins) == 1  # the second sign-in came from a browser seen before
     assert signins[0]["title"] == "[qledge] new sign-in to the panel"
-    path = anon.app.state.runtime.settings.db_path  # type: ignore[attr-defined]
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        (body,) = conn.execute("SELECT body FROM notify_outbox WHERE kind = 'signin'").fetchone()
+    db = anon.app.state.runtime.db  # type: ignore[attr-defined]
+
+    async def stored_body() -> str:
+        async with db.read() as tx:
+            row = await tx.one("SELECT body FROM notify_outbox WHERE kind = 'signin'")
+        return str(row["body"])
+
+    body = anon.portal.call(stored_body)  # type: ignore[union-attr]
     assert "Browser: Firefox on Linux" in body and "Method: token" in body
     assert ADMIN not in body
