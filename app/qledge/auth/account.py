@@ -247,7 +247,7 @@ class Accounts:
         async with self.db.write() as tx:
             acc = await q.account(tx)
             await q.save_account(tx, _with(acc, totp_secret=None, totp_pending=None,
-                                           totp_last_step=-1, recovery=[]), now_ms())
+                                           totp_last_step=0, recovery=[]), now_ms())
 
 
 def _with(acc: q.Account, **changes: object) -> q.Account:

@@ -12,7 +12,7 @@ class Account(msgspec.Struct, frozen=True, kw_only=True):
     password_hash: str | None = None
     totp_secret: str | None = None
     totp_pending: str | None = None
-    totp_last_step: int = -1
+    totp_last_step: int = 0
     recovery: list[str] = []
     changed_at_ms: int = 0
 

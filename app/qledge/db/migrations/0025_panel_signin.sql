@@ -2,14 +2,14 @@
 -- 0025 in this branch (migrate.bundled refuses gaps); the brief's number is 0032.
 -- Paired with migrations/pg/0025_panel_signin.sql.
 -- One account: the scrypt hash of its password, its TOTP secret once confirmed (the
--- pending one while enrolling), the last TOTP step used (a code works once) and the
+-- pending one while enrolling), the last TOTP step used (a code works once; 0: none) and the
 -- SHA-256 hashes of its unused recovery codes (a JSON list).
 CREATE TABLE panel_account (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     password_hash TEXT,
     totp_secret TEXT,
     totp_pending TEXT,
-    totp_last_step INTEGER NOT NULL DEFAULT -1,
+    totp_last_step INTEGER NOT NULL DEFAULT 0,
     recovery_json TEXT NOT NULL DEFAULT '[]',
     changed_at_ms INTEGER NOT NULL
 );
