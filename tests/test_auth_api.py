@@ -188,6 +188,7 @@ def test_sign_out_everywhere_and_expiry(anon: TestClient) -> None:
 
 def test_password_change_needs_the_current_one_or_the_admin_token(anon: TestClient) -> None:
     _set_password(anon)
+    elsewhere = _session(anon)
     assert anon.post("/api/v1/auth/login", json={"password": PASSWORD},
                      headers=SAME).status_code == 200
     r = anon.post("/api/v1/auth/password", json={"new": "another one!"}, headers=SAME)
@@ -198,6 +199,11 @@ def test_password_change_needs_the_current_one_or_the_admin_token(anon: TestClie
     r = anon.post("/api/v1/auth/password", json={"new": "another one!", "current": PASSWORD},
                   headers=SAME)
     assert r.status_code == 204
+    # The change ends every other session; the one that made it stays.
+    assert anon.get("/api/v1/system").status_code == 200
+    anon.cookies, jar = type(anon.cookies)(), anon.cookies
+    assert anon.get("/api/v1/system", headers=elsewhere).status_code == 401
+    anon.cookies = jar
     r = anon.post("/api/v1/auth/password", json={"new": "a third one!", "current": ADMIN},
                   headers=SAME)
     assert r.status_code == 204

@@ -199,10 +199,11 @@ class Accounts:
             return await q.logins(tx, limit)
 
     async def set_password(self, new: str, *, current: str | None,
-                           operator: bool = False) -> None:
+                           operator: bool = False, keep_session: str = "") -> None:
         """The first password needs nothing more than a signed-in caller; a change needs
         the current password or the admin token (`current`) — or the operator
-        (`qledge passwd`, run on the machine)."""
+        (`qledge passwd`, run on the machine). A change ends every other session
+        (`keep_session`: the caller's id hash stays)."""
         pw.check_new(new)
         async with self.db.read() as tx:
             acc = await q.account(tx)
@@ -214,6 +215,8 @@ class Accounts:
         hashed = await asyncio.to_thread(pw.hash_password, new)
         async with self.db.write() as tx:
             acc = await q.account(tx)
+            if acc.password_hash is not None:
+                await q.drop_sessions(tx, keep=keep_session)
             await q.save_account(tx, _with(acc, password_hash=hashed), now_ms())
 
     async def totp_begin(self) -> tuple[str, str]:

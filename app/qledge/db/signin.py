@@ -92,8 +92,9 @@ async def drop_session(tx: Tx, id_hash: str) -> int:
     return await tx.execute("DELETE FROM panel_sessions WHERE id_hash = ?", (id_hash,))
 
 
-async def drop_sessions(tx: Tx) -> int:
-    return await tx.execute("DELETE FROM panel_sessions")
+async def drop_sessions(tx: Tx, *, keep: str = "") -> int:
+    """Every session but `keep` (an id hash; empty: every one)."""
+    return await tx.execute("DELETE FROM panel_sessions WHERE id_hash <> ?", (keep,))
 
 
 async def drop_expired(tx: Tx, *, idle_before_ms: int, created_before_ms: int) -> int:

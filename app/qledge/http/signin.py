@@ -109,7 +109,9 @@ async def logins(request: Request) -> Response:
 
 async def password(request: Request) -> Response:
     body = decode_body(await request.body(), PasswordIn)
-    await accounts_of(request).set_password(body.new, current=body.current)
+    mine = _current(request)
+    await accounts_of(request).set_password(body.new, current=body.current,
+                                            keep_session=mine.id_hash if mine else "")
     return Response(status_code=204)
 
 
