@@ -67,8 +67,8 @@ def test_first_sign_in_with_the_token_then_set_a_password(page: Page,
     page.get_by_label("Admin token").fill(ADMIN)
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
-    expect(page.locator("#toast")).to_contain_text("No password yet")
-    page.get_by_role("link", name="Account").click()
+    # The offer: the header's Account link reads "Set a password" until one is set.
+    page.get_by_role("link", name="Set a password").click()
     expect(page.get_by_role("heading", name="Set a password")).to_be_visible()
     shoot(page, "signin-password-setup")
     zh(page)
@@ -83,6 +83,8 @@ def test_first_sign_in_with_the_token_then_set_a_password(page: Page,
     page.get_by_label("Repeat the new password").fill(PASSWORD)
     page.get_by_role("button", name="Set password").click()
     expect(page.get_by_role("heading", name="Password", level=2, exact=True)).to_be_visible()
+    expect(page.locator("#toast")).to_have_text("Password saved.")
+    expect(page.get_by_role("link", name="Account", exact=True)).to_be_visible()
     assert appliance.api("GET", "/auth/state").json()["password_set"] is True
 
 

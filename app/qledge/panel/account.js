@@ -1,12 +1,12 @@
 /* qledge panel: the account (#/account): the password, the second factor (TOTP, with its
  * QR code and recovery codes), the browsers signed in and "sign out everywhere". */
 import { t, h, fill, field, markField, unmark, api, btn, grid, row, heading, failBox, loading,
-  fmtTime, notify, signOut, confirmDialog } from './core.js';
+  fmtTime, notify, signIn, signOut, render, confirmDialog } from './core.js';
 import { qrCanvas } from './qr.js';
 
 const pw = (id, auto) => h('input', { id, type: 'password', autocomplete: auto || 'new-password' });
 
-function passwordCard(state, reload) {
+function passwordCard(state) {
   const cur = pw('acc-current', 'current-password');
   const next = pw('acc-new');
   const again = pw('acc-again');
@@ -26,8 +26,9 @@ function passwordCard(state, reload) {
     if (state.password_set) body.current = cur.value;
     try {
       await api('POST', '/auth/password', body);
+      signIn(false); // the header's offer is answered
+      render();
       notify(t('account.saved'));
-      reload();
     } catch (ex) {
       const where = ex.code === 'CURRENT_PASSWORD_REQUIRED' ? 'current' : ex.field || null;
       const msg = ex.code === 'CURRENT_PASSWORD_REQUIRED' ? t('account.wrongCurrent')
@@ -123,7 +124,7 @@ function viewAccount(main, alive) {
       return;
     }
     if (!alive()) return;
-    fill(box, passwordCard(state, load), totpCard(state, load), sessionsCard(sessions.items));
+    fill(box, passwordCard(state), totpCard(state, load), sessionsCard(sessions.items));
   }
   load();
 }

@@ -15,7 +15,7 @@ function sset(storage, key, value) {
     if (value) window[storage].setItem(key, value); else window[storage].removeItem(key);
   } catch (e) { /* storage disabled: keep it in memory only */ }
 }
-let signedIn = false; // login.js asks GET /auth/state: a session cookie signs in at once
+let signedIn = false; let offer = false; // offer: the header link says "Set a password"
 let lang = sget('localStorage', K_LANG);
 if (!STRINGS[lang]) lang = /^zh/i.test(navigator.language || '') ? 'zh' : 'en';
 
@@ -292,7 +292,7 @@ function parseHash() {
   return { parts: parts.length ? parts : ['tasks'], query: new URLSearchParams(qs || '') };
 }
 
-function signIn() { signedIn = true; }
+function signIn(noPassword) { signedIn = true; offer = Boolean(noPassword); }
 // The session ended (elsewhere, expired): the sign-in page; the address stays, so signing
 // in again lands on the same page.
 function signedOut(message) {
@@ -327,7 +327,7 @@ function shell(section) {
           { lang: other === 'zh' ? 'zh-CN' : 'en', 'aria-label': t('lang.switch'),
             'data-action': 'lang' }),
         signedIn ? h('a.btn.ghost.small', { href: '#/account', 'data-action': 'account',
-          'aria-current': section === 'account' ? 'page' : null }, t('nav.account')) : null,
+          'aria-current': section === 'account' ? 'page' : null }, t(offer ? 'nav.setPassword' : 'nav.account')) : null,
         signedIn ? btn(t('nav.signout'), () => signOut(), 'ghost small',
           { 'data-action': 'signout' }) : null)),
     main,

@@ -552,7 +552,7 @@ export const STRINGS = ((table) => {
 
   // ---- Sign-in, account and login log (issue 39: password, TOTP, sessions)
   'nav.account': 'Account|账户',
-  'signin.offer': 'No password yet: set one under Account, and new tabs and links stay signed in.|尚未设置密码：请在“账户”中设置，新标签页和链接即可保持登录。',
+  'nav.setPassword': 'Set a password|设置密码',
   'signin.intro': 'Sign in with the panel password.|请输入面板密码登录。',
   'signin.tokenIntro': 'The admin token always signs in, and clears any back-off after failed attempts.|管理员令牌始终可以登录，并会解除登录失败造成的等待。',
   'signin.password': 'Password|密码',

@@ -1,25 +1,18 @@
 /* qledge panel: the sign-in page: the password (and a TOTP or recovery code when the
  * second factor is on), or the admin token — always accepted, the way back in. A session
  * cookie (HttpOnly) is what the browser keeps; this page stores nothing. */
-import { t, h, field, markField, unmark, api, render, signIn, btn, clear, notify } from './core.js';
+import { t, h, field, markField, unmark, api, render, signIn, btn, clear } from './core.js';
 
 function input(id, type, extra) {
   return h('input', { id, type, autocomplete: 'off', spellcheck: 'false', ...(extra || {}) });
 }
 
-// After signing in: the page the address names (a link from a notification), else Tasks;
-// with no password yet, a notice offers to set one (#/account).
+// After signing in: the page the address names (a link from a notification), else Tasks.
+// With no password yet, the header's Account link reads "Set a password" (the offer).
 function land(state) {
-  signIn();
-  const offer = () => { if (!state.password_set) notify(t('signin.offer')); };
-  if (!location.hash.startsWith('#/') || location.hash === '#/login') {
-    // the router's hashchange listener renders first; the notice goes on the new page
-    window.addEventListener('hashchange', offer, { once: true });
-    location.hash = '#/tasks';
-  } else {
-    render();
-    offer();
-  }
+  signIn(!state.password_set);
+  if (!location.hash.startsWith('#/') || location.hash === '#/login') location.hash = '#/tasks';
+  render();
 }
 
 function viewLogin(main) {
@@ -28,7 +21,7 @@ function viewLogin(main) {
   main.append(box);
   api('GET', '/auth/state', undefined, { signin: true })
     .then((state) => {
-      if (state.signed_in && location.hash !== '#/login') { signIn(); render(); return; }
+      if (state.signed_in && location.hash !== '#/login') { land(state); return; }
       form(box, state, !state.password_set);
     },
       () => form(box, { password_set: false }, true));
