@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import msgspec
 
@@ -89,7 +90,7 @@ class Accounts:
             await q.add_login(tx, at_ms=now_ms(), client=client, agent=agent, method=method,
                               outcome=outcome, keep=KEEP_LOGINS)
 
-    async def _fail(self, client: str, agent: str, method: str, message: str) -> None:
+    async def _fail(self, client: str, agent: str, method: str, message: str) -> NoReturn:
         wait = self.throttle.failed(client, self.monotonic())
         await self._log(client, agent, method, "refused")
         raise BadCredentials(message, retry_after_s=math.ceil(wait))

@@ -19,6 +19,7 @@ COOKIE = "qledge_session"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Reachable without a credential: what the sign-in page needs.
 PUBLIC = frozenset({"/api/v1/auth/state", "/api/v1/auth/login"})
+SESSION_KEY = "qledge.session"  # the scope key of the session a cookie request came with
 
 
 class CrossOrigin(Forbidden):
@@ -108,7 +109,7 @@ async def _admit(request: Request) -> None:
         raise Unauthorized("the session has ended: sign in again")
     if request.method not in SAFE_METHODS:
         check_origin(request)
-    request.scope.setdefault("state", {})["session"] = session
+    request.scope[SESSION_KEY] = session  # the scope is this request's own
 
 
 class AdminAuth:

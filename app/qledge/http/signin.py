@@ -11,6 +11,7 @@ from starlette.routing import Route
 from ..db.signin import Session
 from .auth import (
     COOKIE,
+    SESSION_KEY,
     accounts_of,
     check_origin,
     clear_session_cookie,
@@ -45,7 +46,7 @@ def _client(request: Request) -> str:
 
 
 def _current(request: Request) -> Session | None:
-    session: Session | None = getattr(request.state, "session", None)
+    session: Session | None = request.scope.get(SESSION_KEY)
     return session
 
 
