@@ -241,3 +241,19 @@ def test_a_new_browser_sign_in_queues_a_notification(anon: TestClient) -> None:
     body = anon.portal.call(stored_body)  # type: ignore[union-attr]
     assert "Browser: Firefox on Linux" in body and "Method: token" in body
     assert ADMIN not in body
+
+
+def test_the_cookie_is_secure_over_tls_and_behind_a_trusted_proxy_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def cookie(trust: str, base: str, headers: dict[str, str]) -> str:
+        conf = make_settings(tmp_path / f"s-{trust}", trust_forwarded_proto=trust)
+        migrate_for(conf)
+        with TestClient(create_app(conf, ADMIN), base_url=base) as c:
+            r = c.post("/api/v1/auth/login", json={"token": ADMIN}, headers=headers)
+            assert r.status_code == 200, r.text
+            return r.headers["set-cookie"]
+
+    https = {"Origin": "https://testserver"}
+    assert "Secure" in cookie("false", "https://testserver", https)
+    proxied = {"X-Forwarded-Proto": "https", **SAME}
+    assert "Secure" not in cookie("false", "http://testserver", proxied)  # anyone can say it
+    assert "Secure" in cookie("true", "http://testserver", proxied)
