@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from qledge.http import panel
 
 PANEL = panel.PANEL_DIR
-BUDGET = 158 * 1024  # docs/panel.md "Budget"
+BUDGET = 180 * 1024  # docs/panel.md "Budget"
 
 
 def _asset_urls(html: str) -> list[str]:
@@ -79,8 +79,9 @@ def test_a_changed_module_renames_every_module_that_imports_it(tmp_path: Path) -
     (tmp_path / "i18n.js").write_text((tmp_path / "i18n.js").read_text() + "\n// v2\n")
     after = panel.Panel(tmp_path).urls
     changed = {name for name in before if before[name] != after[name]}
-    # i18n.js, core.js (imports it), every page (imports core) and main.js; not the CSS
-    assert changed == set(panel.modules()), changed
+    # i18n.js, core.js (imports it), every page (imports core) and main.js; not the CSS,
+    # nor qr.js, which imports nothing
+    assert changed == set(panel.modules()) - {"qr.js"}, changed
 
 
 def test_an_import_cycle_or_a_missing_module_fails_at_startup(tmp_path: Path) -> None:

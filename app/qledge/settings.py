@@ -167,6 +167,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     notify_retry_base_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     notify_max_tries: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
     notify_max_age_s: Annotated[float, msgspec.Meta(gt=0)] = 86400.0
+    # The panel's sign-in (docs/security.md): a session ends after this long unused, and
+    # at the latest this long after it began; a new browser's sign-in is notified; the
+    # cookie is `Secure` over TLS, and behind a proxy only if it is trusted to say so
+    # (`X-Forwarded-Proto: https`, only with trust_forwarded_proto).
+    session_idle_s: Annotated[int, msgspec.Meta(ge=60, le=90 * 86400)] = 7 * 86400
+    session_max_s: Annotated[int, msgspec.Meta(ge=300, le=365 * 86400)] = 30 * 86400
+    signin_notify: bool = True
+    trust_forwarded_proto: bool = False
     # GET /metrics without the admin token (docs/metrics.md): only on a trusted LAN.
     metrics_public: bool = False
     # QingLong's RandomDelay: a scheduled `task <path>` (no `now`, desi or conc) waits

@@ -43,15 +43,20 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     page.get_by_label("Admin token").fill(ADMIN)
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
-    assert page.evaluate("sessionStorage.getItem('qledge.token')") == ADMIN
+    # The browser keeps an HttpOnly session cookie, never the token (docs/panel.md).
+    assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
     assert page.evaluate("localStorage.getItem('qledge.token')") is None
-    assert page.context.cookies() == []
-    # a reload keeps the session (same tab); signing out forgets it
+    [cookie] = page.context.cookies()
+    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == (
+        "qledge_session", True, "Strict")
+    assert ADMIN not in cookie["value"]
+    assert page.evaluate("document.cookie") == ""  # out of the page's reach
+    # a reload keeps the session; signing out ends it
     page.reload()
     expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
-    assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
+    assert page.context.cookies() == []
     assert all(ADMIN not in u for u in watched.urls)
 
 

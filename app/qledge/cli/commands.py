@@ -84,6 +84,14 @@ def _audit_receipts(args: argparse.Namespace) -> int:
     return audit_mod.main(args.rest)
 
 
+def _passwd(args: argparse.Namespace) -> int:
+    setup_logging()
+    from .passwd import passwd_cmd
+
+    return passwd_cmd(reset_totp=args.reset_totp, from_stdin=args.stdin,
+                      end_sessions=args.sign_out_everywhere)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qledge")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -127,6 +135,14 @@ def main(argv: list[str] | None = None) -> int:
                           help="also copy the last N logs of each cron, read-only")
     qinglong.add_argument("--json", action="store_true", help="the report as JSON")
     qinglong.set_defaults(func=_import_qinglong)
+    passwd = sub.add_parser("passwd", help="set the panel's password (docs/security.md)")
+    passwd.add_argument("--reset-totp", action="store_true",
+                        help="turn the second factor off instead (recovery codes too)")
+    passwd.add_argument("--stdin", action="store_true",
+                        help="read the new password from the first line of stdin")
+    passwd.add_argument("--sign-out-everywhere", action="store_true",
+                        help="also end every panel session")
+    passwd.set_defaults(func=_passwd)
     args = parser.parse_args(argv)
     if args.cmd == "import" and not 0 <= args.with_logs <= 100:
         parser.error("--with-logs takes 0 to 100")

@@ -9,6 +9,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
+from ..auth import Accounts
+from ..db.interface import Tx
 from ..notify import rules as notify
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
@@ -30,6 +32,7 @@ from . import (
     runs,
     schedule,
     scripts,
+    signin,
     subscriptions,
     system,
     tasks,
@@ -57,7 +60,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
            *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
-           *imports.routes, *nodes.routes]
+           *imports.routes, *nodes.routes, *signin.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
@@ -81,4 +84,13 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     app.state.admin_token = admin_token
     app.state.stream_tickets = tickets.TicketStore()
     app.state.script_sends = {}
+
+    async def signin_message(tx: Tx, title: str, body: str) -> None:
+        await runtime.notifier.enqueue(tx, kind="signin", title=title, body=body)
+
+    app.state.accounts = Accounts(
+        runtime.db, admin_token, idle_ms=settings.session_idle_s * 1000,
+        max_ms=settings.session_max_s * 1000,
+        notify=signin_message if settings.signin_notify else None)
+    app.state.trust_forwarded_proto = settings.trust_forwarded_proto
     return app

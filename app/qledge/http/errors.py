@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import auth
 from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
 from ..fields import FieldError
@@ -265,6 +266,29 @@ async def handle_script_error(request: Request, exc: Exception) -> Response:
     return response
 
 
+# The panel's sign-in (auth/, docs/api.md "Signing in"): each refusal's status.
+AUTH_STATUS: dict[type[auth.AuthRefused], int] = {
+    auth.BadCredentials: 401, auth.TotpRequired: 401, auth.Throttled: 429,
+    auth.PasswordNotSet: 409, auth.CurrentRequired: 403, auth.NoEnrolment: 409,
+}
+
+
+async def handle_auth_refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, auth.AuthRefused)
+    status = next((v for k, v in AUTH_STATUS.items() if isinstance(exc, k)), 401)
+    extra: dict[str, object] = {"retry_after_s": exc.retry_after_s} if exc.retry_after_s else {}
+    mapped = ApiError(exc.message, extra=extra)
+    mapped.status, mapped.code = status, exc.code
+    response = await handle_api_error(request, mapped)
+    if exc.retry_after_s:
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+async def handle_weak_password(request: Request, exc: Exception) -> Response:
+    return await handle_api_error(request, Invalid(str(exc), field="new"))
+
+
 HANDLERS = {
     scripts.ScriptError: handle_script_error,
     ApiError: handle_api_error,
@@ -280,6 +304,8 @@ HANDLERS = {
     FileTimeout: handle_file_pool,
     FileBusy: handle_file_pool,
     EnvironmentTooLarge: handle_environment,
+    auth.AuthRefused: handle_auth_refused,
+    auth.WeakPassword: handle_weak_password,
 }
 
 

@@ -1,8 +1,8 @@
 /* qledge panel: the shared core (layout and security: docs/panel.md). Server data goes in
- * as text, never as HTML; the token only as `Authorization: Bearer`, never in a URL. */
+ * as text, never as HTML. Signed in by an HttpOnly session cookie (docs/panel.md "Signing
+ * in"): the page never holds a credential; the admin token is sent once, to sign in. */
 import { STRINGS } from './i18n.js';
 
-const K_TOKEN = 'qledge.token';
 const K_LANG = 'qledge.lang';
 const pages = {}; // filled by main.js
 
@@ -15,7 +15,7 @@ function sset(storage, key, value) {
     if (value) window[storage].setItem(key, value); else window[storage].removeItem(key);
   } catch (e) { /* storage disabled: keep it in memory only */ }
 }
-let token = sget('sessionStorage', K_TOKEN);
+let signedIn = false; let offer = false; // offer: the header link says "Set a password"
 let lang = sget('localStorage', K_LANG);
 if (!STRINGS[lang]) lang = /^zh/i.test(navigator.language || '') ? 'zh' : 'en';
 
@@ -244,20 +244,21 @@ class ApiError extends Error {
   }
 }
 async function api(method, path, body, opts) {
-  const headers = { Authorization: 'Bearer ' + (opts && opts.token || token) };
+  const headers = {};
+  if (opts && opts.bearer) headers.Authorization = 'Bearer ' + opts.bearer; // TOTP off
   const form = body instanceof FormData; // an upload: the browser sets its boundary
   if (body !== undefined && !form) headers['Content-Type'] = 'application/json';
   let res;
   try {
     res = await fetch('/api/v1' + path, {
-      method, headers, cache: 'no-store', credentials: 'omit',
+      method, headers, cache: 'no-store', credentials: 'same-origin',
       body: body === undefined || form ? body : JSON.stringify(body),
     });
   } catch (e) {
     throw new ApiError(0, null, t('err.network'));
   }
-  if (res.status === 401 && !(opts && opts.token)) {
-    signOut(t('err.session'));
+  if (res.status === 401 && !(opts && opts.signin)) {
+    signedOut(t('err.session'));
     throw new ApiError(401, null, t('err.session'));
   }
   if (!res.ok) {
@@ -291,17 +292,17 @@ function parseHash() {
   return { parts: parts.length ? parts : ['tasks'], query: new URLSearchParams(qs || '') };
 }
 
-function signIn(value) {
-  token = value;
-  sset('sessionStorage', K_TOKEN, value);
-}
-
-function signOut(message) {
-  token = '';
-  sset('sessionStorage', K_TOKEN, '');
+function signIn(noPassword) { signedIn = true; offer = Boolean(noPassword); }
+// The session ended (elsewhere, expired): the sign-in page; the address stays, so signing
+// in again lands on the same page.
+function signedOut(message) {
+  signedIn = false;
   render();
   if (message) notify(message, 'error');
 }
+
+const signOut = () => api('POST', '/auth/logout', undefined, { signin: true })
+  .catch(() => null).then(() => signedOut());
 
 function setLang(next) {
   lang = next;
@@ -319,13 +320,15 @@ function shell(section) {
     h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
       t('nav.skip')),
     h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'),
-      token ? h('nav', { 'aria-label': t('nav.label') }, links.map(([id, key]) =>
+      signedIn ? h('nav', { 'aria-label': t('nav.label') }, links.map(([id, key]) =>
         h('a', { href: '#/' + id, 'aria-current': section === id ? 'page' : null }, t(key))))
         : h('span.spacer'),
       h('div.tools', btn(t('lang.other'), () => setLang(other), 'ghost small lang',
           { lang: other === 'zh' ? 'zh-CN' : 'en', 'aria-label': t('lang.switch'),
             'data-action': 'lang' }),
-        token ? btn(t('nav.signout'), () => signOut(), 'ghost small',
+        signedIn ? h('a.btn.ghost.small', { href: '#/account', 'data-action': 'account',
+          'aria-current': section === 'account' ? 'page' : null }, t(offer ? 'nav.setPassword' : 'nav.account')) : null,
+        signedIn ? btn(t('nav.signout'), () => signOut(), 'ghost small',
           { 'data-action': 'signout' }) : null)),
     main,
     h('div.toast', { id: 'toast', role: 'status', 'aria-live': 'polite', hidden: true }),
@@ -347,7 +350,7 @@ function render() {
   const gen = generation;
   const alive = () => gen === generation;
   const { parts, query } = parseHash();
-  if (!token) {
+  if (!signedIn || parts[0] === 'login') {
     pages.login(shell('login'));
   } else {
     const main = shell(parts[0]);
@@ -357,6 +360,7 @@ function render() {
     else if (section === 'runs' && id) pages.run(main, id, alive);
     else if (section === 'runs') pages.runs(main, query, alive);
     else if (LISTS.includes(section)) pages[section](main, alive);
+    else if (section === 'account') pages.account(main, alive);
     else pages.tasks(main, alive);
   }
   firstRender = false;
@@ -392,5 +396,5 @@ export {
   pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
   placeText, h, append, clear, fill, nextId, badge, btn, rowBtn, field, markField, unmark,
   actionsCell, dl, loading, refreshBtn, grid, row, guarded, apiPath, saveFile, notify, modal,
-  confirmDialog, ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn, start,
+  confirmDialog, ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn, signOut, start,
 };

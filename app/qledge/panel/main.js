@@ -12,10 +12,11 @@ import { viewSubs } from './subs.js';
 import { viewNotify } from './notify.js';
 import { viewScripts } from './scripts.js';
 import { viewSystem } from './system.js';
+import { viewAccount } from './account.js';
 
 Object.assign(pages, {
   login: viewLogin, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
   envs: viewEnvs, deps: viewDeps, subs: viewSubs, notify: viewNotify, scripts: viewScripts,
-  system: viewSystem,
+  system: viewSystem, account: viewAccount,
 });
 start();

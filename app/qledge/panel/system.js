@@ -197,7 +197,8 @@ function viewSystem(main, alive) {
         h('h2', { id: 'sys-h3' }, t('system.lastRound')), countsTable(s.last_round)),
       h('section.card', { 'aria-labelledby': 'sys-h4' },
         h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)),
-      importCard());
+      importCard(),
+      loginLog());
   }
   function stat(label, value, key, warn) {
     return h('div', { class: 'stat' + (warn ? ' warn' : ''), 'data-stat': key },
@@ -205,6 +206,21 @@ function viewSystem(main, alive) {
       h('div.stat-label', label));
   }
   load();
+}
+
+// The login log (issue 39): the last sign-ins — when, from where, how, and how it went;
+// never a password or a code.
+function loginLog() {
+  const cols = [t('system.loginWhen'), t('system.loginClient'), t('account.browser'),
+    t('account.method'), t('system.outcome')];
+  const box = h('div', loading());
+  api('GET', '/auth/logins?limit=20').then((r) => fill(box, r.items.length
+    ? grid(t('system.logins'), cols, r.items.map((e) => row(
+      { 'data-outcome': e.outcome }, cols, fmtTime(e.at_ms), e.client, e.agent,
+      t('signin.method.' + e.method), t('system.login.' + e.outcome))), { id: 'sys-logins' })
+    : h('p.muted', t('system.noLogins'))), (e) => failBox(box, e));
+  return h('section.card', { id: 'sys-login-log', 'aria-labelledby': 'sys-h9' },
+    h('h2', { id: 'sys-h9' }, t('system.logins')), box);
 }
 
 export { viewSystem };
