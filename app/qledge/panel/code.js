@@ -166,7 +166,7 @@ function codeEditor(label, text, path) {
     query, count,
     btn(t('code.prev'), () => go(-1), 'small ghost', { 'data-action': 'find-prev' }),
     btn(t('code.next'), () => go(1), 'small ghost', { 'data-action': 'find-next' }),
-    btn(t('common.close'), close, 'small ghost', { 'data-action': 'find-close' }));
+    btn(t('code.close'), close, 'small ghost', { 'data-action': 'find-close' }));
   query.addEventListener('input', () => { cur = -1; go(0); });
   query.addEventListener('keydown', (e) => {
     if (e.key === 'Enter') { e.preventDefault(); go(e.shiftKey ? -1 : 1); }

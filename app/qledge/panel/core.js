@@ -283,30 +283,6 @@ let cleanups = [];
 let generation = 0;
 let firstRender = true;
 const onLeave = (fn) => cleanups.push(fn);
-// The page's "may I go?" questions (async, true: go), asked before any route change or
-// language switch; cleared with the page. The scripts editor asks about unsaved edits.
-let guards = [];
-const beforeLeave = (fn) => guards.push(fn);
-async function mayLeave() {
-  for (const fn of guards) if (!(await fn())) return false;
-  return true;
-}
-let shown = location.hash;
-let asking = false;
-// A hash change the page refuses is undone with replaceState (no second hashchange).
-async function onHash() {
-  if (location.hash === shown || asking) return;
-  if (guards.length) {
-    const target = location.hash;
-    history.replaceState(null, '', shown || location.pathname);
-    asking = true;
-    let ok;
-    try { ok = await mayLeave(); } finally { asking = false; }
-    if (!ok) return;
-    history.replaceState(null, '', target);
-  }
-  render();
-}
 
 function parseHash() {
   const raw = location.hash.replace(/^#/, '');
@@ -327,8 +303,7 @@ function signOut(message) {
   if (message) notify(message, 'error');
 }
 
-async function setLang(next) {
-  if (!(await mayLeave())) return;
+function setLang(next) {
   lang = next;
   sset('localStorage', K_LANG, next);
   render();
@@ -340,13 +315,9 @@ function shell(section) {
   const other = lang === 'zh' ? 'en' : 'zh';
   const links = ['tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
   const main = h('main', { id: 'main', tabIndex: -1 });
-  // Phones: one row, the links behind a menu button (CSS shows it below 640 px only).
-  const menu = token ? btn(t('nav.menu'), () => {
-    const open = menu.getAttribute('aria-expanded') !== 'true';
-    menu.setAttribute('aria-expanded', String(open));
-    menu.parentNode.classList.toggle('nav-open', open);
-  }, 'ghost small nav-toggle', { 'aria-expanded': 'false', 'aria-controls': 'nav-links',
-    'data-action': 'menu' }) : null;
+  const menu = token ? btn(t('nav.menu'), () => menu.parentNode.classList.toggle('nav-open', // phones
+    (menu.ariaExpanded = String(menu.ariaExpanded !== 'true')) === 'true'), 'ghost small nav-toggle',
+  { 'aria-expanded': 'false', 'aria-controls': 'nav-links', 'data-action': 'menu' }) : null;
   append(app, [
     h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
       t('nav.skip')),
@@ -375,8 +346,6 @@ function heading(main, text, ...rest) {
 
 function render() {
   for (const fn of cleanups.splice(0)) { try { fn(); } catch (e) { /* ignore */ } }
-  guards = [];
-  shown = location.hash;
   generation += 1;
   const gen = generation;
   const alive = () => gen === generation;
@@ -415,7 +384,7 @@ async function loadAllTasks() {
 
 // ---- start: once main.js has registered every page's view
 function start() {
-  window.addEventListener('hashchange', onHash);
+  window.addEventListener('hashchange', render);
   window.addEventListener('storage', (e) => {
     if (e.key === K_LANG && e.newValue && STRINGS[e.newValue] && e.newValue !== lang) setLang(e.newValue);
   });
@@ -426,5 +395,5 @@ export {
   pages, t, words, locale, statusLabel, fmtTime, fmtRelative, fmtDur, fmtBytes, shortId,
   placeText, h, append, clear, fill, nextId, badge, btn, rowBtn, field, markField, unmark,
   actionsCell, dl, loading, refreshBtn, grid, row, guarded, apiPath, saveFile, notify, modal,
-  confirmDialog, ApiError, api, q, loadAllTasks, onLeave, beforeLeave, render, heading, failBox, signIn, start,
+  confirmDialog, ApiError, api, q, loadAllTasks, onLeave, render, heading, failBox, signIn, start,
 };

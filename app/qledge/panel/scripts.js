@@ -1,7 +1,8 @@
 /* qledge panel: the scripts folder (#/scripts, #/scripts/<path>; docs/panel.md). */
 import { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, field, markField, unmark,
   loading, guarded, saveFile, notify, modal, confirmDialog, api, apiPath, q, onLeave,
-  beforeLeave, heading, failBox, badge, render } from './core.js';
+  heading, failBox, badge, render } from './core.js';
+import { beforeLeave } from './guard.js';
 import { codeEditor } from './code.js';
 import { logSection } from './log.js';
 const opened = new Set(); // folders the user unfolded, kept across pages
@@ -258,7 +259,7 @@ function debugRun(box, runId, alive) {
     await api('POST', apiPath('runs', runId, 'cancel'));
     poll();
   }), 'small danger-ghost', { 'data-action': 'cancel-debug' });
-  const close = btn(t('common.close'), () => { debugGen += 1; box.hidden = true; clear(box); },
+  const close = btn(t('code.close'), () => { debugGen += 1; box.hidden = true; clear(box); },
     'small ghost', { 'data-action': 'close-debug' });
   let timer = 0;
   const poll = async () => {
@@ -267,7 +268,7 @@ function debugRun(box, runId, alive) {
     try {
       const r = await api('GET', apiPath('runs', runId));
       if (!live()) return;
-      fill(state, badge(r.status), r.exit_code != null ? ' ' + t('scripts.exit', { code: r.exit_code }) : null);
+      fill(state, badge(r.status), r.exit_code != null ? ' ' + t('runs.exit', { code: r.exit_code }) : null);
       cancel.hidden = r.terminal;
       if (r.terminal) return;
     } catch (e) { /* the log still says what it can; try again */ }
