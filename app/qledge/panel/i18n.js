@@ -552,6 +552,7 @@ export const STRINGS = ((table) => {
   // ---- issue #37: scripts editor, debug runs, envs page, phone navigation
   'code.find': 'Find in file|在文件中查找',
   'code.count': '{i} of {n}|第 {i} 个，共 {n} 个',
+  'code.findBtn': 'Find|查找',
   'code.prev': 'Previous|上一个',
   'code.next': 'Next|下一个',
   'code.close': 'Close|关闭',

@@ -189,6 +189,7 @@ function fileView(box, path, alive) {
         status, err,
         h('div.actions.toolbar', btn(t('common.save'), save, 'primary', { 'data-action': 'save' }), runBtn,
           btn(t('scripts.createTask'), () => createTask(path), 'small', { 'data-action': 'create-task' }),
+          btn(t('code.findBtn'), ed.openFind, 'small', { 'data-action': 'find' }),
           histBtn, dl, renameOrDelete(path, false)),
         h('div.editor-split', ed.el, runBox)),
       histBox);
