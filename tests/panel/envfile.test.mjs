@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 
 const PANEL = process.env.PANEL_MODULES;
 globalThis.navigator = { language: 'en-GB' };
-const { exportEnvs, parseEnvFile } = await import(`${PANEL}/envfile.js`);
+const { exportEnvs, parseEnvFile, splice } = await import(`${PANEL}/envfile.js`);
 
 test('an export reads back as the same envs, values byte for byte', () => {
   const envs = [{ name: 'COOKIE', value: 'a\nb\r\nc', remarks: 'r', enabled: true },
@@ -32,4 +32,15 @@ test('a malformed file is refused with a reason naming the row', () => {
   assert.match(parseEnvFile('[{"name":"A"}]').error, /item 1: the value/);
   assert.match(parseEnvFile('[{"name":"A","value":"1","status":2}]').error, /status must be 0/);
   assert.match(parseEnvFile('[{"name":"A","value":"1","remarks":5}]').error, /remarks/);
+});
+
+test('splice keeps CR LF the textarea cannot hold, through edits and pastes', () => {
+  const raw = 'a\r\nb\r\nc';
+  const shown = 'a\nb\nc';
+  assert.equal(splice(raw, shown, 'a\nbX\nc', null), 'a\r\nbX\r\nc'); // typed
+  assert.equal(splice(raw, shown, 'a\nc', null), 'a\r\nc'); // a line deleted
+  assert.equal(splice('', '', 'x\ny', 'x\r\ny'), 'x\r\ny'); // pasted with CR LF
+  assert.equal(splice('ab', 'ab', 'ax\nyb', 'x\r\ny'), 'ax\r\nyb');
+  assert.equal(splice('a\rb', 'a\nb', 'a\nbc', null), 'a\rbc'); // a lone CR stays
+  assert.equal(splice(raw, shown, '', null), '');
 });

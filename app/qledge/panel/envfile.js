@@ -38,4 +38,23 @@ function parse(text) {
   return { items };
 }
 
-export { exportEnvs, parseEnvFile };
+/* A textarea turns every CR LF into LF (HTML's value normalisation), so the value is kept
+ * beside it, raw: an edit of the textarea (`before` -> `after`, both as it shows them) is
+ * spliced into `raw`; a paste brings its own text (`pasted`, CR LF and all) in. */
+function splice(raw, before, after, pasted) {
+  let p = 0;
+  while (p < before.length && p < after.length && before[p] === after[p]) p += 1;
+  let s = 0;
+  while (s < before.length - p && s < after.length - p
+    && before[before.length - 1 - s] === after[after.length - 1 - s]) s += 1;
+  let mid = after.slice(p, after.length - s);
+  if (pasted != null && pasted.replace(/\r\n?/g, '\n') === mid) mid = pasted;
+  const at = (i) => { // the raw index of `before`'s index i (CR LF is one there)
+    let r = 0;
+    for (let n = 0; n < i && r < raw.length; n += 1) r += raw[r] === '\r' && raw[r + 1] === '\n' ? 2 : 1;
+    return r;
+  };
+  return raw.slice(0, at(p)) + mid + raw.slice(at(before.length - s));
+}
+
+export { exportEnvs, parseEnvFile, splice };

@@ -2,7 +2,7 @@
 import { t, h, clear, fill, nextId, btn, rowBtn, actionsCell, field, markField, unmark, loading,
   grid, row, guarded, apiPath, notify, confirmDialog, modal, api, heading, failBox, fmtTime,
   saveFile } from './core.js';
-import { exportEnvs, parseEnvFile } from './envfile.js';
+import { exportEnvs, parseEnvFile, splice } from './envfile.js';
 
 function envForm(formBox, env, reload) {
   clear(formBox);
@@ -11,7 +11,23 @@ function envForm(formBox, env, reload) {
   // A textarea: a pasted multi-line value (a cookie) is kept byte for byte.
   const valueI = h('textarea.mono.env-value', { id: 'e-value', rows: 3, autocomplete: 'off',
     spellcheck: 'false', autocapitalize: 'off', class: 'masked-text' });
-  valueI.value = env ? env.value : '';
+  let raw = env ? env.value : ''; // what is saved: CR LF kept (envfile.js, splice)
+  valueI.value = raw;
+  let shown = valueI.value;
+  let pasted = null;
+  valueI.addEventListener('paste', (e) => {
+    pasted = e.clipboardData.getData('text/plain');
+    e.preventDefault();
+    if (!document.execCommand('insertText', false, pasted)) {
+      valueI.setRangeText(pasted, valueI.selectionStart, valueI.selectionEnd, 'end');
+      valueI.dispatchEvent(new Event('input'));
+    }
+  });
+  valueI.addEventListener('input', () => {
+    raw = splice(raw, shown, valueI.value, pasted);
+    shown = valueI.value;
+    pasted = null;
+  });
   const show = h('input', { id: 'e-show', type: 'checkbox',
     onchange: () => { valueI.classList.toggle('masked-text', !show.checked); } });
   const remarksI = h('input', { id: 'e-remarks', type: 'text', value: env ? env.remarks : '',
@@ -35,7 +51,7 @@ function envForm(formBox, env, reload) {
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     unmark(form, formErr);
-    const body = { name: nameI.value.trim(), value: valueI.value, remarks: remarksI.value,
+    const body = { name: nameI.value.trim(), value: raw, remarks: remarksI.value,
       enabled: enabledI.checked };
     try {
       if (env) await api('PUT', apiPath('envs', env.id), body);
@@ -141,7 +157,7 @@ function viewEnvs(main, alive) {
         'envs.json');
     }, '', { 'data-action': 'export' }),
     btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
-  main.append(h('p.muted', t('envs.intro')));
+  main.append(h('p.muted', t('envs.intro')), h('p.muted.small', t('envs.dupHelp')));
   const formBox = h('div');
   const search = h('input', { type: 'search', id: 'env-search', 'data-role': 'search',
     autocomplete: 'off', spellcheck: 'false', placeholder: t('envs.search'),
@@ -166,7 +182,7 @@ function viewEnvs(main, alive) {
   const revealed = new Set();
   const selected = new Set();
   let all = [];
-  const cols = ['', t('tasks.col.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
+  const cols = [t('envs.pick'), t('tasks.col.name'), t('envs.value'), t('envs.remarks'), t('envs.state'),
     t('envs.updated'), t('tasks.col.actions')];
   const edit = (env) => envForm(formBox, env, load);
   const ctx = { cols, revealed, selected, edit, reload: () => load() };
