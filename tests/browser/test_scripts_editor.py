@@ -120,7 +120,8 @@ def test_debug_run_shows_its_log_beside_the_editor_and_leaves_no_task(
     panel = page.locator('[data-role="debug-run"]')
     expect(panel).to_be_visible()
     expect(panel.locator("pre.log")).to_contain_text("checkin 42\ndone")
-    expect(panel.locator('[data-role="debug-status"]')).to_have_text(re.compile(r"succeeded\s+exit 0"))
+    expect(panel.locator('[data-role="debug-status"]')).to_have_text(
+        re.compile(r"succeeded\s+exit 0"))
     expect(page).to_have_url(re.compile(r"#/scripts/demo%2Fcheckin\.py$"))
     # beside the editor on a desktop
     ed = page.locator(".code-wrap").bounding_box()

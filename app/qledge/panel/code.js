@@ -120,7 +120,7 @@ function codeEditor(label, text, path) {
   const unit = /^\t/m.test(text) && !/^ {2}/m.test(text) ? '\t' : '    ';
   const query = h('input', { type: 'search', id: id + '-q', 'data-role': 'find',
     autocomplete: 'off', spellcheck: 'false', 'aria-label': t('code.find') });
-  const count = h('span.muted.small', { 'data-role': 'find-count', 'aria-live': 'polite' });
+  const count = h('span.muted.small', { 'data-role': 'find-count', role: 'status' });
   let marks = [];
   let cur = -1;
   let lines = 0;

@@ -561,6 +561,7 @@ export const STRINGS = ((table) => {
   'nav.menu': 'Menu|菜单',
   'scripts.files': 'Files|文件',
   'scripts.debugTitle': 'Debug run|调试运行',
+  'scripts.openRun': 'Open the run page|打开运行详情页',
   'scripts.debugHelp': 'A run of the file as saved, with no task left behind; it is kept in Runs like any run until retention removes it.|' +
     '按已保存的文件运行一次，不会留下任务；它和其他运行一样保留在运行记录中，直到被清理。',
   'editor.chainHelpTouch': 'When a run of this task ends. Tap the tasks to pick; tap again to drop one.|' +

@@ -275,8 +275,9 @@ function debugRun(box, runId, alive) {
     } catch (e) { /* the log still says what it can; try again */ }
     timer = setTimeout(poll, 1500);
   };
+  box.dataset.runId = runId;
   fill(box, h('div.section-head', h('h2', t('scripts.debugTitle')), state,
-    h('div.actions', cancel, close)),
+    h('div.actions', cancel, close, h('a.small', { href: '#/runs/' + runId }, t('scripts.openRun')))),
   h('p.muted.small', t('scripts.debugHelp')), log.el);
   box.hidden = false;
   log.start(live, () => poll());
