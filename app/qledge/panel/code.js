@@ -16,6 +16,7 @@ const RULES = {
   sh: new RegExp(`((?:^|(?<=\\s))#.*)|("(?:\\\\[\\s\\S]|[^"\\\\])*"?|'[^']*'?)|(${NUM})|\\b(${KW.sh})\\b`, 'gm'),
 };
 const CLS = ['c', 's', 'n', 'k'];
+const MAX_HL = 256 * 1024; // a larger file is shown plain (a repaint per frame would lag)
 
 // The language of a file by its name: 'py', 'js', 'sh' or null (plain text).
 function langOf(path) {
@@ -138,7 +139,7 @@ function codeEditor(label, text, path) {
     if (cur >= marks.length) cur = marks.length - 1;
     count.textContent = bar.hidden || !query.value ? ''
       : t('code.count', { i: marks.length ? cur + 1 : 0, n: marks.length });
-    paintInto(hl, v, tokenize(v, lang), marks, cur);
+    paintInto(hl, v, v.length <= MAX_HL ? tokenize(v, lang) : [], marks, cur);
     sync();
   };
   const later = () => { if (!frame) frame = requestAnimationFrame(paint); };
