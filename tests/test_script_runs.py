@@ -100,3 +100,22 @@ def test_run_refuses_paths_like_every_scripts_path(client: TestClient) -> None:
 def test_run_needs_the_admin_token(client: TestClient) -> None:
     r = client.post(f"{API}/run", json={"path": "x.sh"}, headers={"Authorization": ""})
     assert r.status_code == 401
+
+
+def test_qinglong_clients_do_not_see_the_hidden_debug_task(client: TestClient) -> None:
+    from test_qinglong_api import bearer, get_token, make_app
+
+    root_of(client)
+    put(client, "ql.sh", "echo hi\n")
+    made = client.post("/api/v1/tasks", json={"name": "visible", "command": "echo v"})
+    assert made.status_code == 201, made.text
+    run = _run(client, path="ql.sh").json()
+    wait_terminal(client, run["run"]["id"])
+    headers = bearer(get_token(client, *make_app(client, "reader", ["crons"])))
+    for search in ("", "ql.sh", "command:task"):
+        page = client.get("/open/crons", headers=headers,
+                          params={"searchValue": search} if search else None).json()["data"]
+        names = [c["name"] for c in page["data"]]
+        assert "task ql.sh" not in names and page["total"] == len(names), (search, page)
+    assert [c["name"] for c in client.get("/open/crons", headers=headers).json()["data"]["data"]
+            ] == ["visible"]
