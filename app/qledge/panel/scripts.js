@@ -257,7 +257,7 @@ function debugRun(box, runId, alive) {
   const log = logSection(runId);
   const cancel = btn(t('run.cancel'), guarded(async () => {
     cancel.disabled = true;
-    await api('POST', apiPath('runs', runId, 'cancel'));
+    try { await api('POST', apiPath('runs', runId, 'cancel')); } finally { cancel.disabled = false; }
     poll();
   }), 'small danger-ghost', { 'data-action': 'cancel-debug' });
   const close = btn(t('code.close'), () => { debugGen += 1; box.hidden = true; clear(box); },
