@@ -315,9 +315,10 @@ function shell(section) {
   const other = lang === 'zh' ? 'en' : 'zh';
   const links = ['tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
   const main = h('main', { id: 'main', tabIndex: -1 });
-  const menu = token ? btn(t('nav.menu'), () => menu.parentNode.classList.toggle('nav-open', // phones
-    (menu.ariaExpanded = String(menu.ariaExpanded !== 'true')) === 'true'), 'ghost small nav-toggle',
-  { 'aria-expanded': 'false', 'aria-controls': 'nav-links', 'data-action': 'menu' }) : null;
+  const menu = token ? btn(t('nav.menu'), () => { // phones: the links fold behind it
+    const open = menu.getAttribute('aria-expanded') !== 'true';
+    menu.setAttribute('aria-expanded', String(open)); menu.parentNode.classList.toggle('nav-open', open);
+  }, 'ghost small nav-toggle', { 'aria-expanded': 'false', 'aria-controls': 'nav-links', 'data-action': 'menu' }) : null;
   append(app, [
     h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
       t('nav.skip')),
