@@ -117,3 +117,61 @@ async def test_global_env_joins_same_names_in_panel_order(db: Database) -> None:
     async with db.write() as tx:
         await envs.update_env(tx, a.id, {"enabled": False}, 6)
         assert await envs.global_env(tx) == {"X": "2", "Y": "y"}
+
+
+def test_a_multi_line_value_round_trips_byte_for_byte(client: TestClient) -> None:
+    value = "a\nb\r\nc\t d "
+    r = client.post("/api/v1/envs", json={"name": "COOKIE", "value": value})
+    assert r.status_code == 201, r.text
+    got = client.get(f"/api/v1/envs/{r.json()['id']}").json()
+    assert got["value"] == value
+    assert [e["value"] for e in client.get("/api/v1/envs").json()["items"]] == [value]
+
+
+def test_import_creates_all_or_nothing_and_names_the_bad_item(client: TestClient) -> None:
+    good = {"name": "A", "value": "1"}
+    r = client.post("/api/v1/envs/import", json={"items": [good, {"name": "9x", "value": "2"}]})
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "items[1].name"
+    assert client.get("/api/v1/envs").json()["items"] == []
+    r = client.post("/api/v1/envs/import", json={"items": [
+        good, {"name": "B", "value": "x\ny", "remarks": "r", "enabled": False}]})
+    assert r.status_code == 201, r.text
+    listed = client.get("/api/v1/envs").json()["items"]
+    assert [(e["name"], e["value"], e["enabled"]) for e in listed] == [
+        ("A", "1", True), ("B", "x\ny", False)]
+    assert client.post("/api/v1/envs/import", json={"items": []}).status_code == 422
+
+
+def test_bulk_enable_disable_delete_all_or_nothing(client: TestClient) -> None:
+    made = [client.post("/api/v1/envs", json={"name": f"V{i}", "value": "v"}).json()["id"]
+            for i in range(3)]
+    r = client.post("/api/v1/envs/bulk", json={"action": "disable", "ids": made[:2]})
+    assert r.status_code == 200 and r.json()["count"] == 2, r.text
+    states = {e["id"]: e["enabled"] for e in client.get("/api/v1/envs").json()["items"]}
+    assert states == {made[0]: False, made[1]: False, made[2]: True}
+    gone = ids.uuid7()
+    r = client.post("/api/v1/envs/bulk", json={"action": "delete", "ids": [made[0], gone]})
+    assert r.status_code == 404
+    assert len(client.get("/api/v1/envs").json()["items"]) == 3
+    r = client.post("/api/v1/envs/bulk", json={"action": "delete", "ids": made[:2]})
+    assert r.status_code == 200
+    assert [e["id"] for e in client.get("/api/v1/envs").json()["items"]] == [made[2]]
+    r = client.post("/api/v1/envs/bulk", json={"action": "explode", "ids": made})
+    assert r.status_code in (400, 422)
+
+
+def test_move_reorders_and_the_order_persists(client: TestClient) -> None:
+    made = [client.post("/api/v1/envs", json={"name": "SAME", "value": str(i)}).json()["id"]
+            for i in range(3)]
+    order = lambda: [e["id"] for e in client.get("/api/v1/envs").json()["items"]]  # noqa: E731
+    assert order() == made
+    r = client.post(f"/api/v1/envs/{made[2]}/move", json={"direction": "up"})
+    assert r.status_code == 200, r.text
+    assert order() == [made[0], made[2], made[1]]
+    client.post(f"/api/v1/envs/{made[0]}/move", json={"direction": "up"})  # at the top: stays
+    assert order() == [made[0], made[2], made[1]]
+    client.post(f"/api/v1/envs/{made[0]}/move", json={"direction": "down"})
+    assert order() == [made[2], made[0], made[1]]
+    r = client.post(f"/api/v1/envs/{made[0]}/move", json={"direction": "left"})
+    assert r.status_code in (400, 422)

@@ -22,7 +22,7 @@ def _log(client: TestClient, run_id: str) -> bytes:
     return r.content
 
 
-def test_run_runs_the_saved_content_as_a_tracked_run_of_one_debug_task(
+def test_run_runs_the_saved_content_as_a_tracked_run_of_one_hidden_debug_task(
         client: TestClient) -> None:
     root_of(client)
     assert put(client, "jd/hi.sh", "echo first\n").status_code == 201
@@ -40,21 +40,31 @@ def test_run_runs_the_saved_content_as_a_tracked_run_of_one_debug_task(
     run = wait_terminal(client, again["run"]["id"])
     assert (run["status"], run["exit_code"]) == ("failed", 3)
     assert _log(client, again["run"]["id"]) == b"second\n"
-    tasks = client.get("/api/v1/tasks").json()["items"]
-    assert [(t["id"], t["name"], t["command"], t["labels"], t["schedule"], t["overlap"])
-            for t in tasks] == [(first["task_id"], "task jd/hi.sh", "task jd/hi.sh now",
-                                 ["debug"], None, "allow")]
+    # No task is left in the list (nor in QingLong's); ?hidden=1 shows the hidden one.
+    assert client.get("/api/v1/tasks").json()["items"] == []
+    tasks = client.get("/api/v1/tasks?hidden=1").json()["items"]
+    assert [(t["id"], t["name"], t["command"], t["labels"], t["schedule"], t["overlap"],
+             t["hidden"], t["keep_runs"]) for t in tasks] == [
+        (first["task_id"], "task jd/hi.sh", "task jd/hi.sh now", ["debug"], None, "allow",
+         True, 10)]
+    assert client.get(f"/api/v1/tasks/{first['task_id']}").json()["hidden"] is True
+    assert client.get(f"/api/v1/runs/{first['run']['id']}").status_code == 200
 
 
-def test_run_reuses_the_task_of_the_same_command_whoever_made_it(client: TestClient) -> None:
+def test_run_leaves_a_users_task_of_the_same_command_alone(client: TestClient) -> None:
     root_of(client)
     put(client, "a b.py", "print('x')\n")
     made = client.post("/api/v1/tasks", json={"name": "mine", "command": "task 'a b.py' now"})
     assert made.status_code == 201, made.text
+    assert made.json()["hidden"] is False
     r = _run(client, path="a b.py")
-    assert r.status_code == 202 and r.json()["task_id"] == made.json()["id"]
-    assert len(client.get("/api/v1/tasks").json()["items"]) == 1
+    assert r.status_code == 202 and r.json()["task_id"] != made.json()["id"]
+    assert [t["id"] for t in client.get("/api/v1/tasks").json()["items"]] == [made.json()["id"]]
+    again = _run(client, path="a b.py").json()
+    assert again["task_id"] == r.json()["task_id"]
+    assert len(client.get("/api/v1/tasks?hidden=1").json()["items"]) == 2
     wait_terminal(client, r.json()["run"]["id"])
+    wait_terminal(client, again["run"]["id"])
 
 
 def test_run_refuses_paths_like_every_scripts_path(client: TestClient) -> None:
@@ -90,3 +100,22 @@ def test_run_refuses_paths_like_every_scripts_path(client: TestClient) -> None:
 def test_run_needs_the_admin_token(client: TestClient) -> None:
     r = client.post(f"{API}/run", json={"path": "x.sh"}, headers={"Authorization": ""})
     assert r.status_code == 401
+
+
+def test_qinglong_clients_do_not_see_the_hidden_debug_task(client: TestClient) -> None:
+    from test_qinglong_api import bearer, get_token, make_app
+
+    root_of(client)
+    put(client, "ql.sh", "echo hi\n")
+    made = client.post("/api/v1/tasks", json={"name": "visible", "command": "echo v"})
+    assert made.status_code == 201, made.text
+    run = _run(client, path="ql.sh").json()
+    wait_terminal(client, run["run"]["id"])
+    headers = bearer(get_token(client, *make_app(client, "reader", ["crons"])))
+    for search in ("", "ql.sh", "command:task"):
+        page = client.get("/open/crons", headers=headers,
+                          params={"searchValue": search} if search else None).json()["data"]
+        names = [c["name"] for c in page["data"]]
+        assert "task ql.sh" not in names and page["total"] == len(names), (search, page)
+    assert [c["name"] for c in client.get("/open/crons", headers=headers).json()["data"]["data"]
+            ] == ["visible"]

@@ -168,6 +168,8 @@ class Task(msgspec.Struct, frozen=True, kw_only=True):
     # a node must all carry; None / [] = any node. Copied onto each run at creation.
     placement_node: str | None = None
     placement_labels: list[str] = []
+    # The panel's debug Run of a script: not listed by default (docs/scripts.md#run).
+    hidden: bool = False
 
     @property
     def schedules(self) -> list[str]:

@@ -236,7 +236,12 @@ def test_envs_values_hidden_until_revealed(page: Page, appliance: Appliance) -> 
     expect(page.get_by_label("Name", exact=True)).to_have_attribute("aria-invalid", "true")
     expect(page.get_by_label("Name", exact=True)).to_be_focused()
     page.get_by_label("Name", exact=True).fill("API_KEY")
-    expect(page.get_by_label("Value", exact=True)).to_have_attribute("type", "password")
+    # a multi-line textarea, its text masked until "Show value"
+    value = page.get_by_label("Value", exact=True)
+    expect(value).to_have_class(re.compile(r"\bmasked-text\b"))
+    assert value.evaluate("(a) => getComputedStyle(a).webkitTextSecurity") == "disc"
+    page.get_by_label("Show value").check()
+    expect(value).not_to_have_class(re.compile(r"\bmasked-text\b"))
     page.get_by_role("button", name="Add variable").click()
     row = page.locator("tr[data-env-name='API_KEY']")
     expect(row).to_be_visible()
@@ -249,7 +254,7 @@ def test_envs_values_hidden_until_revealed(page: Page, appliance: Appliance) -> 
     row.get_by_role("button", name="Disable").click()
     expect(row).to_contain_text("disabled")
     row.get_by_role("button", name="Edit").click()
-    page.get_by_label("Remarks").fill("for the weather script")
+    page.get_by_label("Remarks", exact=True).fill("for the weather script")
     page.get_by_role("button", name="Save").click()
     expect(row).to_contain_text("for the weather script")
     row.get_by_role("button", name="Delete").click()

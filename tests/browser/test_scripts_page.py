@@ -173,20 +173,22 @@ def test_run_saves_the_edits_then_shows_the_live_log_and_cancels(
     editor.fill(new)
     expect(page.get_by_text("Unsaved changes")).to_be_visible()
 
-    # Run saves what the editor shows first, then opens the run page with the live log.
+    # Run saves what the editor shows first, then shows the live log beside the editor.
     page.get_by_role("button", name="Run", exact=True).click()
-    expect(page).to_have_url(re.compile(r"#/runs/[0-9a-f-]+$"))
+    debug = page.locator('[data-role="debug-run"]')
+    expect(debug.locator("#log")).to_contain_text("fresh-output")
+    expect(page).to_have_url(re.compile(r"#/scripts/debug\.sh$"))
     assert (root / "debug.sh").read_text() == new
-    expect(page.locator("#log")).to_contain_text("fresh-output")
-    expect(page.locator("#log")).not_to_contain_text("old-content")
-    expect(page.locator("#run-status .badge")).to_have_attribute("data-status", "running")
+    expect(debug.locator("#log")).not_to_contain_text("old-content")
+    status = debug.locator('[data-role="debug-status"] .badge')
+    expect(status).to_have_attribute("data-status", "running")
+    run_id = debug.get_attribute("data-run-id")
+    expect(debug.get_by_role("link", name="Open the run page")).to_have_attribute(
+        "href", f"#/runs/{run_id}")
 
-    page.get_by_role("button", name="Cancel run").click()
-    page.get_by_role("dialog").get_by_role("button", name="Cancel run").click()
-    expect(page.locator("#run-status .badge")).to_have_attribute(
-        "data-status", "cancelled", timeout=60_000)
-    run_id = page.url.rsplit("/", 1)[1]
+    debug.get_by_role("button", name="Cancel run").click()
+    expect(status).to_have_attribute("data-status", "cancelled", timeout=60_000)
     run = appliance.api("GET", f"/runs/{run_id}").json()
     task = appliance.api("GET", f"/tasks/{run['task_id']}").json()
-    assert (run["status"], task["command"], task["labels"]) == (
-        "cancelled", "task debug.sh now", ["debug"])
+    assert (run["status"], task["command"], task["labels"], task["hidden"]) == (
+        "cancelled", "task debug.sh now", ["debug"], True)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from .conftest import FAST, api_task, sign_in
+from .conftest import DESKTOP, FAST, PHONE, api_task, sign_in
 from _appliance import Appliance
 from support import free_port
 
@@ -74,3 +74,18 @@ def test_a_delayed_scheduled_run_shows_its_not_before_time(
     page.goto(f"/#/runs/{run['id']}")
     expect(page.locator("dt:text-is('Not before (random delay)') + dd")).not_to_be_empty()
     expect(page.locator("dt:text-is('Started') + dd")).to_have_text("—")
+
+
+def test_the_chain_hint_says_tap_on_a_touch_screen(browser: Browser, appliance: Appliance) -> None:
+    """Ctrl/⌘-click means nothing on a phone: a coarse pointer gets the tap wording."""
+    for touch, want in ((False, "Ctrl/⌘-click picks several"), (True, "Tap the tasks to pick")):
+        ctx = browser.new_context(viewport=PHONE if touch else DESKTOP, has_touch=touch,
+                                  is_mobile=touch, locale="en-US",
+                                  base_url=f"http://127.0.0.1:{appliance.port}")
+        try:
+            page = ctx.new_page()
+            sign_in(page)
+            page.goto("/#/tasks/new")
+            expect(page.locator("#f-chain-help")).to_contain_text(want)
+        finally:
+            ctx.close()

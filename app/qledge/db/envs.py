@@ -99,6 +99,27 @@ async def update_env(tx: Tx, env_id: str, fields: dict[str, Any], now_ms: int) -
     return await get_env(tx, env_id)
 
 
+async def move_env(tx: Tx, env_id: str, up: bool, now_ms: int) -> EnvVar:
+    """Swap `env_id` with its neighbour in the list's order (position DESC, num); at an
+    end nothing moves. Equal positions (imported rows) first get distinct ones."""
+    rows = await tx.all("SELECT id, position FROM envs ORDER BY position DESC, num")
+    order = [r["id"] for r in rows]
+    if env_id not in order:
+        raise NotFound("env")
+    i = order.index(env_id)
+    j = i - 1 if up else i + 1
+    if 0 <= j < len(order):
+        positions = [int(r["position"]) for r in rows]
+        if len(set(positions)) != len(positions):
+            positions = [ENV_INIT_POSITION - k * ENV_STEP_POSITION for k in range(len(order))]
+        order[i], order[j] = order[j], order[i]
+        for k, (row, moved) in enumerate(zip(rows, order, strict=True)):
+            if row["id"] != moved or positions[k] != int(row["position"]):
+                await tx.execute("UPDATE envs SET position = ? WHERE id = ?", (positions[k], moved))
+        await tx.execute("UPDATE envs SET updated_at_ms = ? WHERE id = ?", (now_ms, env_id))
+    return await get_env(tx, env_id)
+
+
 async def require_envs(tx: Tx, env_ids: list[str]) -> None:
     """NotFound unless every one of these envs exists."""
     if not env_ids:

@@ -51,7 +51,7 @@ def task_from_row(row: Row) -> Task:
         **{f: msgspec.json.decode(row[f"{f}_json"], type=list[str]) for f in CHAIN_FIELDS},
         extra_schedules=msgspec.json.decode(row["extra_schedules_json"], type=list[str]),
         tz=row["tz"], placement_node=row["placement_node"],
-        placement_labels=_labels(row["placement_labels_json"]),
+        placement_labels=_labels(row["placement_labels_json"]), hidden=bool(row["hidden"]),
     )
 
 

@@ -20,7 +20,7 @@ WRITABLE = ("name", "command", "schedule", "timeout_s", "env_json", "enabled", "
             "labels_json", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
             "retry_delay_s", "retry_on_json", "on_success_json", "on_failure_json",
             "on_finish_json", "extra_schedules_json", "tz", "placement_node",
-            "placement_labels_json")
+            "placement_labels_json", "hidden")
 
 
 class UnknownTaskField(ValueError):
@@ -57,6 +57,8 @@ def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
         out["enabled"] = int(bool(out["enabled"]))
     if "keep_background" in out:
         out["keep_background"] = int(bool(out["keep_background"]))
+    if "hidden" in out:
+        out["hidden"] = int(bool(out["hidden"]))
     unknown = sorted(set(out) - set(WRITABLE))
     if unknown:
         raise UnknownTaskField(f"not a task field: {', '.join(unknown)}")
@@ -87,16 +89,22 @@ async def get_task_by_num(tx: Tx, num: int) -> Task:
     return task_from_row(row)
 
 
-async def task_by_command(tx: Tx, command: str) -> Task | None:
-    """The oldest task whose command is exactly `command` (operations/script_runs.py)."""
-    row = await tx.one("SELECT * FROM tasks WHERE command = ? ORDER BY num LIMIT 1",
-                       (command,))
+async def task_by_command(tx: Tx, command: str, hidden: bool = False) -> Task | None:
+    """The oldest task, hidden or not, whose command is exactly `command`
+    (operations/script_runs.py)."""
+    row = await tx.one(
+        "SELECT * FROM tasks WHERE command = ? AND hidden = ? ORDER BY num LIMIT 1",
+        (command, int(hidden)))
     return task_from_row(row) if row is not None else None
 
 
-async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100) -> list[Task]:
+async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100,
+                     hidden: bool = False) -> list[Task]:
+    """A page of tasks; hidden ones (the panel's debug runs) only with `hidden`."""
+    shown = "" if hidden else " AND hidden = 0"
     rows = await tx.all(
-        "SELECT * FROM tasks WHERE num > ? ORDER BY num LIMIT ?", (after_num, limit))
+        f"SELECT * FROM tasks WHERE num > ?{shown} ORDER BY num LIMIT ?",  # noqa: S608
+        (after_num, limit))
     return [task_from_row(r) for r in rows]
 
 
@@ -107,16 +115,16 @@ _SEARCH_COLUMNS = {"name": "name", "command": "command", "schedule": "schedule",
 async def search_tasks(tx: Tx, search: str, offset: int, limit: int) -> tuple[list[Task], int]:
     """QingLong's list: `searchValue` matches name/command/schedule/labels, or one of them
     with a `name:`/`command:`/`schedule:`/`label:` prefix. Enabled first, newest first."""
-    where, params = "", {}
+    where, params = "WHERE hidden = 0", {}
     if search:
         column, sep, rest = search.partition(":")
         if sep and column in _SEARCH_COLUMNS:
-            where = f"WHERE {dialect.like(tx.dialect, _SEARCH_COLUMNS[column], ':q')}"
+            where += f" AND {dialect.like(tx.dialect, _SEARCH_COLUMNS[column], ':q')}"
             params["q"] = like_pattern(rest)
         else:
-            where = "WHERE " + " OR ".join(
+            where += " AND (" + " OR ".join(
                 dialect.like(tx.dialect, c, ":q")
-                for c in ("name", "command", "schedule", "labels_json"))
+                for c in ("name", "command", "schedule", "labels_json")) + ")"
             params["q"] = like_pattern(search)
     total_row = await tx.one(f"SELECT COUNT(*) AS n FROM tasks {where}", params)  # noqa: S608
     rows = await tx.all(

@@ -8,7 +8,7 @@ events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from starlette.requests import Request
@@ -20,7 +20,9 @@ from ..db import envs
 from ..envs.spec import validate_env
 from . import inputs
 from .context import runtime_of
-from .errors import Missing, decode_body, json_response
+from .errors import Invalid, Missing, decode_body, json_response
+
+MAX_IMPORT = 1000
 
 UNSET = msgspec.UNSET
 
@@ -37,6 +39,20 @@ class EnvPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
     value: str | msgspec.UnsetType = UNSET
     remarks: str | msgspec.UnsetType | None = UNSET
     enabled: bool | msgspec.UnsetType = UNSET
+
+
+class EnvsIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """An import: every item is created, or none (docs/api.md)."""
+    items: list[EnvIn]
+
+
+class BulkIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    action: Literal["enable", "disable", "delete"]
+    ids: list[str]
+
+
+class MoveIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    direction: Literal["up", "down"]
 
 
 def env_view(env: envs.EnvVar) -> dict[str, Any]:
@@ -85,9 +101,42 @@ async def delete(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def import_(request: Request) -> Response:
+    body = decode_body(await request.body(), EnvsIn)
+    if not body.items or len(body.items) > MAX_IMPORT:
+        raise Invalid(f"send 1 to {MAX_IMPORT} items", field="items")
+    items = [validate_env(msgspec.structs.asdict(e), f"items[{i}].")
+             for i, e in enumerate(body.items)]
+    created = await operations.create_envs(runtime_of(request), items)
+    return json_response({"items": [env_view(e) for e in created]}, 201)
+
+
+async def bulk(request: Request) -> Response:
+    """Enable, disable or delete several envs at once: all of them or none (NotFound)."""
+    body = decode_body(await request.body(), BulkIn)
+    if not body.ids or len(body.ids) > MAX_IMPORT or not all(map(ids.is_uuid7, body.ids)):
+        raise Invalid(f"ids must be 1 to {MAX_IMPORT} env ids", field="ids")
+    rt = runtime_of(request)
+    if body.action == "delete":
+        await operations.delete_envs(rt, body.ids)
+    else:
+        await operations.set_envs_enabled(rt, body.ids, body.action == "enable")
+    return json_response({"action": body.action, "count": len(set(body.ids))})
+
+
+async def move(request: Request) -> Response:
+    env_id = _env_id(request)
+    body = decode_body(await request.body(), MoveIn)
+    env = await operations.move_env(runtime_of(request), env_id, body.direction == "up")
+    return json_response(env_view(env))
+
+
 routes = [
     Route("/envs", list_, methods=["GET"]),
     Route("/envs", create, methods=["POST"]),
+    Route("/envs/import", import_, methods=["POST"]),
+    Route("/envs/bulk", bulk, methods=["POST"]),
+    Route("/envs/{env_id}/move", move, methods=["POST"]),
     Route("/envs/{env_id}", get, methods=["GET"]),
     Route("/envs/{env_id}", update, methods=["PUT", "PATCH"]),
     Route("/envs/{env_id}", delete, methods=["DELETE"]),

@@ -15,7 +15,7 @@ by their module (`from qledge.operations import notify_ops`).
 """
 
 from .apps import NameTaken, WrongCredentials, create_app, delete_app, issue_app_token
-from .envs import create_envs, delete_envs, rename_envs, set_envs_enabled, update_env
+from .envs import create_envs, delete_envs, move_env, rename_envs, set_envs_enabled, update_env
 from .tasks import (
     ActiveRun,
     Started,
@@ -34,6 +34,6 @@ from .tasks import (
 __all__ = [
     "ActiveRun", "NameTaken", "Started", "SystemTask", "WrongCredentials", "cancel_run",
     "create_app", "create_envs", "create_task", "delete_app", "delete_envs", "delete_tasks",
-    "issue_app_token", "rename_envs", "set_envs_enabled", "set_tasks_enabled", "start_run",
-    "stop_task", "task_for_command", "trigger", "update_env", "update_task",
+    "issue_app_token", "move_env", "rename_envs", "set_envs_enabled", "set_tasks_enabled",
+    "start_run", "stop_task", "task_for_command", "trigger", "update_env", "update_task",
 ]

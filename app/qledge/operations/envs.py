@@ -51,3 +51,9 @@ async def delete_envs(rt: Runtime, env_ids: list[str], *, missing_ok: bool = Fal
         if not missing_ok:
             await envs.require_envs(tx, env_ids)
         await envs.delete_envs(tx, env_ids)
+
+
+async def move_env(rt: Runtime, env_id: str, up: bool) -> envs.EnvVar:
+    """One place up or down in the list (and in a same-name join's order)."""
+    async with rt.db.write() as tx:
+        return await envs.move_env(tx, env_id, up, now_ms())

@@ -75,7 +75,7 @@ async def task_for_command(rt: Runtime, command: str, fields: dict[str, Any]) ->
     """The oldest task whose command is exactly `command`, else a new one made of
     `fields` — in one transaction, so two callers at once make one task."""
     async with rt.db.write() as tx:
-        found = await tasks.task_by_command(tx, command)
+        found = await tasks.task_by_command(tx, command, bool(fields.get("hidden")))
         if found is not None:
             return found
         task = await tasks.create_task(tx, ids.uuid7(), {**fields, "command": command},

@@ -293,11 +293,8 @@ function parseHash() {
 }
 
 function signIn(noPassword) { signedIn = true; offer = Boolean(noPassword); }
-// The session ended (elsewhere, expired): the sign-in page; the address stays, so signing
-// in again lands on the same page.
-function signedOut(message) {
-  signedIn = false;
-  render();
+function signedOut(message) { // the session ended (elsewhere, expired): the sign-in page;
+  signedIn = false; render(); // the address stays, so signing in lands on the same page
   if (message) notify(message, 'error');
 }
 
@@ -316,11 +313,15 @@ function shell(section) {
   const other = lang === 'zh' ? 'en' : 'zh';
   const links = ['tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
   const main = h('main', { id: 'main', tabIndex: -1 });
+  const menu = signedIn ? btn(t('nav.menu'), () => { // phones: the links fold behind it
+    const open = menu.getAttribute('aria-expanded') !== 'true';
+    menu.setAttribute('aria-expanded', String(open)); menu.parentNode.classList.toggle('nav-open', open);
+  }, 'ghost small nav-toggle', { 'aria-expanded': 'false', 'aria-controls': 'nav-links', 'data-action': 'menu' }) : null;
   append(app, [
     h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
       t('nav.skip')),
-    h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'),
-      signedIn ? h('nav', { 'aria-label': t('nav.label') }, links.map(([id, key]) =>
+    h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'), menu,
+      signedIn ? h('nav', { id: 'nav-links', 'aria-label': t('nav.label') }, links.map(([id, key]) =>
         h('a', { href: '#/' + id, 'aria-current': section === id ? 'page' : null }, t(key))))
         : h('span.spacer'),
       h('div.tools', btn(t('lang.other'), () => setLang(other), 'ghost small lang',
@@ -366,9 +367,7 @@ function render() {
   firstRender = false;
 }
 
-function failBox(box, err) {
-  fill(box, h('div.alert.error', { role: 'alert' }, err.message || String(err)));
-}
+const failBox = (box, err) => fill(box, h('div.alert.error', { role: 'alert' }, err.message || String(err)));
 
 // Every task, page by page (the task list and the runs filter both need them all).
 async function loadAllTasks() {

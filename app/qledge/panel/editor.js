@@ -197,7 +197,8 @@ function buildTaskForm(box, task, alive, prefill) {
       field('f-extra', t('editor.extra'), f.extra, null, 'extra_schedules'),
       field('f-tz', t('editor.tz'), f.tz, t('editor.tzHelp'), 'tz')),
     h('fieldset.field', h('legend', t('editor.chains')),
-      h('p.help', { id: 'f-chain-help' }, t('editor.chainHelp')),
+      h('p.help', { id: 'f-chain-help' }, t(matchMedia('(pointer: coarse)').matches
+        ? 'editor.chainHelpTouch' : 'editor.chainHelp')),
       h('div.row3', CHAINS.map((k) => field('f-' + k, t('editor.' + k), f[k], null, k)))),
     envs.el,
     field('f-labels', t('editor.labels'), f.labels, t('editor.labelsHelp'), 'labels'),

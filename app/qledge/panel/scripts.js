@@ -1,7 +1,10 @@
 /* qledge panel: the scripts folder (#/scripts, #/scripts/<path>; docs/panel.md). */
 import { t, fmtTime, fmtBytes, h, clear, fill, nextId, btn, rowBtn, field, markField, unmark,
-  loading, guarded, saveFile, notify, modal, confirmDialog, api, q, onLeave, heading, failBox,
-  render } from './core.js';
+  loading, guarded, saveFile, notify, modal, confirmDialog, api, apiPath, q, onLeave,
+  heading, failBox, badge, render } from './core.js';
+import { beforeLeave } from './guard.js';
+import { codeEditor } from './code.js';
+import { logSection } from './log.js';
 const opened = new Set(); // folders the user unfolded, kept across pages
 let unsaved = null; // the path whose edits are not saved yet
 const parentOf = (p) => (p.includes('/') ? p.slice(0, p.lastIndexOf('/')) : '');
@@ -67,29 +70,6 @@ function find(nodes, path) {
     if (n.children && path.startsWith(n.path + '/')) return find(n.children, path);
   }
   return null;
-}
-
-// ---- the editor: a textarea with a line-number gutter
-function codeEditor(label, text) {
-  const id = nextId('code');
-  const gutter = h('pre.gutter', { 'aria-hidden': 'true' });
-  const area = h('textarea.code', { id, wrap: 'off', spellcheck: 'false',
-    autocomplete: 'off', autocapitalize: 'off', 'data-role': 'script-content' });
-  area.value = text;
-  let lines = 0;
-  const paint = () => {
-    let n = 1;
-    for (let i = area.value.indexOf('\n'); i >= 0; i = area.value.indexOf('\n', i + 1)) n += 1;
-    if (n !== lines) {
-      lines = n;
-      gutter.textContent = Array.from({ length: n }, (_, i) => i + 1).join('\n');
-    }
-    gutter.scrollTop = area.scrollTop;
-  };
-  area.addEventListener('input', paint);
-  area.addEventListener('scroll', () => { gutter.scrollTop = area.scrollTop; });
-  paint();
-  return { area, el: h('div.code-wrap', h('label.sr-only', { htmlFor: id }, label), gutter, area) };
 }
 
 async function download(path, button) {
@@ -162,7 +142,7 @@ function fileView(box, path, alive) {
     unsaved = null;
     const status = h('p.muted.small', { 'aria-live': 'polite' },
       t('scripts.info', { size: fmtBytes(file.size), when: fmtTime(file.mtime_ms) }));
-    const ed = codeEditor(t('scripts.content', { path }), file.content);
+    const ed = codeEditor(t('scripts.content', { path }), file.content, path);
     const err = h('div.alert.error', { role: 'alert', hidden: true });
     const histBox = h('div');
     const save = async () => {
@@ -179,12 +159,14 @@ function fileView(box, path, alive) {
         return true;
       } catch (e) { err.textContent = e.message; err.hidden = false; }
     };
-    // Run what the editor shows: unsaved edits are saved first, then the run page.
+    // Run what the editor shows (unsaved edits saved first); its log opens beside it.
+    const runBox = h('section.card.debug-run', { hidden: true, 'data-role': 'debug-run',
+      'aria-label': t('scripts.debugTitle') });
     const runBtn = btn(t('runs.col.run'), guarded(async () => {
       runBtn.disabled = true;
       try {
         if (ed.area.dataset.dirty && !(await save())) return;
-        location.hash = '#/runs/' + (await api('POST', '/scripts/run', { path })).run.id;
+        debugRun(runBox, (await api('POST', '/scripts/run', { path })).run.id, alive);
       } finally { runBtn.disabled = false; }
     }), 'small', { 'data-action': 'run' });
     const reload = () => fileView(box, path, alive);
@@ -207,8 +189,9 @@ function fileView(box, path, alive) {
         status, err,
         h('div.actions.toolbar', btn(t('common.save'), save, 'primary', { 'data-action': 'save' }), runBtn,
           btn(t('scripts.createTask'), () => createTask(path), 'small', { 'data-action': 'create-task' }),
+          btn(t('code.findBtn'), ed.openFind, 'small', { 'data-action': 'find' }),
           histBtn, dl, renameOrDelete(path, false)),
-        ed.el),
+        h('div.editor-split', ed.el, runBox)),
       histBox);
   }, (e) => {
     if (!alive()) return;
@@ -265,6 +248,43 @@ function uploadInto(folder, limits) {
   input.click();
 }
 
+// A debug run beside the editor: its status, Cancel and the live log (log.js).
+let debugGen = 0;
+function debugRun(box, runId, alive) {
+  const gen = ++debugGen;
+  const live = () => alive() && gen === debugGen && box.isConnected;
+  const state = h('span', { 'data-role': 'debug-status' });
+  const log = logSection(runId);
+  const cancel = btn(t('run.cancel'), guarded(async () => {
+    cancel.disabled = true;
+    try { await api('POST', apiPath('runs', runId, 'cancel')); } finally { cancel.disabled = false; }
+    poll();
+  }), 'small danger-ghost', { 'data-action': 'cancel-debug' });
+  const close = btn(t('code.close'), () => { debugGen += 1; box.hidden = true; clear(box); },
+    'small ghost', { 'data-action': 'close-debug' });
+  let timer = 0;
+  const poll = async () => {
+    clearTimeout(timer);
+    if (!live()) return;
+    try {
+      const r = await api('GET', apiPath('runs', runId));
+      if (!live()) return;
+      fill(state, badge(r.status), r.exit_code != null ? ' ' + t('runs.exit', { code: r.exit_code }) : null);
+      cancel.hidden = r.terminal;
+      if (r.terminal) return;
+    } catch (e) { /* the log still says what it can; try again */ }
+    timer = setTimeout(poll, 1500);
+  };
+  box.dataset.runId = runId;
+  fill(box, h('div.section-head', h('h2', t('scripts.debugTitle')), state,
+    h('div.actions', cancel, close, h('a.small', { href: '#/runs/' + runId }, t('scripts.openRun')))),
+  h('p.muted.small', t('scripts.debugHelp')), log.el);
+  box.hidden = false;
+  log.start(live, () => poll());
+  poll();
+  onLeave(() => clearTimeout(timer));
+}
+
 function viewScripts(main, path, alive) {
   let limits = null;
   let folder = '';
@@ -282,8 +302,16 @@ function viewScripts(main, path, alive) {
       'new-folder'),
     btn(t('scripts.upload'), () => uploadInto(folder, limits), '', { 'data-action': 'upload' }));
   main.append(h('p.muted', t('scripts.intro')));
-  const nav = h('nav.card.tree-card', { 'aria-label': t('scripts.treeLabel') },
-    loading());
+  const treeBody = h('div', { id: 'tree-body' }, loading());
+  // Phones show the editor first and the tree in a drawer (folded while a file is open).
+  const fold = btn(t('scripts.files'), () => {
+    const open = fold.getAttribute('aria-expanded') !== 'true';
+    fold.setAttribute('aria-expanded', String(open));
+    nav.classList.toggle('folded', !open);
+  }, 'small ghost tree-toggle', { 'aria-expanded': String(!path), 'aria-controls': 'tree-body',
+    'data-action': 'tree-toggle' });
+  const nav = h('nav.card.tree-card', { 'aria-label': t('scripts.treeLabel'),
+    class: path ? 'folded' : null }, fold, treeBody);
   const box = h('div.script-main');
   main.append(h('div.scripts-grid', nav, box));
 
@@ -292,23 +320,22 @@ function viewScripts(main, path, alive) {
     limits = res.limits;
     const node = path ? find(res.items, path) : null;
     folder = node && node.type === 'directory' ? path : parentOf(path);
-    fill(nav, h('a.plain.strong', { href: href(''),
+    fill(treeBody, h('a.plain.strong', { href: href(''),
       'aria-current': path ? null : 'page' }, t('scripts.root')),
     res.items.length ? treeList(res.items, path) : h('p.empty', t('scripts.empty')),
     res.truncated ? h('p.muted.small', t('scripts.truncated')) : null);
-  }, (e) => { if (alive()) failBox(nav, e); });
+  }, (e) => { if (alive()) failBox(treeBody, e); });
 
   if (!path) fill(box, h('div.card', h('p.muted', t('scripts.pick'))));
   else fileView(box, path, alive);
-  // Leaving through the tree asks first while the editor holds unsaved changes; so
-  // does closing the tab.
-  nav.addEventListener('click', async (e) => {
-    const a = e.target.closest('a[href]');
-    if (!a || !unsaved) return;
-    e.preventDefault();
+  // Leaving by any route change (tree, top navigation, a link) with unsaved edits asks
+  // first (the router's beforeLeave); so does closing the tab.
+  beforeLeave(async () => {
+    if (!unsaved) return true;
     const ok = await confirmDialog(t('scripts.leaveTitle'), t('scripts.leaveBody', { path: unsaved }),
       t('scripts.leave'), true);
-    if (ok) { unsaved = null; location.hash = a.getAttribute('href'); }
+    if (ok) unsaved = null;
+    return ok;
   });
   const guard = (e) => { if (unsaved) { e.preventDefault(); e.returnValue = ''; } };
   addEventListener('beforeunload', guard);
