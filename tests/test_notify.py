@@ -218,8 +218,8 @@ async def test_disk_pressure_hold_entered_and_left_are_queued_once_each(
     notifier = Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60,
                         retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
     profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0)
-    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None)
-    keeper.on_pressure = notifier.pressure_changed
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None,
+                        on_pressure=notifier.pressure_changed)
     keeper.disk._statvfs = fs = FakeFs(total=1000 * MIB, free=900 * MIB)
     async with db.write() as tx:
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)

@@ -15,8 +15,9 @@ from starlette.testclient import TestClient
 
 from qledge.db import attempts, claims, pg, runs, tasks
 from qledge.db.sqlite import Database
-from qledge.launch.executor import LocalExecutor, Prepared
+from qledge.launch.executor import ExecutorSettings, LocalExecutor, Prepared
 from qledge.launch.isolation import Isolation
+from qledge.launch.unrecorded import Identities
 from qledge.model import Run, RunStatus, Trigger
 from qledge.node import Node
 from qledge.receipts.store import ReceiptStore
@@ -167,6 +168,19 @@ async def test_runs_copy_their_placement_and_the_queue_is_filtered_on_both(
 
 # -- the claim on PostgreSQL ----------------------------------------------------------------
 
+class _NoEnv:
+    """No variables besides the task's own (launch/executor.py Environments)."""
+
+    async def global_env(self, tx: Any) -> dict[str, str]:
+        return {}
+
+    async def task_env(self, tx: Any, task: Any, run: Run) -> dict[str, str]:
+        return {}
+
+    def run_env(self, attempt_id: str) -> dict[str, str]:
+        return {}
+
+
 class _StepOne(LocalExecutor):
     """The real spawn step 1 (LocalExecutor.prepare_in, in the claim's transaction); no
     process is launched — the claim, not the launcher, is under test. With a `gate`,
@@ -174,14 +188,13 @@ class _StepOne(LocalExecutor):
 
     def __init__(self, db: Any, tmp: Path, node: Node) -> None:
         (tmp / "receipts").mkdir(parents=True)
-
-        async def no_env(tx: Any) -> dict[str, str]:
-            return {}
-
+        config = ExecutorSettings(logs_root=tmp / "logs", work_dir=tmp,
+                                  scripts_dir=tmp / "scripts", launcher="/bin/false",
+                                  node_id=node.node_id, boot_id="boot")
         super().__init__(
-            db=db, receipts=ReceiptStore(tmp / "receipts"), logs_root=tmp / "logs",
-            work_dir=tmp, launcher="/bin/false", node_id=node.node_id, boot_id="boot",
-            global_env=no_env, node=node,
+            config, db=db, receipts=ReceiptStore(tmp / "receipts"), env=_NoEnv(),
+            identities=Identities(), node=node, journal_cutoff=lambda now: None,
+            on_cancelling=lambda: None,
             isolation=Isolation(mode="off", landlock_abi=None, effective=False,
                                 reason=None, protected=()))
         self.prepared: list[str] = []

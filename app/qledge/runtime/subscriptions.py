@@ -79,6 +79,20 @@ def spec_of(sub: subs.Subscription, secret: str | None, work_dir: Path) -> PullS
         staging_dir=str(work_dir / STAGING), caps=sub.caps)
 
 
+async def pull_env(tx: Tx, task: Task, work_dir: Path) -> dict[str, str]:
+    """{ENV_NAME: spec} for a subscription's pull task; {} for any other task — and
+    for that task too once its command or env is not exactly the system's (both
+    APIs refuse such edits, `operations.SystemTask`; this holds for rows changed
+    before that, or any other way): else the edited command gets the secret."""
+    if "subscription" not in task.labels or task.env:
+        return {}
+    sub = await subs.by_pull_task(tx, task.id)
+    if sub is None or task.command != pull_command(sub.id):
+        return {}
+    spec = spec_of(sub, await subs.secret_of(tx, sub.id), work_dir)
+    return {ENV_NAME: encode(spec)}
+
+
 class Syncer:
     """The pull task's environment, the terminal listener, and the sync loop."""
 
@@ -114,19 +128,6 @@ class Syncer:
 
     async def stop(self) -> None:
         await self.loop.stop()
-
-    async def pull_env(self, tx: Tx, task: Task) -> dict[str, str]:
-        """{ENV_NAME: spec} for a subscription's pull task; {} for any other task — and
-        for that task too once its command or env is not exactly the system's (both
-        APIs refuse such edits, `operations.SystemTask`; this holds for rows changed
-        before that, or any other way): else the edited command gets the secret."""
-        if "subscription" not in task.labels or task.env:
-            return {}
-        sub = await subs.by_pull_task(tx, task.id)
-        if sub is None or task.command != pull_command(sub.id):
-            return {}
-        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.work_dir)
-        return {ENV_NAME: encode(spec)}
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         sub = await subs.by_pull_task(tx, new.task_id)
