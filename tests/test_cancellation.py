@@ -14,6 +14,7 @@ from qledge import ids, transitions
 from qledge.db import attempts, events, leases, runs, tasks
 from qledge.db.sqlite import Database
 from qledge.model import Trigger
+from qledge.tasks.writable import TaskFields
 
 from _appliance import Appliance
 from _launcher import wait_until
@@ -177,8 +178,8 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
 
     node = ids.uuid7()
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {"name": "f", "command": "x",
-                                                         "env": {}, "labels": []}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(name="f", command="x",
+                                                         env={}, labels=[]), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
         aid = ids.uuid7()
         att = await attempts.prepare_attempt(

@@ -17,6 +17,7 @@ from qledge.runtime.completion import CompletionService, Outcome
 from qledge.runtime.consumer import Consumed, Consumer
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -35,8 +36,8 @@ class World:
                       deadline: int | None = None) -> tuple[Attempt, str]:
         token = new_token()
         async with self.db.write() as tx:
-            task = await tasks.create_task(tx, ids.uuid7(), {
-                "name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+                name="t", command="true", env={}, labels=[]), 1)
             run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
             attempt_id = ids.uuid7()
             att = await attempts.prepare_attempt(

@@ -22,6 +22,7 @@ from qledge.model import Run, RunStatus, Trigger
 from qledge.node import Node
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.dispatcher import Dispatcher
+from qledge.tasks.writable import TaskFields, task_fields
 
 TASK = {"name": "sensor", "command": "echo hi"}
 
@@ -119,9 +120,9 @@ async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:
     return lite
 
 
-def _task(name: str, **more: Any) -> dict[str, Any]:
-    return {"name": name, "command": f"run {name}", "env": {}, "labels": [],
-            "overlap": "allow", **more}
+def _task(name: str, **more: Any) -> TaskFields:
+    return task_fields({"name": name, "command": f"run {name}", "env": {}, "labels": [],
+                        "overlap": "allow", **more})
 
 
 async def _placed_runs(db: Any) -> dict[str, Any]:
@@ -134,8 +135,8 @@ async def _placed_runs(db: Any) -> dict[str, Any]:
         for n, tid in enumerate(("t-any", "t-pi", "t-gpio", "t-both"), start=1):
             await runs.create_run(tx, f"r{n}", tid, Trigger.API, 10 + n)
         # Editing the task later moves no queued run: each kept its own copy.
-        await tasks.update_task(tx, "t-pi", {"placement_node": "office",
-                                             "placement_labels": ["x"]}, 20)
+        await tasks.update_task(tx, "t-pi", TaskFields(placement_node="office",
+                                             placement_labels=["x"]), 20)
         await runs.create_run(tx, "r5", "t-pi", Trigger.API, 21)
     pi = Node(name="pi", labels=("node=pi", "gpio", "arch=aarch64"))
     office = Node(name="office", labels=("node=office", "x"))

@@ -23,6 +23,8 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from qledge.tasks.writable import task_fields
+
 # 2038-01-19T03:14:08Z (2**31 s) plus a little, and 2100-01-01T00:00:00Z.
 AFTER_2038_MS = 2**31 * 1000 + 5
 Y2100_MS = 4102444800000
@@ -71,7 +73,7 @@ def store_roundtrip() -> list[int]:
         try:
             async with db.write() as tx:
                 fields = {"name": "y2100", "command": "true"}
-                task = await tasks.create_task(tx, ids.uuid7(), fields, Y2100_MS)
+                task = await tasks.create_task(tx, ids.uuid7(), task_fields(fields), Y2100_MS)
                 run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, Y2100_MS)
             async with db.read() as tx:
                 run = await runs.get_run(tx, run.id)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import shlex
 
-from ..model import Task, Trigger
+from ..model import Overlap, Task, Trigger
 from ..runtime.lifecycle import Runtime
+from ..tasks.writable import TaskFields
 from . import tasks as operations
 
 DEBUG_LABEL = "debug"
@@ -27,6 +28,6 @@ def debug_command(path: str) -> str:
 async def run_command(rt: Runtime, command: str, path: str, label: str
                       ) -> tuple[Task, operations.Started]:
     """A tracked run (trigger `api`) of the task with exactly this command."""
-    task = await operations.task_for_command(rt, command, {
-        "name": f"task {path}"[:100], "labels": [label], "overlap": "allow"})
+    task = await operations.task_for_command(rt, command, TaskFields(
+        name=f"task {path}"[:100], labels=[label], overlap=Overlap.ALLOW))
     return task, await operations.start_run(rt, task.id, Trigger.API)

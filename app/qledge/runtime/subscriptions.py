@@ -38,6 +38,7 @@ from ..subscriptions.spec import (
     encode,
     script_shape,
 )
+from ..tasks.writable import TaskFields, changed_from, is_empty
 from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.subscriptions")
@@ -54,11 +55,11 @@ def pull_command(sub_id: str) -> str:
     return f"{shlex.quote(sys.executable)} -I -m qledge subscription pull {sub_id}"
 
 
-def pull_task_fields(sub: subs.Subscription) -> dict[str, Any]:
-    return {"name": f"subscription: {sub.name}"[:200], "command": pull_command(sub.id),
-            "schedule": sub.schedule, "enabled": sub.enabled,
-            "timeout_s": sub.caps.timeout_s + PULL_GRACE_S,
-            "concurrency": Concurrency.FORBID, "labels": ["subscription"], "env": {}}
+def pull_task_fields(sub: subs.Subscription) -> TaskFields:
+    return TaskFields(name=f"subscription: {sub.name}"[:200], command=pull_command(sub.id),
+                      schedule=sub.schedule, enabled=sub.enabled,
+                      timeout_s=sub.caps.timeout_s + PULL_GRACE_S,
+                      concurrency=Concurrency.FORBID, labels=["subscription"], env={})
 
 
 async def task_or_none(tx: Tx, task_id: str) -> Task | None:
@@ -117,9 +118,8 @@ class Syncer:
                 task = await task_or_none(tx, sub.pull_task_id)
                 if task is None:
                     continue
-                fields = pull_task_fields(sub)
-                changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
-                if changed:
+                changed = changed_from(task, pull_task_fields(sub))
+                if not is_empty(changed):
                     await tasks.update_task(tx, task.id, changed, now_ms())
 
     def start(self) -> None:
@@ -199,9 +199,9 @@ class Syncer:
                     if schedule is None:
                         skipped.append(path)
                         continue
-                    task = await tasks.create_task(tx, ids.uuid7(), {
-                        "name": meta.name, "command": commands[path], "schedule": schedule,
-                        "labels": [f"sub:{sub.alias}"[:100]]}, now)
+                    task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+                        name=meta.name, command=commands[path], schedule=schedule,
+                        labels=[f"sub:{sub.alias}"[:100]]), now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=task.id, applied_schedule=schedule,
                         applied_name=meta.name, disabled_by_pull=False))
@@ -228,7 +228,8 @@ class Syncer:
                 if link.disabled_by_pull and not current.enabled:
                     update["enabled"] = True  # the script is back
                 if update:
-                    current = await tasks.update_task(tx, current.id, update, now)
+                    current = await tasks.update_task(tx, current.id, TaskFields(**update),
+                                                      now)
                     changed.append(path)
                 if update or link.disabled_by_pull:
                     await subs.put_link(tx, sub.id, subs.Link(
@@ -250,7 +251,7 @@ class Syncer:
                     await subs.drop_link(tx, sub.id, path)
                     removed.append(path)
                 elif gone.enabled:
-                    await tasks.update_task(tx, gone.id, {"enabled": False}, now)
+                    await tasks.update_task(tx, gone.id, TaskFields(enabled=False), now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=gone.id, applied_schedule=link.applied_schedule,
                         applied_name=link.applied_name, disabled_by_pull=True))
