@@ -1,10 +1,11 @@
 """The Runtime: opens the store, recovers, then starts and stops every loop explicitly.
 
 Start order: database (db/backend.py: the embedded SQLite, or PostgreSQL in fleet
-mode) → node id → receipts volume → start-up reconciler
-(before /readyz turns 200) → exit watcher, dispatcher, supervisor,
-cancellation, scheduler. Stop order is the reverse, each within a bound;
-running launchers are left alone (they don't depend on this process).
+mode) → node id → every collaborator, complete when made (`_build`; none is changed
+afterwards: tests/test_architecture.py) → fleet registration → start-up reconciler
+(before /readyz turns 200) → cancellation, dispatcher, scheduler and the loops. Stop
+order is the reverse, each within a bound; running launchers are left alone (they
+don't depend on this process). docs/architecture.md, "Start-up and wiring".
 """
 
 from __future__ import annotations
