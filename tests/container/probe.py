@@ -23,8 +23,6 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qledge.tasks.writable import task_fields
-
 # 2038-01-19T03:14:08Z (2**31 s) plus a little, and 2100-01-01T00:00:00Z.
 AFTER_2038_MS = 2**31 * 1000 + 5
 Y2100_MS = 4102444800000
@@ -65,6 +63,7 @@ def store_roundtrip() -> list[int]:
     from qledge.db import events, migrate, runs, tasks
     from qledge.db.sqlite import Database
     from qledge.model import Trigger
+    from qledge.tasks.writable import task_fields
 
     async def go(path: Path) -> list[int]:
         migrate.apply(path)
