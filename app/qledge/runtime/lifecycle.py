@@ -208,12 +208,12 @@ class Runtime:
             on_cancelling=self._sweep_cancels)
         self.cancellation = Cancellation(
             db=self.db, node_id=self.node_id, incarnation=self.incarnation,
-            boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
-            completion=self.completion, record_first=self.executor.before_sweep)
+            boot_id=self.boot_id, profile=self.profile, completion=self.completion,
+            record_first=self.executor.before_sweep)
         self.reconciler = Reconciler(
             db=self.db, consumer=self.consumer, completion=self.completion,
             node_id=self.node_id, boot_id=self.boot_id,
-            publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
+            profile=self.profile, reattach=self._reattach,
             in_flight=self._in_flight, journal_owner=owner)
         # Bounded disk: retention rounds, and no new attempt under disk pressure.
         self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
