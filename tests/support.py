@@ -174,11 +174,12 @@ async def add_task(rt: Runtime, command: str) -> str:
     """A task (concurrency: allow) straight into the runtime's database; its id."""
     from qledge import ids
     from qledge.db import tasks
+    from qledge.tasks.writable import TaskFields
 
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command=command, env={}, labels=[],
+            concurrency="allow"), 1)
     return task.id
 
 
@@ -205,6 +206,7 @@ _MIGRATE = """
 import os, signal, sys
 from pathlib import Path
 from qledge.db import migrate, upkeep
+from qledge.tasks.writable import TaskFields
 
 db, kill_at, marker = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 real = upkeep.apply_storage_settings

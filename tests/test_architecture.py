@@ -416,3 +416,61 @@ def test_the_http_write_rule_catches_each_spelling() -> None:
     assert check("def f(rt):\n    return rt.db.write()\n") == ["http/x.py:2"]
     assert check("async def f(rt):\n    async with rt.db.read() as tx:\n        pass\n"
                  "    sc.write(path, data)\n    parser.write(chunk)\n") == []
+
+
+def _targets(node: ast.AST) -> Iterator[ast.expr]:
+    if isinstance(node, ast.Assign):
+        pending = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        pending = [node.target]
+    else:
+        return
+    while pending:
+        target = pending.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            pending.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            pending.append(target.value)
+        else:
+            yield target
+
+
+def wiring_assignments(rel: str, tree: ast.Module) -> list[str]:
+    """Attributes set on an object other than `self` (`x.a = `, `self.x.a = `, `+=`,
+    setattr): a collaborator completed after its construction."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        for target in _targets(node):
+            if isinstance(target, ast.Attribute) and not (
+                    isinstance(target.value, ast.Name) and target.value.id == "self"):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(target)}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr"):
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_runtime_wires_by_construction() -> None:
+    """Runtime.start makes each collaborator complete (constructor arguments, order of
+    creation); it never sets an attribute on one afterwards (docs/architecture.md)."""
+    rel = "runtime/lifecycle.py"
+    tree = ast.parse((PACKAGE / rel).read_text("utf-8"), filename=rel)
+    assert wiring_assignments(rel, tree) == []
+
+
+def test_the_wiring_rule_catches_each_spelling() -> None:
+    source = """
+class Runtime:
+    def start(self):
+        self.ok = 1
+        self.node.node_id = 2
+        disk.on_pressure = f
+        self.a, fleet.unrecorded = 3, 4
+        sched.rounds += 1
+        self.supervisor.boot_id: str = ""
+        setattr(self.scheduler, "tell_peers", f)
+"""
+    found = wiring_assignments("m.py", ast.parse(source))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "self.node.node_id", "disk.on_pressure", "fleet.unrecorded", "sched.rounds",
+        "self.supervisor.boot_id", "setattr(self.scheduler, 'tell_peers', f)"]

@@ -37,6 +37,7 @@ from qledge.model import (
 )
 from qledge.receipts.codec import new_token, token_hash
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import TaskFields
 
 from support import add_task, ended, make_runtime, run_when
 
@@ -162,7 +163,7 @@ async def test_overlap_replace_in_the_window_cancels_through_the_receipt(
     task_id = await add_task(rt, "sleep 30")
     async with rt.db.write() as tx:
         task = await tasks.get_task(tx, task_id)
-        await tasks.update_task(tx, task.id, {"overlap": Overlap.REPLACE.value}, now_ms())
+        await tasks.update_task(tx, task.id, TaskFields(overlap=Overlap.REPLACE.value), now_ms())
     started: dict[str, Run] = {}
     replacing: list[operations.Started] = []
 

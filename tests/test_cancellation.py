@@ -8,12 +8,15 @@ import time
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 
 from qledge import ids, transitions
 from qledge.db import attempts, events, leases, runs, tasks
 from qledge.db.sqlite import Database
 from qledge.model import Trigger
+from qledge.settings import PROFILES
+from qledge.tasks.writable import TaskFields
 
 from _appliance import Appliance
 from _launcher import wait_until
@@ -173,8 +176,8 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
 
     node = ids.uuid7()
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {"name": "f", "command": "x",
-                                                         "env": {}, "labels": []}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(name="f", command="x",
+                                                         env={}, labels=[]), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
         aid = ids.uuid7()
         att = await attempts.prepare_attempt(
@@ -197,10 +200,11 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
             await runs.apply(tx, run, tr, 2)
             att = await attempts.get_attempt(tx, aid)
         comp = CompletionService(db, node)
+        profile = msgspec.structs.replace(PROFILES["edge"], kill_grace_s=1)
         old = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
-                           kill_grace_s=1, completion=comp)
+                           profile=profile, completion=comp)
         new = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
-                           kill_grace_s=1, completion=comp)
+                           profile=profile, completion=comp)
         async with db.write() as tx:
             stale = await leases.acquire(tx, aid, old.incarnation, now_ms=10, ttl_ms=5)
         assert stale is not None and stale.epoch == 1

@@ -15,13 +15,14 @@ from qledge.db import runs as db_runs
 from qledge.model import Event, Run, RunStatus, Task, Trigger
 from qledge.runtime import chains
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import task_fields
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 
 async def new_task(rt: Runtime, command: str, **fields: Any) -> Task:
-    return await operations.create_task(rt, {
-        "name": "c", "command": command, "env": {}, "labels": [], **fields})
+    return await operations.create_task(rt, task_fields({
+        "name": "c", "command": command, "env": {}, "labels": [], **fields}))
 
 
 async def runs_of(rt: Runtime, task_id: str) -> list[Run]:

@@ -16,7 +16,11 @@ from qledge.receipts.store import ReceiptStore
 from qledge.runtime.completion import CompletionService, Outcome
 from qledge.runtime.consumer import Consumed, Consumer
 from qledge.runtime.reaper import Reaper
-from qledge.settings import Settings
+from qledge.settings import PROFILES, Settings
+from qledge.tasks.writable import TaskFields
+
+# The reconciler waits no publish grace for a receipt in these tests.
+NO_GRACE = msgspec.structs.replace(PROFILES["edge"], publish_grace_ms=0)
 
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
@@ -35,8 +39,8 @@ class World:
                       deadline: int | None = None) -> tuple[Attempt, str]:
         token = new_token()
         async with self.db.write() as tx:
-            task = await tasks.create_task(tx, ids.uuid7(), {
-                "name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+                name="t", command="true", env={}, labels=[]), 1)
             run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
             attempt_id = ids.uuid7()
             att = await attempts.prepare_attempt(
@@ -263,7 +267,7 @@ async def test_startup_rechecks_settled_rows_whose_receipt_came_back(world: Worl
     # A power cut forgot the unlink (or the worker died before its reaper ran).
     world.publish(att, data)
     reconciler = Reconciler(db=world.db, consumer=world.consumer, completion=world.completion,
-                            node_id=NODE, boot_id="b", publish_grace_ms=0,
+                            node_id=NODE, boot_id="b", profile=NO_GRACE,
                             reattach=lambda a, fd: None, in_flight=lambda a: False)
     report = await reconciler.startup()
     assert report.counts.get("late_receipt_already_terminal") == 1
@@ -292,7 +296,7 @@ async def test_startup_looks_once_at_every_receipt_of_a_terminal_attempt(world: 
     world.publish(active, encode(world.receipt(active, active_token, exit_code=0)))
 
     reconciler = Reconciler(db=world.db, consumer=world.consumer, completion=world.completion,
-                            node_id=NODE, boot_id="b", publish_grace_ms=0,
+                            node_id=NODE, boot_id="b", profile=NO_GRACE,
                             reattach=lambda a, fd: None, in_flight=lambda a: False)
     report = await reconciler.startup()
     # The active attempt's receipt is consumed by the active pass only, not again.

@@ -28,6 +28,7 @@ from qledge.runtime.completion import CompletionService, Outcome, Rejection
 from qledge.runtime.consumer import Consumed, Consumer
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 NODE = "01a22c6f-dc91-7024-a839-591fbcd14500"
 TERMINAL = ("attempt.finished", "run.finished")
@@ -45,8 +46,8 @@ class World:
         """A running attempt of NODE; `epoch`: the one it was claimed under (fleet)."""
         token = new_token()
         async with self.db.write() as tx:
-            task = await tasks.create_task(tx, ids.uuid7(), {
-                "name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+                name="t", command="true", env={}, labels=[]), 1)
             run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
             run = await runs.apply(tx, run, transitions.attempt_prepared(run), 3)
             attempt_id = ids.uuid7()

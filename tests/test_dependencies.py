@@ -18,6 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from _pkg_index import PackageServer, make_wheel, npm_pack
+from qledge.tasks.writable import TaskFields
 
 from support import ADMIN, eventually, make_settings, migrate_for
 
@@ -556,7 +557,7 @@ def test_the_queue_task_cannot_be_borrowed_for_the_mirrors_password(
 
             async def edit() -> None:
                 async with rt.db.write() as tx:
-                    await tasks.update_task(tx, task_id, {"command": steal}, now_ms())
+                    await tasks.update_task(tx, task_id, TaskFields(command=steal), now_ms())
 
             c.portal.call(edit)  # type: ignore[attr-defined]
             r = c.post(f"/api/v1/tasks/{task_id}/runs")

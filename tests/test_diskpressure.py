@@ -31,6 +31,7 @@ from qledge.runtime.diskwatch import (
 )
 from qledge.runtime.retention import DiskKeeper, Retention
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 from support import Server, eventually, tmpfs, unavailable, wait_terminal
 
@@ -375,9 +376,9 @@ async def test_held_runs_get_one_event_each_and_resume_by_themselves(
     dispatcher = Dispatcher(db, NoSpawn(), "n1", 4, lambda r: None,  # type: ignore[arg-type]
                             may_spawn=keeper.may_spawn)
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": "true", "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command="true", env={}, labels=[],
+            concurrency="allow"), 1)
         queued = [await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, 2)
                 for _ in range(3)]
     assert await dispatcher.dispatch_once() == 0

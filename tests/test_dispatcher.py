@@ -16,6 +16,7 @@ from qledge.launch.executor import Prepared
 from qledge.model import Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import add_task, make_runtime
 
@@ -166,9 +167,9 @@ async def test_a_cron_tick_with_a_free_slot_prepares_in_the_tick_commit(rt: Runt
 
     rt.dispatcher.launch_soon = spy  # type: ignore[method-assign]
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "every second", "command": "true", "env": {}, "labels": [],
-            "schedule": "* * * * * *", "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="every second", command="true", env={}, labels=[],
+            schedule="* * * * * *", concurrency="allow"), 1)
     rt.scheduler.wake()
     for _ in range(300):
         async with rt.db.read() as tx:
@@ -264,9 +265,9 @@ async def _task(rt: Runtime, command: str, **fields: Any) -> str:
     """A task written straight through db/: past every check the APIs make at save (a
     row from before they existed), so the runtime meets the bad value itself."""
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields({
             "name": "t", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow", **fields}, now_ms())
+            "concurrency": "allow", **fields}), now_ms())
     return task.id
 
 
@@ -305,9 +306,9 @@ async def test_bad_runs_scheduled_and_queued_beside_healthy_ones_stop_nothing(
         bad_queued = []
         async with rt.db.write() as tx:
             for f, cmd, why in POISONS:
-                task = await tasks.create_task(tx, ids.uuid7(), {
+                task = await tasks.create_task(tx, ids.uuid7(), task_fields({
                     "name": "t", "command": cmd, "env": {}, "labels": [],
-                    "concurrency": "allow", **f}, now_ms())
+                    "concurrency": "allow", **f}), now_ms())
                 run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, now_ms())
                 bad_queued.append((run, why))
         healthy = [await _task(rt, "task ok.py now") for _ in range(3)]

@@ -19,6 +19,7 @@ from qledge.db.sqlite import Database
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 from support import ROOT, unavailable
 
@@ -86,9 +87,9 @@ def test_durable_commits_fsync_deferred_ones_do_not(tmp_path: Path) -> None:
 async def _put(db: Database, *, durable: bool) -> None:
     """A commit that changes a row (it writes WAL frames)."""
     async with db.write(durable=durable) as tx:
-        await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": "true", "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command="true", env={}, labels=[],
+            concurrency="allow"), 1)
 
 
 async def test_a_durable_transaction_that_changed_nothing_makes_nothing_durable(

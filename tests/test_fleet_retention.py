@@ -15,6 +15,7 @@ from qledge.db import attempts, pg, runs, tasks
 from qledge.db import retention_queries as q
 from qledge.db.sqlite import Database
 from qledge.model import Trigger
+from qledge.tasks.writable import TaskFields
 
 
 async def _finished(db: Any, run_id: str, owner: str, code: int = 0) -> None:
@@ -39,8 +40,8 @@ async def _finished(db: Any, run_id: str, owner: str, code: int = 0) -> None:
 
 async def _seed(db: Any) -> None:
     async with db.write() as tx:
-        await tasks.create_task(tx, "t", {"name": "t", "command": "true", "env": {},
-                                          "labels": []}, 1)
+        await tasks.create_task(tx, "t", TaskFields(name="t", command="true", env={},
+                                          labels=[]), 1)
     for i, owner in enumerate(["n1", "n2", "n1", "n2"]):
         await _finished(db, f"r{i}", owner)
 

@@ -18,6 +18,7 @@ from qledge.db import tasks as db_tasks
 from qledge.db.sqlite import Database
 from qledge.model import Run, Trigger
 from qledge.runtime.scheduler import Scheduler
+from qledge.tasks.writable import TaskFields, task_fields
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -36,7 +37,7 @@ async def make_task(db: Database, created_ms: int = T0, **fields: Any) -> str:
     body = {"name": "t", "command": "true", "env": {}, "labels": [], "overlap": "allow",
             "schedule": cron.validate("@every 90m"), **fields}
     async with db.write() as tx:
-        task = await db_tasks.create_task(tx, ids.uuid7(), body, created_ms)
+        task = await db_tasks.create_task(tx, ids.uuid7(), task_fields(body), created_ms)
     return task.id
 
 
@@ -190,8 +191,8 @@ async def test_saving_the_task_moves_the_grid_and_never_replays(db: Database) ->
     await cancel_queued(db, task_id, clock.ms)
     edit = T0 + HOUR + 20 * MINUTE
     async with db.write() as tx:  # disabled, then enabled again 20 minutes later
-        await db_tasks.update_task(tx, task_id, {"enabled": False}, edit)
-        await db_tasks.update_task(tx, task_id, {"enabled": True}, edit + 20 * MINUTE)
+        await db_tasks.update_task(tx, task_id, TaskFields(enabled=False), edit)
+        await db_tasks.update_task(tx, task_id, TaskFields(enabled=True), edit + 20 * MINUTE)
     clock.ms = T0 + 2 * HOUR + 30 * MINUTE  # the old grid's 2h tick fell while disabled
     assert await sched.round() == edit + 20 * MINUTE + HOUR
     assert await scheduled_for(db, task_id) == [T0 + HOUR]

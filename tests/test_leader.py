@@ -36,6 +36,7 @@ from qledge.runtime.notifier import Notifier
 from qledge.runtime.retention import Retention
 from qledge.runtime.scheduler import Outcome, Scheduler
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 from support import eventually_async, time_zone
 
@@ -86,9 +87,9 @@ def leader(db: pg.Database, name: str, settings: Settings = SETTINGS, **kw: Any)
 async def make_task(db: Any, created_ms: int = at(2024, 1, 1, 10, 0, 30),
                     schedule: str = "* * * * *") -> str:
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": "true", "schedule": schedule, "env": {},
-            "labels": []}, created_ms)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command="true", schedule=schedule, env={},
+            labels=[]), created_ms)
     return str(task.id)
 
 

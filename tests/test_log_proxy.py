@@ -30,6 +30,7 @@ from qledge.http.app import create_app
 from qledge.launch import logs
 from qledge.model import Trigger
 from qledge.node import Node
+from qledge.tasks.writable import TaskFields
 
 from support import ADMIN, free_port, make_settings
 
@@ -141,8 +142,8 @@ async def _spawned_on(db: pg.Database, node: Node) -> tuple[str, str, str]:
     task_id, run_id, attempt_id = ids.uuid7(), ids.uuid7(), ids.uuid7()
     log_path = logs.relative_path(attempt_id)
     async with db.write() as tx:
-        await tasks.create_task(tx, task_id, {"name": "t", "command": "true", "env": {},
-                                              "labels": []}, 1)
+        await tasks.create_task(tx, task_id, TaskFields(name="t", command="true", env={},
+                                              labels=[]), 1)
         run = await runs.create_run(tx, run_id, task_id, Trigger.MANUAL, 2)
         run = await runs.apply(tx, run, transitions.attempt_prepared(run), 3)
         att = await attempts.prepare_attempt(

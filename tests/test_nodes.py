@@ -25,6 +25,7 @@ from qledge.node import Node, labels_of
 from qledge.runtime.fleet import Fleet
 from qledge.runtime.lifecycle import read_boot_id
 from qledge.settings import Settings, SettingsError
+from qledge.tasks.writable import TaskFields
 
 from support import make_settings
 
@@ -87,8 +88,8 @@ async def _running(db: pg.Database, owner: str, epoch: int | None, *, pid: int =
 
 async def _task(db: pg.Database) -> None:
     async with db.write() as tx:
-        await tasks.create_task(tx, "t1", {"name": "t1", "command": "run t1", "env": {},
-                                           "labels": []}, 1)
+        await tasks.create_task(tx, "t1", TaskFields(name="t1", command="run t1", env={},
+                                           labels=[]), 1)
 
 
 async def _state(db: pg.Database, run_id: str) -> dict[str, Any]:

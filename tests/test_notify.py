@@ -14,6 +14,7 @@ from qledge.notify import qinglong as qinglong_notify
 from qledge.notify import rules as notify
 from qledge.scripts import ship as shipped_scripts
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields
 
 RUN = Run(id="0190c2e0-0000-7000-8000-000000000001", task_id="t", trigger=Trigger.MANUAL,
           status=RunStatus.FAILED, version=3, event_seq=6, cancel_reason=None,
@@ -173,7 +174,7 @@ async def test_metrics_count_a_result_once_committed_never_a_rolled_back_one(
     metrics = Metrics(db)
     async with db.write() as tx:
         task = await tasks.create_task(
-            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            tx, ids.uuid7(), TaskFields(name="t", command="true", env={}, labels=[]), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     tr = transitions.cancel_queued(run, 3)
     tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(
@@ -218,8 +219,8 @@ async def test_disk_pressure_hold_entered_and_left_are_queued_once_each(
     notifier = Notifier(db, logs_root=conf.logs_path, base_url="", interval_s=60,
                         retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
     profile = msgspec.structs.replace(conf.profile_limits, low_water_mb=100, low_water_pct=0)
-    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None)
-    keeper.on_pressure = notifier.pressure_changed
+    keeper = DiskKeeper(db=db, settings=conf, profile=profile, wake_dispatcher=lambda: None,
+                        on_pressure=notifier.pressure_changed)
     keeper.disk._statvfs = fs = FakeFs(total=1000 * MIB, free=900 * MIB)
     async with db.write() as tx:
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
@@ -278,7 +279,7 @@ async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
     async with db.write() as tx:
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
         task = await tasks.create_task(
-            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            tx, ids.uuid7(), TaskFields(name="t", command="true", env={}, labels=[]), 1)
 
     async def fail_one(boom: bool = False) -> str:
         async with db.write() as tx:
@@ -333,7 +334,7 @@ async def test_a_message_due_in_quiet_hours_waits_for_their_end(
         await q.set_rules(tx, q.GLOBAL, rules, 1)
         await q.add_channel(tx, "hook", "json://127.0.0.1:9/x", True, 1)
         task = await tasks.create_task(
-            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            tx, ids.uuid7(), TaskFields(name="t", command="true", env={}, labels=[]), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     tr = transitions.cancel_queued(run, now)
     tr = msgspec.structs.replace(tr, run=msgspec.structs.replace(

@@ -21,6 +21,7 @@ from qledge.db import runs as db_runs
 from qledge.model import Attempt, Event, Run, RunStatus, Task, Trigger
 from qledge.operations import ActiveRun, start_run
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import eventually_async, make_runtime
 
@@ -38,8 +39,8 @@ async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 
 async def task_with(rt: Runtime, command: str, **fields: Any) -> Task:
-    return await operations.create_task(rt, {
-        "name": "o", "command": command, "env": {}, "labels": [], **fields})
+    return await operations.create_task(rt, task_fields({
+        "name": "o", "command": command, "env": {}, "labels": [], **fields}))
 
 
 def gated(rt: Runtime, name: str, tail: str = "exit 0") -> str:
@@ -186,7 +187,7 @@ def never_two_attempts_at_once(items: list[tuple[Run, list[Attempt], list[Event]
 async def test_queue_with_ticks_every_second_never_piles_up(rt: Runtime) -> None:
     task = await task_with(rt, gated(rt, "g"), overlap="queue", schedule="* * * * * *")
     await asyncio.sleep(3.6)
-    await operations.update_task(rt, task.id, {"enabled": False})
+    await operations.update_task(rt, task.id, TaskFields(enabled=False))
     items = await runs_of(rt, task.id)
     statuses = [run.status for run, _, _ in items]
     assert statuses == [RunStatus.RUNNING, RunStatus.QUEUED], statuses
@@ -200,7 +201,7 @@ async def test_queue_with_ticks_every_second_never_piles_up(rt: Runtime) -> None
 async def test_replace_with_ticks_every_second_keeps_only_the_newest(rt: Runtime) -> None:
     task = await task_with(rt, "sleep 30", overlap="replace", schedule="* * * * * *")
     await asyncio.sleep(4.2)
-    await operations.update_task(rt, task.id, {"enabled": False})
+    await operations.update_task(rt, task.id, TaskFields(enabled=False))
     items = await runs_of(rt, task.id)
     assert len(items) >= 3, [r.status for r, _, _ in items]
     newest = items[-1][0]

@@ -41,6 +41,7 @@ from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
 from qledge.notify import rules as notify
 from qledge.subscriptions import spec as subscription_spec
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import free_port
 
@@ -298,13 +299,13 @@ async def test_inline_runs_the_function_on_the_transaction(pgdb: pg.Database) ->
 
 async def test_task_queries_run_unchanged(pgdb: pg.Database) -> None:
     async with pgdb.write() as tx:
-        created = await tasks.create_task(tx, "t1", {
-            "name": "backup", "command": "echo hi", "env": {"A": "1"}, "labels": ["x"],
-            "overlap": "queue", "retry_on": ["lost", "failed"]}, 10)
-        second = await tasks.create_task(tx, "t2", {
-            "name": "other", "command": "true", "env": {}, "labels": []}, 11)
-        updated = await tasks.update_task(tx, "t1", {"name": "nightly backup",
-                                                     "enabled": False}, 12)
+        created = await tasks.create_task(tx, "t1", TaskFields(
+            name="backup", command="echo hi", env={"A": "1"}, labels=["x"],
+            overlap="queue", retry_on=["lost", "failed"]), 10)
+        second = await tasks.create_task(tx, "t2", TaskFields(
+            name="other", command="true", env={}, labels=[]), 11)
+        updated = await tasks.update_task(tx, "t1", TaskFields(name="nightly backup",
+                                                     enabled=False), 12)
     assert (created.num, second.num) == (1, 2)
     assert created.env == {"A": "1"} and created.labels == ["x"]
     assert created.retry_on == ["failed", "lost"] and created.concurrency == "forbid"
@@ -331,8 +332,8 @@ async def test_run_reads_run_unchanged(pgdb: pg.Database) -> None:
     """Runs made by runs.create_run (its event-log append is dialect.append_blob's
     bytea concatenation here, SQLite's `CAST(… || ? AS BLOB)` there)."""
     async with pgdb.write() as tx:
-        await tasks.create_task(tx, "t1", {"name": "t", "command": "true", "env": {},
-                                           "labels": []}, 1)
+        await tasks.create_task(tx, "t1", TaskFields(name="t", command="true", env={},
+                                           labels=[]), 1)
         for run_id, not_before in (("r1", None), ("r2", None), ("r3", 500)):
             await runs.create_run(tx, run_id, "t1", Trigger.MANUAL, 2, not_before)
         r1 = await runs.end_if_queued(tx, await runs.get_run(tx, "r1"), 3)
@@ -384,8 +385,8 @@ async def test_a_cancelled_writer_leaves_the_connection_usable(pgdb: pg.Database
 
 async def test_env_schedule_and_app_queries_run_unchanged(pgdb: pg.Database) -> None:
     async with pgdb.write() as tx:
-        await tasks.create_task(tx, "t1", {"name": "t", "command": "true", "env": {},
-                                           "labels": []}, 1)
+        await tasks.create_task(tx, "t1", TaskFields(name="t", command="true", env={},
+                                           labels=[]), 1)
         first = await envs.create_env(tx, "e1", {"name": "A", "value": "1"}, 1)
         second = await envs.create_env(tx, "e2", {"name": "B", "value": "2"}, 2)
         await envs.update_env(tx, "e1", {"value": "9"}, 3)
@@ -415,8 +416,8 @@ async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:
     return lite
 
 
-def _task(name: str, **more: Any) -> dict[str, Any]:
-    return {"name": name, "command": f"run {name}", "env": {}, "labels": [], **more}
+def _task(name: str, **more: Any) -> TaskFields:
+    return task_fields({"name": name, "command": f"run {name}", "env": {}, "labels": [], **more})
 
 
 async def _write_runs(db: Any) -> dict[str, Any]:

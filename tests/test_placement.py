@@ -15,12 +15,14 @@ from starlette.testclient import TestClient
 
 from qledge.db import attempts, claims, pg, runs, tasks
 from qledge.db.sqlite import Database
-from qledge.launch.executor import LocalExecutor, Prepared
+from qledge.launch.executor import ExecutorSettings, LocalExecutor, Prepared
 from qledge.launch.isolation import Isolation
+from qledge.launch.unrecorded import Identities
 from qledge.model import Run, RunStatus, Trigger
 from qledge.node import Node
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.dispatcher import Dispatcher
+from qledge.tasks.writable import TaskFields, task_fields
 
 TASK = {"name": "sensor", "command": "echo hi"}
 
@@ -118,9 +120,9 @@ async def _on_both(litedb: Database, pgdb: pg.Database, scenario: Any) -> Any:
     return lite
 
 
-def _task(name: str, **more: Any) -> dict[str, Any]:
-    return {"name": name, "command": f"run {name}", "env": {}, "labels": [],
-            "overlap": "allow", **more}
+def _task(name: str, **more: Any) -> TaskFields:
+    return task_fields({"name": name, "command": f"run {name}", "env": {}, "labels": [],
+                        "overlap": "allow", **more})
 
 
 async def _placed_runs(db: Any) -> dict[str, Any]:
@@ -133,8 +135,8 @@ async def _placed_runs(db: Any) -> dict[str, Any]:
         for n, tid in enumerate(("t-any", "t-pi", "t-gpio", "t-both"), start=1):
             await runs.create_run(tx, f"r{n}", tid, Trigger.API, 10 + n)
         # Editing the task later moves no queued run: each kept its own copy.
-        await tasks.update_task(tx, "t-pi", {"placement_node": "office",
-                                             "placement_labels": ["x"]}, 20)
+        await tasks.update_task(tx, "t-pi", TaskFields(placement_node="office",
+                                             placement_labels=["x"]), 20)
         await runs.create_run(tx, "r5", "t-pi", Trigger.API, 21)
     pi = Node(name="pi", labels=("node=pi", "gpio", "arch=aarch64"))
     office = Node(name="office", labels=("node=office", "x"))
@@ -167,6 +169,19 @@ async def test_runs_copy_their_placement_and_the_queue_is_filtered_on_both(
 
 # -- the claim on PostgreSQL ----------------------------------------------------------------
 
+class _NoEnv:
+    """No variables besides the task's own (launch/executor.py Environments)."""
+
+    async def global_env(self, tx: Any) -> dict[str, str]:
+        return {}
+
+    async def task_env(self, tx: Any, task: Any, run: Run) -> dict[str, str]:
+        return {}
+
+    def run_env(self, attempt_id: str) -> dict[str, str]:
+        return {}
+
+
 class _StepOne(LocalExecutor):
     """The real spawn step 1 (LocalExecutor.prepare_in, in the claim's transaction); no
     process is launched — the claim, not the launcher, is under test. With a `gate`,
@@ -174,14 +189,13 @@ class _StepOne(LocalExecutor):
 
     def __init__(self, db: Any, tmp: Path, node: Node) -> None:
         (tmp / "receipts").mkdir(parents=True)
-
-        async def no_env(tx: Any) -> dict[str, str]:
-            return {}
-
+        config = ExecutorSettings(logs_root=tmp / "logs", work_dir=tmp,
+                                  scripts_dir=tmp / "scripts", launcher="/bin/false",
+                                  node_id=node.node_id, boot_id="boot")
         super().__init__(
-            db=db, receipts=ReceiptStore(tmp / "receipts"), logs_root=tmp / "logs",
-            work_dir=tmp, launcher="/bin/false", node_id=node.node_id, boot_id="boot",
-            global_env=no_env, node=node,
+            config, db=db, receipts=ReceiptStore(tmp / "receipts"), env=_NoEnv(),
+            identities=Identities(), node=node, journal_cutoff=lambda now: None,
+            on_cancelling=lambda: None,
             isolation=Isolation(mode="off", landlock_abi=None, effective=False,
                                 reason=None, protected=()))
         self.prepared: list[str] = []

@@ -17,6 +17,7 @@ from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Task, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler, random_delay_ms
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import ADMIN, make_runtime, run_when, time_zone
 
@@ -39,7 +40,8 @@ async def make_task(db: Database, command: str) -> str:
     body = {"name": "t", "command": command, "schedule": "* * * * *", "env": {},
             "labels": []}
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), body, at(2024, 1, 1, 10, 0, 30))
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields(body),
+                                       at(2024, 1, 1, 10, 0, 30))
     return task.id
 
 
@@ -95,9 +97,9 @@ async def test_a_scheduled_run_gets_a_persisted_not_before_time(db: Database) ->
 
 async def _queue_delayed(rt: Runtime, command: str, delay_ms: int) -> tuple[str, int]:
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command=command, env={}, labels=[],
+            concurrency="allow"), 1)
         at_ms = now_ms() + delay_ms
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.SCHEDULE, now_ms(),
                                      not_before_ms=at_ms)
@@ -135,9 +137,9 @@ async def test_the_dispatcher_starts_a_delayed_run_at_its_time_not_before(
 
 async def store_task(rt: Runtime, command: str) -> str:
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "n", "command": command, "env": {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="n", command=command, env={}, labels=[],
+            concurrency="allow"), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, now_ms())
     return run.id
 

@@ -34,6 +34,7 @@ from qledge.runtime.retention import (
     verdict,
 )
 from qledge.settings import Profile, Settings
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import killed_mid_vacuum
 
@@ -146,8 +147,8 @@ def _retention(db: Database, conf: Settings, profile: Profile,
 
 async def _task(db: Database, **fields: object) -> str:
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": "true", "env": {}, "labels": [], **fields}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields({
+            "name": "t", "command": "true", "env": {}, "labels": [], **fields}), 1)
     return task.id
 
 
@@ -365,8 +366,8 @@ async def test_an_idle_appliance_syncs_once_per_interval_to_free_deleted_logs(
     report = await retention.round()
     assert report.counts["runs_deleted"] == 2
     async with db.write() as tx:  # e.g. the next attempt's spawn step 1
-        await tasks.create_task(tx, ids.uuid7(), {"name": "u", "command": "true",
-                                                  "env": {}, "labels": []}, 1)
+        await tasks.create_task(tx, ids.uuid7(), TaskFields(name="u", command="true",
+                                                  env={}, labels=[]), 1)
     await retention.round()
     assert retention.syncs == 1  # that commit's fsync covered the deletion
     assert not _log_file(conf, made[-1][1]).exists()

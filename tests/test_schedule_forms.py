@@ -19,6 +19,7 @@ from qledge.db.sqlite import Database
 from qledge.model import TERMINAL_RUN, CancelReason, Run, Trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.runtime.scheduler import Scheduler
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import make_runtime, time_zone
 
@@ -41,7 +42,7 @@ async def make_task(db: Database, created_ms: int, **fields: Any) -> str:
     body = {"name": "t", "command": "true", "env": {}, "labels": [], "overlap": "allow",
             **fields}
     async with db.write() as tx:
-        task = await db_tasks.create_task(tx, ids.uuid7(), body, created_ms)
+        task = await db_tasks.create_task(tx, ids.uuid7(), task_fields(body), created_ms)
     return task.id
 
 
@@ -146,12 +147,12 @@ async def test_boot_runs_once_per_appliance_start_not_per_worker_start(tmp_path:
     await first.start()
     try:
         async with first.db.write() as tx:
-            task = await db_tasks.create_task(tx, ids.uuid7(), {
-                "name": "b", "command": "true", "schedule": "@boot", "env": {}, "labels": []},
+            task = await db_tasks.create_task(tx, ids.uuid7(), TaskFields(
+                name="b", command="true", schedule="@boot", env={}, labels=[]),
                 1)
-            other = await db_tasks.create_task(tx, ids.uuid7(), {
-                "name": "x", "command": "true", "schedule": "0 0 1 1 *", "env": {},
-                "labels": [], "extra_schedules": ["@boot"]}, 1)
+            other = await db_tasks.create_task(tx, ids.uuid7(), TaskFields(
+                name="x", command="true", schedule="0 0 1 1 *", env={},
+                labels=[], extra_schedules=["@boot"]), 1)
         # the first start claimed its @boot before the tasks existed: nothing ran
         assert await _boot_runs(first, task.id) == []
     finally:

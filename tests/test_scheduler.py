@@ -17,6 +17,7 @@ from qledge.db.sqlite import Database
 from qledge.model import CancelReason, Run, Trigger
 from qledge.runtime.scheduler import Scheduler
 from qledge.settings import Settings
+from qledge.tasks.writable import TaskFields, task_fields
 
 from support import time_zone
 
@@ -52,7 +53,7 @@ async def make_task(db: Database, created_ms: int = T0, **fields: Any) -> str:
     body = {"name": "t", "command": "true", "schedule": "* * * * *", "env": {}, "labels": [],
             **fields}
     async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), body, created_ms)
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields(body), created_ms)
     return task.id
 
 
@@ -185,7 +186,7 @@ async def test_disabled_tasks_never_fire_and_do_not_replay_when_enabled(db: Data
 
     enabled_at = at(2024, 1, 1, 10, 29, 30)
     async with db.write() as tx:
-        await tasks.update_task(tx, task_id, {"enabled": True}, enabled_at)
+        await tasks.update_task(tx, task_id, TaskFields(enabled=True), enabled_at)
     clock.ms = enabled_at + 1
     assert await sched.round() == at(2024, 1, 1, 10, 30)  # no replay of the disabled time
     assert await runs_of(db, task_id) == []

@@ -16,6 +16,7 @@ from qledge.launch import logs
 from qledge.model import Attempt, Run, RunStatus, Trigger
 from qledge.operations import cancel_run, trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import task_fields
 
 from support import eventually_async, make_runtime, run_when
 
@@ -37,9 +38,9 @@ async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 async def start(rt: Runtime, command: str, **fields: object) -> Run:
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields({
             "name": "t", "command": command, "env": {}, "labels": [], "concurrency": "allow",
-            **fields}, 1)
+            **fields}), 1)
     return await trigger(rt, task.id, Trigger.API)
 
 

@@ -9,12 +9,13 @@ from qledge import ids, transitions
 from qledge.db import attempts, events, rows, runs, tasks
 from qledge.db.sqlite import Database, Tx
 from qledge.model import CancelReason, NewEvent, Run, RunStatus, Trigger
+from qledge.tasks.writable import TaskFields, task_fields
 
 
 async def _task_and_run(db: Database) -> tuple[str, str]:
     async with db.write() as tx:
         task = await tasks.create_task(
-            tx, ids.uuid7(), {"name": "t", "command": "true", "env": {}, "labels": []}, 1)
+            tx, ids.uuid7(), TaskFields(name="t", command="true", env={}, labels=[]), 1)
         run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 2)
     return task.id, run.id
 
@@ -67,7 +68,7 @@ async def test_a_raising_transaction_leaves_nothing(db: Database) -> None:
     with pytest.raises(Boom):
         async with db.write() as tx:
             await tasks.create_task(
-                tx, ids.uuid7(), {"name": "x", "command": "true", "env": {}, "labels": []}, 1)
+                tx, ids.uuid7(), TaskFields(name="x", command="true", env={}, labels=[]), 1)
             raise Boom
     async with db.read() as tx:
         assert await tasks.list_tasks(tx) == []
@@ -126,7 +127,7 @@ async def test_a_cancelled_reader_or_writer_leaves_no_open_transaction(db: Datab
     async def writer() -> None:
         async with db.write() as tx:
             await tasks.create_task(
-                tx, ids.uuid7(), {"name": "x", "command": "true", "env": {}, "labels": []}, 1)
+                tx, ids.uuid7(), TaskFields(name="x", command="true", env={}, labels=[]), 1)
             tx.on_rollback(lambda: undone.append("writer"))
             inside.append(tx)
             await asyncio.sleep(30)
@@ -283,19 +284,22 @@ async def test_inline_code_that_suspends_rolls_the_transaction_back(db: Database
 
 
 async def test_task_sql_names_only_its_own_columns(db: Database) -> None:
-    """db/tasks.py builds INSERT/UPDATE from its fixed WRITABLE columns: a key that is
-    no task column (a typo, or text shaped like SQL) is refused before any SQL runs."""
+    """db/tasks.py builds INSERT/UPDATE from its fixed COLUMNS, one per TaskFields field
+    and each a column of the table; a name that is no task field (a typo, or text
+    shaped like SQL) is refused when the fields are made, before any SQL exists."""
+    assert sorted(field for field, _, _ in tasks.COLUMNS) == sorted(TaskFields.__struct_fields__)
+    async with db.read() as tx:
+        table = {row["name"] for row in await tx.all("SELECT name FROM pragma_table_info('tasks')")}
+    assert set(tasks.WRITABLE) <= table
+    assert len(set(tasks.WRITABLE)) == len(tasks.WRITABLE)
     task_id, _ = await _task_and_run(db)
     for bad in ("nmae", "version", "id", "name = 'x', num"):
-        with pytest.raises(tasks.UnknownTaskField, match="not a task field"):
-            async with db.write() as tx:
-                await tasks.update_task(tx, task_id, {bad: "x"}, 5)
-        with pytest.raises(tasks.UnknownTaskField):
-            async with db.write() as tx:
-                await tasks.create_task(tx, ids.uuid7(), {"name": "u", "command": "true",
-                                                          bad: "x"}, 5)
+        with pytest.raises(msgspec.ValidationError, match="unknown field"):
+            task_fields({bad: "x"})
+        with pytest.raises(msgspec.ValidationError, match="unknown field"):
+            task_fields({"name": "u", "command": "true", bad: "x"})
     async with db.write() as tx:
-        task = await tasks.update_task(tx, task_id, {"labels": ["a"], "overlap": "allow",
-                                                     "placement_labels": ["x"]}, 6)
+        task = await tasks.update_task(tx, task_id, TaskFields(labels=["a"], overlap="allow",
+                                                               placement_labels=["x"]), 6)
     assert (task.labels, str(task.overlap), str(task.concurrency), task.placement_labels,
             task.version) == (["a"], "allow", "allow", ["x"], 2)

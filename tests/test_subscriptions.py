@@ -14,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from _git_server import GitHttpBackend, GitRepo, GitServer, PageServer, tree_bytes
+from qledge.tasks.writable import TaskFields
 from test_qinglong_subscriptions import token
 
 from support import ADMIN, make_settings, migrate_for
@@ -635,7 +636,7 @@ def _set_command(client: TestClient, task_id: str, command: str) -> None:
 
     async def edit() -> None:
         async with rt.db.write() as tx:
-            await tasks.update_task(tx, task_id, {"command": command}, now_ms())
+            await tasks.update_task(tx, task_id, TaskFields(command=command), now_ms())
 
     client.portal.call(edit)  # type: ignore[attr-defined]
 

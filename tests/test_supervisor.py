@@ -17,6 +17,7 @@ from qledge.db import attempts, journal, tasks
 from qledge.model import Reason, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import TaskFields
 
 from _appliance import kill_leftover_tasks
 from support import add_task, eventually_async, make_runtime
@@ -47,7 +48,7 @@ async def test_the_journal_keeps_up_with_a_burst_far_above_the_page_caps(
     try:
         task = await add_task(rt, "true")
         async with rt.db.write() as tx:
-            await tasks.update_task(tx, task, {"keep_runs": 3}, 1)
+            await tasks.update_task(tx, task, TaskFields(keep_runs=3), 1)
         runs = [(await trigger(rt, task, Trigger.API)).id for _ in range(120)]
 
         async def all_terminal() -> bool:

@@ -16,6 +16,7 @@ from qledge.model import Attempt, CancelReason, Event, Run, RunStatus, Trigger
 from qledge.operations import trigger
 from qledge.runtime.lifecycle import Runtime
 from qledge.taskform import MESSAGES
+from qledge.tasks.writable import TaskFields
 
 from support import make_runtime, run_when
 
@@ -43,9 +44,9 @@ def script(rt: Runtime, rel: str, text: str, mode: int = 0o644) -> Path:
 async def run_task(rt: Runtime, command: str, env: dict[str, str] | None = None,
                    timeout: float = 20.0) -> tuple[Run, Attempt, str, list[Event]]:
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "t", "command": command, "env": env or {}, "labels": [],
-            "concurrency": "allow"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="t", command=command, env=env or {}, labels=[],
+            concurrency="allow"), 1)
     run = await trigger(rt, task.id, Trigger.API)
     for _ in range(int(timeout / 0.02)):
         async with rt.db.read() as tx:
@@ -185,9 +186,9 @@ async def _children(rt: Runtime, parent_id: str) -> list[tuple[Run, Attempt | No
 
 async def _start(rt: Runtime, command: str, env: dict[str, str]) -> str:
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {
-            "name": "c", "command": command, "env": env, "labels": [],
-            "concurrency": "forbid"}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+            name="c", command=command, env=env, labels=[],
+            concurrency="forbid"), 1)
     return (await trigger(rt, task.id, Trigger.API)).id
 
 

@@ -22,6 +22,7 @@ from qledge.db.sqlite import Tx
 from qledge.launch import identity
 from qledge.model import Attempt, AttemptStatus, Reason, Run, RunStatus, Trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import TaskFields
 from qledge.transitions import Transition
 
 from support import add_task, make_runtime, run_when
@@ -186,7 +187,7 @@ async def test_a_cancel_inside_the_grace_signals_at_once(lazy: Runtime) -> None:
 async def test_a_deadline_inside_the_grace_fires_on_time(lazy: Runtime) -> None:
     task_id = await add_task(lazy, "sleep 30")
     async with lazy.db.write() as tx:
-        await tasks.update_task(tx, task_id, {"timeout_s": 1}, now_ms())
+        await tasks.update_task(tx, task_id, TaskFields(timeout_s=1), now_ms())
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     run = await operations.trigger(lazy, task_id, Trigger.API)

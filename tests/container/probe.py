@@ -63,6 +63,7 @@ def store_roundtrip() -> list[int]:
     from qledge.db import events, migrate, runs, tasks
     from qledge.db.sqlite import Database
     from qledge.model import Trigger
+    from qledge.tasks.writable import task_fields
 
     async def go(path: Path) -> list[int]:
         migrate.apply(path)
@@ -71,7 +72,7 @@ def store_roundtrip() -> list[int]:
         try:
             async with db.write() as tx:
                 fields = {"name": "y2100", "command": "true"}
-                task = await tasks.create_task(tx, ids.uuid7(), fields, Y2100_MS)
+                task = await tasks.create_task(tx, ids.uuid7(), task_fields(fields), Y2100_MS)
                 run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, Y2100_MS)
             async with db.read() as tx:
                 run = await runs.get_run(tx, run.id)

@@ -215,7 +215,7 @@ async def test_cut_after_a_deferred_retention_round_keeps_every_run_with_its_log
         aids = {r.id: [a.id for a in await attempts.attempts_of_run(tx, r.id)]
                 for r in made}
     await rt.reaper.drain()  # results durable, receipts gone: journal rows may age out
-    rt.supervisor.profile = msgspec.structs.replace(rt.profile, journal_retention_s=0.0)
+    rt.supervisor.retention.retention_ms = 0  # the journal's due rule (runtime/reaper.py)
     rt.supervisor.age_overdue_ms = 0  # no spawn follows: the supervisor's backstop
     await rt.supervisor.round()
     retention = rt.disk.retention

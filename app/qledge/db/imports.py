@@ -14,6 +14,7 @@ from .. import ids
 from ..dependencies import spec as dependency_spec
 from ..importer.plan import Action, Item, Mapped, Plan, Target
 from ..importer.source import QlDependency
+from ..tasks.writable import TaskFields, task_fields
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
 from .interface import Tx
 
@@ -151,7 +152,7 @@ async def remember(tx: Tx, source: str, item: Item, target_id: str, now_ms: int)
 
 
 async def apply(tx: Tx, plan: Plan, now_ms: int, *,
-                pull_task: Callable[[subscriptions.Subscription], dict[str, Any]]
+                pull_task: Callable[[subscriptions.Subscription], TaskFields]
                 ) -> dict[str, str]:
     """Write every create/change item of `plan` and remember the mapping, inside the
     caller's transaction; returns {"<kind>:<key>": qledge id} of what was written.
@@ -173,13 +174,14 @@ async def apply(tx: Tx, plan: Plan, now_ms: int, *,
 
 
 async def _write(tx: Tx, item: Item, now: int,
-                 pull_task: Callable[[subscriptions.Subscription], dict[str, Any]]) -> str:
+                 pull_task: Callable[[subscriptions.Subscription], TaskFields]) -> str:
     f, new = item.fields, item.action is Action.CREATE
     if item.kind == "cron":
         if new:
-            return (await tasks.create_task(tx, ids.uuid7(), {**f, "env": {}}, now)).id
+            return (await tasks.create_task(tx, ids.uuid7(), task_fields({**f, "env": {}}),
+                                            now)).id
         assert item.target_id is not None
-        return (await tasks.update_task(tx, item.target_id, f, now)).id
+        return (await tasks.update_task(tx, item.target_id, task_fields(f), now)).id
     if item.kind == "env":
         if new:
             return (await envs.create_env(tx, ids.uuid7(), f, now)).id
@@ -210,7 +212,7 @@ async def _write(tx: Tx, item: Item, now: int,
 
 
 async def _subscription(tx: Tx, item: Item, now: int,
-                        pull_task: Callable[[subscriptions.Subscription], dict[str, Any]]
+                        pull_task: Callable[[subscriptions.Subscription], TaskFields]
                         ) -> str:
     """A subscription and its pull task, as runtime/subscriptions.py keeps them."""
     if item.action is Action.CREATE:

@@ -2,72 +2,87 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from ..model import CHAIN_FIELDS, Task
+from ..model import Concurrency, Overlap, Task
+from ..tasks.writable import UNSET, TaskFields
 from . import dialect
 from .interface import Tx
 from .rows import NotFound, like_pattern, task_from_row
 
 _json = msgspec.json.Encoder()
 
-# The columns a create or an update may set, in the order INSERT names them: the SQL's
-# column names come from here, never from a caller's keys (a key that is none of these
-# is refused by name before any SQL is built).
-WRITABLE = ("name", "command", "schedule", "timeout_s", "env_json", "enabled", "concurrency",
-            "labels_json", "keep_runs", "keep_days", "keep_background", "overlap", "retries",
-            "retry_delay_s", "retry_on_json", "on_success_json", "on_failure_json",
-            "on_finish_json", "extra_schedules_json", "tz", "placement_node",
-            "placement_labels_json", "hidden")
+
+def _encoded(value: list[str] | dict[str, str]) -> str:
+    return _json.encode(value).decode()
 
 
-class UnknownTaskField(ValueError):
-    """A caller passed a field no task column holds (a bug: the API decodes strictly)."""
+def _unique(value: list[str]) -> str:
+    return _encoded(list(dict.fromkeys(value)))
 
 
-def _task_values(fields: dict[str, Any]) -> dict[str, Any]:
-    """The fields as column values, keyed by the names in WRITABLE only."""
-    out = dict(fields)
-    if "env" in out:
-        out["env_json"] = _json.encode(out.pop("env")).decode()
-    if "labels" in out:
-        out["labels_json"] = _json.encode(out.pop("labels")).decode()
-    # `overlap` supersedes `concurrency`; the two columns stay in step (forbid <=> not
-    # allow) whichever one the caller set.
-    if "overlap" in out:
-        out["overlap"] = str(out["overlap"])
-        out["concurrency"] = "allow" if out["overlap"] == "allow" else "forbid"
-    elif "concurrency" in out:
-        out["concurrency"] = str(out["concurrency"])
-        out["overlap"] = "allow" if out["concurrency"] == "allow" else "skip"
-    if "extra_schedules" in out:
-        out["extra_schedules_json"] = _json.encode(out.pop("extra_schedules")).decode()
-    for field in CHAIN_FIELDS:
-        if field in out:
-            out[f"{field}_json"] = _json.encode(list(dict.fromkeys(out.pop(field)))).decode()
-    if "placement_labels" in out:
-        # No labels is NULL (no requirement, no bytes per row), as rows._labels reads it.
-        labels = list(dict.fromkeys(out.pop("placement_labels") or []))
-        out["placement_labels_json"] = _json.encode(labels).decode() if labels else None
-    if "retry_on" in out:
-        out["retry_on_json"] = _json.encode(sorted(set(out.pop("retry_on")))).decode()
-    if "enabled" in out:
-        out["enabled"] = int(bool(out["enabled"]))
-    if "keep_background" in out:
-        out["keep_background"] = int(bool(out["keep_background"]))
-    if "hidden" in out:
-        out["hidden"] = int(bool(out["hidden"]))
-    unknown = sorted(set(out) - set(WRITABLE))
-    if unknown:
-        raise UnknownTaskField(f"not a task field: {', '.join(unknown)}")
-    return {column: out[column] for column in WRITABLE if column in out}
+def _placement_labels(value: list[str]) -> str | None:
+    # No labels is NULL (no requirement, no bytes per row), as rows._labels reads it.
+    labels = list(dict.fromkeys(value))
+    return _encoded(labels) if labels else None
 
 
-async def create_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+def _flag(value: bool) -> int:
+    return int(bool(value))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# Each field of TaskFields, its column and how its value is stored, in the order INSERT
+# names them: the SQL's column names come from here, never from a caller's keys
+# (tests/test_db_tasks.py checks this list against TaskFields and the table).
+COLUMNS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("name", "name", _same), ("command", "command", _same), ("schedule", "schedule", _same),
+    ("timeout_s", "timeout_s", _same), ("env", "env_json", _encoded),
+    ("enabled", "enabled", _flag), ("concurrency", "concurrency", str),
+    ("labels", "labels_json", _encoded), ("keep_runs", "keep_runs", _same),
+    ("keep_days", "keep_days", _same), ("keep_background", "keep_background", _flag),
+    ("overlap", "overlap", str), ("retries", "retries", _same),
+    ("retry_delay_s", "retry_delay_s", _same),
+    ("retry_on", "retry_on_json", lambda v: _encoded(sorted(set(v)))),
+    ("on_success", "on_success_json", _unique), ("on_failure", "on_failure_json", _unique),
+    ("on_finish", "on_finish_json", _unique),
+    ("extra_schedules", "extra_schedules_json", _encoded), ("tz", "tz", _same),
+    ("placement_node", "placement_node", _same),
+    ("placement_labels", "placement_labels_json", _placement_labels),
+    ("hidden", "hidden", _flag),
+)
+WRITABLE = tuple(column for _, column, _ in COLUMNS)
+
+
+def _task_values(fields: TaskFields) -> dict[str, Any]:
+    """The fields set, as column values keyed by their column (in COLUMNS' order)."""
+    if fields.overlap is not UNSET:
+        # `overlap` supersedes `concurrency`; the two columns stay in step (forbid <=>
+        # not allow) whichever one the caller set.
+        concurrency = Concurrency.ALLOW if fields.overlap == Overlap.ALLOW \
+            else Concurrency.FORBID
+        fields = msgspec.structs.replace(fields, concurrency=concurrency)
+    elif fields.concurrency is not UNSET:
+        fields = msgspec.structs.replace(
+            fields, overlap=Overlap.ALLOW if fields.concurrency == Concurrency.ALLOW
+            else Overlap.SKIP)
+    values: dict[str, Any] = {}
+    for field, column, store in COLUMNS:
+        value = getattr(fields, field)
+        if value is not UNSET:
+            values[column] = store(value)
+    return values
+
+
+async def create_task(tx: Tx, task_id: str, fields: TaskFields, now_ms: int) -> Task:
     values = _task_values(fields)
-    columns = [c for c in WRITABLE if c in values]  # the rest keep their defaults
+    columns = list(values)  # the rest keep their defaults
     values.update(id=task_id, created_at_ms=now_ms, updated_at_ms=now_ms)
     cols = ", ".join(["id", *columns, "created_at_ms", "updated_at_ms"])
     marks = ", ".join(f":{c}" for c in ["id", *columns, "created_at_ms", "updated_at_ms"])
@@ -141,10 +156,10 @@ async def task_envs(tx: Tx) -> list[tuple[int, str, dict[str, str]]]:
             for r in rows]
 
 
-async def update_task(tx: Tx, task_id: str, fields: dict[str, Any], now_ms: int) -> Task:
+async def update_task(tx: Tx, task_id: str, fields: TaskFields, now_ms: int) -> Task:
     values = _task_values(fields)
     if values:
-        sets = ", ".join(f"{c} = :{c}" for c in WRITABLE if c in values)
+        sets = ", ".join(f"{c} = :{c}" for c in values)
         values.update(id=task_id, now=now_ms)
         changed = await tx.execute(
             f"UPDATE tasks SET {sets}, updated_at_ms = :now, version = version + 1"  # noqa: S608

@@ -46,8 +46,7 @@ from .guard import Guard
 def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = None
                ) -> Starlette:
     """`boot_id`: tests only (a simulated reboot), see `Runtime`."""
-    runtime = Runtime(settings, boot_id=boot_id)
-    runtime.notify_key = notify.script_key(admin_token)
+    runtime = Runtime(settings, notify_key=notify.script_key(admin_token), boot_id=boot_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

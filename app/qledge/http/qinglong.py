@@ -30,6 +30,7 @@ from ..launch import logs
 from ..model import ACTIVE_RUN, Overlap, Task, Trigger
 from ..runtime.lifecycle import Runtime
 from ..tasks import spec as task_spec
+from ..tasks.writable import TaskFields
 from . import _proxy, inputs
 from . import tasks as native_tasks
 from .context import runtime_of
@@ -255,7 +256,7 @@ def _extra_schedules(items: list[Any]) -> list[str]:
     return out
 
 
-def _task_fields(body: CronIn | CronPatch) -> dict[str, Any]:
+def _task_fields(body: CronIn | CronPatch) -> TaskFields:
     fields: dict[str, Any] = {}
     for key in ("command", "schedule", "name", "labels"):
         value = getattr(body, key)
@@ -311,7 +312,8 @@ async def crons_create(request: Request) -> Response:
     body = decode(await request.body(), CronIn)
     _unsupported(body, _UNSUPPORTED_CRON)
     fields = _task_fields(body)
-    fields.setdefault("name", _default_name(body.command))
+    if fields.name is msgspec.UNSET:
+        fields = msgspec.structs.replace(fields, name=_default_name(body.command))
     task = await operations.create_task(runtime_of(request), fields)
     return ok(cron_view(task, None))
 

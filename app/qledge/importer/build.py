@@ -19,6 +19,7 @@ from ..notify import qinglong as qinglong_notify
 from ..subscriptions.spec import DEFAULT_EXTENSIONS
 from ..subscriptions.spec import validate as validate_subscription
 from ..tasks.spec import validated as validate_task
+from ..tasks.writable import given
 from . import _items
 from ._items import timeout_s
 from .plan import (
@@ -150,11 +151,13 @@ def _crons(ctx: Ctx) -> list[Item]:
             "enabled": not c.disabled, "labels": c.labels, "overlap": overlap,
             "timeout_s": timeout}
         try:
-            fields = validate_task(fields)
+            checked = given(validate_task(fields))
         except FieldError as exc:
             out.append(skip("cron", key, label, f"not valid in qledge: {exc.message}", notes))
             continue
-        fields = {k: fields.get(k) for k in TASK_KEYS}
+        # The plan's item holds plain values (fingerprinted, shown); db/imports.py
+        # writes them as TaskFields (tasks/writable.py task_fields).
+        fields = {k: checked.get(k) for k in TASK_KEYS}
         existing = next((t for t in ctx.target.tasks.get(command, []) if t not in ctx.claimed),
                         None)
         item = decide(ctx, kind="cron", key=key, label=label, fields=fields, notes=notes,

@@ -19,8 +19,11 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
+
+import msgspec
 
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
@@ -31,6 +34,7 @@ from ..node import Node
 from ..receipts.codec import new_token, token_hash
 from ..receipts.store import ReceiptStore
 from ..runtime import conc
+from ..settings import Profile, Settings
 from . import identity, logs, simple_command
 from .isolation import Isolation
 from .unrecorded import Identities, Unrecorded
@@ -41,15 +45,39 @@ TOKEN_FD = 3
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_WAIT_S = 1.0  # per signal, when an unrecorded launcher's group is stopped
 
-EnvProvider = Callable[[Tx], Awaitable[dict[str, str]]]
-# Variables for one launch of one run of a task, never stored with it (a subscription's
-# pull gets its spec and credential this way, docs/subscriptions.md; a dependency run
-# its job, docs/dependencies.md).
-TaskEnvProvider = Callable[[Tx, Task, Run], Awaitable[dict[str, str]]]
+class Environments(Protocol):
+    """Where a launch's variables come from besides the task's own (the runtime's
+    runtime/taskenv.py): the enabled envs and installed packages; one launch's own
+    (a subscription pull's spec, a dependency job — never stored with the task); and
+    the appliance's per-attempt variables (the scripts' notify credential), which win."""
+
+    async def global_env(self, tx: Tx) -> dict[str, str]: ...
+
+    async def task_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]: ...
+
+    def run_env(self, attempt_id: str) -> dict[str, str]: ...
 
 
-async def no_task_env(tx: Tx, task: Task, run: Run) -> dict[str, str]:
-    return {}
+class ExecutorSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The executor's part of the settings (`executor_settings` builds it), and who
+    this worker is: its node id and the boot its launchers run on."""
+
+    logs_root: Path
+    work_dir: Path
+    scripts_dir: Path
+    launcher: str
+    node_id: str
+    boot_id: str
+    # Spawn step 4 deferred by up to this long (0: committed at once).
+    identity_grace_s: float = 0.0
+
+
+def executor_settings(settings: Settings, profile: Profile, *, launcher: str, node_id: str,
+                      boot_id: str) -> ExecutorSettings:
+    return ExecutorSettings(logs_root=settings.logs_path, work_dir=settings.work_path,
+                            scripts_dir=settings.scripts_path, launcher=launcher,
+                            node_id=node_id, boot_id=boot_id,
+                            identity_grace_s=profile.identity_grace_s)
 
 
 def base_env(work_dir: Path) -> dict[str, str]:
@@ -130,32 +158,28 @@ def deadline_ms(task: Task, form: taskform.TaskForm | None, now: int) -> int | N
 
 class LocalExecutor:
     def __init__(
-        self, *, db: Database, receipts: ReceiptStore, logs_root: Path, work_dir: Path,
-        launcher: str, node_id: str, boot_id: str, global_env: EnvProvider,
-        isolation: Isolation, scripts_dir: Path | None = None,
-        task_env: TaskEnvProvider = no_task_env,
-        run_env: Callable[[str], dict[str, str]] | None = None,
-        identity_grace_s: float = 0.0, identities: Identities | None = None,
-        on_cancelling: Callable[[], None] | None = None,
-        journal_cutoff: Callable[[int], int | None] = lambda now: None,
-        node: Node | None = None,
+        self, config: ExecutorSettings, *, db: Database, receipts: ReceiptStore,
+        isolation: Isolation, env: Environments, identities: Identities, node: Node,
+        journal_cutoff: Callable[[int], int | None], on_cancelling: Callable[[], None],
     ) -> None:
+        """`journal_cutoff`: settled journal rows due by then (None: none) age out in
+        step 1's commit, which writes their recent pages anyway (the supervisor's rule,
+        runtime/reaper.py). `on_cancelling`: who drives a cancel intent found when an
+        identity is written (the cancellation side, which in turn has this executor
+        record pending identities before it sweeps: each needs the other)."""
         self.db = db
+        self.config = config
         # The runtime's Node: its lease epoch (None on SQLite) goes on every attempt.
         self.node = node
         self.receipts = receipts
-        self.logs_root = logs_root
-        self.work_dir = work_dir
-        self.launcher = launcher
-        self.node_id = node_id
-        self.boot_id = boot_id
-        self.global_env = global_env
+        self.logs_root = config.logs_root
+        self.work_dir = config.work_dir
+        self.launcher = config.launcher
+        self.node_id = config.node_id
+        self.boot_id = config.boot_id
+        self.env = env
         self.isolation = isolation
-        self.scripts_dir = scripts_dir or work_dir / "scripts"
-        self.task_env = task_env
-        # Per-attempt variables of the appliance's own (the scripts' notify credential);
-        # they win over the task's env.
-        self.run_env = run_env
+        self.scripts_dir = config.scripts_dir
         # Attempts between step 1 and the caller's watch registration: the
         # supervisor must not judge them (they are `preparing` by design).
         self.in_flight: set[str] = set()
@@ -163,15 +187,13 @@ class LocalExecutor:
         self.fanned_out = 0
         # Spawn step 4 deferred by up to this long (0: committed at once), the identities
         # waiting, and who drives a cancel intent found when they are written.
-        self.identity_grace_s = identity_grace_s
-        self.identities = identities if identities is not None else Identities()
+        self.identity_grace_s = config.identity_grace_s
+        self.identities = identities
         self.on_cancelling = on_cancelling
         self.sweeps = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._recording: set[asyncio.Task[None]] = set()
         self.identity_commits = 0
-        # Settled journal rows due by this cutoff (None: none) age out in step 1's
-        # commit, which writes their recent pages anyway (the supervisor's rule).
         self.journal_cutoff = journal_cutoff
 
     async def prepare_in(self, tx: Tx, run: Run, task: Task | None = None) -> Prepared | None:
@@ -191,8 +213,8 @@ class LocalExecutor:
             if await attempts.run_has_active_attempt(tx, run.id):
                 return None
             task = await tasks.get_task(tx, run.task_id)
-        own = await self.task_env(tx, task, run)
-        env = {**base_env(self.work_dir), **await self.global_env(tx), **task.env}
+        own = await self.env.task_env(tx, task, run)
+        env = {**base_env(self.work_dir), **await self.env.global_env(tx), **task.env}
         if own:
             # A system launch with a credential (a subscription pull, a dependency job):
             # no user-set variable may make the loader run other code in it first.
@@ -200,8 +222,7 @@ class LocalExecutor:
         env.update(own)
         token = new_token()
         attempt_id = ids.uuid7()
-        if self.run_env is not None:
-            env.update(self.run_env(attempt_id))
+        env.update(self.env.run_env(attempt_id))
         now = now_ms()
         form, refusal = _command(task, self.scripts_dir)
         if form is not None and form.mode == "conc" and run.parent_run_id is None:
@@ -355,7 +376,7 @@ class LocalExecutor:
                     self._timers[ident.attempt_id] = asyncio.get_running_loop().call_later(
                         self.identity_grace_s, self._grace_over, ident.attempt_id)
             return
-        if cancelling and self.on_cancelling is not None:
+        if cancelling:
             self.on_cancelling()
 
     async def record(self, attempt_ids: list[str] | None = None) -> list[Attempt]:

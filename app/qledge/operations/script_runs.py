@@ -15,10 +15,12 @@ the user's list; its runs are in Runs, and retention keeps the last DEBUG_KEEP_R
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
-from ..model import Task, Trigger
+import msgspec
+
+from ..model import Overlap, Task, Trigger
 from ..runtime.lifecycle import Runtime
+from ..tasks.writable import TaskFields
 from . import tasks as operations
 
 DEBUG_LABEL = "debug"
@@ -33,9 +35,8 @@ def debug_command(path: str) -> str:
 async def run_command(rt: Runtime, command: str, path: str, label: str
                       ) -> tuple[Task, operations.Started]:
     """A tracked run (trigger `api`) of the task with exactly this command."""
-    fields: dict[str, Any] = {"name": f"task {path}"[:100], "labels": [label],
-                              "overlap": "allow"}
+    fields = TaskFields(name=f"task {path}"[:100], labels=[label], overlap=Overlap.ALLOW)
     if label == DEBUG_LABEL:
-        fields.update(hidden=True, keep_runs=DEBUG_KEEP_RUNS)
+        fields = msgspec.structs.replace(fields, hidden=True, keep_runs=DEBUG_KEEP_RUNS)
     task = await operations.task_for_command(rt, command, fields)
     return task, await operations.start_run(rt, task.id, Trigger.API)

@@ -17,6 +17,7 @@ from ..db.interface import Tx
 from ..model import Run, Trigger
 from ..runtime.lifecycle import Runtime
 from ..runtime.subscriptions import pull_task_fields, task_or_none
+from ..tasks.writable import changed_from, is_empty
 from .tasks import ActiveRun, stop_task, trigger
 
 
@@ -113,8 +114,8 @@ async def _ensure_pull_task(tx: Tx, sub: subs.Subscription) -> subs.Subscription
     if sub.pull_task_id is not None:
         task = await task_or_none(tx, sub.pull_task_id)
         if task is not None:
-            changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
-            if changed:
+            changed = changed_from(task, fields)
+            if not is_empty(changed):
                 await tasks.update_task(tx, task.id, changed, now_ms())
             return sub
     task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())

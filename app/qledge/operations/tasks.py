@@ -4,7 +4,6 @@ trigger, cancel, stop (the package's docstring says what an operation is)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import msgspec
 
@@ -21,6 +20,7 @@ from ..model import CancelReason, Run, RunStatus, Task, Trigger
 from ..runtime import chains, overlap
 from ..runtime.cancellation import RunTerminal
 from ..runtime.lifecycle import Runtime
+from ..tasks.writable import TaskFields, changed_from, given
 
 
 class ActiveRun(Exception):
@@ -47,9 +47,9 @@ class SystemTask(Exception):
 
 # -- tasks ---------------------------------------------------------------------------
 
-async def _refuse_system_edit(tx: Tx, task_id: str, fields: dict[str, Any]) -> None:
+async def _refuse_system_edit(tx: Tx, task_id: str, fields: TaskFields) -> None:
     current = await tasks.get_task(tx, task_id)
-    changed = [k for k in ("command", "env") if k in fields and fields[k] != getattr(current, k)]
+    changed = [k for k in ("command", "env") if k in given(changed_from(current, fields))]
     if not changed:
         return
     sub = await subs.by_pull_task(tx, task_id)
@@ -61,7 +61,7 @@ async def _refuse_system_edit(tx: Tx, task_id: str, fields: dict[str, Any]) -> N
                          "the subscription or the dependencies instead)", field=changed[0])
 
 
-async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
+async def create_task(rt: Runtime, fields: TaskFields) -> Task:
     """A new task (fields validated by the caller); its environment must fit execve."""
     async with rt.db.write() as tx:
         task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
@@ -71,22 +71,22 @@ async def create_task(rt: Runtime, fields: dict[str, Any]) -> Task:
     return task
 
 
-async def task_for_command(rt: Runtime, command: str, fields: dict[str, Any]) -> Task:
+async def task_for_command(rt: Runtime, command: str, fields: TaskFields) -> Task:
     """The oldest task whose command is exactly `command`, else a new one made of
     `fields` — in one transaction, so two callers at once make one task."""
     async with rt.db.write() as tx:
-        found = await tasks.task_by_command(tx, command, bool(fields.get("hidden")))
+        found = await tasks.task_by_command(tx, command, fields.hidden is True)
         if found is not None:
             return found
-        task = await tasks.create_task(tx, ids.uuid7(), {**fields, "command": command},
-                                       now_ms())
+        task = await tasks.create_task(
+            tx, ids.uuid7(), msgspec.structs.replace(fields, command=command), now_ms())
         await environment.verify(tx, rt.settings.work_path, task)
         await chains.check(tx, task)
     rt.scheduler.wake()
     return task
 
 
-async def update_task(rt: Runtime, task_id: str, fields: dict[str, Any]) -> Task:
+async def update_task(rt: Runtime, task_id: str, fields: TaskFields) -> Task:
     async with rt.db.write() as tx:
         await _refuse_system_edit(tx, task_id, fields)
         task = await tasks.update_task(tx, task_id, fields, now_ms())
@@ -102,7 +102,7 @@ async def set_tasks_enabled(rt: Runtime, task_ids: list[str], enabled: bool) -> 
         for task_id in task_ids:
             current = await tasks.get_task(tx, task_id)
             if current.enabled != enabled:
-                await tasks.update_task(tx, task_id, {"enabled": enabled}, now_ms())
+                await tasks.update_task(tx, task_id, TaskFields(enabled=enabled), now_ms())
     rt.scheduler.wake()
 
 

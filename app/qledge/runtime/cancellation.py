@@ -27,6 +27,7 @@ from ..db.interface import Database
 from ..launch import identity
 from ..limits import SWEEP_BATCH, UNBOUNDED
 from ..model import TERMINAL_RUN, Attempt, CancelReason, NewEvent, RunStatus
+from ..settings import Profile
 from . import conc
 from .completion import CompletionService
 from .loop import settle
@@ -43,15 +44,15 @@ CANCEL_CHANNEL = "qledge_cancel"
 
 class Cancellation:
     def __init__(self, *, db: Database, node_id: str, incarnation: str, boot_id: str,
-                 kill_grace_s: float, completion: CompletionService,
+                 profile: Profile, completion: CompletionService,
                  record_first: Callable[[int | None], Awaitable[None]] | None = None) -> None:
         self.db = db
         self.node_id = node_id
         self.incarnation = incarnation
         self.boot_id = boot_id
-        self.kill_grace_s = kill_grace_s
+        self.kill_grace_s = profile.kill_grace_s
         self.completion = completion
-        self.lease_ttl_ms = int((kill_grace_s * 2 + 10) * 1000)
+        self.lease_ttl_ms = int((self.kill_grace_s * 2 + 10) * 1000)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._drivers: dict[str, asyncio.Task[None]] = {}
         # Deadline checks started by the timers: owned here, cancelled and awaited at stop.

@@ -21,7 +21,6 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -35,6 +34,7 @@ from ..dependencies.spec import ECOSYSTEMS, ENV_NAME, Ecosystem, Job
 from ..launch.executor import BASE_PATH
 from ..model import Overlap, Run, Task, Trigger
 from ..settings import Settings
+from ..tasks.writable import TaskFields, changed_from, is_empty
 from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.dependencies")
@@ -46,10 +46,10 @@ def queue_command(eco: str) -> str:
     return f"{shlex.quote(sys.executable)} -I -m qledge deps apply {eco}"
 
 
-def queue_task_fields(eco: str, timeout_s: int) -> dict[str, Any]:
-    return {"name": f"dependencies: {eco}", "command": queue_command(eco), "schedule": None,
-            "enabled": True, "timeout_s": timeout_s, "overlap": Overlap.QUEUE,
-            "labels": [LABEL], "retries": 0, "env": {}}
+def queue_task_fields(eco: str, timeout_s: int) -> TaskFields:
+    return TaskFields(name=f"dependencies: {eco}", command=queue_command(eco), schedule=None,
+                      enabled=True, timeout_s=timeout_s, overlap=Overlap.QUEUE,
+                      labels=[LABEL], retries=0, env={})
 
 
 def npm_available() -> bool:
@@ -68,8 +68,9 @@ async def _queue_task(tx: Tx, eco: str, timeout_s: int) -> Task:
         except rows.NotFound:
             pass
         else:
-            changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
-            return await tasks.update_task(tx, task.id, changed, now_ms()) if changed else task
+            changed = changed_from(task, fields)
+            return task if is_empty(changed) else await tasks.update_task(
+                tx, task.id, changed, now_ms())
     task = await tasks.create_task(tx, ids.uuid7(), fields, now_ms())
     await deps.set_task(tx, eco, task.id)
     return task

@@ -59,9 +59,13 @@ def check_settings(settings: Settings) -> None:
 class Fleet:
     def __init__(self, db: Database, node: Node, settings: Settings, incarnation: str,
                  version: str, *, boot_id: str, kill_grace_s: float,
-                 wake: Callable[[], None] | None = None) -> None:
+                 wake: Callable[[], None] | None = None,
+                 unrecorded: Callable[[str], identity.Identity | None] = lambda a: None
+                 ) -> None:
         """`wake`: called when runs may be claimable again (a retry queued by a takeover,
-        this node registered again after a fence) — the dispatcher's kick."""
+        this node registered again after a fence) — the dispatcher's kick. `unrecorded`:
+        the identity a launcher of this worker has in memory only (spawned within the
+        identity grace, launch/unrecorded.py), by attempt id."""
         check_settings(settings)
         self.db = db
         self.node = node
@@ -83,9 +87,7 @@ class Fleet:
         # away, and another node may take it over any moment).
         self._held_since: float | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        # The identity a launcher of this worker has in memory only (spawned within the
-        # identity grace, launch/unrecorded.py), by attempt id; the runtime sets it.
-        self.unrecorded: Callable[[str], identity.Identity | None] = lambda attempt_id: None
+        self.unrecorded = unrecorded
 
     # -- lifecycle -----------------------------------------------------------------
 

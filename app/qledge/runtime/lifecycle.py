@@ -1,10 +1,11 @@
 """The Runtime: opens the store, recovers, then starts and stops every loop explicitly.
 
 Start order: database (db/backend.py: the embedded SQLite, or PostgreSQL in fleet
-mode) → node id → receipts volume → start-up reconciler
-(before /readyz turns 200) → exit watcher, dispatcher, supervisor,
-cancellation, scheduler. Stop order is the reverse, each within a bound;
-running launchers are left alone (they don't depend on this process).
+mode) → node id → every collaborator, complete when made (`_build`; none is changed
+afterwards: tests/test_architecture.py) → fleet registration → start-up reconciler
+(before /readyz turns 200) → cancellation, dispatcher, scheduler and the loops. Stop
+order is the reverse, each within a bound; running launchers are left alone (they
+don't depend on this process). docs/architecture.md, "Start-up and wiring".
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ from pathlib import Path
 
 from .. import __version__, ids
 from ..clock import now_ms
-from ..db import attempts, backend, envs, journal, runs
-from ..db.interface import Tx
+from ..db import attempts, backend, journal, runs
 from ..launch import identity, isolation, logs
-from ..launch.executor import LocalExecutor, SpawnResult
+from ..launch.executor import LocalExecutor, SpawnResult, executor_settings
 from ..launch.fileio import FilePool
 from ..launch.unrecorded import Identities
 from ..limits import SWEEP_BATCH, UNBOUNDED
-from ..model import Run, Task
 from ..node import Node, default_name, labels_of
-from ..notify import rules as notify
 from ..receipts.store import ReceiptStore
 from ..scripts import ship as shipped_scripts
 from ..settings import Settings, redact_dsn
@@ -41,12 +39,13 @@ from .leader import Leader
 from .loop import PeriodicLoop, settle
 from .metrics import Live, Metrics
 from .notifier import NOTIFY_CHANNEL, Notifier
-from .reaper import Reaper
+from .reaper import JournalRetention, Reaper
 from .reconciler import Reconciler, RoundReport
 from .retention import DiskKeeper
 from .scheduler import Scheduler
 from .subscriptions import Syncer
 from .supervisor import Supervisor
+from .taskenv import TaskEnvironment
 from .watcher import ExitWatcher
 
 log = logging.getLogger("qledge.runtime")
@@ -67,23 +66,22 @@ def read_boot_id() -> str:
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, boot_id: str | None = None,
-                 start_id: str | None = None) -> None:
-        """`boot_id` is for tests that simulate a reboot (the power-cut drills), `start_id`
+    def __init__(self, settings: Settings, *, notify_key: bytes = b"",
+                 boot_id: str | None = None, start_id: str | None = None) -> None:
+        """`notify_key`: the key of the scripts' per-attempt notify credentials (create_app
+        derives it from the admin token; empty: no credential is handed out).
+        `boot_id` is for tests that simulate a reboot (the power-cut drills), `start_id`
         for tests that simulate an appliance restart (@boot): the product never passes
-        them and always reads the kernel's / its supervisor's."""
+        them and always reads the kernel's / its supervisor's.
+
+        Only what needs no database is made here; every collaborator is made, complete,
+        in start() once this node's id is known (no attribute is set on one afterwards;
+        tests/test_architecture.py checks)."""
         self.settings = settings
         self.profile = settings.profile_limits
+        self.notify_key = notify_key
         self.db = backend.database(settings)
-        # This node as the fleet sees it; one value shared by every component (the
-        # fleet's lease code sets its epoch). On SQLite a fleet of one, no epoch.
-        name = settings.node_name or default_name()
-        self.node = Node(name=name, labels=labels_of(name, settings.node_labels),
-                         url=settings.node_url or node_url(settings.host, settings.port),
-                         fleet=settings.fleet)
-        # Fleet mode: the node's lease (runtime/fleet.py, from start()) and the
-        # scheduler's (one node fires the ticks and sends notifications); on SQLite the
-        # one node always leads and has no lease.
+        # Fleet mode: the node's lease (runtime/fleet.py, from start()); on SQLite none.
         self.fleet: Fleet | None = None
         # A `task … conc` parent finishes in the commit of its last child's result.
         self.db.on_terminal(conc.on_terminal)
@@ -91,31 +89,16 @@ class Runtime:
         self.db.on_terminal(chains.listener(self.kick, self._sweep_cancels))
         self.node_id = ""
         self.incarnation = ids.uuid7()
-        self.leader = Leader(self.db, self.node, settings, incarnation=self.incarnation)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.start_id = start_id if start_id is not None else appliance_start_id(self.boot_id)
         self.started_at_ms = now_ms()
         self.ready = False
         self.startup_report: RoundReport | None = None
-        # Enabled QingLong envs (same name joined with '&'); a task's own env wins.
-        self.global_env = envs.global_env
         self._finishing: set[asyncio.Task[None]] = set()
         self.log_streams = 0
         # User-reachable file work (log reads and tails): its own bounded threads,
         # never the default executor the runtime's own file work needs.
         self.files = FilePool()
-        # The key of the scripts' per-attempt notify credentials (create_app sets it
-        # from the admin token; empty: no credential is handed out).
-        self.notify_key = b""
-        # Their terminal listeners are registered once, here: before start-up recovery,
-        # so results recovered then count and notify too.
-        self.metrics = Metrics(self.db)
-        self.notifier = Notifier(
-            self.db, logs_root=settings.logs_path, base_url=settings.notify_base_url,
-            interval_s=settings.notify_interval_s,
-            retry_base_s=settings.notify_retry_base_s,
-            max_tries=settings.notify_max_tries, max_age_s=settings.notify_max_age_s,
-            started_at_ms=self.started_at_ms, leader=self.leader)
 
     # -- start / stop ------------------------------------------------------------
 
@@ -126,71 +109,12 @@ class Runtime:
         os.chdir(work_dir)
         await asyncio.to_thread(shipped_scripts.ship, s.scripts_path, work_dir)
         await self.db.open()
-        if s.fleet:
-            # A shared database cannot keep one node's identity: its state dir does.
-            self.node_id = await asyncio.to_thread(backend.fleet_node_id, s.data_path)
-        else:
-            async with self.db.write() as tx:
-                self.node_id = await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
-        self.node.node_id = self.node_id
-        if s.fleet:
+        self.node_id = await self._node_id()
+        self._build(s, work_dir)
+        if self.fleet is not None:
             # Registered (and this node's epoch known) before recovery and before any
             # claim: every attempt prepared from here carries the epoch.
-            self.fleet = Fleet(self.db, self.node, s, self.incarnation, __version__,
-                               boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
-                               wake=self.kick)
             await self.fleet.register()
-        # Fleet mode: this node's files only (receipts, logs): they are on its disk.
-        owner = self.node_id if s.fleet else None
-        self.isolation = isolation.decide(s)
-        # The scheduler is built further down: the wake looks it up when a sync ends.
-        self.subscriptions = Syncer(self.db, s.work_path, self.remove_logs,
-                                    lambda: self.scheduler.wake())
-        self.dependencies = Dependencies(self.db, self.settings, self.kick)
-        self.receipts = ReceiptStore(s.receipts_path)
-        # Launcher identities waiting for their result's commit (launch/unrecorded.py).
-        self.identities = Identities()
-        if self.fleet is not None:
-            self.fleet.unrecorded = self._unrecorded
-        self.completion = CompletionService(self.db, self.node_id, self.identities)
-        self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
-        self.consumer = Consumer(self.db, self.receipts, self.completion, self.reaper)
-        self.watcher = ExitWatcher(self._exited)
-        self.executor = LocalExecutor(
-            db=self.db, receipts=self.receipts, logs_root=s.logs_path, work_dir=work_dir,
-            launcher=s.launcher or default_launcher(), node_id=self.node_id,
-            boot_id=self.boot_id, global_env=self._env, isolation=self.isolation,
-            scripts_dir=s.scripts_path, task_env=self._task_env,
-            run_env=self._run_env, identity_grace_s=self.profile.identity_grace_s,
-            identities=self.identities, on_cancelling=self._sweep_cancels,
-            journal_cutoff=lambda now: self.supervisor.journal_cutoff(now), node=self.node)
-        self.cancellation = Cancellation(
-            db=self.db, node_id=self.node_id, incarnation=self.incarnation,
-            boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
-            completion=self.completion, record_first=self.executor.before_sweep)
-        self.reconciler = Reconciler(
-            db=self.db, consumer=self.consumer, completion=self.completion,
-            node_id=self.node_id, boot_id=self.boot_id,
-            publish_grace_ms=self.profile.publish_grace_ms, reattach=self._reattach,
-            in_flight=lambda a: (a in self.executor.in_flight or self.watcher.watching(a)
-                                 or a in self.identities),
-            journal_owner=owner)
-        # Bounded disk: retention rounds, and no new attempt under disk pressure.
-        self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
-                               wake_dispatcher=self.kick, leader=self.leader, owner=owner)
-        self.disk.on_pressure = self.notifier.pressure_changed
-        self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
-                                     self.profile.max_concurrent_attempts, self._spawned,
-                                     may_spawn=self.disk.may_spawn, node=self.node)
-        self.supervisor = Supervisor(
-            db=self.db, consumer=self.consumer, reconciler=self.reconciler,
-            receipts=self.receipts, node_id=self.node_id, profile=self.profile,
-            on_expired=self.cancellation.expire_deadlines)
-        self.supervisor.journal_owner = owner
-        self.supervisor.watching = self.watcher.watching
-        self.supervisor.boot_id = self.boot_id
-        self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
-                                        self._supervise)
         log.info("runtime starting node=%s incarnation=%s profile=%s name=%s database=%s",
                  self.node_id, self.incarnation, self.profile.name, self.node.name,
                  redact_dsn(s.database_url) if s.fleet else "embedded SQLite")
@@ -210,16 +134,9 @@ class Runtime:
             self.db.listen(runs.QUEUED_CHANNEL, self.kick)
             self.db.listen(CANCEL_CHANNEL, self._sweep_cancels)
             self.db.listen(NOTIFY_CHANNEL, self.notifier.loop.poke)
-        # Fleet mode: the leader queues its ticks' runs and every node may claim them
-        # (NOTIFY); it does not start them itself, or it would run every scheduled run.
-        self.scheduler = Scheduler(self.db, on_queued=self.kick,
-                                   dispatcher=None if s.fleet else self.dispatcher,
-                                   random_delay_s=s.random_delay_s,
-                                   on_replaced=self._sweep_cancels, leader=self.leader)
         # @boot runs: recovery has finished; once per appliance start, not per worker.
         await self.scheduler.fire_boot(self.start_id, self.node.name)
         if self.fleet is not None:
-            self.scheduler.tell_peers = self._tell_schedule_changed
             self.db.listen(SCHEDULE_CHANNEL, self.scheduler.poke)
         self.leader.start()
         self.scheduler.start()
@@ -231,6 +148,97 @@ class Runtime:
         await self.dependencies.start()
         self.notifier.start()
         self.ready = True
+
+    async def _node_id(self) -> str:
+        if self.settings.fleet:
+            # A shared database cannot keep one node's identity: its state dir does.
+            return await asyncio.to_thread(backend.fleet_node_id, self.settings.data_path)
+        async with self.db.write() as tx:
+            return await attempts.ensure_node_id(tx, ids.uuid7(), now_ms())
+
+    def _build(self, s: Settings, work_dir: Path) -> None:
+        """Every collaborator, each complete when made: what it needs is made before it.
+
+        Two signals reach objects made later, through this Runtime's own methods, because
+        their producers and consumers genuinely need each other: `kick` (a run was
+        queued: the dispatcher, which needs the executor, which needs the dependencies'
+        env, which queue runs) and `_sweep_cancels` (the cancellation side, which has
+        the executor record its pending identities before a sweep, while the executor
+        asks for a sweep when a cancel landed during a spawn)."""
+        # This node as the fleet sees it; one value shared by every component (the
+        # fleet's lease code sets its epoch). On SQLite a fleet of one, no epoch.
+        name = s.node_name or default_name()
+        self.node = Node(name=name, labels=labels_of(name, s.node_labels),
+                         url=s.node_url or node_url(s.host, s.port), node_id=self.node_id,
+                         fleet=s.fleet)
+        # The scheduler's lease (one node fires the ticks and sends notifications); on
+        # SQLite the one node always leads.
+        self.leader = Leader(self.db, self.node, s, incarnation=self.incarnation)
+        # Their terminal listeners are registered here: before start-up recovery, so
+        # results recovered then count and notify too.
+        self.metrics = Metrics(self.db)
+        self.notifier = Notifier(
+            self.db, logs_root=s.logs_path, base_url=s.notify_base_url,
+            interval_s=s.notify_interval_s, retry_base_s=s.notify_retry_base_s,
+            max_tries=s.notify_max_tries, max_age_s=s.notify_max_age_s,
+            started_at_ms=self.started_at_ms, leader=self.leader)
+        # Fleet mode: this node's files only (receipts, logs): they are on its disk.
+        owner = self.node_id if s.fleet else None
+        self.isolation = isolation.decide(s)
+        self.dependencies = Dependencies(self.db, s, self.kick)
+        self.receipts = ReceiptStore(s.receipts_path)
+        # Launcher identities waiting for their result's commit (launch/unrecorded.py).
+        self.identities = Identities()
+        if s.fleet:
+            self.fleet = Fleet(self.db, self.node, s, self.incarnation, __version__,
+                               boot_id=self.boot_id, kill_grace_s=self.profile.kill_grace_s,
+                               wake=self.kick, unrecorded=self._unrecorded)
+        self.completion = CompletionService(self.db, self.node_id, self.identities)
+        self.reaper = Reaper(self.db, self.receipts, self.profile.group_commit_s)
+        retention = JournalRetention(self.profile.journal_retention_s, self.reaper)
+        self.consumer = Consumer(self.db, self.receipts, self.completion, self.reaper)
+        self.watcher = ExitWatcher(self._exited)
+        self.executor = LocalExecutor(
+            executor_settings(s, self.profile, launcher=s.launcher or default_launcher(),
+                              node_id=self.node_id, boot_id=self.boot_id),
+            db=self.db, receipts=self.receipts, isolation=self.isolation,
+            env=TaskEnvironment(dependencies=self.dependencies, work_dir=work_dir,
+                                host=s.host, port=s.port, notify_key=self.notify_key),
+            identities=self.identities, node=self.node, journal_cutoff=retention.cutoff,
+            on_cancelling=self._sweep_cancels)
+        self.cancellation = Cancellation(
+            db=self.db, node_id=self.node_id, incarnation=self.incarnation,
+            boot_id=self.boot_id, profile=self.profile, completion=self.completion,
+            record_first=self.executor.before_sweep)
+        self.reconciler = Reconciler(
+            db=self.db, consumer=self.consumer, completion=self.completion,
+            node_id=self.node_id, boot_id=self.boot_id,
+            profile=self.profile, reattach=self._reattach,
+            in_flight=self._in_flight, journal_owner=owner)
+        # Bounded disk: retention rounds, and no new attempt under disk pressure.
+        self.disk = DiskKeeper(db=self.db, settings=s, profile=self.profile,
+                               wake_dispatcher=self.kick, leader=self.leader, owner=owner,
+                               on_pressure=self.notifier.pressure_changed)
+        self.dispatcher = Dispatcher(self.db, self.executor, self.node_id,
+                                     self.profile.max_concurrent_attempts, self._spawned,
+                                     may_spawn=self.disk.may_spawn, node=self.node)
+        self.supervisor = Supervisor(
+            db=self.db, consumer=self.consumer, reconciler=self.reconciler,
+            receipts=self.receipts, node_id=self.node_id, boot_id=self.boot_id,
+            profile=self.profile, retention=retention,
+            on_expired=self.cancellation.expire_deadlines, watching=self.watcher.watching,
+            journal_owner=owner)
+        self.supervision = PeriodicLoop("supervisor", self.profile.round_interval_s,
+                                        self._supervise)
+        # Fleet mode: the leader queues its ticks' runs and every node may claim them
+        # (NOTIFY); it does not start them itself, or it would run every scheduled run.
+        # A schedule changed here is told to the other nodes (the leader may be another).
+        self.scheduler = Scheduler(
+            self.db, on_queued=self.kick, dispatcher=None if s.fleet else self.dispatcher,
+            random_delay_s=s.random_delay_s, on_replaced=self._sweep_cancels,
+            leader=self.leader, tell_peers=self._tell_schedule_changed if s.fleet else None)
+        # A sync's changed schedules wake the scheduler.
+        self.subscriptions = Syncer(self.db, work_dir, self.remove_logs, self.scheduler.wake)
 
     async def stop(self) -> None:
         self.ready = False
@@ -258,29 +266,6 @@ class Runtime:
 
     # -- attempts ----------------------------------------------------------------
 
-    async def _env(self, tx: Tx) -> dict[str, str]:
-        """The installed packages' PATH/NODE_PATH (docs/dependencies.md), then the
-        enabled envs (a PATH among them wins)."""
-        return {**self.dependencies.env, **await self.global_env(tx)}
-
-    async def _task_env(self, tx: Tx, task: Task, run: Run) -> dict[str, str]:
-        """One launch's own variables: a subscription pull's spec, a dependency job."""
-        return {**await self.subscriptions.pull_env(tx, task),
-                **await self.dependencies.job_env(tx, task, run)}
-
-    def _run_env(self, attempt_id: str) -> dict[str, str]:
-        """What a task's notify.py / sendNotify.js need: where to post, and a
-        credential good only for notifying while this attempt runs. Not QLEDGE_*:
-        a qledge started from a task must not read them as settings."""
-        if not self.notify_key:
-            return {}
-        host = self.settings.host
-        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
-        if ":" in host:
-            host = f"[{host}]"
-        return {"QL_NOTIFY_URL": f"http://{host}:{self.settings.port}/notify",
-                "QL_NOTIFY_TOKEN": notify.script_token(self.notify_key, attempt_id)}
-
     def _spawned(self, result: SpawnResult) -> None:
         self.watcher.watch(result.attempt.id, result.pidfd)
         self.cancellation.track(result.attempt)
@@ -293,6 +278,11 @@ class Runtime:
         held = self.identities.get(attempt_id)
         return None if held is None else identity.Identity(
             pid=held.pid, start_time=held.start_time, boot_id=held.boot_id)
+
+    def _in_flight(self, attempt_id: str) -> bool:
+        """Being spawned, watched, or with its identity in memory: not the reconciler's."""
+        return (attempt_id in self.executor.in_flight or self.watcher.watching(attempt_id)
+                or attempt_id in self.identities)
 
     def _reattach(self, attempt_id: str, pidfd: int) -> None:
         self.watcher.watch(attempt_id, pidfd)

@@ -126,3 +126,21 @@ class Reaper:
                 await self._task
             self._task = None
         await self.drain()
+
+
+class JournalRetention:
+    """When a settled journal row is due: past the journal retention, minus any whose
+    receipt file the reaper still holds (it deletes after an fsync, normally within
+    group_commit_s). Spawn step 1 (the executor) and the supervision rounds age rows by
+    this one rule; it exists before either of them."""
+
+    def __init__(self, retention_s: float, reaper: Reaper) -> None:
+        self.retention_ms = int(retention_s * 1000)
+        self.reaper = reaper
+
+    def cutoff(self, now: int) -> int:
+        cutoff = now - self.retention_ms
+        held = self.reaper.oldest_since_ms
+        if held is not None:
+            cutoff = min(cutoff, held - 1)
+        return cutoff

@@ -24,6 +24,7 @@ from ..db.interface import Database
 from ..launch import identity
 from ..limits import UNBOUNDED
 from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Reason
+from ..settings import Profile
 from .completion import CompletionService, Outcome
 from .consumer import Consumed, Consumer
 
@@ -49,7 +50,7 @@ class RoundReport(msgspec.Struct, kw_only=True):
 
 class Reconciler:
     def __init__(self, *, db: Database, consumer: Consumer, completion: CompletionService,
-                 node_id: str, boot_id: str, publish_grace_ms: int,
+                 node_id: str, boot_id: str, profile: Profile,
                  reattach: Callable[[str, int], None],
                  in_flight: Callable[[str], bool], journal_owner: str | None = None) -> None:
         self.db = db
@@ -59,7 +60,7 @@ class Reconciler:
         # Fleet mode: this node's journal entries only (their receipts are on its disk).
         self.journal_owner = journal_owner
         self.boot_id = boot_id
-        self.grace_s = publish_grace_ms / 1000
+        self.grace_s = profile.publish_grace_ms / 1000
         self.reattach = reattach  # hands a pidfd to the exit watcher
         self.in_flight = in_flight  # attempts this worker is spawning or already watches
 

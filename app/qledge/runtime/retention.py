@@ -510,7 +510,11 @@ class DiskKeeper:
 
     def __init__(self, *, db: Database, settings: Settings, profile: Profile,
                  wake_dispatcher: Callable[[], None], leader: Leader | None = None,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None,
+                 on_pressure: Callable[[bool, dict[str, object]], None] | None = None
+                 ) -> None:
+        """`on_pressure`: told when a hold is entered or left (the notifier)."""
+        self.on_pressure = on_pressure
         self.db = db
         self.profile = profile
         self._wake_dispatcher = wake_dispatcher
@@ -525,7 +529,6 @@ class DiskKeeper:
                                    leader=leader, owner=owner)
         self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
         self._last_poke = 0.0
-        self.on_pressure: Callable[[bool, dict[str, object]], None] | None = None
 
     def start(self) -> None:
         self.loop.start()

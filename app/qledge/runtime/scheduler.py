@@ -105,7 +105,8 @@ class Scheduler:
                  stop_timeout_s: float = 5.0, dispatcher: Dispatcher | None = None,
                  random_delay_s: int = 0,
                  on_replaced: Callable[[], None] = lambda: None,
-                 leader: Leader | None = None) -> None:
+                 leader: Leader | None = None,
+                 tell_peers: Callable[[], None] | None = None) -> None:
         self.db = db
         # Fleet mode: ticks only while this node holds the scheduler lease (None, or
         # SQLite's Leader: always, as before).
@@ -130,7 +131,7 @@ class Scheduler:
         # on change
         self._first_due: dict[str, tuple[str, int, int | None]] = {}
         # Fleet mode: tells the other nodes' schedulers that a schedule changed.
-        self.tell_peers: Callable[[], None] | None = None
+        self.tell_peers = tell_peers
         # Sleeps until the next due tick (at most max_sleep_s); wake() re-reads at once.
         self.loop = PeriodicLoop("scheduler", max_sleep_s, self._round_then_sleep,
                                  stop_timeout_s)

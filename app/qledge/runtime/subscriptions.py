@@ -38,6 +38,7 @@ from ..subscriptions.spec import (
     encode,
     script_shape,
 )
+from ..tasks.writable import TaskFields, changed_from, is_empty
 from .loop import PeriodicLoop
 
 log = logging.getLogger("qledge.subscriptions")
@@ -54,11 +55,11 @@ def pull_command(sub_id: str) -> str:
     return f"{shlex.quote(sys.executable)} -I -m qledge subscription pull {sub_id}"
 
 
-def pull_task_fields(sub: subs.Subscription) -> dict[str, Any]:
-    return {"name": f"subscription: {sub.name}"[:200], "command": pull_command(sub.id),
-            "schedule": sub.schedule, "enabled": sub.enabled,
-            "timeout_s": sub.caps.timeout_s + PULL_GRACE_S,
-            "concurrency": Concurrency.FORBID, "labels": ["subscription"], "env": {}}
+def pull_task_fields(sub: subs.Subscription) -> TaskFields:
+    return TaskFields(name=f"subscription: {sub.name}"[:200], command=pull_command(sub.id),
+                      schedule=sub.schedule, enabled=sub.enabled,
+                      timeout_s=sub.caps.timeout_s + PULL_GRACE_S,
+                      concurrency=Concurrency.FORBID, labels=["subscription"], env={})
 
 
 async def task_or_none(tx: Tx, task_id: str) -> Task | None:
@@ -77,6 +78,20 @@ def spec_of(sub: subs.Subscription, secret: str | None, work_dir: Path) -> PullS
         extensions=tuple(sub.extensions), sub_before=sub.sub_before, sub_after=sub.sub_after,
         username=sub.username, secret=secret, scripts_dir=str(work_dir / "scripts"),
         staging_dir=str(work_dir / STAGING), caps=sub.caps)
+
+
+async def pull_env(tx: Tx, task: Task, work_dir: Path) -> dict[str, str]:
+    """{ENV_NAME: spec} for a subscription's pull task; {} for any other task — and
+    for that task too once its command or env is not exactly the system's (both
+    APIs refuse such edits, `operations.SystemTask`; this holds for rows changed
+    before that, or any other way): else the edited command gets the secret."""
+    if "subscription" not in task.labels or task.env:
+        return {}
+    sub = await subs.by_pull_task(tx, task.id)
+    if sub is None or task.command != pull_command(sub.id):
+        return {}
+    spec = spec_of(sub, await subs.secret_of(tx, sub.id), work_dir)
+    return {ENV_NAME: encode(spec)}
 
 
 class Syncer:
@@ -103,9 +118,8 @@ class Syncer:
                 task = await task_or_none(tx, sub.pull_task_id)
                 if task is None:
                     continue
-                fields = pull_task_fields(sub)
-                changed = {k: v for k, v in fields.items() if getattr(task, k) != v}
-                if changed:
+                changed = changed_from(task, pull_task_fields(sub))
+                if not is_empty(changed):
                     await tasks.update_task(tx, task.id, changed, now_ms())
 
     def start(self) -> None:
@@ -114,19 +128,6 @@ class Syncer:
 
     async def stop(self) -> None:
         await self.loop.stop()
-
-    async def pull_env(self, tx: Tx, task: Task) -> dict[str, str]:
-        """{ENV_NAME: spec} for a subscription's pull task; {} for any other task — and
-        for that task too once its command or env is not exactly the system's (both
-        APIs refuse such edits, `operations.SystemTask`; this holds for rows changed
-        before that, or any other way): else the edited command gets the secret."""
-        if "subscription" not in task.labels or task.env:
-            return {}
-        sub = await subs.by_pull_task(tx, task.id)
-        if sub is None or task.command != pull_command(sub.id):
-            return {}
-        spec = spec_of(sub, await subs.secret_of(tx, sub.id), self.work_dir)
-        return {ENV_NAME: encode(spec)}
 
     async def on_terminal(self, tx: Tx, old: Run, new: Run, now: int) -> None:
         sub = await subs.by_pull_task(tx, new.task_id)
@@ -198,9 +199,9 @@ class Syncer:
                     if schedule is None:
                         skipped.append(path)
                         continue
-                    task = await tasks.create_task(tx, ids.uuid7(), {
-                        "name": meta.name, "command": commands[path], "schedule": schedule,
-                        "labels": [f"sub:{sub.alias}"[:100]]}, now)
+                    task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
+                        name=meta.name, command=commands[path], schedule=schedule,
+                        labels=[f"sub:{sub.alias}"[:100]]), now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=task.id, applied_schedule=schedule,
                         applied_name=meta.name, disabled_by_pull=False))
@@ -227,7 +228,8 @@ class Syncer:
                 if link.disabled_by_pull and not current.enabled:
                     update["enabled"] = True  # the script is back
                 if update:
-                    current = await tasks.update_task(tx, current.id, update, now)
+                    current = await tasks.update_task(tx, current.id, TaskFields(**update),
+                                                      now)
                     changed.append(path)
                 if update or link.disabled_by_pull:
                     await subs.put_link(tx, sub.id, subs.Link(
@@ -249,7 +251,7 @@ class Syncer:
                     await subs.drop_link(tx, sub.id, path)
                     removed.append(path)
                 elif gone.enabled:
-                    await tasks.update_task(tx, gone.id, {"enabled": False}, now)
+                    await tasks.update_task(tx, gone.id, TaskFields(enabled=False), now)
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=gone.id, applied_schedule=link.applied_schedule,
                         applied_name=link.applied_name, disabled_by_pull=True))

@@ -31,6 +31,7 @@ from ..model import ACTIVE_ATTEMPT
 from ..receipts.store import QUARANTINE_DIR, ReceiptStore, quarantine_names
 from ..settings import Profile
 from .consumer import Consumed, Consumer
+from .reaper import JournalRetention
 from .reconciler import Reconciler, RoundReport
 
 log = logging.getLogger("qledge.supervisor")
@@ -47,14 +48,16 @@ AGE_OVERDUE_MS = 3_600_000
 
 class Supervisor:
     def __init__(self, *, db: Database, consumer: Consumer, reconciler: Reconciler,
-                 receipts: ReceiptStore, node_id: str, profile: Profile,
-                 on_expired: Callable[[int], Awaitable[int]]) -> None:
+                 receipts: ReceiptStore, node_id: str, boot_id: str, profile: Profile,
+                 retention: JournalRetention, on_expired: Callable[[int], Awaitable[int]],
+                 watching: Callable[[str], bool], journal_owner: str | None) -> None:
         self.db = db
         self.consumer = consumer
         self.reconciler = reconciler
         self.receipts = receipts
         self.node_id = node_id
         self.profile = profile
+        self.retention = retention
         self.on_expired = on_expired
         self.active_cursor = ""
         self.journal_cursor = ""
@@ -62,11 +65,11 @@ class Supervisor:
         self.age_backlog = AGE_BACKLOG
         self.age_overdue_ms = AGE_OVERDUE_MS
         # Fleet mode: this node's entries only (their receipts are on its disk).
-        self.journal_owner: str | None = None
+        self.journal_owner = journal_owner
         # Launchers whose exit this worker watches, and the boot they run on: an ended
         # attempt's launcher still running keeps its journal entry (_launchers_gone).
-        self.watching: Callable[[str], bool] = lambda attempt_id: False
-        self.boot_id = ""
+        self.watching = watching
+        self.boot_id = boot_id
 
     async def round(self) -> RoundReport:
         report = RoundReport(kind="periodic", started_at_ms=now_ms())
@@ -98,14 +101,9 @@ class Supervisor:
         return report
 
     def journal_cutoff(self, now: int) -> int:
-        """Settled rows before this are due: past the journal retention, minus any whose
-        file the reaper still holds (it deletes after an fsync, normally within
-        group_commit_s). Spawn step 1 ages by the same cutoff."""
-        cutoff = now - int(self.profile.journal_retention_s * 1000)
-        held = self.consumer.reaper.oldest_since_ms
-        if held is not None:
-            cutoff = min(cutoff, held - 1)
-        return cutoff
+        """Settled rows before this are due (runtime/reaper.py JournalRetention); spawn
+        step 1 ages by the same cutoff."""
+        return self.retention.cutoff(now)
 
     async def _age_out(self, report: RoundReport) -> None:
         """The backstop: a commit of its own only when spawns do not keep up (more than

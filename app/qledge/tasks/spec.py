@@ -32,6 +32,7 @@ from ..limits import (
     MAX_TZ,
 )
 from ..model import RETRYABLE, Reason
+from .writable import TaskFields, task_fields
 
 
 class PlacementIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -59,8 +60,9 @@ def _task_form(command: str) -> None:
                              f"{exc.reason.value}: {exc.message}") from None
 
 
-def validated(values: dict[str, Any]) -> dict[str, Any]:
-    """Field checks beyond types, on the fields given (a patch checks only those)."""
+def validated(values: dict[str, Any]) -> TaskFields:
+    """Field checks beyond types, on the fields given (a patch checks only those); the
+    result is what db/tasks.py writes (tasks/writable.py)."""
     out = dict(values)
     if "name" in out:
         name = fields.text(out["name"].strip(), "name", MAX_NAME)
@@ -94,7 +96,7 @@ def validated(values: dict[str, Any]) -> dict[str, Any]:
     _policies(out)
     if "placement" in out:
         out.update(placement(out.pop("placement")))
-    return out
+    return task_fields(out)
 
 
 def _schedule(raw: str) -> str:
