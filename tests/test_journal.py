@@ -89,6 +89,8 @@ def _expected(db: Path) -> dict[str, list[dict[str, Any]]]:
 # every row carried over.
 LATER_COLUMNS = ("node_epoch", "late_exit_code", "late_finished_at_ms",
                  "placement_node", "placement_labels_json", "spawn_boot_id")
+# ... and those with a default (0026, the panel's hidden debug tasks).
+LATER_DEFAULTS = {"hidden": 0}
 
 
 def _actual(db: Path) -> dict[str, list[dict[str, Any]]]:
@@ -102,6 +104,8 @@ def _actual(db: Path) -> dict[str, list[dict[str, Any]]]:
         for row in rows:
             for col in LATER_COLUMNS:
                 assert row.pop(col, None) is None, (col, row)
+            for col, default in LATER_DEFAULTS.items():
+                assert row.pop(col, default) == default, (col, row)
     return found
 
 

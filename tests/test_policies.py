@@ -24,6 +24,7 @@ from qledge.model import (
 )
 from qledge.operations import create_task, trigger
 from qledge.runtime.lifecycle import Runtime
+from qledge.tasks.writable import task_fields
 from qledge.transitions import RetryPolicy, retry_delay_ms, retry_or_end
 
 replace = msgspec.structs.replace
@@ -149,9 +150,9 @@ async def test_fails_twice_then_succeeds_with_three_attempts_and_one_end(
         ends.append(new.status.value)
 
     rt.db.on_terminal(listener)
-    task = await create_task(rt, {
+    task = await create_task(rt, task_fields({
         "name": "flaky", "command": fails_until(rt.settings.work_path / "n", 3), "env": {},
-        "labels": [], "retries": 3, "retry_delay_s": 1, "retry_on": ["failed"]})
+        "labels": [], "retries": 3, "retry_delay_s": 1, "retry_on": ["failed"]}))
     run = await trigger(rt, task.id, Trigger.API)
     done = await terminal(rt, run.id)
     async with rt.db.read() as tx:
@@ -176,9 +177,9 @@ async def test_fails_twice_then_succeeds_with_three_attempts_and_one_end(
 
 async def test_a_run_cancelled_during_its_backoff_wait_ends_cancelled(
         rt: Runtime, tmp_path: Path) -> None:
-    task = await create_task(rt, {
+    task = await create_task(rt, task_fields({
         "name": "flaky", "command": "exit 1", "env": {}, "labels": [],
-        "retries": 2, "retry_delay_s": 30})
+        "retries": 2, "retry_delay_s": 30}))
     run = await trigger(rt, task.id, Trigger.API)
     for _ in range(400):
         async with rt.db.read() as tx:
@@ -195,9 +196,9 @@ async def test_a_run_cancelled_during_its_backoff_wait_ends_cancelled(
 
 
 async def test_retry_fields_are_stored(rt: Runtime) -> None:
-    task = await create_task(rt, {"name": "x", "command": "true", "env": {}, "labels": [],
-                                  "retries": 4, "retry_delay_s": 5,
-                                  "retry_on": ["lost", "timed_out", "lost"]})
+    task = await create_task(rt, task_fields({
+        "name": "x", "command": "true", "env": {}, "labels": [], "retries": 4,
+        "retry_delay_s": 5, "retry_on": ["lost", "timed_out", "lost"]}))
     assert (task.retries, task.retry_delay_s, task.retry_on) == (4, 5, ["lost", "timed_out"])
     async with rt.db.read() as tx:
         assert await db_tasks.get_task(tx, task.id) == task

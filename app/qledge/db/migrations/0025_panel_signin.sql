@@ -1,5 +1,4 @@
--- Issue 39: the panel's sign-in (docs/security.md, "Signing in to the panel"). Numbered
--- 0025 in this branch (migrate.bundled refuses gaps); the brief's number is 0032.
+-- Issue 39: the panel's sign-in (docs/security.md, "Signing in to the panel").
 -- Paired with migrations/pg/0025_panel_signin.sql.
 -- One account: the scrypt hash of its password, its TOTP secret once confirmed (the
 -- pending one while enrolling), the last TOTP step used (a code works once; 0: none) and the
