@@ -259,18 +259,19 @@ def private_crossings(rel: str, tree: ast.Module) -> list[str]:
     The rule: a name `_x` is private to the module that defines it — importing it
     (`from .m import _x`) or reading it off an imported module (`m._x`) is the
     defect. A private *module* `pkg/_m.py` is a helper of its package: the modules
-    beside it may import it (`from . import _m`, `from ._m import name`), nobody
-    else may, and even they only take its public names.
+    beside it and in its subpackages may import it (`from . import _m`, `from ._m
+    import name`), nobody else may, and even they only take its public names.
     """
     here = _module_name(rel)
     package = here if rel.endswith("__init__.py") else here.rpartition(".")[0]
     found, modules = [], set()
 
     def check_module(target: str, line: int) -> None:
-        """A private module is importable only from its own package."""
+        """A private module is importable only from its own package (and within it)."""
         parts = target.split(".")
         for i, part in enumerate(parts[1:], start=1):
-            if _private(part) and ".".join(parts[:i]) != package:
+            owner = ".".join(parts[:i])
+            if _private(part) and package != owner and not package.startswith(owner + "."):
                 found.append(f"{rel}:{line} imports private module {target}")
 
     for node in ast.walk(tree):
@@ -325,6 +326,9 @@ def test_the_private_name_rule_catches_each_kind_of_crossing() -> None:
     # the pattern: a package's modules use its private helper module's public names
     assert check("scripts/folder.py", "from . import _tree as fs\nfs.walk(1)\n") == []
     assert check("http/scripts.py", "from ._files import offload\n") == []
+    assert check("http/qinglong/scripts.py", "from .._files import offload\n") == []
+    assert check("tasks/spec.py", "from ..http._files import offload\n") == [
+        "tasks/spec.py:1 imports private module qledge.http._files"]
     assert check("scripts/folder.py", "from . import _tree as fs\nfs._temp_name()\n") == [
         "scripts/folder.py:2 reads fs._temp_name"]
     assert check("x.py", "from . import __version__\nobj._private = 1\n") == []
@@ -474,3 +478,14 @@ class Runtime:
     assert [line.split(": ", 1)[1] for line in found] == [
         "self.node.node_id", "disk.on_pressure", "fleet.unrecorded", "sched.rounds",
         "self.supervisor.boot_id", "setattr(self.scheduler, 'tell_peers', f)"]
+
+
+def test_the_error_shape_comes_from_the_mounted_application_not_the_path() -> None:
+    """http/errors.py renders both shapes and branches on no path: QingLong's handlers
+    are registered by its own mounted application (http/qinglong/)."""
+    tree = ast.parse((PACKAGE / "http" / "errors.py").read_text())
+    paths = [n.value for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and n.value.startswith("/open")]
+    assert paths == []
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "url"]

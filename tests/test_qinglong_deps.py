@@ -1,5 +1,5 @@
 """QingLong's /open/dependencies shapes over the native dependency operations
-(app/qledge/http/qinglong_deps.py; docs/qinglong-compat.md)."""
+(app/qledge/http/qinglong/dependencies.py; docs/qinglong-compat.md)."""
 
 from __future__ import annotations
 

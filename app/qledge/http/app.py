@@ -26,9 +26,6 @@ from . import (
     notifications,
     panel,
     qinglong,
-    qinglong_deps,
-    qinglong_scripts,
-    qinglong_subscriptions,
     runs,
     schedule,
     scripts,
@@ -39,7 +36,7 @@ from . import (
     tickets,
 )
 from .auth import AdminAuth
-from .errors import HANDLERS
+from .errors import HANDLERS, render_qinglong
 from .guard import Guard
 
 
@@ -69,12 +66,11 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
                 *internal.routes,
                 *panel.routes(), Mount("/api/v1", routes=api),
-                Mount("/open", routes=[*qinglong.routes, *qinglong_scripts.routes,
-                                        *qinglong_subscriptions.routes,
-                                        *qinglong_deps.routes])],
+                Mount("/open", app=qinglong.application())],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
-                               wider={**scripts.body_ceilings(), **imports.body_ceilings()}),
+                               wider={**scripts.body_ceilings(), **imports.body_ceilings()},
+                               shapes={"/open": render_qinglong}),
                     Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),
         lifespan=lifespan,

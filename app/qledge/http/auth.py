@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth import Accounts
 from . import tickets
-from .errors import ApiError, Forbidden, Unauthorized, handle_api_error
+from .errors import ApiError, Forbidden, Unauthorized, render
 
 COOKIE = "qledge_session"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -126,7 +126,7 @@ class AdminAuth:
             try:
                 await _admit(request)
             except ApiError as exc:
-                response = await handle_api_error(request, exc)
+                response = render(exc)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

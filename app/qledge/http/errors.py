@@ -6,7 +6,8 @@ import errno
 import json
 import logging
 import secrets
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.exceptions import HTTPException
@@ -32,6 +33,7 @@ log = logging.getLogger("qledge.http")
 class ApiError(Exception):
     status = 400
     code = "BAD_REQUEST"
+    retry_after_s: int | None = None  # a Retry-After header
 
     def __init__(self, message: str, *, field: str | None = None,
                  extra: dict[str, object] | None = None) -> None:
@@ -113,84 +115,100 @@ def _body(exc: ApiError) -> dict[str, object]:
     return body
 
 
-async def handle_api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    if request.url.path.startswith("/open/"):
-        # QingLong's shape: {"code": <status>, "message": ...}
-        return json_response({"code": exc.status, "message": exc.message}, exc.status)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    if exc.status == 413:  # the rest of the body is not read: do not wait for it
-        headers = {"Connection": "close"}
-    return json_response(_body(exc), exc.status, headers)
+def _headers(exc: ApiError) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if exc.status == 413:
+        # The rest of the body is never read: close the connection after the answer, or
+        # a client still sending would wait on a full socket instead of reading it.
+        headers["Connection"] = "close"
+    if exc.retry_after_s:
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return headers
 
 
-async def handle_not_found(request: Request, exc: Exception) -> Response:
-    return await handle_api_error(request, Missing(f"{exc} not found"))
+def render(exc: ApiError) -> Response:
+    """The native API's answer: `{"error": <code>, "message", "field"?, ...}`."""
+    return json_response(_body(exc), exc.status, _headers(exc) or None)
 
 
-async def handle_conflict(request: Request, exc: Exception) -> Response:
-    return await handle_api_error(request, StateConflict("changed concurrently, retry"))
+def render_qinglong(exc: ApiError) -> Response:
+    """QingLong's answer under /open/*: `{"code": <HTTP status>, "message"}`."""
+    return json_response({"code": exc.status, "message": exc.message}, exc.status,
+                         _headers(exc) or None)
 
 
-async def handle_active_run(request: Request, exc: Exception) -> Response:
+# -- each exception a route may raise, as the ApiError it answers with ----------------
+# `bad_input` is the class a domain rule's refusal becomes: Invalid (422) on the native
+# API, BadRequest (400) on QingLong's, the status each API has always given bad input.
+
+def _conflict(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    return StateConflict("changed concurrently, retry")
+
+
+def _not_found(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    return Missing(f"{exc} not found")
+
+
+def _active_run(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, ActiveRun)
-    return await handle_api_error(request, StateConflict(
-        str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason}))
+    return StateConflict(str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason})
 
 
-async def handle_system_task(request: Request, exc: Exception) -> Response:
+def _system_task(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, SystemTask)
     error = StateConflict(str(exc), field=exc.field)
     error.code = "SYSTEM_TASK"
-    return await handle_api_error(request, error)
+    return error
 
 
-async def handle_chain_refused(request: Request, exc: Exception) -> Response:
+def _chain_refused(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, ChainRefused)
-    return await handle_api_error(request, Invalid(str(exc), field=exc.field))
+    return Invalid(str(exc), field=exc.field)
 
 
-async def handle_run_terminal(request: Request, exc: Exception) -> Response:
-    return await handle_api_error(request, StateConflict(f"run is already terminal ({exc})"))
+def _run_terminal(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    return StateConflict(f"run is already terminal ({exc})")
 
 
-async def handle_http(request: Request, exc: Exception) -> Response:
+def _http(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, HTTPException)
     mapped = ApiError(exc.detail or "error")
     mapped.status = exc.status_code
     mapped.code = "HTTP_ERROR"
-    return await handle_api_error(request, mapped)
+    return mapped
 
 
-async def handle_unsafe_log(request: Request, exc: Exception) -> Response:
+def _unsafe_log(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, UnsafeLogFile)
-    return await handle_api_error(request, LogNotRegular(
+    return LogNotRegular(
         f"{exc}: qledge serves regular files only (the task replaced its log file)",
-        extra={"kind": exc.kind}))
+        extra={"kind": exc.kind})
 
 
-async def handle_file_pool(request: Request, exc: Exception) -> Response:
-    code = "LOG_READ_TIMEOUT" if isinstance(exc, FileTimeout) else "LOG_READ_BUSY"
+def _file_pool(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     error = Unavailable(f"{exc}; try again later")
-    error.code = code
-    response = await handle_api_error(request, error)
-    response.headers["Retry-After"] = "5"
-    return response
+    error.code = "LOG_READ_TIMEOUT" if isinstance(exc, FileTimeout) else "LOG_READ_BUSY"
+    error.retry_after_s = 5
+    return error
 
 
-async def handle_field_error(request: Request, exc: Exception) -> Response:
-    """A domain rule's refusal (fields.py): 422 INVALID naming the field, or QingLong's
-    400 on /open — the status each API has always given bad input."""
+def _field_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    """A domain rule's refusal (fields.py), naming the field."""
     assert isinstance(exc, FieldError)
-    kind = BadRequest if request.url.path.startswith("/open/") else Invalid
-    return await handle_api_error(request, kind(exc.message, field=exc.field))
+    return bad_input(exc.message, field=exc.field)
 
 
-async def handle_environment(request: Request, exc: Exception) -> Response:
+def _environment(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, EnvironmentTooLarge)
-    kind = BadRequest if request.url.path.startswith("/open/") else Invalid
     extra: dict[str, object] = {} if exc.variable is None else {"variable": exc.variable}
-    return await handle_api_error(request, kind(str(exc), field="env", extra=extra))
+    return bad_input(str(exc), field="env", extra=extra)
+
+
+def _api_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    assert isinstance(exc, ApiError)
+    return exc
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -204,16 +222,16 @@ def disk_full(exc: BaseException) -> bool:
 RETRY_AFTER_S = 5
 
 
-async def handle_unexpected(request: Request, exc: BaseException) -> Response:
-    """Any exception no handler above claims: JSON with an error id that is also in
-    the worker log (with the traceback); a full disk is named as such (507)."""
+def unexpected(where: str, exc: BaseException) -> ApiError:
+    """Any exception no mapping claims (`where`: method and path, never the query: it may
+    hold a ticket): an error id that is also in the worker log (with the traceback); a
+    full disk is named as such (507)."""
     error_id = secrets.token_hex(6)
-    where = f"{request.method} {request.url.path}"  # never the query: it may hold a ticket
     if disk_full(exc):
         log.error("disk full (error id %s) answering %s: %s", error_id, where, exc)
-        return await handle_api_error(request, DiskFull(
+        return DiskFull(
             f"disk full: no space left to save this change (error id {error_id}); nothing"
-            " was saved, free some space and retry", extra={"error_id": error_id}))
+            " was saved, free some space and retry", extra={"error_id": error_id})
     if isinstance(exc, storage.PgTransient):
         # PostgreSQL unreachable (fleet mode), or a lock/serialization timeout: the same
         # request may succeed in a moment, and nothing of it was committed. SQLite's
@@ -223,13 +241,11 @@ async def handle_unexpected(request: Request, exc: BaseException) -> Response:
         error = Unavailable("the database cannot be reached right now; nothing was"
                             " saved, retry shortly")
         error.code = "DATABASE_UNAVAILABLE"
-        response = await handle_api_error(request, error)
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
-        return response
+        error.retry_after_s = RETRY_AFTER_S
+        return error
     log.error("unhandled error (error id %s) answering %s", error_id, where, exc_info=exc)
-    return await handle_api_error(request, Internal(
-        f"internal error (error id {error_id}); the worker log has the details",
-        extra={"error_id": error_id}))
+    return Internal(f"internal error (error id {error_id}); the worker log has the details",
+                    extra={"error_id": error_id})
 
 
 # Scripts (docs/scripts.md): each refusal keeps its class's code and carries the reason.
@@ -249,7 +265,7 @@ SCRIPT_ERRORS: dict[type[scripts.ScriptError], tuple[int, str]] = {
 }
 
 
-async def handle_script_error(request: Request, exc: Exception) -> Response:
+def _script_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, scripts.ScriptError)
     status, code = next((v for k, v in SCRIPT_ERRORS.items() if isinstance(exc, k)),
                         (400, "SCRIPT_ERROR"))
@@ -258,12 +274,7 @@ async def handle_script_error(request: Request, exc: Exception) -> Response:
         extra["path"] = exc.path
     mapped = ApiError(exc.message, field=exc.field, extra=extra)
     mapped.status, mapped.code = status, code
-    response = await handle_api_error(request, mapped)
-    if status == 413:
-        # The rest of the body is never read: close the connection after the answer, or
-        # a client still sending would wait on a full socket instead of reading it.
-        response.headers["Connection"] = "close"
-    return response
+    return mapped
 
 
 # The panel's sign-in (auth/, docs/api.md "Signing in"): each refusal's status.
@@ -273,40 +284,57 @@ AUTH_STATUS: dict[type[auth.AuthRefused], int] = {
 }
 
 
-async def handle_auth_refused(request: Request, exc: Exception) -> Response:
+def _auth_refused(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, auth.AuthRefused)
     status = next((v for k, v in AUTH_STATUS.items() if isinstance(exc, k)), 401)
     extra: dict[str, object] = {"retry_after_s": exc.retry_after_s} if exc.retry_after_s else {}
     mapped = ApiError(exc.message, extra=extra)
     mapped.status, mapped.code = status, exc.code
-    response = await handle_api_error(request, mapped)
-    if exc.retry_after_s:
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-    return response
+    mapped.retry_after_s = exc.retry_after_s or None
+    return mapped
 
 
-async def handle_weak_password(request: Request, exc: Exception) -> Response:
-    return await handle_api_error(request, Invalid(str(exc), field="new"))
+def _weak_password(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    return Invalid(str(exc), field="new")
 
 
-HANDLERS = {
-    scripts.ScriptError: handle_script_error,
-    ApiError: handle_api_error,
-    FieldError: handle_field_error,
-    NotFound: handle_not_found,
-    Conflict: handle_conflict,
-    ActiveRun: handle_active_run,
-    RunTerminal: handle_run_terminal,
-    ChainRefused: handle_chain_refused,
-    SystemTask: handle_system_task,
-    HTTPException: handle_http,
-    UnsafeLogFile: handle_unsafe_log,
-    FileTimeout: handle_file_pool,
-    FileBusy: handle_file_pool,
-    EnvironmentTooLarge: handle_environment,
-    auth.AuthRefused: handle_auth_refused,
-    auth.WeakPassword: handle_weak_password,
+Mapping = Callable[[Exception, type[ApiError]], ApiError]
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+MAPPINGS: dict[type[Exception], Mapping] = {
+    scripts.ScriptError: _script_error,
+    ApiError: _api_error,
+    FieldError: _field_error,
+    NotFound: _not_found,
+    Conflict: _conflict,
+    ActiveRun: _active_run,
+    RunTerminal: _run_terminal,
+    ChainRefused: _chain_refused,
+    SystemTask: _system_task,
+    HTTPException: _http,
+    UnsafeLogFile: _unsafe_log,
+    FileTimeout: _file_pool,
+    FileBusy: _file_pool,
+    EnvironmentTooLarge: _environment,
+    auth.AuthRefused: _auth_refused,
+    auth.WeakPassword: _weak_password,
 }
+
+
+def _handlers(shape: Callable[[ApiError], Response],
+              bad_input: type[ApiError]) -> dict[Any, Handler]:
+    def handler(mapping: Mapping) -> Handler:
+        async def answer(request: Request, exc: Exception) -> Response:
+            return shape(mapping(exc, bad_input))
+        return answer
+    return {kind: handler(mapping) for kind, mapping in MAPPINGS.items()}
+
+
+# The native API's exception handlers (http/app.py) and QingLong's (http/qinglong/).
+HANDLERS = _handlers(render, Invalid)
+
+
+def qinglong_handlers() -> dict[Any, Handler]:
+    return _handlers(render_qinglong, BadRequest)
 
 
 def _duplicate_keys(data: bytes) -> None:

@@ -5,33 +5,46 @@
   read; a body without one (chunked) is counted as it arrives and refused the
   moment it passes the limit. The worker never holds more than the limit of a
   request body, whatever a client sends.
-* **Unhandled exceptions** become JSON (`errors.handle_unexpected`): 507
+* **Unhandled exceptions** become JSON (`errors.unexpected`): 507
   `DISK_FULL` for a full disk, else 500 `INTERNAL` with an error id that the
   worker log repeats with the traceback. Starlette's own fallback would answer
   plain text.
+
+Both answer in the shape of the application the path belongs to (`shapes`: QingLong's
+under /open, the native one elsewhere).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import PayloadTooLarge, handle_api_error, handle_unexpected
+from .errors import ApiError, PayloadTooLarge, render, unexpected
 
 log = logging.getLogger("qledge.http")
 
 
 class Guard:
     """`wider`: path prefixes whose routes take larger bodies and bound them
-    themselves, each with its own ceiling here (the scripts upload)."""
+    themselves, each with its own ceiling here (the scripts upload). `shapes`: path
+    prefixes (a mounted application) whose errors have another shape than `render`'s."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int,
-                 wider: dict[str, int] | None = None) -> None:
+                 wider: dict[str, int] | None = None,
+                 shapes: dict[str, Callable[[ApiError], Response]] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.wider = sorted((wider or {}).items(), key=lambda kv: -len(kv[0]))
+        self.shapes = sorted((shapes or {}).items(), key=lambda kv: -len(kv[0]))
+
+    def _shape(self, path: str) -> Callable[[ApiError], Response]:
+        for prefix, shape in self.shapes:
+            if path == prefix or path.startswith(prefix + "/"):
+                return shape
+        return render
 
     def _limit(self, path: str) -> int:
         for prefix, limit in self.wider:
@@ -52,8 +65,7 @@ class Guard:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isascii() and declared.isdigit() and (
                 len(declared) > 18 or int(declared) > limit):
-            response = await handle_api_error(Request(scope), self._too_large(limit))
-            response.headers["Connection"] = "close"
+            response = self._shape(scope["path"])(self._too_large(limit))
             await response(scope, receive, send)
             return
         seen = 0
@@ -81,9 +93,9 @@ class Guard:
                 log.error("error after the response started (%s %s)", scope.get("method"),
                           scope.get("path"), exc_info=exc)
                 raise
-            request = Request(scope)
+            shape = self._shape(scope["path"])
             if isinstance(exc, PayloadTooLarge):  # raised by `counted` outside a route
-                response = await handle_api_error(request, exc)
+                response = shape(exc)
             else:
-                response = await handle_unexpected(request, exc)
+                response = shape(unexpected(f"{scope.get('method')} {scope['path']}", exc))
             await response(scope, receive, send)

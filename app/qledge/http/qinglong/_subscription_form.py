@@ -1,5 +1,5 @@
 """QingLong's subscription form as the native subscription's fields
-(http/qinglong_subscriptions.py; docs/qinglong-compat.md, "Subscription fields").
+(http/qinglong/subscriptions.py; docs/qinglong-compat.md, "Subscription fields").
 
 The checking is the native API's (subscriptions/spec.py), answered with 400 as
 QingLong's Joi checks do. `PUT` sends only what changes: a field left out stays
@@ -12,12 +12,12 @@ from typing import Any
 
 import msgspec
 
-from .. import interval
-from ..db import subscriptions as subs
-from ..fields import FieldError
-from ..subscriptions.spec import DEFAULT_EXTENSIONS, TYPES, validate
-from . import subscriptions as native
-from .errors import BadRequest
+from ... import interval
+from ...db import subscriptions as subs
+from ...fields import FieldError
+from ...subscriptions.spec import DEFAULT_EXTENSIONS, TYPES, validate
+from .. import subscriptions as native
+from ..errors import BadRequest
 
 UNSET = msgspec.UNSET
 Maybe = msgspec.UnsetType

@@ -16,11 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..scripts.folder import Node, ScriptExists, ScriptNotFound, Scripts
-from ._files import offload, read_body, read_form
-from .errors import BadRequest, json_response
-from .qinglong import decode, ok, scoped
-from .scripts import body_limit, scripts_of, stream_file
+from ...scripts.folder import Node, ScriptExists, ScriptNotFound, Scripts
+from .._files import offload, read_body, read_form
+from ..errors import BadRequest, json_response
+from ..scripts import body_limit, scripts_of, stream_file
+from .auth import scoped
+from .wire import decode, ok
 
 
 class FileIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):

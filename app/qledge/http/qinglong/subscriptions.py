@@ -21,27 +21,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import interval
-from ..db import rows, runs
-from ..db import subscriptions as subs
-from ..operations import subscriptions as ops
-from ..runtime.lifecycle import Runtime
-from ..runtime.subscriptions import pull_command
-from . import inputs
-from ._qinglong_subscription_form import SubIn, SubPut, native_fields
-from .context import runtime_of
-from .errors import BadRequest, Missing
-from .qinglong import (
-    STATUS_DISABLED,
-    STATUS_IDLE,
-    STATUS_QUEUED,
-    STATUS_RUNNING,
-    decode,
-    iso,
-    latest_log,
-    ok,
-    scoped,
-)
+from ... import interval
+from ...db import rows, runs
+from ...db import subscriptions as subs
+from ...operations import subscriptions as ops
+from ...runtime.lifecycle import Runtime
+from ...runtime.subscriptions import pull_command
+from .. import inputs
+from ..context import runtime_of
+from ..errors import BadRequest, Missing
+from ._subscription_form import SubIn, SubPut, native_fields
+from .auth import scoped
+from .crons import STATUS_DISABLED, STATUS_IDLE, STATUS_QUEUED, STATUS_RUNNING, latest_log
+from .wire import decode, iso, ok
 
 
 def sub_view(sub: subs.Subscription, summary: runs.RunSummary | None) -> dict[str, Any]:

@@ -17,17 +17,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..cron import from_ms, local_zone
-from ..db import attempts, rows
-from ..db import dependencies as deps
-from ..dependencies.spec import MAX_SPECS, QINGLONG_TYPES, SpecError, package, qinglong_status
-from ..launch import logs
-from ..operations import dependencies as ops
-from ..runtime.lifecycle import Runtime
-from . import inputs
-from .context import runtime_of
-from .errors import BadRequest, Missing, StateConflict
-from .qinglong import decode, ok, scoped
+from ...cron import from_ms, local_zone
+from ...db import attempts, rows
+from ...db import dependencies as deps
+from ...dependencies.spec import MAX_SPECS, QINGLONG_TYPES, SpecError, package, qinglong_status
+from ...launch import logs
+from ...operations import dependencies as ops
+from ...runtime.lifecycle import Runtime
+from .. import inputs
+from ..context import runtime_of
+from ..errors import BadRequest, Missing, StateConflict
+from .auth import scoped
+from .wire import decode, ok
 
 TYPE_NUMBER = {"node": 0, "python": 1}
 TYPE_NAMES = {"nodejs": "node", "python3": "python", "linux": "linux"}
