@@ -357,7 +357,7 @@ function render() {
     else if (section === 'runs' && id) pages.run(main, id, alive);
     else if (section === 'runs') pages.runs(main, query, alive);
     else if (LISTS.includes(section)) pages[section](main, alive);
-    else pages.tasks(main, alive);
+    else pages.tasks(main, alive, query);
   }
   firstRender = false;
 }
