@@ -70,6 +70,7 @@ function taskRow(task, cols, reload, picked) {
       rowBtn(t('tasks.run'), task.name, () => runNow(task), 'small primary', { 'data-action': 'run' }),
       toggle,
       link(t('common.edit'), '#/tasks/' + task.id, task, { 'data-action': 'edit' }),
+      link(t('nav.runs'), '#/runs?task_id=' + task.id, task),
       del));
 }
 const link = (label, href, task, extra) => h('a.btn.small', { href, ...extra,
