@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import limits
 from ..clock import now_ms
 from ..db import task_lists
 from .context import runtime_of
