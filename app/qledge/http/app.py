@@ -32,6 +32,7 @@ from . import (
     signin,
     subscriptions,
     system,
+    task_lists,
     tasks,
     tickets,
 )
@@ -53,8 +54,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
         finally:
             await runtime.stop()
 
-    api = [*tasks.routes, *runs.routes, *logs_sse.routes, *system.routes, *envs.routes,
-           *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
+    api = [*tasks.routes, *task_lists.routes, *runs.routes, *logs_sse.routes, *system.routes,
+           *envs.routes, *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
            *imports.routes, *nodes.routes, *signin.routes]
     app = Starlette(

@@ -362,7 +362,7 @@ function render() {
     else if (section === 'runs') pages.runs(main, query, alive);
     else if (LISTS.includes(section)) pages[section](main, alive);
     else if (section === 'account') pages.account(main, alive);
-    else pages.tasks(main, alive);
+    else pages.tasks(main, alive, query);
   }
   firstRender = false;
 }
