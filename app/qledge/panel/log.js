@@ -3,6 +3,57 @@
 import { t, words, statusLabel, fmtTime, h, fill, btn, apiPath, saveFile, notify, api, q, onLeave } from './core.js';
 const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
+/* ANSI colours of a log (issue #37). `ansiParser()` returns feed(text) → pieces
+ * [{ text, cls }] where cls lists CSS classes (ansi-fg-31, ansi-bg-42, ansi-bold):
+ * SGR 0 (reset), 1/22 (bold), 30–37/90–97/39 (colour), 40–47/100–107/49 (background)
+ * are kept; every other escape sequence (cursor moves, OSC titles, other SGR) is
+ * dropped. A sequence cut by a chunk boundary waits for the next chunk (at most 64
+ * characters of it; longer, it is not an escape sequence and is dropped). */
+const ESCAPE = /\x1b(?:\[([0-?]*)[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-Z\\^-~])/g;
+const PARTIAL = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)$/;
+
+function ansiParser() {
+  let fg = null;
+  let bg = null;
+  let bold = false;
+  let held = '';
+  const classes = () => [fg && `ansi-fg-${fg}`, bg && `ansi-bg-${bg}`, bold && 'ansi-bold']
+    .filter(Boolean);
+  function sgr(params) {
+    const codes = params === '' ? [0] : params.split(';').map((p) => Number(p || 0));
+    for (const c of codes) {
+      if (c === 0) { fg = null; bg = null; bold = false; }
+      else if (c === 1) bold = true;
+      else if (c === 22) bold = false;
+      else if ((c >= 30 && c <= 37) || (c >= 90 && c <= 97)) fg = c;
+      else if (c === 39) fg = null;
+      else if ((c >= 40 && c <= 47) || (c >= 100 && c <= 107)) bg = c;
+      else if (c === 49) bg = null;
+    }
+  }
+  return function feed(chunk) {
+    let text = held + chunk;
+    held = '';
+    const cut = PARTIAL.exec(text);
+    if (cut && cut[0].length <= 64) {
+      held = cut[0];
+      text = text.slice(0, cut.index);
+    } else if (cut) {
+      text = text.slice(0, cut.index);
+    }
+    const out = [];
+    let at = 0;
+    const push = (piece) => { if (piece) out.push({ text: piece, cls: classes() }); };
+    for (const m of text.matchAll(ESCAPE)) {
+      push(text.slice(at, m.index));
+      at = m.index + m[0].length;
+      if (m[0].startsWith('\x1b[') && m[0].endsWith('m') && /^[0-9;]*$/.test(m[1])) sgr(m[1]);
+    }
+    push(text.slice(at));
+    return out;
+  };
+}
+
 // `start` follows the stream until it ends (then onEnd) or the page is left.
 function logSection(runId) {
   const stateEl = h('span.log-state', { id: 'log-state', 'data-state': 'connecting' },
@@ -60,14 +111,26 @@ function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, a
   const stop = () => { done = true; clearTimeout(timer); if (es) { es.close(); es = null; } };
   onLeave(stop);
 
+  const colours = ansiParser();
   function appendText(text) {
     const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
-    pre.append(document.createTextNode(text));
-    kept += text.length;
+    for (const piece of colours(text)) {
+      if (!piece.cls.length) {
+        pre.append(document.createTextNode(piece.text));
+      } else {
+        const span = document.createElement('span');
+        span.className = piece.cls.join(' ');
+        span.textContent = piece.text;
+        pre.append(span);
+      }
+      kept += piece.text.length;
+    }
     if (kept > LOG_KEEP) {
-      const all = pre.textContent;
-      pre.textContent = all.slice(all.length - LOG_KEEP / 2);
-      kept = pre.textContent.length;
+      // whole pieces go from the top, so the colours of what stays are kept
+      while (pre.firstChild && kept > LOG_KEEP / 2) {
+        kept -= pre.firstChild.textContent.length;
+        pre.firstChild.remove();
+      }
       trimmedNote.hidden = false;
     }
     if (stick) pre.scrollTop = pre.scrollHeight;
@@ -183,4 +246,4 @@ async function downloadLog(runId, button, problem) {
   }
 }
 
-export { logSection };
+export { logSection, ansiParser };
