@@ -54,6 +54,15 @@ function ansiParser() {
   };
 }
 
+// A parsed piece as DOM: a text node, or a span with its colour classes (text only).
+function pieceNode(piece) {
+  if (!piece.cls.length) return document.createTextNode(piece.text);
+  const span = document.createElement('span');
+  span.className = piece.cls.join(' ');
+  span.textContent = piece.text;
+  return span;
+}
+
 // `start` follows the stream until it ends (then onEnd) or the page is left.
 function logSection(runId) {
   const stateEl = h('span.log-state', { id: 'log-state', 'data-state': 'connecting' },
@@ -115,14 +124,7 @@ function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, a
   function appendText(text) {
     const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
     for (const piece of colours(text)) {
-      if (!piece.cls.length) {
-        pre.append(document.createTextNode(piece.text));
-      } else {
-        const span = document.createElement('span');
-        span.className = piece.cls.join(' ');
-        span.textContent = piece.text;
-        pre.append(span);
-      }
+      pre.append(pieceNode(piece));
       kept += piece.text.length;
     }
     if (kept > LOG_KEEP) {
@@ -216,6 +218,31 @@ function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, a
   open();
 }
 
+/* One attempt's whole log (GET /runs/{id}/log?attempt=n, read in windows), coloured;
+ * the run page opens it from its attempts table. */
+function attemptLog(runId, n) {
+  const pre = h('pre.log', { id: 'attempt-log', 'data-attempt': String(n), tabIndex: 0,
+    'aria-labelledby': 'attempt-log-h' });
+  const problem = h('div.alert.error', { role: 'alert', hidden: true });
+  const el = h('section', { id: 'attempt-log-section' },
+    h('h3', { id: 'attempt-log-h' }, t('att.logTitle', { n })), problem, pre);
+  const colours = ansiParser();
+  (async () => {
+    let offset = 0;
+    for (;;) {
+      const res = await api('GET', apiPath('runs', runId, 'log') + q({ offset, attempt: n }),
+        undefined, { raw: true });
+      const text = await res.text();
+      if (!text) break;
+      for (const piece of colours(text)) pre.append(pieceNode(piece));
+      offset = Number(res.headers.get('X-Log-Next-Offset'));
+    }
+    pre.dataset.loaded = 'true';
+  })().catch((e) => showProblem(problem, e.code || 'ERROR', e.body && e.body.kind, e.message,
+    'attempt'));
+  return el;
+}
+
 async function downloadLog(runId, button, problem) {
   button.disabled = true;
   if (problem.dataset.from === 'download') problem.hidden = true;
@@ -246,4 +273,4 @@ async function downloadLog(runId, button, problem) {
   }
 }
 
-export { logSection, ansiParser };
+export { logSection, attemptLog, ansiParser };
