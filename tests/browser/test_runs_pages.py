@@ -116,3 +116,40 @@ def test_the_cron_preview_is_in_the_tasks_zone(page: Page, appliance: Appliance)
     expect(head).to_have_text("接下来五次运行（任务时区 Asia/Shanghai）：")
     shoot(page, "editor-preview-zone-zh")
     page.locator("[data-action='lang']").click()
+
+
+def test_log_search_counts_and_moves_and_wrap_is_remembered(page: Page,
+                                                            appliance: Appliance) -> None:
+    task = api_task(appliance, name="searchable",
+                    command="for i in 1 2 3; do printf 'line %s \\033[33mneedle\\033[0m\\n' $i;"
+                            " done; echo tail")
+    run_id = appliance.api("POST", f"/tasks/{task['id']}/runs").json()["run"]["id"]
+    wait_run(appliance, run_id, {"succeeded"})
+    sign_in(page)
+    page.goto(f"/#/runs/{run_id}")
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    page.locator("#log-find").fill("NEEDLE")
+    count = page.locator("#log-find-count")
+    expect(count).to_have_text("1 of 3")
+    page.locator("[data-action='find-next']").click()
+    expect(count).to_have_text("2 of 3")
+    page.locator("[data-action='find-prev']").click()
+    page.locator("[data-action='find-prev']").click()
+    expect(count).to_have_text("3 of 3")
+    assert page.evaluate("CSS.highlights.get('log-match').size") == 3
+    page.locator("#log-find").fill("absent")
+    expect(count).to_have_text("0 of 0")
+    page.locator("#log-find").fill("needle")
+    shoot(page, "log-colours-search")
+    page.locator("#log-wrap").uncheck()
+    expect(page.locator("#log")).to_have_class(re.compile(r"\bnowrap\b"))
+    page.reload()
+    expect(page.locator("#log-wrap")).not_to_be_checked()
+    expect(page.locator("#log")).to_have_class(re.compile(r"\bnowrap\b"))
+    page.locator("#log-wrap").check()
+    page.locator("[data-action='lang']").click()
+    expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
+    page.locator("#log-find").fill("needle")
+    expect(count).to_have_text("第 1 / 3 处")
+    shoot(page, "log-colours-search-zh")
+    page.locator("[data-action='lang']").click()

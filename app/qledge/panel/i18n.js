@@ -560,4 +560,9 @@ export const STRINGS = ((table) => {
   'run.again': 'Run again|再次运行',
   'run.editTask': 'Edit task|编辑任务',
   'run.zone': 'Times shown in|时间所在时区',
+  'log.find': 'Search the log|在日志中搜索',
+  'log.found': '{n} of {m}|第 {n} / {m} 处',
+  'log.prev': 'Previous|上一处',
+  'log.next': 'Next|下一处',
+  'log.wrap': 'Wrap lines|自动换行',
 });

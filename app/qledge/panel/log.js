@@ -54,6 +54,83 @@ function ansiParser() {
   };
 }
 
+/* Search in the log (case-insensitive; matches marked with the CSS Custom Highlight API,
+ * so the log's DOM is not touched; next/previous scroll to a match, n of m counted) and
+ * a wrap toggle remembered in localStorage. */
+const WRAP_KEY = 'qledge.log.wrap';
+function logTools(pre) {
+  const find = h('input', { type: 'search', id: 'log-find', autocomplete: 'off',
+    placeholder: t('log.find'), 'aria-label': t('log.find') });
+  const count = h('span.muted.small', { id: 'log-find-count', 'aria-live': 'polite' });
+  let ranges = [];
+  let at = -1;
+  const mark = (name, list) => {
+    if (typeof Highlight === 'function' && window.CSS && CSS.highlights) {
+      if (list.length) CSS.highlights.set(name, new Highlight(...list));
+      else CSS.highlights.delete(name);
+    }
+  };
+  function search() {
+    const needle = find.value.toLowerCase();
+    ranges = [];
+    at = -1;
+    if (needle) {
+      const nodes = [];
+      const walk = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+      let all = '';
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        nodes.push([n, all.length]);
+        all += n.data;
+      }
+      const hay = all.toLowerCase();
+      const locate = (pos) => {
+        let i = nodes.length - 1;
+        while (i > 0 && nodes[i][1] > pos) i -= 1;
+        return [nodes[i][0], pos - nodes[i][1]];
+      };
+      for (let i = hay.indexOf(needle); i >= 0 && ranges.length < 10000;
+        i = hay.indexOf(needle, i + needle.length)) {
+        const r = document.createRange();
+        r.setStart(...locate(i));
+        r.setEnd(...locate(i + needle.length - 1));
+        r.setEnd(r.endContainer, r.endOffset + 1);
+        ranges.push(r);
+      }
+    }
+    mark('log-match', ranges);
+    step(1);
+  }
+  function step(by) {
+    if (ranges.length) at = (at + by + ranges.length) % ranges.length;
+    mark('log-current', ranges.length ? [ranges[at]] : []);
+    count.textContent = find.value ? t('log.found', { n: ranges.length ? at + 1 : 0,
+      m: ranges.length }) : '';
+    count.dataset.count = String(ranges.length);
+    if (ranges.length) {
+      const box = ranges[at].getBoundingClientRect();
+      const view = pre.getBoundingClientRect();
+      pre.scrollTop += box.top - view.top - pre.clientHeight / 2;
+    }
+  }
+  find.addEventListener('input', search);
+  find.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') { e.preventDefault(); step(e.shiftKey ? -1 : 1); }
+  });
+  const wrap = h('input', { type: 'checkbox', id: 'log-wrap',
+    checked: localStorage.getItem(WRAP_KEY) !== 'off' });
+  const applyWrap = () => { pre.classList.toggle('nowrap', !wrap.checked); };
+  wrap.addEventListener('change', () => {
+    localStorage.setItem(WRAP_KEY, wrap.checked ? 'on' : 'off');
+    applyWrap();
+  });
+  applyWrap();
+  return h('div.log-tools', find,
+    btn(t('log.prev'), () => step(-1), 'small ghost', { 'data-action': 'find-prev' }),
+    btn(t('log.next'), () => step(1), 'small ghost', { 'data-action': 'find-next' }),
+    count,
+    h('label.small', { htmlFor: 'log-wrap' }, wrap, ' ' + t('log.wrap')));
+}
+
 // A parsed piece as DOM: a text node, or a span with its colour classes (text only).
 function pieceNode(piece) {
   if (!piece.cls.length) return document.createTextNode(piece.text);
@@ -78,7 +155,7 @@ function logSection(runId) {
   const el = h('section.card', { id: 'log-section', 'data-reconnects': '0' },
     h('div.section-head', h('h2', { id: 'log-h' }, t('log.title')), stateEl,
       download),
-    problem, note, trimmed, pre);
+    logTools(pre), problem, note, trimmed, pre);
   const truncated = (on, size, expected) => {
     note.textContent = on ? t('log.truncated', { n: size, m: expected }) : '';
     note.hidden = !on;
