@@ -191,3 +191,50 @@ def test_keep_background_leaves_them_running(server: Server) -> None:
         assert len(marked()) == 1  # the first run's, in its own session: not this run's
     finally:
         kill_marked()
+
+
+def test_runs_list_pages_by_offset_with_a_total_and_task_names(server: Server) -> None:
+    http = server.http
+    ok = _task(http, "true", concurrency="allow")
+    ids = [_run(http, ok) for _ in range(5)]
+    for run_id in ids:
+        wait_terminal(http, run_id)
+    newest = sorted(ids, reverse=True)
+    pages = [http.get("/api/v1/runs", params={"task_id": ok, "limit": 2, "offset": o}).json()
+             for o in (0, 2, 4)]
+    assert [p["total"] for p in pages] == [5, 5, 5]
+    assert [r["id"] for p in pages for r in p["items"]] == newest
+    assert {r["task_name"] for p in pages for r in p["items"]} == {"t"}
+    assert {r["earlier_attempts"] for p in pages for r in p["items"]} == {0}
+    assert http.get("/api/v1/runs", params={"status": "failed", "task_id": ok}
+                    ).json()["total"] == 0
+    r = http.get("/api/v1/runs", params={"offset": 2, "cursor": newest[0]})
+    assert r.status_code == 422 and r.json()["field"] == "offset"
+    assert http.get("/api/v1/runs", params={"offset": -1}).status_code == 422
+
+
+def test_each_attempt_of_a_retried_run_keeps_its_own_log(server: Server) -> None:
+    http = server.http
+    flag = "./retried-flag"  # in the task's working folder, which its user may write
+    task_id = _task(http, f"if [ -e {flag} ]; then echo second-try; exit 0; fi;"
+                          f" touch {flag}; echo first-try; exit 3",
+                    retries=2, retry_delay_s=0)
+    run_id = _run(http, task_id)
+    done = wait_terminal(http, run_id)
+    assert done["status"] == "succeeded", (done, http.get(f"/api/v1/runs/{run_id}/log").text)
+    run = http.get(f"/api/v1/runs/{run_id}").json()
+    assert run["task_name"] == "t"
+    assert [(a["attempt_no"], a["exit_code"]) for a in run["attempts"]] == [(1, 3), (2, 0)]
+    log = f"/api/v1/runs/{run_id}/log"
+    first = http.get(log, params={"attempt": 1})
+    assert first.text == "first-try\n" and first.headers["X-Run-Terminal"] == "true"
+    assert http.get(log, params={"attempt": 2}).text == "second-try\n"
+    assert http.get(log).text == "second-try\n"  # no attempt: the latest, as before
+    with http.stream("GET", f"{log}/stream", params={"attempt": 1}) as sse:
+        body = "".join(sse.iter_text())
+    assert '"text":"first-try\\n"' in body and "event: end" in body
+    assert "second-try" not in body
+    for bad, status in (("3", 404), ("0", 422), ("x", 422)):
+        assert http.get(log, params={"attempt": bad}).status_code == status, bad
+    listed = http.get("/api/v1/runs", params={"task_id": task_id}).json()["items"]
+    assert [(r["status"], r["earlier_attempts"]) for r in listed] == [("succeeded", 1)]

@@ -97,24 +97,54 @@ async def queued_run_of_task(tx: Tx, task_id: str) -> Run | None:
     return run_from_row(row) if row else None
 
 
-async def list_runs(
-    tx: Tx, *, task_id: str | None, status: str | None, before: str | None, limit: int
-) -> list[Run]:
-    """Newest first; `before` is the last id of the previous page (ids sort by time)."""
-    clauses, params = [], []
+def _filter(task_id: str | None, status: str | None) -> tuple[list[str], list[object]]:
+    clauses: list[str] = []
+    params: list[object] = []
     if task_id:
         clauses.append("task_id = ?")
         params.append(task_id)
     if status:
         clauses.append("status = ?")
         params.append(status)
+    return clauses, params
+
+
+async def list_runs(
+    tx: Tx, *, task_id: str | None, status: str | None, before: str | None, limit: int,
+    offset: int = 0,
+) -> list[Run]:
+    """Newest first; `before` is the last id of the previous page (ids sort by time);
+    `offset` skips that many of the matching runs (numbered pages)."""
+    clauses, params = _filter(task_id, status)
     if before:
         clauses.append("id < ?")
         params.append(before)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = await tx.all(
-        f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*params, limit])  # noqa: S608
+        f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ? OFFSET ?",  # noqa: S608
+        [*params, limit, offset])
     return [run_from_row(r) for r in rows]
+
+
+async def count_runs(tx: Tx, *, task_id: str | None, status: str | None) -> int:
+    """How many runs match the filter of `list_runs` (the runs list's total)."""
+    clauses, params = _filter(task_id, status)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    row = await tx.one(f"SELECT COUNT(*) AS n FROM runs {where}", params)  # noqa: S608
+    return int(row["n"]) if row else 0
+
+
+async def earlier_attempts(tx: Tx, run_ids: list[str]) -> dict[str, int]:
+    """Per run, how many attempts came before its latest one (each ended without
+    success: only a failed, timed-out or lost attempt is retried). Runs of one attempt
+    are absent."""
+    if not run_ids:
+        return {}
+    in_ids = dialect.in_list(tx.dialect, "run_id", len(run_ids))
+    rows = await tx.all(
+        f"SELECT run_id, COUNT(*) AS n FROM run_attempts WHERE {in_ids}"  # noqa: S608
+        " GROUP BY run_id HAVING COUNT(*) > 1", dialect.in_params(tx.dialect, run_ids))
+    return {str(r["run_id"]): int(r["n"]) - 1 for r in rows}
 
 
 async def latest_runs_by_task(tx: Tx, task_ids: list[str]) -> dict[str, Run]:

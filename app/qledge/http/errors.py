@@ -52,6 +52,10 @@ class Invalid(ApiError):
     code = "INVALID"
 
 
+class UnknownZone(Invalid):
+    code = "UNKNOWN_ZONE"
+
+
 class Unauthorized(ApiError):
     status = 401
     code = "UNAUTHORIZED"

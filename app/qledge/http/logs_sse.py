@@ -32,7 +32,7 @@ from .. import ids, limits
 from ..db import attempts, retention_queries, runs
 from ..launch import logs
 from ..launch.fileio import FileBusy, FileTimeout
-from ..model import TERMINAL_RUN, Attempt
+from ..model import ACTIVE_ATTEMPT, TERMINAL_RUN, Attempt
 from ..runtime.lifecycle import Runtime
 from . import _proxy, inputs
 from .context import runtime_of
@@ -49,15 +49,29 @@ _enc = msgspec.json.Encoder()
 Target = tuple[Attempt | None, bool, str]  # (the attempt to read, run over?, run status)
 
 
-async def _target(rt: Runtime, run_id: str) -> Target:
-    """(the latest attempt, run terminal?, status)."""
+def attempt_no(request: Request) -> int | None:
+    """`attempt`: which attempt's log (1-based attempt_no); absent: the latest."""
+    raw = request.query_params.get("attempt")
+    return None if not raw else inputs.parse_int(raw, "attempt", 1, limits.INT64_MAX)
+
+
+async def _target(rt: Runtime, run_id: str, number: int | None = None) -> Target:
+    """(the latest attempt or attempt `number`, its log final?, run status).
+
+    The latest attempt's log is final once the run is terminal; an earlier one's once
+    that attempt ended (a retry waiting or running does not write to it)."""
     if not ids.is_uuid7(run_id):
         raise Missing("run not found")
     async with rt.db.read() as tx:
         run = await runs.get_run(tx, run_id)
         tried = await attempts.attempts_of_run(tx, run_id)
     terminal = run.status in TERMINAL_RUN
-    return (tried[-1] if tried else None), terminal, run.status.value
+    if number is None:
+        return (tried[-1] if tried else None), terminal, run.status.value
+    chosen = next((a for a in tried if a.attempt_no == number), None)
+    if chosen is None:
+        raise Missing(f"run has no attempt {number}")
+    return chosen, terminal or chosen.status not in ACTIVE_ATTEMPT, run.status.value
 
 
 class LogState(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,7 +124,8 @@ def read_window(rt: Runtime, request: Request) -> tuple[int, int]:
 async def read(request: Request) -> Response:
     rt = runtime_of(request)
     offset, limit = read_window(rt, request)
-    attempt, terminal, status = await _target(rt, request.path_params["run_id"])
+    attempt, terminal, status = await _target(rt, request.path_params["run_id"],
+                                              attempt_no(request))
     if attempt is not None and (peer := await _proxy.owner(rt, attempt)) is not None:
         return await _proxy.relay_read(rt, peer, attempt.id, offset, limit)
     return await serve_read(rt, attempt, terminal, status, offset, limit)
@@ -176,13 +191,16 @@ async def stream(request: Request) -> Response:
     rt = runtime_of(request)
     run_id = request.path_params["run_id"]
     offset = _offset(request)
-    await _target(rt, run_id)  # 404 before the stream starts
-    return sse_response(_tail(rt, run_id, offset))
+    number = attempt_no(request)
+    await _target(rt, run_id, number)  # 404 before the stream starts
+    return sse_response(_tail(rt, run_id, offset, number))
 
 
-def _tail(rt: Runtime, run_id: str, offset: int) -> AsyncIterator[bytes]:
-    """The public tail: the run's latest attempt, wherever its log is."""
-    return tail(rt, lambda: _target(rt, run_id), run_id, offset, follow_owner=True)
+def _tail(rt: Runtime, run_id: str, offset: int,
+          number: int | None = None) -> AsyncIterator[bytes]:
+    """The public tail: the run's latest attempt (or attempt `number`), wherever its
+    log is."""
+    return tail(rt, lambda: _target(rt, run_id, number), run_id, offset, follow_owner=True)
 
 
 def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import ids, limits, operations
-from ..db import attempts, claims, conc_runs, events, nodes, runs
+from ..db import attempts, claims, conc_runs, events, nodes, runs, tasks
 from ..db.interface import Tx
 from ..model import (
     ACTIVE_ATTEMPT,
@@ -25,6 +25,8 @@ from . import inputs
 from .context import runtime_of
 from .errors import Invalid, Missing, json_response
 from .logs_sse import log_state
+
+MAX_OFFSET = 10_000_000  # numbered pages: deep enough for any appliance's history
 
 
 def run_view(run: Run, waiting: claims.Waiting | None = None) -> dict[str, Any]:
@@ -80,13 +82,27 @@ async def list_(request: Request) -> Response:
     task_id = q.get("task_id") or None
     if task_id is not None and not ids.is_uuid7(task_id):
         raise Invalid("task_id must be a task id (UUIDv7)", field="task_id")
+    offset = inputs.query_int(request, "offset", 0, 0, MAX_OFFSET)
+    if offset and cursor is not None:
+        raise Invalid("give either cursor or offset, not both", field="offset")
     async with runtime_of(request).db.read() as tx:
         page = await runs.list_runs(tx, task_id=task_id, status=status,
-                                     before=cursor, limit=limit)
+                                     before=cursor, limit=limit, offset=offset)
         waits = await _waiting(runtime_of(request), tx, page)
+        total = await runs.count_runs(tx, task_id=task_id, status=status)
+        earlier = await runs.earlier_attempts(tx, [r.id for r in page])
+        named = await tasks.tasks_by_ids(tx, sorted({r.task_id for r in page}))
     nxt = page[-1].id if len(page) == limit else None
-    return json_response({"items": [run_view(r, waits.get(r.id)) for r in page],
-                          "next_cursor": nxt})
+    items = []
+    for r in page:
+        view = run_view(r, waits.get(r.id))
+        # The runs list's row: by whose name, and whether it took retries to end so.
+        task = named.get(r.task_id)
+        view["task_name"] = task.name if task is not None else None
+        view["earlier_attempts"] = earlier.get(r.id, 0)
+        items.append(view)
+    return json_response({"items": items, "next_cursor": nxt, "total": total,
+                          "offset": offset})
 
 
 async def _run_id(request: Request) -> str:
@@ -105,6 +121,7 @@ async def get(request: Request) -> Response:
         children = await conc_runs.children(tx, run_id)
         waits = await _waiting(rt, tx, [run])
         where = await _nodes_of(rt, tx, {a.runtime_owner for a in tried})
+        named = await tasks.tasks_by_ids(tx, [run.task_id])
     views = []
     for a in tried:
         view = attempt_view(a)
@@ -117,8 +134,10 @@ async def get(request: Request) -> Response:
     # A `task … conc` parent's child runs (docs/tasks.md): ids and results.
     kids = [{"id": c.id, "conc_index": c.conc_index, "status": c.status.value,
              "exit_code": c.exit_code, "reason_code": c.reason_code} for c in children]
+    task = named.get(run.task_id)
     return json_response({**run_view(run, waits.get(run.id)), "attempts": views,
-                          "children": kids})
+                          "children": kids,
+                          "task_name": task.name if task is not None else None})
 
 
 async def _nodes_of(rt: Runtime, tx: Tx, owners: set[str]) -> dict[str, str]:

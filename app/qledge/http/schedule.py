@@ -1,7 +1,8 @@
-"""GET /api/v1/cron/preview?schedule=...&n=5: the next fire times of an expression.
+"""GET /api/v1/cron/preview?schedule=...&n=5&tz=...: the next fire times of an expression.
 
-Computed in the container's time zone (with its DST rules), exactly as the
-scheduler computes them; a bad expression answers 422 naming the problem.
+Computed in the task's zone `tz` (an IANA name) or, when it is absent or empty, the
+container's zone (with its DST rules), exactly as the scheduler computes them; a bad
+expression answers 422 naming the problem, an unknown zone 422 UNKNOWN_ZONE.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from starlette.routing import Route
 from .. import cron, limits
 from ..clock import now_ms
 from . import inputs
-from .errors import Invalid, json_response
+from .errors import Invalid, UnknownZone, json_response
 
 MAX_N = 50
 
@@ -28,11 +29,19 @@ async def preview(request: Request) -> Response:
     except cron.CronError as exc:
         raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
     n = inputs.query_int(request, "n", 5, 1, MAX_N)
+    tz = (request.query_params.get("tz") or "").strip() or None
+    if tz is not None:
+        inputs.text(tz, "tz", limits.MAX_TZ)
+        try:
+            cron.zone(tz)
+        except cron.CronError as exc:
+            raise UnknownZone(str(exc), field="tz") from exc
     at_ms = now_ms()
-    now = cron.from_ms(at_ms, cron.local_zone())
+    now = cron.from_ms(at_ms, cron.zone(tz))
     offset = now.utcoffset()
-    times = cron.next_ticks(expr, at_ms, n)
+    times = cron.next_ticks(expr, at_ms, n, tz)
     return json_response({
+        "zone_source": "task" if tz is not None else "appliance",
         "schedule": expr,
         "seconds_field": len(expr.split()) == 6,
         "timezone": str(getattr(now.tzinfo, "key", None) or now.tzname()),

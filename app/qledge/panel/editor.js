@@ -55,8 +55,9 @@ function envEditor(env) {
   return { el, entries };
 }
 
-// Debounced; stale answers are dropped.
-function schedulePreview(schedule, preview, alive) {
+// Debounced; stale answers are dropped. Times are shown in the task's zone (`tz`
+// field), or the appliance's when it is empty, and the text says which (issue #37).
+function schedulePreview(schedule, tzInput, preview, alive) {
   let seq = 0;
   let timer = 0;
   function now() {
@@ -67,10 +68,14 @@ function schedulePreview(schedule, preview, alive) {
       return;
     }
     fill(preview, h('p.muted', t('editor.previewing')));
-    api('GET', '/cron/preview' + q({ schedule: expr, n: 5 })).then((res) => {
+    const tz = tzInput.value.trim();
+    api('GET', '/cron/preview' + q({ schedule: expr, n: 5, tz })).then((res) => {
       if (mine !== seq || !alive()) return;
+      const own = res.zone_source === 'task';
+      if (!own) tzInput.placeholder = t('editor.tzEmpty', { tz: res.timezone });
       fill(preview,
-        h('p.small.muted', t('editor.previewTz', { tz: res.timezone })),
+        h('p.small.muted', { 'data-zone': res.timezone, 'data-zone-source': res.zone_source },
+          t(own ? 'editor.previewTaskTz' : 'editor.previewTz', { tz: res.timezone })),
         h('ol.fire-times', res.next.map((n) =>
           h('li', h('time', { datetime: n.at }, fmtTime(n.at_ms, res.timezone)),
             h('span.muted.small', ' · ' + fmtRelative(n.at_ms))))));
@@ -79,11 +84,13 @@ function schedulePreview(schedule, preview, alive) {
       fill(preview, h('p.preview-error', e.message));
     });
   }
-  schedule.addEventListener('input', () => {
-    preview.hidden = false;
-    clearTimeout(timer);
-    timer = setTimeout(now, 300);
-  });
+  for (const input of [schedule, tzInput]) {
+    input.addEventListener('input', () => {
+      preview.hidden = false;
+      clearTimeout(timer);
+      timer = setTimeout(now, 300);
+    });
+  }
   onLeave(() => clearTimeout(timer));
   now();
 }
@@ -160,7 +167,7 @@ function buildTaskForm(box, task, alive, prefill) {
       checked: !!v.keep_background, 'aria-describedby': 'f-keep-bg-help' }),
     extra: h('textarea', { id: 'f-extra', rows: 2, class: 'mono', spellcheck: 'false' }),
     tz: h('input', { id: 'f-tz', type: 'text', value: v.tz || '', autocomplete: 'off',
-      placeholder: 'Asia/Shanghai' }),
+      placeholder: t('editor.tzEmpty', { tz: '…' }) }),
     ...Object.fromEntries(CHAINS.map((k) => [k, chain(k)])),
     labels: h('input', { id: 'f-labels', type: 'text', value: v.labels.join(', '),
       autocomplete: 'off' }),
@@ -215,7 +222,7 @@ function buildTaskForm(box, task, alive, prefill) {
     h('div.actions', submit,
       h('a.btn.ghost', { href: '#/tasks' }, t('common.cancel'))));
   box.append(form);
-  schedulePreview(f.schedule, preview, alive);
+  schedulePreview(f.schedule, f.tz, preview, alive);
   loadAllTasks().then((all) => {
     const names = new Map(all.map((x) => [x.id, x.name]));
     if (alive()) for (const k of CHAINS) opts(f[k], names, picked(f[k]));

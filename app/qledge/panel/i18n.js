@@ -161,8 +161,6 @@ export const STRINGS = ((table) => {
   'runs.col.duration': 'Duration|耗时',
   'runs.exit': 'exit {code}|退出码 {code}',
   'runs.next': 'Next page|下一页',
-  'runs.first': 'First page|第一页',
-  'runs.page': 'Page {n}|第 {n} 页',
 
   'run.title': 'Run …{id}|运行 …{id}',
   'run.summary': 'Summary|概要',
@@ -709,5 +707,23 @@ export const STRINGS = ((table) => {
   'start.scripts.body': 'Create or upload a script, then run it as a task.|新建或上传脚本，然后作为任务运行。',
   'start.task.title': 'Create a task|新建任务',
   'start.task.body': 'Any command, on a schedule or by hand.|任意命令，定时或手动运行。',
+  // --- issue #37: runs, attempts, logs and time (runs.js, run.js, log.js, editor preview) ---
+  'editor.previewTaskTz': 'Next five runs (task time zone {tz}):|接下来五次运行（任务时区 {tz}）：',
+  'editor.tzEmpty': 'Empty: appliance zone {tz}|留空：设备时区 {tz}',
+  'runs.col.createdIn': 'Created ({tz})|创建时间（{tz}）',
+  'runs.afterRetries': 'after {n} failed attempt(s)|此前 {n} 次尝试失败',
+  'runs.prev': 'Previous page|上一页',
+  'runs.pageOf': 'Page {n} of {m} · {total} runs|第 {n} / {m} 页 · 共 {total} 次运行',
+  'att.log': 'Log|日志',
+  'att.openLog': 'Log #{n}|日志 #{n}',
+  'att.logTitle': 'Log of attempt #{n}|第 {n} 次尝试的日志',
+  'run.again': 'Run again|再次运行',
+  'run.editTask': 'Edit task|编辑任务',
+  'run.zone': 'Times shown in|时间所在时区',
+  'log.find': 'Search the log|在日志中搜索',
+  'log.found': '{n} of {m}|第 {n} / {m} 处',
+  'log.prev': 'Previous|上一处',
+  'log.next': 'Next|下一处',
+  'log.wrap': 'Wrap lines|自动换行',
 });
 

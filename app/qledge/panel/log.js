@@ -3,6 +3,143 @@
 import { t, words, statusLabel, fmtTime, h, fill, btn, apiPath, saveFile, notify, api, q, onLeave } from './core.js';
 const LOG_KEEP = 2000000; // characters of log kept on the page (the download has it all)
 
+/* ANSI colours of a log (issue #37). `ansiParser()` returns feed(text) → pieces
+ * [{ text, cls }] where cls lists CSS classes (ansi-fg-31, ansi-bg-42, ansi-bold):
+ * SGR 0 (reset), 1/22 (bold), 30–37/90–97/39 (colour), 40–47/100–107/49 (background)
+ * are kept; every other escape sequence (cursor moves, OSC titles, other SGR) is
+ * dropped. A sequence cut by a chunk boundary waits for the next chunk (at most 64
+ * characters of it; longer, it is not an escape sequence and is dropped). */
+const ESCAPE = /\x1b(?:\[([0-?]*)[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-Z\\^-~])/g;
+const PARTIAL = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[ -/]*)$/;
+
+function ansiParser() {
+  let fg = null;
+  let bg = null;
+  let bold = false;
+  let held = '';
+  const classes = () => [fg && `ansi-fg-${fg}`, bg && `ansi-bg-${bg}`, bold && 'ansi-bold']
+    .filter(Boolean);
+  function sgr(params) {
+    const codes = params === '' ? [0] : params.split(';').map((p) => Number(p || 0));
+    for (const c of codes) {
+      if (c === 0) { fg = null; bg = null; bold = false; }
+      else if (c === 1) bold = true;
+      else if (c === 22) bold = false;
+      else if ((c >= 30 && c <= 37) || (c >= 90 && c <= 97)) fg = c;
+      else if (c === 39) fg = null;
+      else if ((c >= 40 && c <= 47) || (c >= 100 && c <= 107)) bg = c;
+      else if (c === 49) bg = null;
+    }
+  }
+  return function feed(chunk) {
+    let text = held + chunk;
+    held = '';
+    const cut = PARTIAL.exec(text);
+    if (cut && cut[0].length <= 64) {
+      held = cut[0];
+      text = text.slice(0, cut.index);
+    } else if (cut) {
+      text = text.slice(0, cut.index);
+    }
+    const out = [];
+    let at = 0;
+    const push = (piece) => { if (piece) out.push({ text: piece, cls: classes() }); };
+    for (const m of text.matchAll(ESCAPE)) {
+      push(text.slice(at, m.index));
+      at = m.index + m[0].length;
+      if (m[0].startsWith('\x1b[') && m[0].endsWith('m') && /^[0-9;]*$/.test(m[1])) sgr(m[1]);
+    }
+    push(text.slice(at));
+    return out;
+  };
+}
+
+/* Search in the log (case-insensitive; matches marked with the CSS Custom Highlight API,
+ * so the log's DOM is not touched; next/previous scroll to a match, n of m counted) and
+ * a wrap toggle remembered in localStorage. */
+const WRAP_KEY = 'qledge.log.wrap';
+function logTools(pre) {
+  const find = h('input', { type: 'search', id: 'log-find', autocomplete: 'off',
+    placeholder: t('log.find'), 'aria-label': t('log.find') });
+  const count = h('span.muted.small', { id: 'log-find-count', 'aria-live': 'polite' });
+  let ranges = [];
+  let at = -1;
+  const mark = (name, list) => {
+    if (typeof Highlight === 'function' && window.CSS && CSS.highlights) {
+      if (list.length) CSS.highlights.set(name, new Highlight(...list));
+      else CSS.highlights.delete(name);
+    }
+  };
+  function search() {
+    const needle = find.value.toLowerCase();
+    ranges = [];
+    at = -1;
+    if (needle) {
+      const nodes = [];
+      const walk = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+      let all = '';
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        nodes.push([n, all.length]);
+        all += n.data;
+      }
+      const hay = all.toLowerCase();
+      const locate = (pos) => {
+        let i = nodes.length - 1;
+        while (i > 0 && nodes[i][1] > pos) i -= 1;
+        return [nodes[i][0], pos - nodes[i][1]];
+      };
+      for (let i = hay.indexOf(needle); i >= 0 && ranges.length < 10000;
+        i = hay.indexOf(needle, i + needle.length)) {
+        const r = document.createRange();
+        r.setStart(...locate(i));
+        r.setEnd(...locate(i + needle.length - 1));
+        r.setEnd(r.endContainer, r.endOffset + 1);
+        ranges.push(r);
+      }
+    }
+    mark('log-match', ranges);
+    step(1);
+  }
+  function step(by) {
+    if (ranges.length) at = (at + by + ranges.length) % ranges.length;
+    mark('log-current', ranges.length ? [ranges[at]] : []);
+    count.textContent = find.value ? t('log.found', { n: ranges.length ? at + 1 : 0,
+      m: ranges.length }) : '';
+    count.dataset.count = String(ranges.length);
+    if (ranges.length) {
+      const box = ranges[at].getBoundingClientRect();
+      const view = pre.getBoundingClientRect();
+      pre.scrollTop += box.top - view.top - pre.clientHeight / 2;
+    }
+  }
+  find.addEventListener('input', search);
+  find.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') { e.preventDefault(); step(e.shiftKey ? -1 : 1); }
+  });
+  const wrap = h('input', { type: 'checkbox', id: 'log-wrap',
+    checked: localStorage.getItem(WRAP_KEY) !== 'off' });
+  const applyWrap = () => { pre.classList.toggle('nowrap', !wrap.checked); };
+  wrap.addEventListener('change', () => {
+    localStorage.setItem(WRAP_KEY, wrap.checked ? 'on' : 'off');
+    applyWrap();
+  });
+  applyWrap();
+  return h('div.log-tools', find,
+    btn(t('log.prev'), () => step(-1), 'small ghost', { 'data-action': 'find-prev' }),
+    btn(t('log.next'), () => step(1), 'small ghost', { 'data-action': 'find-next' }),
+    count,
+    h('label.small', { htmlFor: 'log-wrap' }, wrap, ' ' + t('log.wrap')));
+}
+
+// A parsed piece as DOM: a text node, or a span with its colour classes (text only).
+function pieceNode(piece) {
+  if (!piece.cls.length) return document.createTextNode(piece.text);
+  const span = document.createElement('span');
+  span.className = piece.cls.join(' ');
+  span.textContent = piece.text;
+  return span;
+}
+
 // `start` follows the stream until it ends (then onEnd) or the page is left.
 function logSection(runId) {
   const stateEl = h('span.log-state', { id: 'log-state', 'data-state': 'connecting' },
@@ -18,7 +155,7 @@ function logSection(runId) {
   const el = h('section.card', { id: 'log-section', 'data-reconnects': '0' },
     h('div.section-head', h('h2', { id: 'log-h' }, t('log.title')), stateEl,
       download),
-    problem, note, trimmed, pre);
+    logTools(pre), problem, note, trimmed, pre);
   const truncated = (on, size, expected) => {
     note.textContent = on ? t('log.truncated', { n: size, m: expected }) : '';
     note.hidden = !on;
@@ -60,14 +197,19 @@ function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, a
   const stop = () => { done = true; clearTimeout(timer); if (es) { es.close(); es = null; } };
   onLeave(stop);
 
+  const colours = ansiParser();
   function appendText(text) {
     const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
-    pre.append(document.createTextNode(text));
-    kept += text.length;
+    for (const piece of colours(text)) {
+      pre.append(pieceNode(piece));
+      kept += piece.text.length;
+    }
     if (kept > LOG_KEEP) {
-      const all = pre.textContent;
-      pre.textContent = all.slice(all.length - LOG_KEEP / 2);
-      kept = pre.textContent.length;
+      // whole pieces go from the top, so the colours of what stays are kept
+      while (pre.firstChild && kept > LOG_KEEP / 2) {
+        kept -= pre.firstChild.textContent.length;
+        pre.firstChild.remove();
+      }
       trimmedNote.hidden = false;
     }
     if (stick) pre.scrollTop = pre.scrollHeight;
@@ -153,6 +295,31 @@ function follow(runId, pre, stateEl, section, trimmedNote, problem, truncated, a
   open();
 }
 
+/* One attempt's whole log (GET /runs/{id}/log?attempt=n, read in windows), coloured;
+ * the run page opens it from its attempts table. */
+function attemptLog(runId, n) {
+  const pre = h('pre.log', { id: 'attempt-log', 'data-attempt': String(n), tabIndex: 0,
+    'aria-labelledby': 'attempt-log-h' });
+  const problem = h('div.alert.error', { role: 'alert', hidden: true });
+  const el = h('section', { id: 'attempt-log-section' },
+    h('h3', { id: 'attempt-log-h' }, t('att.logTitle', { n })), problem, pre);
+  const colours = ansiParser();
+  (async () => {
+    let offset = 0;
+    for (;;) {
+      const res = await api('GET', apiPath('runs', runId, 'log') + q({ offset, attempt: n }),
+        undefined, { raw: true });
+      const text = await res.text();
+      if (!text) break;
+      for (const piece of colours(text)) pre.append(pieceNode(piece));
+      offset = Number(res.headers.get('X-Log-Next-Offset'));
+    }
+    pre.dataset.loaded = 'true';
+  })().catch((e) => showProblem(problem, e.code || 'ERROR', e.body && e.body.kind, e.message,
+    'attempt'));
+  return el;
+}
+
 async function downloadLog(runId, button, problem) {
   button.disabled = true;
   if (problem.dataset.from === 'download') problem.hidden = true;
@@ -183,4 +350,4 @@ async function downloadLog(runId, button, problem) {
   }
 }
 
-export { logSection };
+export { logSection, attemptLog, ansiParser };

@@ -1,7 +1,7 @@
 /* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
 import { t, statusLabel, fmtTime, fmtDur, shortId, placeText, h, fill, badge, btn, dl, grid, row,
   apiPath, notify, confirmDialog, api, onLeave, heading } from './core.js';
-import { logSection } from './log.js';
+import { logSection, attemptLog } from './log.js';
 
 function eventText(ev) {
   const d = ev.data || {};
@@ -73,6 +73,8 @@ function summaryView(r, taskName, now, events) {
       [t('runs.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
       [t('run.id'), h('code.wrap', r.id)],
       [t('runs.col.trigger'), t('trigger.' + r.trigger)],
+      [t('run.zone'), h('span', { id: 'run-zone' },
+        Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC')],
       [t('runs.col.created'), fmtTime(r.created_at_ms)],
       [t('run.started'), fmtTime(r.started_at_ms)],
       [t('run.finished'), fmtTime(r.finished_at_ms)],
@@ -136,10 +138,10 @@ function timelineItems(r, events) {
   });
 }
 
-function attemptsView(r, now) {
+function attemptsView(r, now, showLog) {
   if (!r.attempts.length) return h('p.muted', t('run.noAttempts'));
   const cols = [t('att.no'), t('runs.status'), t('runs.col.exit'), t('att.reason'), t('att.node'),
-    t('att.pid'), t('run.started'), t('runs.col.duration')];
+    t('att.pid'), t('run.started'), t('runs.col.duration'), t('att.log')];
   // A receipt that came after a takeover decided the attempt: recorded, never applied.
   const late = r.attempts.filter((a) => a.late_exit_code != null).map((a) => h('p.alert.warn',
     { 'data-late': a.attempt_no }, t('att.late', { n: a.attempt_no, code: a.late_exit_code,
@@ -152,7 +154,10 @@ function attemptsView(r, now) {
     a.node || '—',
     a.pid == null ? '—' : String(a.pid),
     fmtTime(a.started_at_ms),
-    a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—'))), late];
+    a.started_at_ms ? fmtDur((a.finished_at_ms || now) - a.started_at_ms) : '—',
+    // every attempt's own log (GET /runs/{id}/log?attempt=n), shown under the table
+    btn(t('att.openLog', { n: a.attempt_no }), () => showLog(a.attempt_no), 'small ghost',
+      { 'data-action': 'attempt-log', 'data-attempt': String(a.attempt_no) })))), late];
 }
 
 function cancelButton(runId, refresh) {
@@ -167,21 +172,37 @@ function cancelButton(runId, refresh) {
   }, 'danger', { 'data-action': 'cancel-run', hidden: true });
 }
 
+// "Run again": a new run of the task, asked nothing, opened at once.
+function againButton() {
+  const b = btn(t('run.again'), async () => {
+    b.disabled = true;
+    try {
+      const got = await api('POST', apiPath('tasks', b.dataset.taskId, 'runs'));
+      location.hash = '#/runs/' + got.run.id;
+    } catch (e) { notify(e.message, 'error'); } finally { b.disabled = false; }
+  }, '', { 'data-action': 'run-again', hidden: true });
+  return b;
+}
+
 function viewRun(main, runId, alive) {
   const title = heading(main, t('run.title', { id: shortId(runId) }));
   const cancelBtn = cancelButton(runId, () => refresh());
-  title.parentNode.querySelector('.actions').append(cancelBtn);
+  const againBtn = againButton();
+  const editLink = h('a.btn.ghost', { 'data-action': 'edit-task', hidden: true }, t('run.editTask'));
+  title.parentNode.querySelector('.actions').append(againBtn, editLink, cancelBtn);
   const conn = h('div.alert.warn', { role: 'status', hidden: true });
   const summary = h('section.card.summary', { 'aria-labelledby': 'run-sum-h' },
     h('h2.sr-only', { id: 'run-sum-h' }, t('run.summary')));
   const log = logSection(runId);
   const timeline = h('ol.timeline', { id: 'timeline' });
   const attempts = h('div');
+  const attemptBox = h('div', { id: 'attempt-log-box' });
+  const showLog = (n) => fill(attemptBox, attemptLog(runId, n));
   main.append(conn, summary, log.el,
     h('section.card', { 'aria-labelledby': 'tl-h' },
       h('h2', { id: 'tl-h' }, t('run.timeline')), timeline),
     h('section.card', { 'aria-labelledby': 'att-h' },
-      h('h2', { id: 'att-h' }, t('run.attempts')), attempts));
+      h('h2', { id: 'att-h' }, t('run.attempts')), attempts, attemptBox));
 
   let run = null;
   let taskName = null;
@@ -190,14 +211,20 @@ function viewRun(main, runId, alive) {
   let failures = 0;
 
   function paint(r, events) {
-    document.title = `${t('run.title', { id: shortId(r.id) })} · ${statusLabel(r.status)} · qledge`;
+    const name = r.task_name || taskName || t('run.title', { id: shortId(r.id) });
+    fill(title, name, h('span.muted.small.mono.run-id', ' …' + shortId(r.id)));
+    document.title = `${name} · ${statusLabel(r.status)} · qledge`;
+    againBtn.dataset.taskId = r.task_id;
+    againBtn.hidden = false;
+    editLink.href = '#/tasks/' + r.task_id;
+    editLink.hidden = false;
     cancelBtn.hidden = r.terminal;
     cancelBtn.disabled = r.cancel_reason != null;
     cancelBtn.textContent = r.cancel_reason != null ? t('run.cancelPending') : t('run.cancel');
     const now = Date.now();
     fill(summary, ...summaryView(r, taskName, now, events));
     fill(timeline, ...timelineItems(r, events));
-    fill(attempts, attemptsView(r, now));
+    fill(attempts, attemptsView(r, now, showLog));
     // the log of the latest attempt (the one the stream follows) against its length at
     // exit; null = the file could not be looked at just now: leave the note as it is
     const last = r.attempts[r.attempts.length - 1];
@@ -214,6 +241,7 @@ function viewRun(main, runId, alive) {
     try {
       const [r, evs] = await Promise.all([
         api('GET', apiPath('runs', runId)), api('GET', apiPath('runs', runId, 'events'))]);
+      if (taskName == null && r.task_name) taskName = r.task_name;
       if (taskName == null) {
         taskName = await api('GET', apiPath('tasks', r.task_id))
           .then((tk) => tk.name, () => shortId(r.task_id));

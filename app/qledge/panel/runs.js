@@ -4,41 +4,60 @@ import { t, statusLabel, fmtTime, fmtDur, shortId, h, clear, fill, badge, btn, r
 const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'timed_out', 'lost',
   'blocked'];
 
+const PAGE = 20;
+// The browser's zone, which every time on this page is shown in (its headers say so).
+const here = () => Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+
+// State lives in the URL (#/runs?task_id=&status=&page=): a reload or a shared link shows
+// the same page; numbered pages (offset) with the total, previous and next (issue #37).
 function viewRuns(main, query, alive) {
   const state = { task_id: query.get('task_id') || '', status: query.get('status') || '',
-    cursors: [] };
+    page: Math.max(1, Number.parseInt(query.get('page') || '1', 10) || 1) };
   heading(main, t('nav.runs'), refreshBtn(load));
-  const taskSel = h('select', { id: 'runs-task' }, h('option', { value: '' }, t('runs.allTasks')));
+  // Searchable task filter: type part of a name, the list (sorted by name) narrows.
+  const taskList = h('datalist', { id: 'runs-task-list' });
+  const taskIn = h('input', { id: 'runs-task', type: 'search', list: 'runs-task-list',
+    autocomplete: 'off', placeholder: t('runs.allTasks') });
   const statusSel = h('select', { id: 'runs-status' },
     h('option', { value: '' }, t('runs.allStatuses')),
     STATUSES.map((s) => h('option', { value: s, selected: s === state.status }, statusLabel(s))));
   const filters = h('form.filters.card', { role: 'search' },
-    h('div.field', h('label', { htmlFor: 'runs-task' }, t('runs.task')), taskSel),
+    h('div.field', h('label', { htmlFor: 'runs-task' }, t('runs.task')), taskIn, taskList),
     h('div.field', h('label', { htmlFor: 'runs-status' }, t('runs.status')),
       statusSel),
     h('div.field', h('button.btn', { type: 'submit' }, t('runs.apply'))));
   const results = h('div.card');
   const pager = h('div.pager');
   main.append(filters, results, pager);
-  let names = {};
+  const names = {};
+  const byName = new Map();
 
   filters.addEventListener('submit', (e) => { e.preventDefault(); apply(); });
-  taskSel.addEventListener('change', apply);
+  taskIn.addEventListener('change', apply);
   statusSel.addEventListener('change', apply);
   function apply() {
-    state.task_id = taskSel.value;
+    const typed = taskIn.value.trim();
+    state.task_id = typed ? (byName.get(typed) || state.task_id) : '';
+    if (typed && !byName.has(typed)) taskIn.value = names[state.task_id] || '';
     state.status = statusSel.value;
-    state.cursors = [];
-    history.replaceState(null, '', '#/runs' + q({ task_id: state.task_id, status: state.status }));
+    go(1);
+  }
+  function go(page) {
+    state.page = page;
+    history.replaceState(null, '', '#/runs' + q({ task_id: state.task_id, status: state.status,
+      page: page > 1 ? page : '' }));
     load();
   }
 
   loadAllTasks().then((tasks) => {
     if (!alive()) return;
-    for (const task of tasks) {
+    const sorted = [...tasks].sort((a, b) => a.name.localeCompare(b.name));
+    for (const task of sorted) {
       names[task.id] = task.name;
-      taskSel.append(h('option', { value: task.id, selected: task.id === state.task_id }, task.name));
+      if (!byName.has(task.name)) byName.set(task.name, task.id);
+      taskList.append(h('option', { value: task.name }));
     }
+    taskIn.value = names[state.task_id] || '';
     load();
   }, (e) => { if (alive()) failBox(results, e); });
 
@@ -46,12 +65,11 @@ function viewRuns(main, query, alive) {
   async function load() {
     const mine = ++loadSeq;
     const current = () => alive() && mine === loadSeq;
-    const cursor = state.cursors[state.cursors.length - 1] || '';
     results.setAttribute('aria-busy', 'true');
     let page;
     try {
       page = await api('GET', '/runs' + q({ task_id: state.task_id, status: state.status,
-        cursor, limit: 20 }));
+        offset: (state.page - 1) * PAGE, limit: PAGE }));
     } catch (e) {
       if (current()) { results.removeAttribute('aria-busy'); failBox(results, e); }
       return;
@@ -59,25 +77,31 @@ function viewRuns(main, query, alive) {
     if (!current()) return;
     results.removeAttribute('aria-busy');
     clear(pager);
-    const cols = [t('runs.col.run'), t('runs.task'), t('runs.status'),
-      t('runs.col.exit'), t('runs.col.trigger'), t('runs.col.created'), t('runs.col.duration')];
+    const zone = here();
+    const cols = [t('runs.task'), t('runs.status'), t('runs.col.exit'), t('runs.col.trigger'),
+      t('runs.col.createdIn', { tz: zone }), t('runs.col.duration')];
     fill(results, !page.items.length ? h('p.empty', t('runs.empty'))
       : grid(t('nav.runs'), cols, page.items.map((r) => row({ 'data-run-id': r.id }, cols,
-        h('a.mono', { href: '#/runs/' + r.id }, '…' + shortId(r.id)),
-        names[r.task_id] || shortId(r.task_id),
-        badge(r.status),
+        h('span', h('a.run-task', { href: '#/runs/' + r.id },
+          r.task_name || names[r.task_id] || shortId(r.task_id)),
+        h('span.muted.small.mono', ' …' + shortId(r.id))),
+        h('span', badge(r.status), r.earlier_attempts
+          ? h('span.small.retried', { 'data-earlier': String(r.earlier_attempts) },
+            ' ' + t('runs.afterRetries', { n: r.earlier_attempts })) : null),
         r.exit_code == null ? '—' : String(r.exit_code),
         t('trigger.' + r.trigger),
-        fmtTime(r.created_at_ms),
+        fmtTime(r.created_at_ms, zone),
         r.started_at_ms ? fmtDur((r.finished_at_ms || Date.now()) - r.started_at_ms) : '—'))));
-    if (state.cursors.length) {
-      pager.append(btn(t('runs.first'), () => { state.cursors = []; load(); }, 'ghost',
-        { 'data-action': 'first' }));
+    const pages = Math.max(1, Math.ceil(page.total / PAGE));
+    if (state.page > 1) {
+      pager.append(btn(t('runs.prev'), () => go(state.page - 1), 'ghost',
+        { 'data-action': 'prev' }));
     }
-    pager.append(h('span.muted', t('runs.page', { n: state.cursors.length + 1 })));
-    if (page.next_cursor) {
-      pager.append(btn(t('runs.next'), () => { state.cursors.push(page.next_cursor); load(); },
-        '', { 'data-action': 'next' }));
+    pager.append(h('span.muted', { id: 'runs-total', 'data-total': String(page.total) },
+      t('runs.pageOf', { n: state.page, m: pages, total: page.total })));
+    if (state.page < pages) {
+      pager.append(btn(t('runs.next'), () => go(state.page + 1), '',
+        { 'data-action': 'next' }));
     }
   }
 }
