@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
 from . import (

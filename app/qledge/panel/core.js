@@ -278,7 +278,7 @@ const q = (params) => {
 
 // ---- routing and the shell
 // The pages that take only (main, alive), in the order of the navigation after Runs.
-const LISTS = ['envs', 'deps', 'subs', 'notify', 'system'];
+const LISTS = ['envs', 'deps', 'subs', 'notifications', 'system'];
 let cleanups = [];
 let generation = 0;
 let firstRender = true;
@@ -347,6 +347,8 @@ function render() {
   const gen = generation;
   const alive = () => gen === generation;
   const { parts, query } = parseHash();
+  // #/notify was the old name of #/notifications: keep old bookmarks working.
+  if (parts[0] === 'notify') { location.replace('#/notifications'); return; }
   if (!token) {
     pages.login(shell('login'));
   } else {

@@ -26,7 +26,7 @@ from ..launch.unrecorded import Identities
 from ..limits import SWEEP_BATCH, UNBOUNDED
 from ..model import Run, Task
 from ..node import Node, default_name, labels_of
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from ..receipts.store import ReceiptStore
 from ..scripts import ship as shipped_scripts
 from ..settings import Settings, redact_dsn
