@@ -10,8 +10,8 @@ import pytest
 
 from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Trigger
-from qledge.notify import qinglong as qinglong_notify
-from qledge.notify import rules as notify
+from qledge.notifications import qinglong as qinglong_notify
+from qledge.notifications import rules as notify
 from qledge.scripts import ship as shipped_scripts
 from qledge.settings import Settings
 from qledge.tasks.writable import TaskFields

@@ -39,7 +39,7 @@ from qledge.importer import plan as qinglong_plan
 from qledge.importer.source import QlDependency
 from qledge.model import CancelReason, NewEvent, RunStatus, Trigger
 from qledge.node import Node
-from qledge.notify import rules as notify
+from qledge.notifications import rules as notify
 from qledge.subscriptions import spec as subscription_spec
 from qledge.tasks.writable import TaskFields, task_fields
 

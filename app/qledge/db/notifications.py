@@ -6,7 +6,7 @@ import msgspec
 
 from .. import ids
 from ..model import RunStatus
-from ..notify.rules import Rules, RulesPatch
+from ..notifications.rules import Rules, RulesPatch
 from . import statuses as st
 from .interface import Row, Tx
 

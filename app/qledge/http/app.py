@@ -11,7 +11,7 @@ from starlette.routing import Mount
 
 from ..auth import Accounts
 from ..db.interface import Tx
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
 from . import (

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from .. import ids, limits
 from ..db import notifications as q
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from ..operations import notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import taskform
 from ..apps.spec import RUNS_CODE, SCOPES, digest
-from ..notify import qinglong as qinglong_notify
+from ..notifications import qinglong as qinglong_notify
 from .plan import Action, Ctx, Item, decide, skip
 
 

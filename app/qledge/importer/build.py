@@ -15,7 +15,7 @@ from typing import Any
 from .. import interval, taskform
 from ..envs.spec import validate_env
 from ..fields import FieldError
-from ..notify import qinglong as qinglong_notify
+from ..notifications import qinglong as qinglong_notify
 from ..subscriptions.spec import DEFAULT_EXTENSIONS
 from ..subscriptions.spec import validate as validate_subscription
 from ..tasks.spec import validated as validate_task

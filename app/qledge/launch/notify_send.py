@@ -101,7 +101,7 @@ def deliver(url: str, title: str, body: str) -> tuple[bool, str | None]:
     is redacted of the URL's secrets."""
     import apprise  # 100+ plugins
 
-    from ..notify import rules as notify
+    from ..notifications import rules as notify
 
     quiet(apprise.logger)
     secrets = notify.secrets_of(url)

@@ -8,7 +8,7 @@ from ..clock import now_ms
 from ..db import attempts, runs
 from ..db import notifications as q
 from ..model import ACTIVE_ATTEMPT
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from ..runtime.lifecycle import Runtime
 
 # A script's send() calls per attempt; a loop in a script must not flood a phone.

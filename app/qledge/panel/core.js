@@ -279,7 +279,7 @@ const q = (params) => {
 
 // ---- routing and the shell
 // The pages that take only (main, alive), in the order of the navigation after Runs.
-const LISTS = ['envs', 'deps', 'subs', 'notify', 'system'];
+const LISTS = ['envs', 'deps', 'subs', 'notifications', 'system'];
 let cleanups = [];
 let generation = 0;
 let firstRender = true;
@@ -351,6 +351,7 @@ function render() {
   const gen = generation;
   const alive = () => gen === generation;
   const { parts, query } = parseHash();
+  if (parts[0] === 'notify') { location.replace('#/notifications'); return; } // the old name
   if (!signedIn || parts[0] === 'login') {
     pages.login(shell('login'));
   } else {

@@ -17,7 +17,7 @@ export const STRINGS = ((table) => {
   'nav.envs': 'Envs|环境变量',
   'nav.scripts': 'Scripts|脚本',
   'nav.system': 'System|系统',
-  'nav.notify': 'Notifications|通知',
+  'nav.notifications': 'Notifications|通知',
   'nav.signout': 'Sign out|退出登录',
 
   'common.cancel': 'Cancel|取消',

@@ -7,16 +7,16 @@ import { viewTaskEditor } from './editor.js';
 import { viewRuns } from './runs.js';
 import { viewRun } from './run.js';
 import { viewEnvs } from './envs.js';
-import { viewDeps } from './deps.js';
-import { viewSubs } from './subs.js';
-import { viewNotify } from './notify.js';
+import { viewDeps } from './dependencies.js';
+import { viewSubs } from './subscriptions.js';
+import { viewNotify } from './notifications.js';
 import { viewScripts } from './scripts.js';
 import { viewSystem } from './system.js';
 import { viewAccount } from './account.js';
 
 Object.assign(pages, {
   login: viewLogin, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
-  envs: viewEnvs, deps: viewDeps, subs: viewSubs, notify: viewNotify, scripts: viewScripts,
+  envs: viewEnvs, deps: viewDeps, subs: viewSubs, notifications: viewNotify, scripts: viewScripts,
   system: viewSystem, account: viewAccount,
 });
 start();

@@ -22,7 +22,7 @@ from ..db import notifications as nq
 from ..db import retention_queries as rq
 from ..db.interface import Database, Tx
 from ..model import Reason, Run
-from ..notify import rules as notify
+from ..notifications import rules as notify
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Histogram

@@ -34,8 +34,8 @@ from ..db import notifications as q
 from ..db.interface import Database, Tx
 from ..launch import logs, notify_send
 from ..model import Run, RunStatus
-from ..notify import qinglong as qinglong_notify
-from ..notify import rules as notify
+from ..notifications import qinglong as qinglong_notify
+from ..notifications import rules as notify
 from .leader import Leader
 from .loop import PeriodicLoop, settle
 

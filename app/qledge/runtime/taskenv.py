@@ -12,7 +12,7 @@ from pathlib import Path
 from ..db import envs
 from ..db.interface import Tx
 from ..model import Run, Task
-from ..notify import rules as notify
+from ..notifications import rules as notify
 from .dependencies import Dependencies
 from .subscriptions import pull_env
 

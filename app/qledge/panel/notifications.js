@@ -1,4 +1,4 @@
-/* qledge panel: notifications (#/notify): channels with "send test", rules, deliveries. */
+/* qledge panel: notifications (#/notifications): channels with "send test", rules, deliveries. */
 import { t, h, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded, apiPath, notify,
   confirmDialog, api, heading, failBox, fmtTime, modal, refreshBtn } from './core.js';
 const ST = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
@@ -111,7 +111,7 @@ function viewNotify(main, alive) {
         String(x.tries), x.error || '')))
       : h('p.empty', '—'));
   }
-  heading(main, t('nav.notify'), refreshBtn(load),
+  heading(main, t('nav.notifications'), refreshBtn(load),
     btn(t('notify.new'), () => newChannel(load), 'primary'));
   main.append(h('p.muted', t('notify.intro')), chans, rules, sent);
   load();

@@ -25,6 +25,11 @@ def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) ->
         sign_in(page)
         page.get_by_role("navigation").get_by_role("link", name="Notifications").click()
         expect(page.get_by_role("heading", name="Notifications", level=1)).to_be_visible()
+        expect(page).to_have_url(re.compile(r"#/notifications$"))
+        page.evaluate("location.hash = '#/tasks'")
+        page.evaluate("location.hash = '#/notify'")  # the old route: old bookmarks redirect
+        expect(page).to_have_url(re.compile(r"#/notifications$"))
+        expect(page.get_by_role("heading", name="Notifications", level=1)).to_be_visible()
         expect(page.get_by_text("No channels: nothing is sent.")).to_be_visible()
         page.get_by_role("button", name="New channel").click()
         dialog = page.get_by_role("dialog")
