@@ -1,0 +1,148 @@
+"""backup/: the streamed archive (writer) and its check (verify), docs/backup.md."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from support import migrate_for
+
+from qledge import backup, paths, settings
+from qledge.backup.manifest import DB_NAME, FORMAT_NAME, MANIFEST_NAME, Format, encode
+from qledge.db import migrate
+
+
+def _appliance(conf: settings.Settings) -> dict[str, bytes]:
+    migrate_for(conf)
+    paths.prepare_roots(conf)
+    files = {"a.py": b"print('a')\n", "sub/b.js": os.urandom(70_000), "sub/深/c.sh": b"echo c\n"}
+    for rel, data in files.items():
+        p = conf.scripts_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    (conf.scripts_path / "link").symlink_to("/etc/passwd")
+    os.mkfifo(conf.scripts_path / "fifo")
+    (conf.script_history_path / "a.py.1").write_bytes(b"old\n")
+    return files
+
+
+def _write(conf: settings.Settings, target: Path, **kw: bool) -> backup.Manifest:
+    with target.open("wb") as out:
+        return backup.write(conf, out, **kw)
+
+
+def test_archive_holds_the_snapshot_scripts_and_history_and_verifies(
+        conf: settings.Settings, tmp_path: Path) -> None:
+    files = _appliance(conf)
+    target = tmp_path / "b.tar.gz"
+    written = _write(conf, target)
+    with target.open("rb") as f:
+        read = backup.verify(f)
+    assert read == written
+    assert read.schema_version == len(migrate.bundled())
+    assert read.counts["tasks"] == 0 and set(read.counts) >= {
+        "tasks", "envs", "subscriptions", "channels", "apps", "dependencies"}
+    by_name = {m.name: m for m in read.members}
+    for rel, data in files.items():
+        m = by_name[f"qledge-backup/scripts/{rel}"]
+        assert (m.size, m.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert "qledge-backup/scripts-history/a.py.1" in by_name
+    assert "qledge-backup/scripts/link" not in by_name  # links and fifos are left out
+    assert "qledge-backup/scripts/fifo" not in by_name
+    assert DB_NAME in by_name
+    assert not [p for p in conf.data_path.iterdir() if p.name.startswith(".backup-")]
+
+
+def test_estimate_counts_the_parts(conf: settings.Settings) -> None:
+    files = _appliance(conf)
+    sizes = backup.estimate(conf)
+    assert sizes["scripts"] == sum(len(d) for d in files.values())
+    assert sizes["scripts-history"] == 4 and sizes["database"] > 0
+    assert "logs" not in sizes and "logs" in backup.estimate(conf, with_logs=True)
+
+
+def test_a_changed_byte_is_refused(conf: settings.Settings, tmp_path: Path) -> None:
+    _appliance(conf)
+    target = tmp_path / "b.tar"
+    _write(conf, target, gzip=False)
+    raw = bytearray(target.read_bytes())
+    at = raw.index(b"print('a')")
+    raw[at] ^= 0x01
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(io.BytesIO(bytes(raw)))
+    assert err.value.code == "BACKUP_CHECKSUM"
+    assert err.value.params == {"member": "qledge-backup/scripts/a.py"}
+
+
+def test_a_cut_archive_is_refused(conf: settings.Settings, tmp_path: Path) -> None:
+    _appliance(conf)
+    target = tmp_path / "b.tar.gz"
+    _write(conf, target)
+    raw = target.read_bytes()
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(io.BytesIO(raw[: len(raw) // 2]))
+    assert err.value.code in ("BACKUP_DAMAGED", "BACKUP_NO_MANIFEST")
+
+
+def _hostile(*members: tarfile.TarInfo, fmt: int = 1) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        data = encode(Format(format=fmt, qledge_version="9.9"))
+        info = tarfile.TarInfo(FORMAT_NAME)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for m in members:
+            tar.addfile(m, io.BytesIO(b"x" * m.size) if m.isreg() else None)
+    out.seek(0)
+    return out
+
+
+def _member(name: str, type_: bytes = tarfile.REGTYPE, size: int = 1,
+            link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.linkname = type_, size if type_ == tarfile.REGTYPE else 0, link
+    return info
+
+
+@pytest.mark.parametrize(("members", "code"), [
+    ([_member("qledge-backup/scripts/../../etc/x")], "BACKUP_MEMBER_PATH"),
+    ([_member("/etc/passwd")], "BACKUP_MEMBER_PATH"),
+    ([_member("qledge-backup/scripts/./a")], "BACKUP_MEMBER_PATH"),
+    ([_member("qledge-backup/elsewhere/a")], "BACKUP_MEMBER_UNKNOWN"),
+    ([_member("qledge-backup/scripts/l", tarfile.SYMTYPE, link="/etc/passwd")],
+     "BACKUP_MEMBER_TYPE"),
+    ([_member("qledge-backup/scripts/h", tarfile.LNKTYPE, link="qledge-backup/db.sqlite3")],
+     "BACKUP_MEMBER_TYPE"),
+    ([_member("qledge-backup/scripts/dev", tarfile.CHRTYPE)], "BACKUP_MEMBER_TYPE"),
+    ([_member("qledge-backup/scripts/a"), _member("qledge-backup/scripts/a")],
+     "BACKUP_MEMBER_DUPLICATE"),
+    ([_member("qledge-backup/scripts/a")], "BACKUP_NO_MANIFEST"),
+])
+def test_hostile_archives_are_refused(members: list[tarfile.TarInfo], code: str) -> None:
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(_hostile(*members))
+    assert err.value.code == code
+
+
+def test_a_newer_format_is_refused_before_reading_on() -> None:
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(_hostile(_member("qledge-backup/scripts/a"), fmt=2))
+    assert err.value.code == "BACKUP_FORMAT_NEWER"
+    assert err.value.params == {"format": 2, "version": "9.9"}
+
+
+def test_not_a_backup_is_refused() -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        tar.addfile(_member(MANIFEST_NAME, size=2), io.BytesIO(b"{}"))
+    out.seek(0)
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(out)
+    assert err.value.code == "BACKUP_NO_FORMAT"
+    with pytest.raises(backup.BackupInvalid) as err:
+        backup.verify(io.BytesIO(b"\x00garbage" * 100))
+    assert err.value.code in ("BACKUP_NOT_AN_ARCHIVE", "BACKUP_DAMAGED", "BACKUP_NO_FORMAT")
