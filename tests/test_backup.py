@@ -5,15 +5,18 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from support import migrate_for
 
 from qledge import backup, paths, settings
 from qledge.backup.manifest import DB_NAME, FORMAT_NAME, MANIFEST_NAME, Format, encode
 from qledge.db import migrate
+
+from support import migrate_for
 
 
 def _appliance(conf: settings.Settings) -> dict[str, bytes]:
@@ -146,3 +149,28 @@ def test_not_a_backup_is_refused() -> None:
     with pytest.raises(backup.BackupInvalid) as err:
         backup.verify(io.BytesIO(b"\x00garbage" * 100))
     assert err.value.code in ("BACKUP_NOT_AN_ARCHIVE", "BACKUP_DAMAGED", "BACKUP_NO_FORMAT")
+
+
+def _cli(conf: settings.Settings, *words: str) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "QLEDGE_STATE_DIR": str(conf.state_dir),
+           "QLEDGE_ADMIN_TOKEN": "x" * 40}
+    return subprocess.run([sys.executable, "-m", "qledge", "backup", *words], env=env,
+                          capture_output=True, timeout=60, check=False)
+
+
+def test_cli_writes_under_a_temporary_name_and_verifies(
+        conf: settings.Settings, tmp_path: Path) -> None:
+    _appliance(conf)
+    target = tmp_path / "out" / "b.tar.gz"
+    target.parent.mkdir()
+    done = _cli(conf, "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in target.parent.iterdir()] == ["b.tar.gz"]
+    checked = _cli(conf, "verify", str(target))
+    assert checked.returncode == 0, checked.stderr
+    assert b"all checksums match" in checked.stdout
+    estimate = _cli(conf, "--estimate")
+    assert b"scripts: " in estimate.stdout and b"total" in estimate.stdout
+    target.write_bytes(target.read_bytes()[:-100])
+    bad = _cli(conf, "verify", str(target))
+    assert bad.returncode == 2 and b"BACKUP_" in bad.stderr
