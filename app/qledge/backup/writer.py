@@ -173,5 +173,5 @@ def _add_fd(tar: tarfile.TarFile, name: str, fd: int, st: os.stat_result) -> Mem
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+    info.size, info.mode, info.mtime = len(data), 0o600, now_ms() // 1000
     tar.addfile(info, io.BytesIO(data))
