@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -15,6 +17,7 @@ import pytest
 from qledge import backup, paths, settings
 from qledge.backup.manifest import DB_NAME, FORMAT_NAME, MANIFEST_NAME, Format, encode
 from qledge.db import migrate
+from qledge.db.interface import Database
 
 from support import migrate_for
 
@@ -174,3 +177,22 @@ def test_cli_writes_under_a_temporary_name_and_verifies(
     target.write_bytes(target.read_bytes()[:-100])
     bad = _cli(conf, "verify", str(target))
     assert bad.returncode == 2 and b"BACKUP_" in bad.stderr
+
+
+async def test_snapshot_is_consistent_while_the_writer_holds_a_transaction(
+        conf: settings.Settings, db: Database, tmp_path: Path) -> None:
+    _appliance(conf)
+    async with db.write() as tx:
+        await tx.execute("INSERT INTO storage_settings (name, value) VALUES ('kept', '1')")
+    target = tmp_path / "b.tar"
+    async with db.write() as tx:  # open, not committed, while the backup is taken
+        await tx.execute("INSERT INTO storage_settings (name, value) VALUES ('open', '1')")
+        await asyncio.to_thread(_write, conf, target, gzip=False)
+    with tarfile.open(target) as tar:
+        member = tar.extractfile(DB_NAME)
+        assert member is not None
+        (tmp_path / "snap.sqlite3").write_bytes(member.read())
+    conn = sqlite3.connect(tmp_path / "snap.sqlite3")
+    names = {r[0] for r in conn.execute("SELECT name FROM storage_settings")}
+    conn.close()
+    assert "kept" in names and "open" not in names
