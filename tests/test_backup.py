@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
 from qledge import backup, paths, settings
 from qledge.backup.manifest import DB_NAME, FORMAT_NAME, MANIFEST_NAME, Format, encode
@@ -196,3 +197,24 @@ async def test_snapshot_is_consistent_while_the_writer_holds_a_transaction(
     names = {r[0] for r in conn.execute("SELECT name FROM storage_settings")}
     conn.close()
     assert "kept" in names and "open" not in names
+
+
+def test_api_streams_an_archive_that_verifies(conf: settings.Settings, client: TestClient,
+                                              tmp_path: Path) -> None:
+    files = _appliance(conf)
+    sizes = client.get("/api/v1/backup/estimate").json()
+    on_disk = sum(p.stat().st_size for p in conf.scripts_path.rglob("*")
+                  if p.is_file() and not p.is_symlink())  # with the shipped notify files
+    assert sizes["parts"]["scripts"] == on_disk
+    assert sizes["total"] == sum(sizes["parts"].values())
+    target = tmp_path / "dl.tar.gz"
+    with client.stream("GET", "/api/v1/backup") as resp:
+        assert resp.status_code == 200
+        assert "content-length" not in resp.headers  # streamed, chunked
+        assert resp.headers["content-disposition"].startswith("attachment;")
+        with target.open("wb") as out:
+            for chunk in resp.iter_bytes():
+                out.write(chunk)
+    with target.open("rb") as f:
+        manifest = backup.verify(f)
+    assert f"qledge-backup/scripts/{next(iter(files))}" in {m.name for m in manifest.members}
