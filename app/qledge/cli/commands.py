@@ -92,6 +92,15 @@ def _passwd(args: argparse.Namespace) -> int:
                       end_sessions=args.sign_out_everywhere)
 
 
+def _backup(args: argparse.Namespace) -> int:
+    setup_logging()
+    from . import backup as backup_cli
+
+    if args.what == "verify":
+        return backup_cli.verify_cmd(args)
+    return backup_cli.backup_cmd(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qledge")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -143,7 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     passwd.add_argument("--sign-out-everywhere", action="store_true",
                         help="also end every panel session")
     passwd.set_defaults(func=_passwd)
+    bk = sub.add_parser("backup", help="an archive of this appliance (docs/backup.md)")
+    bk.add_argument("what", nargs="?", choices=["write", "verify"], default="write")
+    bk.add_argument("archive", nargs="?", default="",
+                    help="verify: the archive to check")
+    bk.add_argument("-o", "--output", default="-", help="the archive (default: stdout)")
+    bk.add_argument("--estimate", action="store_true", help="print the sizes, write nothing")
+    bk.add_argument("--with-logs", action="store_true", help="also the runs' logs")
+    bk.add_argument("--with-history", action="store_true", help="also the run history")
+    bk.add_argument("--no-gzip", action="store_true", help="a plain tar")
+    bk.set_defaults(func=_backup)
     args = parser.parse_args(argv)
+    if args.cmd == "backup" and args.what == "verify" and not args.archive:
+        parser.error("backup verify takes the archive's path")
     if args.cmd == "import" and not 0 <= args.with_logs <= 100:
         parser.error("--with-logs takes 0 to 100")
     func: Callable[[argparse.Namespace], int] = args.func

@@ -16,6 +16,7 @@ from ..runtime.lifecycle import Runtime
 from ..settings import Settings
 from . import (
     apps,
+    backup,
     dependencies,
     envs,
     imports,
@@ -57,7 +58,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     api = [*tasks.routes, *task_lists.routes, *runs.routes, *logs_sse.routes, *system.routes,
            *envs.routes, *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
-           *imports.routes, *nodes.routes, *signin.routes]
+           *imports.routes, *nodes.routes, *signin.routes, *backup.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.

@@ -1,0 +1,105 @@
+"""GET /api/v1/backup (docs/backup.md): the archive streamed as it is written, its
+first bytes at once (chunked), memory bounded by a small queue between the writing
+thread and the response; GET /api/v1/backup/estimate: the sizes before starting."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import backup as backups
+from ..clock import now_ms
+from .context import runtime_of
+from .errors import StateConflict, json_response
+
+QUEUE_CHUNKS = 16  # × up to 64 KiB: what the server holds of an archive at most
+
+
+class _Pipe:
+    """A file the tar writes into; each write waits while the queue is full, and fails
+    once the response is gone (the client left), which ends the writing thread."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[bytes | None] = queue.Queue(QUEUE_CHUNKS)
+        self.gone = threading.Event()
+
+    def write(self, data: bytes) -> int:
+        while not self.gone.is_set():
+            try:
+                self.q.put(bytes(data), timeout=0.5)
+                return len(data)
+            except queue.Full:
+                continue
+        raise BrokenPipeError("the download was abandoned")
+
+    def flush(self) -> None:
+        return None
+
+    def end(self) -> None:
+        """The writer's last word (after success or failure), never blocking for good."""
+        while not self.gone.is_set():
+            try:
+                self.q.put(None, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def next(self) -> bytes | None:
+        """The next chunk; None at the end or once the response is gone."""
+        while not self.gone.is_set():
+            try:
+                return self.q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+        return None
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "") in ("1", "true")
+
+
+async def download(request: Request) -> Response:
+    conf = runtime_of(request).settings
+    if conf.fleet:
+        raise StateConflict("fleet mode keeps its data in PostgreSQL: back it up with"
+                            " pg_dump (docs/backup.md)")
+    pipe = _Pipe()
+    logs, history = _flag(request, "logs"), _flag(request, "history")
+
+    def produce() -> None:
+        try:
+            backups.write(conf, pipe, with_logs=logs, with_history=history)  # type: ignore[arg-type]
+        finally:
+            pipe.end()
+
+    async def body() -> AsyncIterator[bytes]:
+        writer = asyncio.get_running_loop().run_in_executor(None, produce)
+        try:
+            while (chunk := await asyncio.to_thread(pipe.next)) is not None:
+                yield chunk
+            await writer  # a failed backup ends the stream with an error, never "complete"
+        finally:
+            pipe.gone.set()
+            while not pipe.q.empty():
+                pipe.q.get_nowait()
+
+    name = f"qledge-backup-{now_ms() // 1000}.tar.gz"
+    return StreamingResponse(body(), media_type="application/gzip", headers={
+        "Content-Disposition": f'attachment; filename="{name}"',
+        "X-Accel-Buffering": "no", "Cache-Control": "no-store"})
+
+
+async def estimate(request: Request) -> Response:
+    conf = runtime_of(request).settings
+    sizes = await asyncio.to_thread(backups.estimate, conf, with_logs=_flag(request, "logs"))
+    return json_response({"parts": sizes, "total": sum(sizes.values())})
+
+
+routes = [Route("/backup", download, methods=["GET"]),
+          Route("/backup/estimate", estimate, methods=["GET"])]
