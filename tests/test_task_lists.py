@@ -88,6 +88,25 @@ def test_internal_tasks_are_listed_apart(client: TestClient, conf: settings.Sett
     assert [t["name"] for t in internal["items"]] == ["dependencies: python"]
     assert internal["items"][0]["internal"] is True
 
+    # The pickers' source, GET /tasks?internal=0, leaves it out too; plain GET /tasks not.
+    picked = client.get("/api/v1/tasks?internal=0").json()["items"]
+    assert "dependencies: python" not in [t["name"] for t in picked] and len(picked) == 2
+    assert len(client.get("/api/v1/tasks").json()["items"]) == 3
+
+
+def test_a_debug_runs_hidden_task_is_in_neither_list(client: TestClient,
+                                                     conf: settings.Settings) -> None:
+    _tasks(client, 1)
+    with sqlite3.connect(conf.db_path) as db:  # a script's debug Run (operations/script_runs)
+        db.execute("INSERT INTO tasks (id, name, command, labels_json, hidden, created_at_ms,"
+                   " updated_at_ms) VALUES ('dbg', 'task demo.py', 'task demo.py now',"
+                   " '[\"debug\"]', 1, 1, 1)")
+    for internal in ("false", "true"):
+        names = [t["name"] for t in
+                 client.get(f"/api/v1/task-list?internal={internal}").json()["items"]]
+        assert "task demo.py" not in names
+    assert client.get("/api/v1/task-list").json()["total"] == 1
+
 
 def test_overview_counts_failures_and_durations(client: TestClient,
                                                 conf: settings.Settings) -> None:

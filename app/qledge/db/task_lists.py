@@ -21,21 +21,18 @@ import msgspec
 from ..model import Task
 from .interface import Tx
 from .rows import task_from_row
+from .tasks import INTERNAL
 
 STRIP = 10  # runs per task in the list
 FAILED = ("failed", "timed_out", "lost")
 Sort = Literal["name", "next", "last_run", "created"]
-# A task is internal when a subscription pulls through it, or it is a dependency queue
-# (labels ["dependencies"], name "dependencies: <ecosystem>"; runtime/dependencies.py).
-_INTERNAL = ("(EXISTS (SELECT 1 FROM subscriptions s WHERE s.pull_task_id = t.id)"
-             " OR (t.labels_json = '[\"dependencies\"]' AND t.name LIKE 'dependencies: %'))")
 _TASKS = (
-    f"SELECT t.*, {_INTERNAL} AS internal,"  # noqa: S608
+    f"SELECT t.*, {INTERNAL} AS internal,"  # noqa: S608
     " (SELECT r.status FROM runs r WHERE r.task_id = t.id AND r.parent_run_id IS NULL"
     "  ORDER BY r.id DESC LIMIT 1) AS last_status,"
     " (SELECT r.created_at_ms FROM runs r WHERE r.task_id = t.id"
     "  AND r.parent_run_id IS NULL ORDER BY r.id DESC LIMIT 1) AS last_at_ms"
-    " FROM tasks t ORDER BY t.num")
+    " FROM tasks t WHERE t.hidden = 0 ORDER BY t.num")
 _STRIP_ONE = ("SELECT * FROM"  # noqa: S608
               " (SELECT id, task_id, status, exit_code, created_at_ms,"
               " started_at_ms, finished_at_ms FROM runs WHERE task_id = ?"

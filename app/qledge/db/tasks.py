@@ -113,12 +113,21 @@ async def task_by_command(tx: Tx, command: str, hidden: bool = False) -> Task | 
     return task_from_row(row) if row is not None else None
 
 
+# A task the appliance made for itself: a subscription's pull, or a dependency queue
+# (labels ["dependencies"], name "dependencies: <ecosystem>"; runtime/dependencies.py).
+INTERNAL = ("(EXISTS (SELECT 1 FROM subscriptions s WHERE s.pull_task_id = t.id)"
+            " OR (t.labels_json = '[\"dependencies\"]' AND t.name LIKE 'dependencies: %'))")
+
+
 async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100,
-                     hidden: bool = False) -> list[Task]:
-    """A page of tasks; hidden ones (the panel's debug runs) only with `hidden`."""
+                     hidden: bool = False, internal: bool = True) -> list[Task]:
+    """A page of tasks; hidden ones (the panel's debug runs) only with `hidden`, the
+    appliance's own (INTERNAL) unless not `internal` (the panel's pickers)."""
     shown = "" if hidden else " AND hidden = 0"
+    if not internal:
+        shown += f" AND NOT {INTERNAL}"
     rows = await tx.all(
-        f"SELECT * FROM tasks WHERE num > ?{shown} ORDER BY num LIMIT ?",  # noqa: S608
+        f"SELECT * FROM tasks t WHERE num > ?{shown} ORDER BY num LIMIT ?",  # noqa: S608
         (after_num, limit))
     return [task_from_row(r) for r in rows]
 

@@ -97,8 +97,10 @@ async def list_(request: Request) -> Response:
     limit = inputs.query_int(request, "limit", limits.TASKS_PAGE.default, 1,
                              limits.TASKS_PAGE.most)
     async with runtime_of(request).db.read() as tx:
-        page = await tasks.list_tasks(tx, after_num=after, limit=limit,
-                                      hidden=inputs.query_int(request, "hidden", 0, 0, 1) == 1)
+        page = await tasks.list_tasks(
+            tx, after_num=after, limit=limit,
+            hidden=inputs.query_int(request, "hidden", 0, 0, 1) == 1,
+            internal=inputs.query_int(request, "internal", 1, 0, 1) == 1)
     items = [task_view(t) for t in page]
     nxt = page[-1].num if len(page) == limit else None
     return json_response({"items": items, "next_after": nxt})

@@ -370,12 +370,12 @@ function render() {
 
 const failBox = (box, err) => fill(box, h('div.alert.error', { role: 'alert' }, err.message || String(err)));
 
-// Every task, page by page (the task list and the runs filter both need them all).
+// Every task of the user's, page by page (the chain pickers and the runs filter).
 async function loadAllTasks() {
   const items = [];
   let after = 0;
   for (let page = 0; page < 20; page += 1) {
-    const res = await api('GET', '/tasks' + q({ after, limit: 500 }));
+    const res = await api('GET', '/tasks' + q({ after, limit: 500, internal: 0 }));
     items.push(...res.items);
     if (res.next_after == null) break;
     after = res.next_after;
