@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from qledge.http import panel
 
 PANEL = panel.PANEL_DIR
-BUDGET = 232 * 1024  # docs/panel.md "Budget"
+BUDGET = 240 * 1024  # docs/panel.md "Budget"
 
 
 def _asset_urls(html: str) -> list[str]:
@@ -30,7 +30,8 @@ def test_all_panel_assets_fit_the_budget() -> None:
 def test_no_third_party_urls_in_the_panel() -> None:
     for path in PANEL.rglob("*"):
         if path.is_file():
-            text = path.read_text("utf-8")
+            # The SVG namespace is a name the DOM needs, not a URL anything fetches.
+            text = path.read_text("utf-8").replace("'http://www.w3.org/2000/svg'", "''")
             assert not re.search(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.I), path
 
 
@@ -277,3 +278,14 @@ def test_every_deletion_reason_and_isolation_mode_has_words() -> None:
                             ["task_isolation"])
     assert set(modes) == {"auto", "required", "off"}
     assert {f"system.iso.{mode}" for mode in modes} <= en
+
+
+def test_the_stylesheet_closes_every_block() -> None:
+    """An unclosed rule swallows every rule after it (a merge once left a selector line
+    twice, and the phone navigation and half the page styles silently went)."""
+    text = re.sub(r"/\*.*?\*/", "", (PANEL / "app.css").read_text("utf-8"), flags=re.S)
+    depth = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        depth += line.count("{") - line.count("}")
+        assert depth >= 0, f"app.css:{n} closes a block that is not open"
+    assert depth == 0, "app.css leaves a block open"

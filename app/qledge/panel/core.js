@@ -311,7 +311,7 @@ function shell(section) {
   document.documentElement.lang = lang === 'zh' ? 'zh-CN' : 'en';
   const app = clear(document.getElementById('app'));
   const other = lang === 'zh' ? 'en' : 'zh';
-  const links = ['tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
+  const links = ['overview', 'tasks', 'scripts', 'runs', ...LISTS].map((id) => [id, 'nav.' + id]);
   const main = h('main', { id: 'main', tabIndex: -1 });
   const menu = signedIn ? btn(t('nav.menu'), () => { // phones: the links fold behind it
     const open = menu.getAttribute('aria-expanded') !== 'true';
@@ -363,7 +363,7 @@ function render() {
     else if (section === 'runs') pages.runs(main, query, alive);
     else if (LISTS.includes(section)) pages[section](main, alive);
     else if (section === 'account') pages.account(main, alive);
-    else pages.tasks(main, alive, query);
+    else (section === 'overview' ? pages.overview : pages.tasks)(main, alive, query);
   }
   firstRender = false;
 }

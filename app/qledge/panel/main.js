@@ -3,6 +3,7 @@
 import { pages, start } from './core.js';
 import { viewLogin } from './login.js';
 import { viewTasks } from './tasks.js';
+import { viewOverview } from './overview.js';
 import { viewTaskEditor } from './editor.js';
 import { viewRuns } from './runs.js';
 import { viewRun } from './run.js';
@@ -15,7 +16,7 @@ import { viewSystem } from './system.js';
 import { viewAccount } from './account.js';
 
 Object.assign(pages, {
-  login: viewLogin, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
+  login: viewLogin, overview: viewOverview, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
   envs: viewEnvs, deps: viewDeps, subs: viewSubs, notifications: viewNotify, scripts: viewScripts,
   system: viewSystem, account: viewAccount,
 });
