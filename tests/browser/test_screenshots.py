@@ -97,7 +97,7 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     shoot(page, "login")
 
     sign_in(page)
-    expect(page.locator("tr[data-task-name='backup-db'] .badge")).to_have_attribute(
+    expect(page.locator("tr[data-task-name='backup-db'] .strip a").last).to_have_attribute(
         "data-status", "succeeded")
     shoot(page, "tasks")
 
@@ -180,7 +180,7 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     page.get_by_role("navigation").get_by_role("link", name="Tasks").click()
     page.get_by_role("button", name="Switch language").click()
     expect(page.get_by_role("heading", name="任务", level=1)).to_be_visible()
-    expect(page.locator("tr[data-task-name='backup-db'] .badge")).to_be_visible()
+    expect(page.locator("tr[data-task-name='backup-db'] .strip a").last).to_be_visible()
     shoot(page, "tasks-zh")
     page.goto(f"/#/runs/{runs['prices']}")
     expect(page.locator("#log-state")).to_have_attribute("data-state", "ended")
