@@ -16,7 +16,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from qledge.operations import notify_ops
+from qledge.operations import notifications as notify_ops
 
 from _receivers import HttpReceiver, SmtpReceiver, text_of
 from support import ADMIN, Server, make_runtime, unavailable, wait_terminal

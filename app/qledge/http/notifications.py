@@ -17,7 +17,7 @@ from starlette.routing import Route
 from .. import ids, limits
 from ..db import notifications as q
 from ..notifications import rules as notify
-from ..operations import notify_ops
+from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
 from .context import runtime_of

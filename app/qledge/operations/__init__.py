@@ -11,7 +11,7 @@ they hand work to (dispatcher, scheduler, cancellation, sync loop) is runtime/.
 
 Tasks, runs, envs and apps are re-exported here (`operations.trigger(...)`); the
 notification, script-run, subscription and dependency operations are imported
-by their module (`from qledge.operations import notify_ops`).
+by their module (`from qledge.operations import notifications`).
 """
 
 from .apps import NameTaken, WrongCredentials, create_app, delete_app, issue_app_token
