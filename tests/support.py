@@ -15,13 +15,13 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import pytest
 
 from qledge import paths, settings
 from qledge.db import backend, migrate, runs
-from qledge.model import Run, RunStatus
+from qledge.model import Concurrency, Run, RunStatus
 from qledge.runtime.lifecycle import Runtime
 
 import _skips
@@ -179,7 +179,7 @@ async def add_task(rt: Runtime, command: str) -> str:
     async with rt.db.write() as tx:
         task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
             name="t", command=command, env={}, labels=[],
-            concurrency="allow"), 1)
+            concurrency=Concurrency.ALLOW), 1)
     return task.id
 
 
@@ -427,8 +427,8 @@ class Server:
 
 
 
-def eventually(predicate: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.02,
-               what: str = "the condition") -> T:
+def eventually(predicate: Callable[[], T | None], *, timeout: float = 30.0,
+               interval: float = 0.02, what: str = "the condition") -> T:
     """Call `predicate` every `interval` s until it returns something truthy, and return
     that; after `timeout` s fail naming `what` was awaited. The one polling wait of the
     suite: no fixed sleep where there is an event to wait on."""
@@ -442,8 +442,9 @@ def eventually(predicate: Callable[[], T], *, timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
-async def eventually_async(predicate: Callable[[], Awaitable[T]], *, timeout: float = 30.0,
-                           interval: float = 0.02, what: str = "the condition") -> T:
+async def eventually_async(predicate: Callable[[], Awaitable[T | None]], *,
+                           timeout: float = 30.0, interval: float = 0.02,
+                           what: str = "the condition") -> T:
     """`eventually` for a coroutine predicate, sleeping on the event loop."""
     deadline = time.monotonic() + timeout
     while True:
@@ -484,9 +485,12 @@ def wait_terminal(http: object, run_id: str, timeout: float = 30.0) -> dict[str,
         run: dict[str, object] = http.get(f"/api/v1/runs/{run_id}").json()  # type: ignore[attr-defined]
         return run
 
+    def ended() -> dict[str, object] | None:
+        run = get()
+        return run if run["terminal"] else None
+
     try:
-        return eventually(lambda: (run := get())["terminal"] and run, timeout=timeout,
-                          what=f"run {run_id} to be terminal")
+        return eventually(ended, timeout=timeout, what=f"run {run_id} to be terminal")
     except AssertionError:
         return get()
 
@@ -582,9 +586,7 @@ def unprivileged(uid: int) -> Unprivileged:
     raise AssertionError("unreachable")
 
 
-
-
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """A prerequisite of a promised check is missing: skip with the reason on a
     developer's machine, but FAIL under CI, where scripts/bootstrap installs
     everything and a skip would hide the promise going unproven."""

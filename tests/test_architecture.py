@@ -447,7 +447,7 @@ def wiring_assignments(rel: str, tree: ast.Module) -> list[str]:
         for target in _targets(node):
             if isinstance(target, ast.Attribute) and not (
                     isinstance(target.value, ast.Name) and target.value.id == "self"):
-                found.append(f"{rel}:{node.lineno}: {ast.unparse(target)}")
+                found.append(f"{rel}:{getattr(node, 'lineno', 0)}: {ast.unparse(target)}")
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "setattr"):
             found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
