@@ -182,7 +182,11 @@ async def handle_field_error(request: Request, exc: Exception) -> Response:
     400 on /open — the status each API has always given bad input."""
     assert isinstance(exc, FieldError)
     kind = BadRequest if request.url.path.startswith("/open/") else Invalid
-    return await handle_api_error(request, kind(exc.message, field=exc.field))
+    # `rule` (the FieldError's stable code) and its `params` let a client say it in its
+    # own language (the panel's catalogue: i18n.js `code.<rule>`); `message` stays English.
+    params = {k: v for k, v in exc.params.items() if v is not None}
+    return await handle_api_error(request, kind(
+        exc.message, field=exc.field, extra={"rule": exc.code, "params": params}))
 
 
 async def handle_environment(request: Request, exc: Exception) -> Response:

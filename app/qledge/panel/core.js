@@ -233,14 +233,18 @@ function confirmDialog(title, message, okLabel, danger) {
   });
 }
 
-// ---- API
+// ---- API (a field rule, `rule` + `params` (docs/api.md): 中文 from i18n `code.<rule>`)
+function ruleText(b, english) {
+  if (typeof b.rule !== 'string' || lang === 'en') return english;
+  if (!STRINGS.zh['code.' + b.rule]) return t('code.unknown', { message: english, code: b.rule });
+  const p = b.params || {};
+  return t('code.' + b.rule, { ...p, field: b.field || '', unit: p.unit && words('code.unit.', p.unit) });
+}
 class ApiError extends Error {
   constructor(status, body, fallback) {
-    super((body && body.message) || fallback || `HTTP ${status}`);
-    this.status = status;
-    this.code = (body && body.error) || '';
-    this.field = (body && body.field) || null;
-    this.body = body || {};
+    const b = body || {};
+    super(ruleText(b, b.message || fallback || `HTTP ${status}`));
+    Object.assign(this, { status, code: b.error || '', field: b.field || null, body: b });
   }
 }
 async function api(method, path, body, opts) {
