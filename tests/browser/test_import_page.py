@@ -19,6 +19,9 @@ def test_the_report_says_kinds_and_outcomes_in_chinese(page: Page, appliance: Ap
     sign_in(page)
     page.goto("/#/system")
     page.get_by_role("button", name="中文").click()
+    system = page.locator(".system")
+    expect(system).to_contain_text("启动时")  # the rounds' kinds, not the server's words
+    expect(system).not_to_contain_text(re.compile(r"\b(periodic|startup)\b"))
     card = page.locator("#sys-import")
     check = card.get_by_role("button", name="检查")
     expect(check).to_be_disabled()  # nothing chosen yet: nothing to check

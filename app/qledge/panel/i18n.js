@@ -602,5 +602,7 @@ export const STRINGS = ((table) => {
   'imp.confirmTitle': 'Import this backup?|导入此备份？',
   'imp.confirm': '{create} will be created, {change} updated, {skip} skipped; {conflict} in conflict stay as they are.|将新建 {create} 项、更新 {change} 项、跳过 {skip} 项；{conflict} 项冲突保持不变。',
   'imp.result': 'Imported: {create} created, {change} updated, {skip} skipped, {conflict} not imported (conflict).|导入完成：新建 {create} 项，更新 {change} 项，跳过 {skip} 项，{conflict} 项因冲突未导入。',
+  'round.periodic': 'periodic (every supervision round)|定期（每轮巡检）',
+  'round.startup': 'at start-up|启动时',
   'imp.deps': '{n} dependencies are queued for installation: follow them on the Dependencies page.|{n} 个依赖已排队安装：可在“依赖”页面查看进度。',
 });

@@ -6,7 +6,7 @@ function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
   const counts = Object.entries(report.counts || {});
   const cols = [t('system.outcome'), t('system.count')];
-  return h('div', dl([[t('system.kind'), report.kind],
+  return h('div', dl([[t('system.kind'), words('round.', report.kind)],
       [t('system.when'), fmtTime(report.finished_at_ms || report.started_at_ms)],
       [t('system.took'), report.finished_at_ms
         ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
