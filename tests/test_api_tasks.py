@@ -3,6 +3,8 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+from qledge.tasks.spec import MAX_NAME
+
 pytestmark = pytest.mark.pg  # also run on PostgreSQL: scripts/test's QLTEST_BACKEND=pg pass
 
 TASK = {"name": "hello", "command": "echo hi", "schedule": "*/5 * * * *", "timeout_s": 60,
@@ -128,3 +130,13 @@ def test_a_task_form_out_of_bounds_is_refused_at_save(client: TestClient) -> Non
     assert client.post("/api/v1/tasks", json={**TASK, "command": "task none.py"}
                        ).status_code == 201
     assert len(client.get("/api/v1/tasks").json()["items"]) == 2
+
+
+def test_a_field_error_names_its_rule_and_the_params_a_translation_needs(
+        client: TestClient) -> None:
+    r = client.post("/api/v1/tasks", json={**TASK, "schedule": "99 * * * *"})
+    assert {k: r.json()[k] for k in ("error", "field", "rule", "params")} == {
+        "error": "INVALID", "field": "schedule", "rule": "BAD_SCHEDULE", "params": {}}
+    r = client.post("/api/v1/tasks", json={**TASK, "name": "n" * (MAX_NAME + 1)})
+    assert (r.status_code, r.json()["rule"], r.json()["params"]) == (
+        422, "TOO_LONG", {"max": MAX_NAME, "unit": "characters"}), r.json()

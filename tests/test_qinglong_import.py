@@ -422,6 +422,9 @@ def test_the_panel_backup_archive_and_the_upload(tmp_path: Path) -> None:
 
         bad = srv.http.post("/api/v1/imports/qinglong", files={"file": ("x.tgz", b"junk")})
         assert bad.status_code == 422 and bad.json()["error"] == "IMPORT_SOURCE_INVALID"
+        # the reason, without the server's path of the upload (issue 38)
+        assert bad.json()["message"] == ("the uploaded file is neither a QingLong data"
+                                         " directory nor a .tgz backup archive"), bad.json()
         # a declared body over the cap: 413 before a byte of it is read
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
             sock.sendall(b"POST /api/v1/imports/qinglong HTTP/1.1\r\nHost: x\r\n"

@@ -77,3 +77,15 @@ test('q, apiPath, shortId, placeText', () => {
   assert.equal(en.placeText({ node: 'n2', labels: ['gpu', 'arm'] }),
     en.t('place', { node: 'n2', labels: 'gpu arm' }));
 });
+
+test('ApiError says a field rule in 中文 with its params; English and unknown rules keep the server text', () => {
+  const body = { error: 'INVALID', field: 'name', message: 'name is longer than 200 characters',
+    rule: 'TOO_LONG', params: { max: 200, unit: 'characters' } };
+  assert.equal(new en.ApiError(422, body).message, body.message);
+  const said = new zh.ApiError(422, body).message;
+  assert.equal(said, 'name 超过 200 个字符');
+  const odd = new zh.ApiError(422, { ...body, rule: 'NO_SUCH_RULE' });
+  assert.equal(odd.message, `${body.message}（NO_SUCH_RULE）`);
+  assert.equal(odd.code, 'INVALID');
+  assert.equal(new zh.ApiError(0, null, 'offline').message, 'offline');
+});

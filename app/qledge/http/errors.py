@@ -201,7 +201,10 @@ def _file_pool(exc: Exception, bad_input: type[ApiError]) -> ApiError:
 def _field_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     """A domain rule's refusal (fields.py), naming the field."""
     assert isinstance(exc, FieldError)
-    return bad_input(exc.message, field=exc.field)
+    # `rule` (the FieldError's stable code) and its `params` let a client say it in its
+    # own language (the panel's catalogue: i18n.js `code.<rule>`); `message` stays English.
+    params = {k: v for k, v in exc.params.items() if v is not None}
+    return bad_input(exc.message, field=exc.field, extra={"rule": exc.code, "params": params})
 
 
 def _environment(exc: Exception, bad_input: type[ApiError]) -> ApiError:

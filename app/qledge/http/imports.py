@@ -12,6 +12,7 @@ report (importer/report.py's as_json): labels, actions and reasons, never a valu
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -96,7 +97,10 @@ async def qinglong(request: Request) -> Response:
         plan = await imports.upload(rt, upload, apply=flag in ("true", "1"),
                                     on_conflict=on_conflict, with_logs=with_logs)
     except SourceError as exc:  # a source that cannot be imported
-        error: Invalid | StateConflict = Invalid(str(exc), field="file")
+        # The upload's file and scratch folder are server paths: never in an answer.
+        where = re.escape(str(rt.settings.data_path)) + r"/\S*"
+        said = re.sub(where, "the uploaded file", str(exc))
+        error: Invalid | StateConflict = Invalid(said, field="file")
         error.code = "IMPORT_SOURCE_INVALID"
         raise error from None
     except ImportFailed as exc:  # an import that failed and was undone

@@ -59,9 +59,7 @@ function fmtRelative(ms) {
 function fmtDur(ms) {
   if (ms == null || ms < 0) return '—';
   if (ms < 1000) return t('dur.ms', { n: Math.round(ms) });
-  if (ms < 60e3) {
-    return t('dur.s', { n: ms % 1000 === 0 ? ms / 1000 : (ms / 1000).toFixed(ms < 10e3 ? 2 : 1) });
-  }
+  if (ms < 60e3) return t('dur.s', { n: ms % 1000 === 0 ? ms / 1000 : (ms / 1000).toFixed(ms < 10e3 ? 2 : 1) });
   const s = Math.round(ms / 1000);
   if (s < 3600) return t('dur.min', { m: Math.floor(s / 60), s: s % 60 });
   if (s < 86400) return t('dur.h', { h: Math.floor(s / 3600), m: Math.floor((s % 3600) / 60) });
@@ -70,8 +68,7 @@ function fmtDur(ms) {
 function fmtBytes(n) {
   if (n == null || Number.isNaN(Number(n))) return '—';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = Number(n);
-  let i = 0;
+  let v = Number(n); let i = 0;
   while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
   return (i === 0 ? String(v) : v.toFixed(v < 10 ? 1 : 0)) + ' ' + units[i];
 }
@@ -117,10 +114,8 @@ function badge(status) {
   return h('span', { class: `badge badge-${status}`, 'data-status': status },
     statusLabel(status));
 }
-function btn(label, onclick, cls, extra) {
-  return h('button', { type: 'button', class: 'btn ' + (cls || ''), onclick, ...(extra || {}) },
-    label);
-}
+const btn = (label, onclick, cls, extra) =>
+  h('button', { type: 'button', class: 'btn ' + (cls || ''), onclick, ...(extra || {}) }, label);
 function field(id, label, control, help, err) {
   const helpId = help ? id + '-help' : null;
   const errId = id + '-err';
@@ -233,14 +228,18 @@ function confirmDialog(title, message, okLabel, danger) {
   });
 }
 
-// ---- API
+// ---- API (a field rule, `rule` + `params` (docs/api.md): 中文 from i18n `code.<rule>`)
+function ruleText(b, english) {
+  if (typeof b.rule !== 'string' || lang === 'en') return english;
+  if (!STRINGS.zh['code.' + b.rule]) return t('code.unknown', { message: english, code: b.rule });
+  const p = b.params || {};
+  return t('code.' + b.rule, { ...p, field: b.field || '', unit: p.unit && words('code.unit.', p.unit) });
+}
 class ApiError extends Error {
   constructor(status, body, fallback) {
-    super((body && body.message) || fallback || `HTTP ${status}`);
-    this.status = status;
-    this.code = (body && body.error) || '';
-    this.field = (body && body.field) || null;
-    this.body = body || {};
+    const b = body || {};
+    super(ruleText(b, b.message || fallback || `HTTP ${status}`));
+    Object.assign(this, { status, code: b.error || '', field: b.field || null, body: b });
   }
 }
 async function api(method, path, body, opts) {

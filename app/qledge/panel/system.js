@@ -1,12 +1,12 @@
 /* qledge panel: the appliance's health (#/system). */
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
-  heading, failBox, btn, guarded } from './core.js';
+  heading, failBox, btn, guarded, confirmDialog, notify } from './core.js';
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
   const counts = Object.entries(report.counts || {});
   const cols = [t('system.outcome'), t('system.count')];
-  return h('div', dl([[t('system.kind'), report.kind],
+  return h('div', dl([[t('system.kind'), words('round.', report.kind)],
       [t('system.when'), fmtTime(report.finished_at_ms || report.started_at_ms)],
       [t('system.took'), report.finished_at_ms
         ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
@@ -126,21 +126,39 @@ function nodesView(n) {
     }), { class: 'compact' }));
 }
 
-// QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply.
+// QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply
+// (after a confirmation that counts what it will do), then what was done.
+function tally(r) {
+  const n = { create: 0, change: 0, skip: 0, conflict: 0 };
+  for (const per of Object.values(r.counts || {})) for (const a in n) n[a] += per[a] || 0;
+  return n;
+}
 function importCard() {
   const file = h('input', { type: 'file', accept: '.tgz', id: 'imp-file' });
   const out = h('div', { id: 'imp-out' });
   const cols = [t('system.kind'), t('system.outcome'), t('system.impItem')];
-  const send = guarded(async (apply) => {
+  const report = (r) => grid(null, cols, r.items.map((i) => row({ 'data-kind': i.kind }, cols,
+    words('imp.kind.', i.kind), words(r.applied ? 'imp.done.' : 'imp.action.', i.action),
+    [i.label, ' ', h('span.muted', [i.reason, ...i.notes].filter(Boolean).join('; '))])),
+  { class: 'compact imp-report' });
+  const send = guarded(async (apply, checked) => {
+    if (apply && !await confirmDialog(t('imp.confirmTitle'), t('imp.confirm', tally(checked)),
+      t('system.impApply'))) return;
     const body = new FormData();
     body.append('file', file.files[0]);
     const r = await api('POST', '/imports/qinglong?apply=' + apply, body);
-    fill(out, grid(null, cols, r.items.map((i) => row(null, cols, i.kind, i.action,
-      [i.label, ' ', h('span.muted', [i.reason, ...i.notes].filter(Boolean).join('; '))]))),
-    apply ? null : btn(t('system.impApply'), () => send(true)));
+    const deps = ((r.counts || {}).dependency || {}).create || 0;
+    const said = apply ? [t('imp.result', tally(r)), deps ? ' ' + t('imp.deps', { n: deps }) : '']
+      .join('') : null;
+    fill(out, said ? h('p.on', { id: 'imp-result', role: 'status' }, said) : null, report(r),
+      apply ? null : btn(t('system.impApply'), () => send(true, r), 'primary',
+        { 'data-action': 'imp-apply' }));
+    if (said) notify(said, 'ok');
   });
-  return h('section.card', { id: 'sys-import' }, h('h2', t('system.import')), file,
-    btn(t('system.impCheck'), () => file.files[0] && send(false)), out);
+  const check = btn(t('system.impCheck'), () => send(false), '', { 'data-action': 'imp-check' });
+  check.disabled = true;
+  file.addEventListener('change', () => { check.disabled = !file.files.length; fill(out); });
+  return h('section.card', { id: 'sys-import' }, h('h2', t('system.import')), file, check, out);
 }
 
 function viewSystem(main, alive) {
