@@ -92,9 +92,9 @@ def schedule_after_2038() -> list[str]:
 
 
 def qinglong_dates() -> list[str]:
-    from qledge.http import qinglong
+    from qledge.http.qinglong import wire
 
-    return [qinglong.iso(Y2100_MS), qinglong._timestamp(AFTER_2038_MS)]
+    return [wire.iso(Y2100_MS), wire.timestamp(AFTER_2038_MS)]
 
 
 def log_past_2gib() -> list[int]:
