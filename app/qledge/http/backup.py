@@ -13,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import backup as backups
 from ..clock import now_ms
 from .context import runtime_of
 from .errors import StateConflict, json_response
@@ -73,6 +72,10 @@ async def download(request: Request) -> Response:
     logs, history = _flag(request, "logs"), _flag(request, "history")
 
     def produce() -> None:
+        # Imported when a backup is asked for: an idle worker never loads tarfile and the
+        # writer (tests/test_imports_idle.py).
+        from .. import backup as backups
+
         try:
             backups.write(conf, pipe, with_logs=logs, with_history=history)  # type: ignore[arg-type]
         finally:
@@ -96,6 +99,8 @@ async def download(request: Request) -> Response:
 
 
 async def estimate(request: Request) -> Response:
+    from .. import backup as backups  # on use, as in download()
+
     conf = runtime_of(request).settings
     sizes = await asyncio.to_thread(backups.estimate, conf, with_logs=_flag(request, "logs"))
     return json_response({"parts": sizes, "total": sum(sizes.values())})
