@@ -35,6 +35,7 @@ from qledge.operations import create_task, trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
+from qledge.tasks.writable import task_fields  # noqa: E402
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -75,8 +76,8 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
     rt.dispatcher.on_spawned = on_spawned
     rt.watcher._on_exit = on_exited
     rt._finish = on_finish  # type: ignore[method-assign]
-    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
-                                  "concurrency": "allow"})
+    task = await create_task(rt, task_fields({
+        "name": "b", "command": "true", "env": {}, "labels": [], "concurrency": "allow"}))
     start_ms: list[float] = []
     complete_ms: list[float] = []
     for _ in range(runs):
@@ -106,8 +107,8 @@ async def latency(state: Path, runs: int) -> dict[str, float]:
 async def throughput(state: Path, burst: int) -> float:
     rt = _runtime(state, profile="standalone")
     await rt.start()
-    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
-                                  "concurrency": "allow"})
+    task = await create_task(rt, task_fields({
+        "name": "b", "command": "true", "env": {}, "labels": [], "concurrency": "allow"}))
     t0 = time.perf_counter()
     for _ in range(burst):
         await trigger(rt, task.id, Trigger.API)
@@ -136,8 +137,8 @@ async def backlog(state: Path, n: int, batch: int) -> float:
     await rt.disk.stop()
     aids: list[str] = []
     async with rt.db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), {"name": "b", "command": "true",
-                                                         "env": {}, "labels": []}, 1)
+        task = await tasks.create_task(tx, ids.uuid7(), task_fields({
+            "name": "b", "command": "true", "env": {}, "labels": []}), 1)
         for _ in range(n):
             run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.API, 1)
             aid = ids.uuid7()

@@ -132,6 +132,7 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     from qledge.paths import prepare_roots
     from qledge.receipts.codec import Receipt, encode, new_token
     from qledge.runtime.lifecycle import Runtime
+    from qledge.tasks.writable import task_fields
 
     launcher = str(REPO / "build" / "launcher" / os.uname().machine / "ql-launch")
     if variant == "fsync-log":
@@ -152,9 +153,9 @@ async def _inner(state: Path, runs: int, warmup: int, spaced: bool,
     await rt.start()
     while rt.disk.loop.rounds < 1:  # the start-up retention round, outside the window
         await asyncio.sleep(0.01)
-    task = await create_task(rt, {"name": "b", "command": "true", "env": {}, "labels": [],
-                                  "concurrency": "allow",
-                                  **({"keep_runs": STEADY_KEEP} if steady else {})})
+    task = await create_task(rt, task_fields({
+        "name": "b", "command": "true", "env": {}, "labels": [], "concurrency": "allow",
+        **({"keep_runs": STEADY_KEEP} if steady else {})}))
     if steady:
         # The rounds run explicitly after each attempt (below), not on their timers;
         # the journal row is due at once instead of 2 minutes later (it ages out in

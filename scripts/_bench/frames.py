@@ -74,6 +74,7 @@ async def _measure(state: Path, runs: int, warmup: int,
     from qledge.operations import create_task
     from qledge.paths import prepare_roots
     from qledge.runtime.lifecycle import Runtime
+    from qledge.tasks.writable import task_fields
 
     conf = settings.load({
         "QLEDGE_STATE_DIR": str(state), "QLEDGE_ADMIN_TOKEN": "x" * 32,
@@ -84,8 +85,9 @@ async def _measure(state: Path, runs: int, warmup: int,
     await rt.start()
     await rt.supervision.stop()
     await rt.disk.loop.stop()
-    task = await create_task(rt, {"name": "f", "command": "true", "env": {}, "labels": [],
-                                  "concurrency": "allow", "keep_runs": KEEP})
+    task = await create_task(rt, task_fields({
+        "name": "f", "command": "true", "env": {}, "labels": [], "concurrency": "allow",
+        "keep_runs": KEEP}))
 
     for _ in range(warmup):
         await run_once(rt, task.id)

@@ -34,6 +34,7 @@ from qledge.model import Trigger  # noqa: E402
 from qledge.operations import trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
 from qledge.runtime.lifecycle import Runtime  # noqa: E402
+from qledge.tasks.writable import task_fields  # noqa: E402
 
 COLUMNS = ("min", "runs", "keep3", "keep3@ret", "active", "j.active", "j.settled", "j.terminal",
            "j.quar", "logs", "receipts", "db KiB", "wal KiB", "ret.del", "lost")
@@ -85,7 +86,7 @@ async def main_async(args: argparse.Namespace, state: Path) -> None:
                           "labels": [], "concurrency": "allow"}
                 if i == 0:
                     fields["keep_runs"] = 3
-                tasks.append((await tasks.create_task(tx, ids.uuid7(), fields, 1)).id)
+                tasks.append((await tasks.create_task(tx, ids.uuid7(), task_fields(fields), 1)).id)
         keep3 = tasks[0]
         real_round = rt.disk.retention.round
 
