@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO / "app"))
 
 from qledge import ids, settings  # noqa: E402
 from qledge.db import journal, migrate  # noqa: E402
+from qledge.db import tasks as task_rows  # noqa: E402
 from qledge.model import Trigger  # noqa: E402
 from qledge.operations import trigger  # noqa: E402
 from qledge.paths import prepare_roots  # noqa: E402
@@ -86,7 +87,8 @@ async def main_async(args: argparse.Namespace, state: Path) -> None:
                           "labels": [], "concurrency": "allow"}
                 if i == 0:
                     fields["keep_runs"] = 3
-                tasks.append((await tasks.create_task(tx, ids.uuid7(), task_fields(fields), 1)).id)
+                task = await task_rows.create_task(tx, ids.uuid7(), task_fields(fields), 1)
+                tasks.append(task.id)
         keep3 = tasks[0]
         real_round = rt.disk.retention.round
 
