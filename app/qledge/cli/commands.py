@@ -101,6 +101,13 @@ def _backup(args: argparse.Namespace) -> int:
     return backup_cli.backup_cmd(args)
 
 
+def _restore(args: argparse.Namespace) -> int:
+    setup_logging()
+    from .restore import restore_cmd
+
+    return restore_cmd(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="qledge")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -162,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     bk.add_argument("--with-history", action="store_true", help="also the run history")
     bk.add_argument("--no-gzip", action="store_true", help="a plain tar")
     bk.set_defaults(func=_backup)
+    rs = sub.add_parser("restore", help="restore a backup archive (docs/backup.md)")
+    rs.add_argument("archive", help="the archive (- for stdin)")
+    rs.add_argument("--replace", action="store_true", help="replace this appliance's data")
+    rs.add_argument("--force", action="store_true", help="even while runs are executing")
+    rs.set_defaults(func=_restore)
     args = parser.parse_args(argv)
     if args.cmd == "backup" and args.what == "verify" and not args.archive:
         parser.error("backup verify takes the archive's path")

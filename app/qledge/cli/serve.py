@@ -41,6 +41,10 @@ def serve(*, boot_id: str | None = None) -> int:
         paths.prepare_roots(conf)
         isolation.check_layout(conf)
         lock_fd = paths.acquire_runtime_lock(conf)
+        if not conf.fleet:  # a staged restore is put in place before the database opens
+            from ..backup import swap
+
+            swap.apply_pending(conf)
         if conf.fleet:
             log.info("fleet mode: database %s, node %s", settings.redact_dsn(conf.database_url),
                      conf.node_name or "(host name)")
@@ -85,6 +89,7 @@ def serve(*, boot_id: str | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        app.state.restart = stop.set  # a staged restore: exit, supervisord starts us again
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
     factory = _loop_factory()

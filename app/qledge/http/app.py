@@ -27,6 +27,7 @@ from . import (
     notifications,
     panel,
     qinglong,
+    restore,
     runs,
     schedule,
     scripts,
@@ -58,7 +59,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     api = [*tasks.routes, *task_lists.routes, *runs.routes, *logs_sse.routes, *system.routes,
            *envs.routes, *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
-           *imports.routes, *nodes.routes, *signin.routes, *backup.routes]
+           *imports.routes, *nodes.routes, *signin.routes, *backup.routes,
+           *restore.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
@@ -71,7 +73,8 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
                 Mount("/open", app=qinglong.application())],
         # Guard first: the body limit and JSON for unhandled errors cover everything.
         middleware=[Middleware(Guard, max_body_bytes=settings.max_body_bytes,
-                               wider={**scripts.body_ceilings(), **imports.body_ceilings()},
+                               wider={**scripts.body_ceilings(), **imports.body_ceilings(),
+                                      **restore.body_ceilings()},
                                shapes={"/open": render_qinglong}),
                     Middleware(AdminAuth)],
         exception_handlers=dict(HANDLERS),

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import auth
+from ..backup.errors import BackupInvalid, RestoreError
 from ..db import errors as storage
 from ..db.rows import Conflict, NotFound
 from ..fields import FieldError
@@ -305,6 +306,20 @@ def _weak_password(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     return Invalid(str(exc), field="new")
 
 
+# A backup or restore refused (docs/backup.md): the archive (422), this appliance's
+# state (409), room on the data volume (507); `code` and `params` as raised.
+RESTORE_STATUS = {"RESTORE_NOT_EMPTY": 409, "RESTORE_RUNS_ACTIVE": 409,
+                  "RESTORE_PENDING": 409, "RESTORE_FLEET": 409, "RESTORE_NO_SPACE": 507,
+                  "RESTORE_CURRENT_UNREADABLE": 500}
+
+
+def _backup_refused(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    assert isinstance(exc, BackupInvalid | RestoreError)
+    mapped = ApiError(str(exc), extra={"params": dict(exc.params)})
+    mapped.status, mapped.code = RESTORE_STATUS.get(exc.code, 422), exc.code
+    return mapped
+
+
 Mapping = Callable[[Exception, type[ApiError]], ApiError]
 Handler = Callable[[Request, Exception], Awaitable[Response]]
 MAPPINGS: dict[type[Exception], Mapping] = {
@@ -324,6 +339,8 @@ MAPPINGS: dict[type[Exception], Mapping] = {
     EnvironmentTooLarge: _environment,
     auth.AuthRefused: _auth_refused,
     auth.WeakPassword: _weak_password,
+    BackupInvalid: _backup_refused,
+    RestoreError: _backup_refused,
 }
 
 

@@ -13,6 +13,7 @@ from typing import IO
 
 import msgspec
 
+from .errors import BackupInvalid
 from .manifest import (
     AREAS,
     DB_NAME,
@@ -24,19 +25,12 @@ from .manifest import (
     decode_format,
     decode_manifest,
 )
+from .reader import open_archive
 
 MAX_MEMBER_BYTES = 16 * 1024**3  # an absurd size is refused before a byte is read
 MAX_SMALL_BYTES = 16 * 1024**2   # FORMAT and manifest.json
 MAX_MEMBERS = 1_000_000
 CHUNK = 64 * 1024
-
-
-class BackupInvalid(Exception):
-    """`code` is stable (BACKUP_*); `params` say what the translation needs."""
-
-    def __init__(self, code: str, message: str, **params: object) -> None:
-        super().__init__(message)
-        self.code, self.params = code, params
 
 
 def check_name(name: str) -> None:
@@ -74,7 +68,7 @@ def verify(source: IO[bytes], sink: Sink | None = None) -> Manifest:
     seen: dict[str, tuple[str, int, str]] = {}
     manifest: Manifest | None = None
     try:
-        tar = tarfile.open(fileobj=source, mode="r|*")  # noqa: SIM115 (closed below)
+        tar = tarfile.open(fileobj=open_archive(source), mode="r|*")  # noqa: SIM115 (closed below)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupInvalid("BACKUP_NOT_AN_ARCHIVE", f"not a readable archive: {exc}") from exc
     try:
