@@ -58,6 +58,7 @@ def _fill(conf: settings.Settings, tag: str, *, binary: bytes = b"") -> None:
     asyncio.run(rows())
     (conf.scripts_path / "sub").mkdir(exist_ok=True)
     (conf.scripts_path / f"{tag}.py").write_bytes(f"print('{tag}')\n".encode())
+    (conf.scripts_path / f"{tag}.py").chmod(0o750)
     (conf.scripts_path / "sub" / f"{tag}.bin").write_bytes(binary or os.urandom(5000))
     (conf.script_history_path / f"{tag}.py.1").write_bytes(b"old\n")
 
@@ -114,6 +115,7 @@ def test_restore_into_an_empty_appliance(conf: settings.Settings, archive: Path,
     src = make_settings(tmp_path / "src")
     assert _state(conf) == _state(src)
     assert (conf.scripts_path / "sub" / "src.bin").read_bytes() == bytes(range(256)) * 40
+    assert (conf.scripts_path / "src.py").stat().st_mode & 0o777 == 0o750  # x bits kept
     # Committed: no marker, staging or previous state left.
     assert not [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir())
                 if p.name.startswith((".restore", "restore-"))]

@@ -66,8 +66,10 @@ class _Stager:
                 return
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.dirs.add(target.parent)
-            fd = os.open(target, _NEW_FILE, 0o600 if target == self.db_file else 0o644)
+            fd = os.open(target, _NEW_FILE, 0o600)
             try:
+                if target != self.db_file:  # a script keeps its x bits, never g/o write
+                    os.fchmod(fd, (info.mode & 0o755) | 0o600)
                 for data in chunks:
                     view = memoryview(data)
                     while view:

@@ -165,7 +165,8 @@ def write(conf: Settings, out: IO[bytes], *, gzip: bool = True, with_logs: bool 
 def _add_fd(tar: tarfile.TarFile, name: str, fd: int, st: os.stat_result) -> Member:
     # The size is fixed here: a log still growing is cut at this size, never torn.
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = st.st_size, 0o600, int(st.st_mtime)
+    info.size, info.mtime = st.st_size, int(st.st_mtime)
+    info.mode = (stat.S_IMODE(st.st_mode) & 0o755) | 0o600  # x bits kept (restore)
     reader = _Hashing(fd, st.st_size)
     tar.addfile(info, reader)
     return Member(name=name, kind="file", size=st.st_size, sha256=reader.digest.hexdigest())
