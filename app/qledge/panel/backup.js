@@ -1,0 +1,80 @@
+/* qledge panel: System → Backup & restore (docs/backup.md). The download is a plain link
+   (streamed by the browser, starts at once); a restore uploads the file as the body. */
+import { t, h, fill, btn, api, guarded, confirmDialog, notify, fmtBytes, ApiError } from './core.js';
+
+// A refusal's code (BACKUP_*, RESTORE_*) in the panel's words, else the server's.
+function said(e) {
+  const key = 'bk.err.' + e.code;
+  return t(key) === key ? e.message : t(key, (e.body && e.body.params) || {});
+}
+
+function downloadPart() {
+  const logs = h('input', { type: 'checkbox', id: 'bk-logs' });
+  const hist = h('input', { type: 'checkbox', id: 'bk-history' });
+  const size = h('p.small.muted', { id: 'bk-size' });
+  const link = h('a', { class: 'btn primary', id: 'bk-download', download: '' }, t('bk.download'));
+  const update = () => {
+    const p = new URLSearchParams();
+    if (logs.checked) p.set('logs', '1');
+    if (hist.checked) p.set('history', '1');
+    link.href = '/api/v1/backup' + (p.toString() ? '?' + p : '');
+    api('GET', '/backup/estimate' + (logs.checked ? '?logs=1' : '')).then((r) => fill(size,
+      t('bk.size', { parts: Object.entries(r.parts).map(([k, v]) => `${t('bk.part.' + k)} `
+        + fmtBytes(v)).join(' · '), total: fmtBytes(r.total) })), (e) => fill(size, e.message));
+  };
+  logs.addEventListener('change', update);
+  hist.addEventListener('change', update);
+  update();
+  return [h('div', h('label', logs, ' ', t('bk.withLogs'))),
+    h('div', h('label', hist, ' ', t('bk.withHistory'))), size, link];
+}
+
+async function upload(file) {
+  const res = await fetch('/api/v1/restore?replace=1', { method: 'POST', body: file,
+    credentials: 'same-origin', headers: { 'Content-Type': 'application/octet-stream' } });
+  let data = null;
+  try { data = await res.json(); } catch (e) { /* not JSON */ }
+  if (!res.ok) throw new ApiError(res.status, data, res.statusText);
+  return data;
+}
+
+function restorePart() {
+  const file = h('input', { type: 'file', id: 'bk-file', accept: '.gz,.tgz,.tar' });
+  const out = h('div', { id: 'bk-out', role: 'status' });
+  const go = guarded(async () => {
+    if (!await confirmDialog(t('bk.confirmTitle'), t('bk.confirm', { name: file.files[0].name }),
+      t('bk.restore'), true)) return;
+    fill(out, h('p.muted', t('bk.checking')));
+    let r;
+    try {
+      r = await upload(file.files[0]);
+    } catch (e) {
+      fill(out, h('p.field-error', { id: 'bk-error', 'data-code': e.code || '' }, said(e)));
+      return;
+    }
+    const text = t('bk.done', { ...r.counts, deps: Object.values(r.requeued).reduce(
+      (a, b) => a + b, 0) });
+    fill(out, h('p.on', { id: 'bk-result' }, text,
+      r.restarting ? ' ' + t('bk.restarting') : ''));
+    notify(text, 'ok');
+    // The worker restarts to put the backup in place: reload once it answers again.
+    let down = false;
+    let tries = 0;
+    const back = () => fetch('/readyz').then((x) => x.ok, () => false).then((ok) => {
+      down = down || !ok;
+      if (ok && (down || ++tries > 15)) location.reload(); else setTimeout(back, 1000);
+    });
+    if (r.restarting) setTimeout(back, 1000);
+  });
+  const start = btn(t('bk.restore'), go, 'danger', { 'data-action': 'bk-restore' });
+  start.disabled = true;
+  file.addEventListener('change', () => { start.disabled = !file.files.length; fill(out); });
+  return [h('p.small.muted', t('bk.restoreHelp')), file, start, out];
+}
+
+function backupCard() {
+  return h('section.card', { id: 'sys-backup' }, h('h2', t('bk.title')),
+    h('h3', t('bk.download')), downloadPart(), h('h3', t('bk.restore')), restorePart());
+}
+
+export { backupCard };
