@@ -345,3 +345,46 @@ def test_the_api_stages_and_refuses_with_codes(conf: settings.Settings, client: 
     again = client.post("/api/v1/restore?replace=1", content=archive.read_bytes())
     assert again.status_code == 409 and again.json()["error"] == "RESTORE_PENDING"
     assert not [p for p in conf.data_path.iterdir() if p.name.startswith(".restore-upload")]
+
+
+def test_a_staged_restore_can_be_cancelled(tmp_path: Path, archive: Path) -> None:
+    conf = make_settings(tmp_path / "state")
+    _fill(conf, "old")
+    old = _state(conf)
+    with archive.open("rb") as f:
+        restore.stage(conf, f, replace=True)  # as with a running worker: staged only
+    done = _cli(conf, "--cancel")
+    assert done.returncode == 0 and b"staged restore dropped" in done.stderr
+    assert swap.apply_pending(conf) is None
+    assert _state(conf) == old
+    assert not [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir())
+                if p.name.startswith((".restore", "restore-"))]
+
+
+def test_the_reader_is_the_one_door(conf: settings.Settings, archive: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An encrypted archive needs only `reader.open_archive` replaced: here a toy
+    transform (XOR) stands in for backup/crypto.py's decrypting wrapper."""
+    from qledge.backup import reader
+
+    class Xor(io.RawIOBase):
+        def __init__(self, inner: io.BufferedReader) -> None:
+            self.inner = inner
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buf: memoryview) -> int:  # type: ignore[override]
+            data = self.inner.read(len(buf))
+            buf[: len(data)] = bytes(b ^ 0x5A for b in data)
+            return len(data)
+
+    scrambled = archive.with_suffix(".xor")
+    scrambled.write_bytes(bytes(b ^ 0x5A for b in archive.read_bytes()))
+    with scrambled.open("rb") as f, pytest.raises(backup.BackupInvalid):
+        backup.verify(f)  # not readable as it is
+    monkeypatch.setattr(reader, "open_archive", lambda source: io.BufferedReader(Xor(source)))
+    paths.prepare_roots(conf)
+    with scrambled.open("rb") as f:
+        pending = restore.stage(conf, f)
+    assert pending.counts["tasks"] == 2  # the task and its dependency queue

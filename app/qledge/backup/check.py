@@ -13,6 +13,7 @@ from typing import IO
 
 import msgspec
 
+from . import reader
 from .errors import BackupInvalid
 from .manifest import (
     AREAS,
@@ -25,7 +26,6 @@ from .manifest import (
     decode_format,
     decode_manifest,
 )
-from .reader import open_archive
 
 MAX_MEMBER_BYTES = 16 * 1024**3  # an absurd size is refused before a byte is read
 MAX_SMALL_BYTES = 16 * 1024**2   # FORMAT and manifest.json
@@ -68,7 +68,7 @@ def verify(source: IO[bytes], sink: Sink | None = None) -> Manifest:
     seen: dict[str, tuple[str, int, str]] = {}
     manifest: Manifest | None = None
     try:
-        tar = tarfile.open(fileobj=open_archive(source), mode="r|*")  # noqa: SIM115 (closed below)
+        tar = tarfile.open(fileobj=reader.open_archive(source), mode="r|*")  # noqa: SIM115 (closed below)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupInvalid("BACKUP_NOT_AN_ARCHIVE", f"not a readable archive: {exc}") from exc
     try:

@@ -128,6 +128,18 @@ def apply_pending(conf: Settings) -> Pending | None:
         return None  # a `qledge restore` is staging now; its marker is not written yet
 
 
+def cancel(conf: Settings) -> Pending | None:
+    """A staged restore dropped before its swap (`qledge restore --cancel`): the marker
+    removed first (the decision undone), then the staging. What was dropped, or None."""
+    with locked(conf):
+        pending = read_pending(conf)
+        if pending is not None:
+            (conf.data_path / MARKER).unlink()
+            fsync_dir(conf.data_path)
+        sweep(conf)
+        return pending
+
+
 def _swap(conf: Settings, pending: Pending) -> None:
     log.warning("restoring a backup (staged %s): the current state goes aside", pending.id)
     for step, (live, staged, aside) in enumerate(parts(conf, pending.id)):

@@ -170,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     bk.add_argument("--no-gzip", action="store_true", help="a plain tar")
     bk.set_defaults(func=_backup)
     rs = sub.add_parser("restore", help="restore a backup archive (docs/backup.md)")
-    rs.add_argument("archive", help="the archive (- for stdin)")
+    rs.add_argument("archive", nargs="?", default="", help="the archive (- for stdin)")
     rs.add_argument("--replace", action="store_true", help="replace this appliance's data")
     rs.add_argument("--force", action="store_true", help="even while runs are executing")
+    rs.add_argument("--cancel", action="store_true",
+                    help="drop a restore staged and not yet applied")
     rs.set_defaults(func=_restore)
     args = parser.parse_args(argv)
     if args.cmd == "backup" and args.what == "verify" and not args.archive:

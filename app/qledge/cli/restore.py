@@ -20,6 +20,22 @@ def restore_cmd(args: argparse.Namespace) -> int:
         paths.prepare_roots(conf)
     except (settings.SettingsError, paths.RootError, OSError) as exc:
         return fail(str(exc))
+    if args.cancel:
+        try:
+            lock_fd = paths.acquire_runtime_lock(conf)
+        except paths.AlreadyRunning:
+            lock_fd = -1  # a running worker applies a marker only at its start
+        try:
+            dropped = swap.cancel(conf)
+        except swap.Busy as exc:
+            return fail(f"RESTORE_BUSY: {exc}")
+        finally:
+            if lock_fd >= 0:
+                os.close(lock_fd)
+        print("staged restore dropped" if dropped else "no restore was staged", file=sys.stderr)
+        return 0
+    if not args.archive:
+        return fail("restore takes the archive's path (or - for stdin)")
     try:
         source = sys.stdin.buffer if args.archive == "-" else open(args.archive, "rb")  # noqa: SIM115
     except OSError as exc:
