@@ -139,7 +139,7 @@ def stage(conf: Settings, source: IO[bytes], *, replace: bool = False,
             done = True
             return pending
         finally:
-            if not done:
+            if not done and swap.read_pending(conf) is None:  # undecided: nothing to keep
                 for stage_dir in (stager.data_stage, stager.work_stage):
                     shutil.rmtree(stage_dir, ignore_errors=True)
 

@@ -142,7 +142,14 @@ def cancel(conf: Settings) -> Pending | None:
 
 def _swap(conf: Settings, pending: Pending) -> None:
     log.warning("restoring a backup (staged %s): the current state goes aside", pending.id)
-    for step, (live, staged, aside) in enumerate(parts(conf, pending.id)):
+    steps = parts(conf, pending.id)
+    # The -wal/-shm go aside only while the staged database still waits: once it is in
+    # place, a -wal beside it is its own.
+    db_waiting = any(staged is not None and staged.name == conf.db_path.name and
+                     os.path.lexists(staged) for _, staged, _ in steps)
+    for step, (live, staged, aside) in enumerate(steps):
+        if staged is None and not db_waiting:
+            continue
         if staged is not None and not os.path.lexists(staged):
             continue  # this part is already in place (a swap cut short and resumed)
         if os.path.lexists(live):
