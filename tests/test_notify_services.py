@@ -1,0 +1,159 @@
+"""The service picker's URLs against apprise's own parser: every catalogue entry builds
+a URL that apprise accepts, instantiates as the expected plugin, and reads back the
+values the fields gave; bad fields are refused with stable codes and parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apprise
+import pytest
+from apprise.plugins.bark import NotifyBark
+from apprise.plugins.custom_json import NotifyJSON
+from apprise.plugins.dingtalk import NotifyDingTalk
+from apprise.plugins.email import NotifyEmail
+from apprise.plugins.feishu import NotifyFeishu
+from apprise.plugins.gotify import NotifyGotify
+from apprise.plugins.lark import NotifyLark
+from apprise.plugins.ntfy import NotifyNtfy
+from apprise.plugins.pushdeer import NotifyPushDeer
+from apprise.plugins.pushplus import NotifyPushplus
+from apprise.plugins.serverchan import NotifyServerChan
+from apprise.plugins.telegram import NotifyTelegram
+from apprise.plugins.wechat import NotifyWeChat
+from apprise.plugins.wecombot import NotifyWeComBot
+from apprise.utils.parse import parse_url
+
+from qledge.fields import FieldError
+from qledge.notifications import services
+from qledge.notifications.services import build_url, service_of
+
+PUSHPLUS = "0123456789abcdef0123456789abcdef"
+
+# service id: (fields, the plugin class, {plugin attribute: the value it must read back})
+CASES: dict[str, tuple[dict[str, str], type[Any], dict[str, object]]] = {
+    "pushplus": ({"token": PUSHPLUS, "topic": "team_1"}, NotifyPushplus,
+                 {"token": PUSHPLUS, "topics": ["team_1"]}),
+    "serverchan": ({"sendkey": "SCT123456TAbCdEfGh"}, NotifyServerChan,
+                   {"token": "SCT123456TAbCdEfGh"}),
+    "bark": ({"device_key": "dEvIcE12", "server": "http://bark.lan:8080"}, NotifyBark,
+             {"host": "bark.lan", "port": 8080, "secure": False, "targets": ["dEvIcE12"]}),
+    "wecom_bot": ({"key": "693a91f6-7aaa-4bc4-97a0-0ec2"}, NotifyWeComBot,
+                  {"key": "693a91f6-7aaa-4bc4-97a0-0ec2"}),
+    "wecom_app": ({"corp_id": "ww12ab", "corp_secret": "Sec_ret-1", "agent_id": "1000002",
+                   "to_user": "zhangsan"}, NotifyWeChat,
+                  {"corpid": "ww12ab", "corpsecret": "Sec_ret-1", "agentid": "1000002",
+                   "users": ["zhangsan"]}),
+    "dingtalk": ({"token": "abc123", "sign_secret": "SEC99"}, NotifyDingTalk,
+                 {"token": "abc123", "secret": "SEC99"}),
+    "feishu": ({"token": "0a1b-2c_3d"}, NotifyFeishu, {"token": "0a1b-2c_3d"}),
+    "lark": ({"token": "0a1b-2c3d"}, NotifyLark, {"token": "0a1b-2c3d"}),
+    "telegram": ({"bot_token": "123456789:AAH_x-y", "chat_id": "-100123"}, NotifyTelegram,
+                 {"bot_token": "123456789:AAH_x-y", "targets": [(-100123, None)]}),
+    "gotify": ({"server": "https://push.example.com/gotify/", "token": "AbC.12"},
+               NotifyGotify, {"host": "push.example.com", "fullpath": "/gotify/",
+                              "token": "AbC.12", "secure": True}),
+    "ntfy": ({"topic": "alerts_1", "access_token": "tk_abc"}, NotifyNtfy,
+             {"host": "ntfy.sh", "topics": ["alerts_1"], "token": "tk_abc"}),
+    "pushdeer": ({"pushkey": "PDU12ab"}, NotifyPushDeer, {"push_key": "PDU12ab"}),
+    "email": ({"smtp_host": "smtp.qq.com", "smtp_port": "465", "email": "me@qq.com",
+               "password": "p@ss/w?rd&x", "to": "a@b.cn,c@d.cn"}, NotifyEmail,
+              {"smtp_host": "smtp.qq.com", "port": 465, "user": "me@qq.com",
+               "password": "p@ss/w?rd&x", "secure_mode": "ssl",
+               "targets": [(False, "a@b.cn"), (False, "c@d.cn")]}),
+    "webhook": ({"url": "https://hooks.example.com:8443/in/x"}, NotifyJSON,
+                {"host": "hooks.example.com", "port": 8443, "fullpath": "/in/x",
+                 "secure": True}),
+}
+
+
+def test_every_catalogue_entry_has_a_case() -> None:
+    assert set(CASES) == {s.id for s in services.SERVICES}
+
+
+@pytest.mark.parametrize("service_id", sorted(CASES))
+def test_apprise_accepts_and_reads_back(service_id: str) -> None:
+    fields, plugin, expect = CASES[service_id]
+    url = build_url(service_id, fields)
+    assert service_of(url) == service_id
+    box = apprise.Apprise()
+    assert box.add(url) is True, url
+    assert type(box[0]) is plugin
+    for attr, value in expect.items():
+        assert getattr(box[0], attr) == value, (attr, url)
+    # The plugin's own parser and apprise's generic one agree on the scheme.
+    assert plugin.parse_url(url) is not None
+    assert parse_url(url, verify_host=False)["schema"] == url.split("://")[0]
+
+
+def test_optional_fields_take_their_defaults() -> None:
+    assert build_url("bark", {"device_key": "k1"}) == "barks://api.day.app/k1"
+    assert build_url("wecom_app", {"corp_id": "w", "corp_secret": "s", "agent_id": "7"}) \
+        .endswith("@7/%40all")
+    assert build_url("dingtalk", {"token": "t1"}) == "dingtalk://t1/"
+    assert build_url("pushdeer", {"pushkey": "k1", "server": "http://deer.lan:81"}) \
+        == "pushdeer://deer.lan:81/k1"
+    mail = build_url("email", {"smtp_host": "mail.lan", "email": "a@b.cn", "security": "none"})
+    assert mail == "mailto://mail.lan?from=a%40b.cn&to=a%40b.cn&mode=insecure"
+    assert apprise.Apprise().add(mail)
+
+
+def _refused(service_id: str, fields: dict[str, str]) -> FieldError:
+    with pytest.raises(FieldError) as caught:
+        build_url(service_id, fields)
+    return caught.value
+
+
+@pytest.mark.parametrize(("service_id", "fields", "code", "field"), [
+    ("nosuch", {}, "UNKNOWN_SERVICE", "service"),
+    ("pushplus", {}, "EMPTY", "fields.token"),
+    ("pushplus", {"token": "   "}, "EMPTY", "fields.token"),
+    ("pushplus", {"token": "short"}, "BAD_CHARACTERS", "fields.token"),
+    ("pushplus", {"token": PUSHPLUS, "url": "x"}, "UNKNOWN_FIELD", "fields.url"),
+    ("serverchan", {"sendkey": "SCT1/../x"}, "BAD_CHARACTERS", "fields.sendkey"),
+    ("telegram", {"bot_token": "nocolon", "chat_id": "1"}, "BAD_CHARACTERS",
+     "fields.bot_token"),
+    ("wecom_app", {"corp_id": "w", "corp_secret": "s", "agent_id": "12a"}, "NOT_A_NUMBER",
+     "fields.agent_id"),
+    ("gotify", {"server": "ftp://x", "token": "t"}, "BAD_URL", "fields.server"),
+    ("gotify", {"server": "https://u:p@x", "token": "t"}, "URL_EXTRAS", "fields.server"),
+    ("bark", {"device_key": "k", "server": "https://x/sub"}, "URL_EXTRAS", "fields.server"),
+    ("webhook", {"url": "https://x/in?a=1"}, "URL_EXTRAS", "fields.url"),
+    ("email", {"smtp_host": "h", "email": "a@b", "security": "tls"}, "NOT_ONE_OF",
+     "fields.security"),
+    ("email", {"smtp_host": "h", "email": "not-an-address"}, "BAD_CHARACTERS",
+     "fields.email"),
+    ("feishu", {"token": "x" * 600}, "TOO_LONG", "fields.token"),
+    ("feishu", {"token": "a\nb"}, "CONTROL_CHARACTER", "fields.token"),
+])
+def test_bad_fields_have_codes(service_id: str, fields: dict[str, str], code: str,
+                               field: str) -> None:
+    err = _refused(service_id, fields)
+    assert (err.code, err.field) == (code, field)
+    for value in fields.values():
+        if len(value) > 3:
+            assert value not in err.message  # a refusal never echoes a value (a secret)
+
+
+def test_refusals_carry_their_parameters() -> None:
+    assert _refused("pushplus", {"token": "x"}).params["chars"] == \
+        "32-64 letters, digits, - and _"
+    assert _refused("email", {"smtp_host": "h", "email": "a@b", "security": "tls"}) \
+        .params["allowed"] == "ssl, starttls, none"
+    assert _refused("feishu", {"token": "x" * 600}).params["max"] == services.MAX_VALUE
+
+
+def test_a_value_cannot_reach_into_another_part_of_the_url() -> None:
+    # A password with URL syntax in it stays the password (quoted), not a host or query.
+    url = build_url("email", {"smtp_host": "smtp.lan", "email": "a@b.cn",
+                              "password": "x@evil.com/?to=z@evil.com#"})
+    box = apprise.Apprise()
+    assert box.add(url)
+    assert box[0].smtp_host == "smtp.lan" and box[0].targets == [(False, "a@b.cn")]
+
+
+def test_other_urls_are_not_catalogue_services() -> None:
+    assert service_of("discord://a/b") is None
+    assert service_of("TGRAM://1:a/2") == "telegram"
+    schemes = [s for svc in services.SERVICES for s in svc.schemes]
+    assert len(schemes) == len(set(schemes))
