@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import apprise
+import httpx
 import pytest
 from apprise.plugins.bark import NotifyBark
 from apprise.plugins.custom_json import NotifyJSON
@@ -27,6 +28,9 @@ from apprise.utils.parse import parse_url
 from qledge.fields import FieldError
 from qledge.notifications import services
 from qledge.notifications.services import build_url, service_of
+
+from _receivers import HttpReceiver
+from support import Server
 
 PUSHPLUS = "0123456789abcdef0123456789abcdef"
 
@@ -157,3 +161,71 @@ def test_other_urls_are_not_catalogue_services() -> None:
     assert service_of("TGRAM://1:a/2") == "telegram"
     schemes = [s for svc in services.SERVICES for s in svc.schemes]
     assert len(schemes) == len(set(schemes))
+
+
+# -- through the API, on a real worker ---------------------------------------------------
+
+SECRET = "HookS3cretPathValue"
+CHANNELS = "/api/v1/notifications/channels"
+
+
+def test_catalogue_endpoint(server: Server) -> None:
+    r = server.http.get("/api/v1/notification-services")
+    assert r.status_code == 200
+    items = {s["id"]: s for s in r.json()["items"]}
+    assert set(items) == set(CASES)
+    token = items["pushplus"]["fields"][0]
+    assert (token["name"], token["kind"], token["required"]) == ("token", "secret", True)
+    assert httpx.get(f"{server.url}/api/v1/notification-services").status_code == 401
+
+
+def test_channel_from_a_service_and_its_fields(server: Server) -> None:
+    http = server.http
+    hook = HttpReceiver().start()
+    try:
+        r = http.post(CHANNELS, json={"name": "hook", "service": "webhook", "fields": {
+            "url": f"http://127.0.0.1:{hook.port}/in/{SECRET}"}})
+        assert r.status_code == 201, r.text
+        ch = r.json()
+        assert (ch["service"], ch["picker"], ch["secrets"]) == ("json", "webhook", {})
+        assert SECRET not in r.text
+        test = http.post(f"{CHANNELS}/{ch['id']}/test").json()
+        assert test == {"ok": True, "error": None}
+        assert hook.requests[0].path == f"/in/{SECRET}"
+        # Switched to DingTalk without its optional signing secret: shown as not set.
+        r = http.patch(f"{CHANNELS}/{ch['id']}", json={"service": "dingtalk",
+                                                        "fields": {"token": "abc" + SECRET}})
+        assert r.status_code == 200, r.text
+        assert (r.json()["picker"], r.json()["secrets"]) == (
+            "dingtalk", {"token": True, "sign_secret": False})
+        r = http.patch(f"{CHANNELS}/{ch['id']}", json={"service": "pushplus",
+                                                        "fields": {"token": "x" * 40}})
+        assert (r.json()["service"], r.json()["secrets"]) == ("pushplus", {"token": True})
+        listed = http.get(CHANNELS)
+        assert SECRET not in listed.text and "x" * 40 not in listed.text
+        # A URL apprise knows but the picker does not stays possible.
+        r = http.post(CHANNELS, json={"name": "other", "url": "discord://123/abcdef"})
+        assert r.status_code == 201 and r.json()["picker"] is None
+    finally:
+        hook.stop()
+
+
+@pytest.mark.parametrize(("body", "status", "rule", "field"), [
+    ({"url": "json://a/b", "service": "webhook", "fields": {"url": "http://a/b"}}, 422,
+     "URL_OR_SERVICE", "service"),
+    ({}, 422, "URL_OR_SERVICE", "url"),
+    ({"fields": {"token": "t"}}, 422, "URL_OR_SERVICE", "url"),
+    ({"service": "nosuch", "fields": {}}, 422, "UNKNOWN_SERVICE", "service"),
+    ({"service": "pushplus", "fields": {"token": SECRET}}, 422, "BAD_CHARACTERS",
+     "fields.token"),
+    ({"service": "telegram", "fields": {"bot_token": "1:a"}}, 422, "EMPTY",
+     "fields.chat_id"),
+    ({"url": "nosuch://x"}, 422, "NOT_APPRISE_URL", "url"),
+])
+def test_bad_channel_bodies(server: Server, body: dict[str, Any], status: int, rule: str,
+                            field: str) -> None:
+    r = server.http.post(CHANNELS, json={"name": "x", **body})
+    assert r.status_code == status, r.text
+    got = r.json()
+    assert (got["rule"], got["field"]) == (rule, field)
+    assert SECRET not in r.text

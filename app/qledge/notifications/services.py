@@ -231,3 +231,15 @@ def _email(v: dict[str, str], q: dict[str, str]) -> str:
     to = v["to"] or v["email"]
     return (f"{scheme}://{auth}{v['smtp_host']}{port}?from={q['email']}&to={_q(to)}"
             f"&mode={mode}")
+
+
+def secrets_set(service_id: str, url: str) -> dict[str, bool]:
+    """{secret field: whether the URL carries it} — what a channel may show of its
+    secrets (never a value). Required secrets are always set; the optional ones are
+    read off the URL's shape that `build_url` gives them."""
+    parts = urlsplit(url)
+    optional = {"sign_secret": parts.username is not None,  # dingtalk://SECRET@token/
+                "access_token": "token=" in parts.query,  # ntfy ?token=
+                "password": parts.password is not None}  # mailto://addr:PASSWORD@host
+    return {f.name: f.required or optional.get(f.name, False)
+            for f in BY_ID[service_id].fields if f.kind == "secret"}
