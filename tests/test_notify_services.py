@@ -4,6 +4,8 @@ values the fields gave; bad fields are refused with stable codes and parameters.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import apprise
@@ -112,10 +114,10 @@ def _refused(service_id: str, fields: dict[str, str]) -> FieldError:
     ("nosuch", {}, "UNKNOWN_SERVICE", "service"),
     ("pushplus", {}, "EMPTY", "fields.token"),
     ("pushplus", {"token": "   "}, "EMPTY", "fields.token"),
-    ("pushplus", {"token": "short"}, "BAD_CHARACTERS", "fields.token"),
+    ("pushplus", {"token": "short"}, "CHARS_PUSHPLUS", "fields.token"),
     ("pushplus", {"token": PUSHPLUS, "url": "x"}, "UNKNOWN_FIELD", "fields.url"),
-    ("serverchan", {"sendkey": "SCT1/../x"}, "BAD_CHARACTERS", "fields.sendkey"),
-    ("telegram", {"bot_token": "nocolon", "chat_id": "1"}, "BAD_CHARACTERS",
+    ("serverchan", {"sendkey": "SCT1/../x"}, "CHARS_DASH", "fields.sendkey"),
+    ("telegram", {"bot_token": "nocolon", "chat_id": "1"}, "CHARS_TG_TOKEN",
      "fields.bot_token"),
     ("wecom_app", {"corp_id": "w", "corp_secret": "s", "agent_id": "12a"}, "NOT_A_NUMBER",
      "fields.agent_id"),
@@ -125,7 +127,7 @@ def _refused(service_id: str, fields: dict[str, str]) -> FieldError:
     ("webhook", {"url": "https://x/in?a=1"}, "URL_EXTRAS", "fields.url"),
     ("email", {"smtp_host": "h", "email": "a@b", "security": "tls"}, "NOT_ONE_OF",
      "fields.security"),
-    ("email", {"smtp_host": "h", "email": "not-an-address"}, "BAD_CHARACTERS",
+    ("email", {"smtp_host": "h", "email": "not-an-address"}, "CHARS_EMAIL",
      "fields.email"),
     ("feishu", {"token": "x" * 600}, "TOO_LONG", "fields.token"),
     ("feishu", {"token": "a\nb"}, "CONTROL_CHARACTER", "fields.token"),
@@ -140,8 +142,8 @@ def test_bad_fields_have_codes(service_id: str, fields: dict[str, str], code: st
 
 
 def test_refusals_carry_their_parameters() -> None:
-    assert _refused("pushplus", {"token": "x"}).params["chars"] == \
-        "32-64 letters, digits, - and _"
+    assert _refused("pushplus", {"token": "x"}).message == \
+        "fields.token must be 32 to 64 letters, digits, - and _"
     assert _refused("email", {"smtp_host": "h", "email": "a@b", "security": "tls"}) \
         .params["allowed"] == "ssl, starttls, none"
     assert _refused("feishu", {"token": "x" * 600}).params["max"] == services.MAX_VALUE
@@ -154,6 +156,31 @@ def test_a_value_cannot_reach_into_another_part_of_the_url() -> None:
     box = apprise.Apprise()
     assert box.add(url)
     assert box[0].smtp_host == "smtp.lan" and box[0].targets == [(False, "a@b.cn")]
+
+
+def _panel_keys() -> set[str]:
+    text = (Path(services.__file__).parents[1] / "panel" / "i18n.js").read_text("utf-8")
+    # Each entry is `'key': 'English|中文'`: a key counts only with both halves.
+    return set(re.findall(r"^\s*'([\w.]+)': '[^'|]+\|[^'|]+'", text, re.M))
+
+
+def test_the_panel_says_every_name_help_and_refusal_in_both_languages() -> None:
+    keys = _panel_keys()
+    want = {"svc.other", "svc.appriseUrl", "svc.set", "svc.unset", "svc.keep"}
+    for svc in services.SERVICES:
+        want.add(f"svc.n.{svc.id}")
+        want.update(k for k in (svc.help,) if k)
+        for f in svc.fields:
+            want.add(f"svc.f.{f.name}")
+            want.update(k for k in (f.help,) if k)
+            want.update(f"svc.c.{c}" for c in f.choices)
+    codes = {"UNKNOWN_SERVICE", "UNKNOWN_FIELD", "NOT_A_NUMBER", "URL_EXTRAS", "BAD_URL",
+             "URL_OR_SERVICE", "SERVICE_REFUSED", "NOT_APPRISE_URL", "EMPTY", "TOO_LONG",
+             "CONTROL_CHARACTER", "NOT_ONE_OF", *(f"CHARS_{k.upper()}" for k in services.CHARS)}
+    assert {f.chars for s in services.SERVICES for f in s.fields if f.chars} <= set(
+        services.CHARS)
+    assert want | {f"code.{c}" for c in codes} <= keys, sorted(
+        want | {f"code.{c}" for c in codes} - keys)
 
 
 def test_other_urls_are_not_catalogue_services() -> None:
@@ -216,7 +243,7 @@ def test_channel_from_a_service_and_its_fields(server: Server) -> None:
     ({}, 422, "URL_OR_SERVICE", "url"),
     ({"fields": {"token": "t"}}, 422, "URL_OR_SERVICE", "url"),
     ({"service": "nosuch", "fields": {}}, 422, "UNKNOWN_SERVICE", "service"),
-    ({"service": "pushplus", "fields": {"token": SECRET}}, 422, "BAD_CHARACTERS",
+    ({"service": "pushplus", "fields": {"token": SECRET}}, 422, "CHARS_PUSHPLUS",
      "fields.token"),
     ({"service": "telegram", "fields": {"bot_token": "1:a"}}, 422, "EMPTY",
      "fields.chat_id"),

@@ -32,22 +32,33 @@ class Field(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
     help: str | None = None  # i18n key of its help text (panel: i18n.js)
     choices: tuple[str, ...] = ()  # kind "choice": the values, the first the default
     pattern: str | None = None  # the characters apprise's plugin accepts (whole value)
-    chars: str | None = None  # that pattern in words, for the error's params
+    chars: str | None = None  # that pattern's kind, a key of CHARS
 
 
 class Service(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     id: str
-    label: str  # the service's own name (a brand, the same in every language)
+    label: str  # its name in English (the panel's: i18n.js `svc.n.<id>`)
     schemes: tuple[str, ...]  # the apprise schemes its URLs use (unique to it)
     fields: tuple[Field, ...]
     help: str | None = None  # i18n key: where the user finds the token
 
 
-ALNUM = "letters and digits"
-WORDCH = "letters, digits, - and _"
+# What a field's pattern allows, by kind: a refusal's code is CHARS_<KIND> (the panel
+# says it in its language: i18n.js `code.CHARS_<KIND>`), its English message this text.
+CHARS = {
+    "word": "letters, digits, - and _", "alnum": "letters and digits",
+    "dash": "dash", "dot": "dot",
+    "pushplus": "32 to 64 letters, digits, - and _", "topic": "1 to 64 letters, digits, - and _",
+    "tg_token": "digits, a colon, then letters, digits, - and _ (123456:ABC-def)",
+    "tg_chat": "a number or a channel name without the @",
+    "user": "letters, digits and _ @ . -", "host": "a host name",
+    "email": "an e-mail address", "emails": "e-mail addresses separated by commas",
+}
+WORD = "word"
+ALNUM = "alnum"
 
 
-def _secret(name: str, pattern: str | None = r"[A-Za-z0-9_-]+", chars: str | None = WORDCH,
+def _secret(name: str, pattern: str | None = r"[A-Za-z0-9_-]+", chars: str | None = WORD,
             required: bool = True, help: str | None = None) -> Field:
     return Field(name=name, kind="secret", required=required, help=help, pattern=pattern,
                  chars=chars)
@@ -59,24 +70,24 @@ def _server(required: bool = False, help: str | None = "svc.h.server") -> Field:
 
 SERVICES: tuple[Service, ...] = (
     Service(id="pushplus", label="PushPlus", schemes=("pushplus",), help="svc.h.pushplus",
-            fields=(_secret("token", r"[A-Za-z0-9_-]{32,64}", "32-64 " + WORDCH),
+            fields=(_secret("token", r"[A-Za-z0-9_-]{32,64}", "pushplus"),
                     Field(name="topic", kind="text", required=False, help="svc.h.topic",
-                          pattern=r"[A-Za-z0-9_-]{1,50}", chars=WORDCH))),
+                          pattern=r"[A-Za-z0-9_-]+", chars=WORD))),
     Service(id="serverchan", label="ServerChan (Server酱)", schemes=("schan",),
             help="svc.h.serverchan",
-            fields=(_secret("sendkey", r"[A-Za-z0-9-]+", "letters, digits and -"),)),
+            fields=(_secret("sendkey", r"[A-Za-z0-9-]+", "dash"),)),
     Service(id="bark", label="Bark", schemes=("bark", "barks"), help="svc.h.bark",
             fields=(_secret("device_key", r"[A-Za-z0-9_-]+"), _server())),
     Service(id="wecom_bot", label="WeCom group bot (企业微信群机器人)", schemes=("wecombot",),
             help="svc.h.wecom_bot", fields=(_secret("key"),)),
     Service(id="wecom_app", label="WeCom app (企业微信应用)", schemes=("wechat",),
             help="svc.h.wecom_app",
-            fields=(Field(name="corp_id", kind="text", pattern=r"[A-Za-z0-9_-]+", chars=WORDCH),
+            fields=(Field(name="corp_id", kind="text", pattern=r"[A-Za-z0-9_-]+", chars=WORD),
                     _secret("corp_secret"),
                     Field(name="agent_id", kind="number"),
                     Field(name="to_user", kind="text", required=False, help="svc.h.to_user",
                           pattern=r"@?[A-Za-z0-9][A-Za-z0-9_@.-]*",
-                          chars="letters, digits, _ @ . -"))),
+                          chars="user"))),
     Service(id="dingtalk", label="DingTalk (钉钉)", schemes=("dingtalk",), help="svc.h.dingtalk",
             fields=(_secret("token", r"[A-Za-z0-9]+", ALNUM),
                     _secret("sign_secret", r"[A-Za-z0-9]+", ALNUM, required=False,
@@ -84,32 +95,32 @@ SERVICES: tuple[Service, ...] = (
     Service(id="feishu", label="Feishu (飞书)", schemes=("feishu",), help="svc.h.feishu",
             fields=(_secret("token"),)),
     Service(id="lark", label="Lark", schemes=("lark",), help="svc.h.feishu",
-            fields=(_secret("token", r"[A-Za-z0-9-]+", "letters, digits and -"),)),
+            fields=(_secret("token", r"[A-Za-z0-9-]+", "dash"),)),
     Service(id="telegram", label="Telegram", schemes=("tgram",), help="svc.h.telegram",
-            fields=(_secret("bot_token", r"[0-9]+:[A-Za-z0-9_-]+", "digits:" + WORDCH),
+            fields=(_secret("bot_token", r"[0-9]+:[A-Za-z0-9_-]+", "tg_token"),
                     Field(name="chat_id", kind="text", pattern=r"-?[0-9]{1,32}|[A-Za-z_-]"
-                          r"[A-Za-z0-9_-]+", chars="a number or a @name without the @"))),
+                          r"[A-Za-z0-9_-]+", chars="tg_chat"))),
     Service(id="gotify", label="Gotify", schemes=("gotify", "gotifys"),
             fields=(_server(True, None), _secret("token", r"[A-Za-z0-9._-]+",
-                                                 "letters, digits, . - and _"))),
+                                                 "dot"))),
     Service(id="ntfy", label="ntfy", schemes=("ntfy", "ntfys"), help="svc.h.ntfy",
             fields=(Field(name="topic", kind="text", pattern=r"[A-Za-z0-9_-]{1,64}",
-                          chars="1-64 " + WORDCH), _server(),
+                          chars="topic"), _server(),
                     _secret("access_token", None, None, required=False))),
     Service(id="pushdeer", label="PushDeer", schemes=("pushdeer", "pushdeers"),
             fields=(_secret("pushkey", r"[A-Za-z0-9]+", ALNUM), _server())),
     Service(id="email", label="E-mail (SMTP)", schemes=("mailto", "mailtos"),
             help="svc.h.email",
             fields=(Field(name="smtp_host", kind="text", pattern=r"[A-Za-z0-9.-]+",
-                          chars="a host name"),
+                          chars="host"),
                     Field(name="smtp_port", kind="number", required=False),
                     Field(name="security", kind="choice", choices=("ssl", "starttls", "none")),
                     Field(name="email", kind="text", pattern=r"[^@\s]+@[^@\s]+",
-                          chars="an e-mail address"),
+                          chars="email"),
                     _secret("password", None, None, required=False),
                     Field(name="to", kind="text", required=False, help="svc.h.to",
                           pattern=r"[^@\s,]+@[^@\s,]+(,[^@\s,]+@[^@\s,]+)*",
-                          chars="e-mail addresses separated by ,"))),
+                          chars="emails"))),
     Service(id="webhook", label="Webhook (JSON)", schemes=("json", "jsons"),
             help="svc.h.webhook", fields=(Field(name="url", kind="url"),)),
 )
@@ -147,8 +158,8 @@ def _values(service: Service, raw: Mapping[str, str]) -> dict[str, str]:
             raise FieldError("NOT_ONE_OF", where, f"{where} must be one of "
                              + ", ".join(f.choices), allowed=", ".join(f.choices))
         elif f.pattern is not None and not re.fullmatch(f.pattern, value):
-            raise FieldError("BAD_CHARACTERS", where, f"{where} must be {f.chars}",
-                             chars=f.chars)
+            kind = f.chars or WORD
+            raise FieldError(f"CHARS_{kind.upper()}", where, f"{where} must be {CHARS[kind]}")
         out[f.name] = value
     return out
 
