@@ -34,13 +34,14 @@ def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) ->
         page.get_by_role("button", name="New channel").click()
         dialog = page.get_by_role("dialog")
         dialog.get_by_label("Name").fill("hook")
+        dialog.get_by_label("Service").select_option("other")  # the raw URL, as before
         dialog.get_by_label("Apprise URL").fill("nosuch://x")
         dialog.get_by_role("button", name="Save").click()
-        expect(dialog.get_by_role("alert")).to_contain_text("url is not an apprise URL")
+        expect(dialog.locator("#c-url-err")).to_contain_text("url is not an apprise URL")
         dialog.get_by_label("Apprise URL").fill(f"json://127.0.0.1:{hook.port}/{SECRET}")
         dialog.get_by_role("button", name="Save").click()
         row = page.locator("tr[data-channel='hook']")
-        expect(row).to_contain_text("json")
+        expect(row).to_contain_text("Webhook (JSON POST)")  # a json:// URL is the picker's webhook
         assert SECRET not in page.content()
 
         row.get_by_role("button", name="Send test — hook").click()
@@ -73,6 +74,78 @@ def test_channels_test_rules_and_deliveries(page: Page, appliance: Appliance) ->
         expect(page.get_by_role("button", name="发送测试 — hook")).to_be_visible()
         expect(page.locator("tr[data-state='sent']", has_text="panel-fail")).to_contain_text(
             "已发送")
+        page.get_by_role("button", name=re.compile("切换语言")).click()
+    finally:
+        hook.stop()
+
+
+def test_service_picker_pushplus_and_a_webhook_that_delivers(page: Page,
+                                                             appliance: Appliance) -> None:
+    """Pick PushPlus, type the token, save: the channel shows PushPlus with its token
+    set (never the token) and the API holds a pushplus:// URL; a webhook picked the same
+    way delivers Send test to a loopback receiver; the picker's words in 中文."""
+    token = "0123456789abcdef0123456789abcdef"
+    hook = HttpReceiver().start()
+    try:
+        sign_in(page)
+        page.goto(page.url.split("#")[0] + "#/notifications")
+        page.get_by_role("button", name="New channel").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Name").fill("plus")
+        dialog.get_by_label("Service").select_option(label="PushPlus")
+        expect(dialog.get_by_text("The token from pushplus.plus")).to_be_visible()
+        dialog.get_by_label("Token").fill("short")
+        dialog.get_by_role("button", name="Save").click()
+        expect(dialog.locator("#c-f-token-err")).to_contain_text("32 to 64 letters")
+        expect(dialog.get_by_label("Token")).to_have_attribute("aria-invalid", "true")
+        dialog.get_by_label("Token").fill(token)
+        dialog.get_by_role("button", name="Save").click()
+        row = page.locator("tr[data-channel='plus']")
+        expect(row).to_contain_text("PushPlus")
+        expect(row.locator("[data-role=secrets]")).to_have_text(" — Token: set")
+        assert token not in page.content()
+        chans = appliance.api("GET", "/notifications/channels").json()["items"]
+        plus = next(c for c in chans if c["name"] == "plus")
+        assert (plus["service"], plus["picker"]) == ("pushplus", "pushplus")
+
+        # Edit: the fields left empty keep the destination; the name changes.
+        row.get_by_role("button", name="Edit — plus").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_label("Service")).to_have_value("pushplus")
+        expect(dialog.get_by_label("Token")).to_have_attribute("placeholder", "set")
+        dialog.get_by_label("Name").fill("plus2")
+        dialog.get_by_role("button", name="Save").click()
+        expect(page.locator("tr[data-channel='plus2']")).to_contain_text("Token: set")
+
+        page.get_by_role("button", name="New channel").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Name").fill("web")
+        dialog.get_by_label("Service").select_option("webhook")
+        dialog.get_by_label("Webhook URL").fill(f"http://127.0.0.1:{hook.port}/in")
+        dialog.get_by_role("button", name="Save").click()
+        web = page.locator("tr[data-channel='web']")
+        expect(web).to_contain_text("Webhook (JSON POST)")
+        web.get_by_role("button", name="Send test — web").click()
+        expect(page.locator("#toast")).to_have_text("Test sent to web.")
+        got = hook.wait(1)[0]
+        assert got.path == "/in" and got.json()["title"] == "[qledge] test message"
+
+        page.get_by_role("button", name=re.compile("Switch language")).click()
+        page.get_by_role("button", name="新建渠道").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("服务").select_option("serverchan")
+        expect(dialog.get_by_label("SendKey")).to_be_visible()
+        expect(dialog.get_by_text("在 sct.ftqq.com 获取的 SendKey")).to_be_visible()
+        dialog.get_by_label("服务").select_option("other")
+        expect(dialog.get_by_label("Apprise 地址")).to_be_visible()
+        dialog.get_by_label("名称").fill("x")
+        dialog.get_by_label("服务").select_option("telegram")
+        dialog.get_by_label("机器人 Token").fill("nocolon")
+        dialog.get_by_label("Chat ID").fill("42")
+        dialog.get_by_role("button", name="保存").click()
+        expect(dialog.locator("#c-f-bot_token-err")).to_contain_text("须为数字、冒号")
+        shoot(page, "notifications-picker")
+        dialog.get_by_role("button", name="取消").click()
         page.get_by_role("button", name=re.compile("切换语言")).click()
     finally:
         hook.stop()

@@ -1,8 +1,10 @@
 """Notifications API: /api/v1/notifications/... and the scripts' POST /notify.
 
 A channel's apprise URL holds the service's token: it is accepted on create and
-update and never returned (a response shows its scheme only). Deliveries show
-their state — pending, retrying, sent, given_up — and a redacted error.
+update — as the URL itself, or as a picker service and its fields that make it
+(notifications/services.py) — and never returned (a response shows its scheme, its
+picker service and which of its secrets are set). Deliveries show their state —
+pending, retrying, sent, given_up — and a redacted error.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from starlette.routing import Route
 
 from .. import ids, limits
 from ..db import notifications as q
+from ..fields import FieldError
 from ..notifications import rules as notify
+from ..notifications import services
 from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -39,13 +43,17 @@ MAX_CONTENT = 4000
 
 class ChannelIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     name: str
-    url: str
+    url: str | None = None  # either the apprise URL ...
+    service: str | None = None  # ... or a picker service and its fields
+    fields: dict[str, str] | None = None
     enabled: bool = True
 
 
 class ChannelPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     name: str | None = None
     url: str | None = None
+    service: str | None = None
+    fields: dict[str, str] | None = None
     enabled: bool | None = None
 
 
@@ -55,8 +63,10 @@ class ScriptMessage(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 
 
 def channel_view(ch: q.Channel) -> dict[str, Any]:
+    picked = services.service_of(ch.url)
     return {"id": ch.id, "name": ch.name, "service": ch.url.split("://", 1)[0].lower(),
-            "enabled": ch.enabled, "created_at_ms": ch.created_at_ms,
+            "picker": picked, "secrets": services.secrets_set(picked, ch.url) if picked
+            else {}, "enabled": ch.enabled, "created_at_ms": ch.created_at_ms,
             "updated_at_ms": ch.updated_at_ms}
 
 
@@ -75,14 +85,37 @@ def _id(request: Request, name: str = "channel_id") -> str:
     return value
 
 
+def _rule(code: str) -> dict[str, object]:
+    return {"rule": code, "params": {}}
+
+
 async def _valid_url(rt: Runtime, url: str) -> str:
     url = url.strip()
     inputs.text(url, "url", MAX_URL)
     if "://" not in url:
-        raise Invalid("url must be an apprise URL (service://...)", field="url")
+        raise Invalid("url must be an apprise URL (service://...)", field="url",
+                      extra=_rule("NOT_APPRISE_URL"))
     if not await rt.notifier.valid(url):
-        raise Invalid("url is not an apprise URL of a known service", field="url")
+        raise Invalid("url is not an apprise URL of a known service", field="url",
+                      extra=_rule("NOT_APPRISE_URL"))
     return url
+
+
+async def _destination(rt: Runtime, url: str | None, service: str | None,
+                       fields: dict[str, str] | None) -> str:
+    """The apprise URL a request names: `url` as written, or built from a picker
+    service's fields (then apprise still judges it, as it judges a written one)."""
+    if (url is None) == (service is None) or (fields is not None and service is None):
+        raise FieldError("URL_OR_SERVICE", "url" if service is None else "service",
+                         "give either url, or service with its fields")
+    if url is not None:
+        return await _valid_url(rt, url)
+    assert service is not None
+    built = services.build_url(service, fields or {})
+    if not await rt.notifier.valid(built):
+        raise Invalid(f"the fields do not make a URL {service} accepts", field="service",
+                      extra=_rule("SERVICE_REFUSED"))
+    return built
 
 
 def _name(raw: str) -> str:
@@ -101,7 +134,8 @@ async def list_channels(request: Request) -> Response:
 async def create_channel(request: Request) -> Response:
     rt = runtime_of(request)
     body = decode_body(await request.body(), ChannelIn)
-    name, url = _name(body.name), await _valid_url(rt, body.url)
+    name = _name(body.name)
+    url = await _destination(rt, body.url, body.service, body.fields)
     try:
         ch = await notify_ops.add_channel(rt, name, url, body.enabled)
     except notify_ops.DuplicateName:
@@ -116,8 +150,8 @@ async def update_channel(request: Request) -> Response:
     fields: dict[str, object] = {}
     if patch.name is not None:
         fields["name"] = _name(patch.name)
-    if patch.url is not None:
-        fields["url"] = await _valid_url(rt, patch.url)
+    if patch.url is not None or patch.service is not None or patch.fields is not None:
+        fields["url"] = await _destination(rt, patch.url, patch.service, patch.fields)
     if patch.enabled is not None:
         fields["enabled"] = patch.enabled
     try:
@@ -152,6 +186,11 @@ async def test_channel(request: Request) -> Response:
         ch.url, "[qledge] test message",
         f"A test from qledge (channel {ch.name}). If you read this, the channel works.")
     return json_response({"ok": result.ok, "error": result.error})
+
+
+async def list_services(request: Request) -> Response:
+    """The picker's catalogue: each service, its fields, their kinds and help keys."""
+    return json_response({"items": msgspec.to_builtins(services.SERVICES)})
 
 
 async def get_rules(request: Request) -> Response:
@@ -244,6 +283,7 @@ routes = [
     Route("/notifications/channels/{channel_id}", update_channel, methods=["PATCH", "PUT"]),
     Route("/notifications/channels/{channel_id}", delete_channel, methods=["DELETE"]),
     Route("/notifications/channels/{channel_id}/test", test_channel, methods=["POST"]),
+    Route("/notification-services", list_services, methods=["GET"]),
     Route("/notifications/rules", get_rules, methods=["GET"]),
     Route("/notifications/rules", put_rules, methods=["PUT"]),
     Route("/notifications/rules/tasks/{task_id}", put_task_rules, methods=["PUT"]),

@@ -1,6 +1,8 @@
-/* qledge panel: notifications (#/notifications): channels with "send test", rules, deliveries. */
+/* qledge panel: notifications (#/notifications): channels with "send test", rules, deliveries.
+ * A channel's form (the service picker) is panel/channel_form.js. */
 import { t, h, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded, apiPath, notify,
-  confirmDialog, api, heading, failBox, fmtTime, modal, refreshBtn } from './core.js';
+  confirmDialog, api, heading, failBox, fmtTime, refreshBtn } from './core.js';
+import { channelForm, services, svcName } from './channel_form.js';
 const ST = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
 const BADGE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed' };
 const chPath = (...p) => apiPath('notifications', 'channels', ...p);
@@ -12,36 +14,25 @@ const check = (id, label, on) => {
 // Shows an API error in `box` (null: none).
 const say = (box, ex) => { box.textContent = ex ? ex.message : ''; box.hidden = !ex; };
 
-// The URL holds a token: typed into a password field, sent once, never shown again.
-function newChannel(reload) {
-  const nameI = input('n-name', { type: 'text' });
-  const urlI = input('n-url', { type: 'password', class: 'mono', spellcheck: 'false' });
-  const err = h('div.alert.error', { role: 'alert', hidden: true });
-  const m = modal(t('notify.new'));
-  const form = h('form.form', { novalidate: true }, err,
-    field('n-name', t('tasks.col.name'), nameI), field('n-url', 'Apprise URL', urlI, t('notify.urlHelp')),
-    h('div.actions', h('button.btn.primary', { type: 'submit' },
-      t('common.save')), btn(t('common.cancel'), () => m.close(), 'ghost')));
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    try {
-      await api('POST', chPath(), { name: nameI.value.trim(), url: urlI.value });
-      m.close();
-      reload();
-    } catch (ex) { say(err, ex); }
-  });
-  m.open(form);
-  nameI.focus();
+// The service: the picker's name and which secrets are set (never a value), or the scheme.
+function serviceCell(ch, list) {
+  const svc = list.find((s) => s.id === ch.picker);
+  if (!svc) return h('code', ch.service);
+  const secrets = Object.entries(ch.secrets || {}).map(([k, on]) =>
+    `${t('svc.f.' + k)}: ${t(on ? 'svc.set' : 'svc.unset')}`).join(' · ');
+  return h('span', { 'data-service': svc.id }, svcName(svc),
+    secrets ? h('span.small.muted', { 'data-role': 'secrets' }, ' — ' + secrets) : null);
 }
 
-const channelRow = (ch, cols, reload) => row({ 'data-channel': ch.name }, cols, ch.name,
-  h('code', ch.service),
+const channelRow = (ch, cols, reload, list) => row({ 'data-channel': ch.name }, cols, ch.name,
+  serviceCell(ch, list),
   h('span', { class: ch.enabled ? 'on' : 'off' }, t(ch.enabled ? 'envs.on' : 'envs.off')),
   actionsCell(cols[3],
     rowBtn(t('notify.test'), ch.name, guarded(async () => {
       const r = await api('POST', chPath(ch.id, 'test'));
       notify(r.ok ? t('notify.testOk', { name: ch.name }) : r.error, r.ok ? 'ok' : 'error');
     }), 'small'),
+    rowBtn(t('common.edit'), ch.name, guarded(() => channelForm(reload, ch)), 'small'),
     rowBtn(t(ch.enabled ? 'tasks.disable' : 'tasks.enable'), ch.name, guarded(async () => {
       await api('PATCH', chPath(ch.id), { enabled: !ch.enabled });
       reload();
@@ -88,10 +79,10 @@ function rulesForm(box, r) {
 function viewNotify(main, alive) {
   const [chans, rules, sent] = [0, 1, 2].map(() => h('div.card', loading()));
   async function load() {
-    let c; let r; let m;
+    let c; let r; let m; let list;
     try {
-      [c, r, m] = await Promise.all([api('GET', chPath()), api('GET', '/notifications/rules'),
-        api('GET', '/notifications/messages?limit=30')]);
+      [c, r, m, list] = await Promise.all([api('GET', chPath()), api('GET', '/notifications/rules'),
+        api('GET', '/notifications/messages?limit=30'), services()]);
     } catch (e) {
       if (alive()) failBox(chans, e);
       return;
@@ -99,7 +90,7 @@ function viewNotify(main, alive) {
     if (!alive()) return;
     const cc = [t('tasks.col.name'), t('notify.service'), t('envs.state'), t('tasks.col.actions')];
     fill(chans, h('h2', t('notify.channels')), c.items.length
-      ? grid(null, cc, c.items.map((ch) => channelRow(ch, cc, load)))
+      ? grid(null, cc, c.items.map((ch) => channelRow(ch, cc, load, list)))
       : h('p.empty', t('notify.none')));
     rulesForm(rules, r.global);
     const names = Object.fromEntries(c.items.map((ch) => [ch.id, ch.name]));
@@ -112,7 +103,7 @@ function viewNotify(main, alive) {
       : h('p.empty', '—'));
   }
   heading(main, t('nav.notifications'), refreshBtn(load),
-    btn(t('notify.new'), () => newChannel(load), 'primary'));
+    btn(t('notify.new'), guarded(() => channelForm(load, null)), 'primary'));
   main.append(h('p.muted', t('notify.intro')), chans, rules, sent);
   load();
 }

@@ -1,55 +1,16 @@
-/* qledge panel: subscriptions (#/subs), docs/subscriptions.md. */
-import { t, h, clear, fill, btn, rowBtn, actionsCell, field, markField, unmark, loading, grid, row,
-  guarded, apiPath, notify, confirmDialog, api, heading, failBox } from './core.js';
-const TEXT = ['name', 'url', 'branch', 'alias', 'schedule', 'default_schedule', 'whitelist',
-  'blacklist', 'dependences', 'username', 'secret'];
-const NULLS = new Set(['branch', 'schedule', 'default_schedule', 'username', 'secret']);
-
-// The secret is write-only: left empty on edit, it stays.
-function subForm(box, sub, reload) {
-  clear(box);
-  const ins = {};
-  const fields = TEXT.map((k) => {
-    const v = sub && k !== 'secret' ? sub[k] : '';
-    ins[k] = h('input.mono', { id: 's-' + k, type: k === 'secret' ? 'password' : 'text',
-      value: v == null ? '' : v, autocomplete: 'off', spellcheck: 'false',
-      disabled: k === 'alias' && !!sub });
-    return field('s-' + k, t('subs.f.' + k), ins[k], k === 'secret' && sub && sub.has_secret
-      ? t('subs.secretKept') : null, k);
-  });
-  const opt = (v, on, label) => h('option', { value: v, selected: on }, label || v);
-  const type = h('select', { id: 's-type', disabled: !!sub },
-    ['git', 'file'].map((v) => opt(v, sub && sub.type === v)));
-  const vanished = h('select', { id: 's-vanished' }, ['delete', 'disable'].map((v) =>
-    opt(v, sub && sub.vanished === v, t('subs.v.' + v))));
-  const err = h('div.alert.error', { role: 'alert', hidden: true });
-  const form = h('form.card.form', { novalidate: true },
-    h('h2', sub ? sub.name : t('subs.new')), err,
-    field('s-type', t('subs.f.type'), type, null, 'type'), fields,
-    field('s-vanished', t('subs.f.vanished'), vanished, null, 'vanished'),
-    h('div.actions', h('button.btn.primary', { type: 'submit' },
-      t('common.save')), btn(t('common.cancel'), () => clear(box), 'ghost')));
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    unmark(form, err);
-    const body = { vanished: vanished.value };
-    for (const k of TEXT) {
-      const v = ins[k].value.trim();
-      if (sub && (k === 'alias' || (k === 'secret' && !v))) continue;
-      body[k] = v || (NULLS.has(k) ? null : v);
-    }
-    if (!sub) body.type = type.value;
-    try {
-      if (sub) await api('PATCH', apiPath('subscriptions', sub.id), body);
-      else await api('POST', '/subscriptions', body);
-      notify(t('subs.saved'), 'ok');
-      clear(box);
-      reload();
-    } catch (ex) {
-      markField(form, err, ex.field, ex.message).focus();
-    }
-  });
-  box.append(form);
+/* qledge panel: subscriptions (#/subs), docs/subscriptions.md; the form is panel/sub_form.js. */
+import { t, h, fill, btn, rowBtn, actionsCell, loading, grid, row, guarded, apiPath,
+  confirmDialog, api, heading, failBox } from './core.js';
+import { subForm } from './sub_form.js';
+// The scripts the last pull left without a task, each with its reason in words.
+function noTask(s) {
+  const items = s.no_task || [];
+  if (!items.length) return null;
+  const more = (s.no_task_count || items.length) - items.length;
+  return h('details.no-task', { 'data-role': 'no-task' },
+    h('summary', t('subs.noTask', { n: s.no_task_count || items.length })),
+    h('ul', items.map((x) => h('li', h('code', x.path), ' — ', t('subs.why.' + x.reason))),
+      more > 0 ? h('li', t('subs.more', { n: more })) : null));
 }
 
 function lastPull(sub) {
@@ -57,8 +18,8 @@ function lastPull(sub) {
   if (!s) return sub.last_run_id ? t('subs.pending') : '—';
   const link = h('a', { href: '#/runs/' + s.run_id }, t('status.' + s.status));
   if (!s.added) return link;
-  return h('span', link, ' ', t('subs.counts', { a: s.added.length,
-    c: s.changed.length, r: s.removed.length }));
+  return h('div', h('span', link, ' ', t('subs.counts', { a: s.added.length,
+    c: s.changed.length, r: s.removed.length })), noTask(s));
 }
 
 function viewSubs(main, alive) {
@@ -77,7 +38,7 @@ function viewSubs(main, alive) {
       return;
     }
     if (!alive()) return;
-    const cols = [t('subs.f.name'), t('subs.f.alias'), t('subs.f.url'), t('subs.f.schedule'),
+    const cols = [t('subs.f.name'), t('subs.f.alias'), t('subs.f.url'), t('subs.col.schedule'),
       t('subs.last'), t('tasks.col.actions')];
     fill(list, !subs.length ? h('p.empty', t('subs.empty'))
       : grid(t('nav.subs'), cols, subs.map((s) => row({ 'data-sub': s.alias }, cols,
@@ -93,7 +54,7 @@ function viewSubs(main, alive) {
               { name: s.name }), t('common.delete'), true)) return;
             await api('DELETE', apiPath('subscriptions', s.id));
             load();
-          }), 'small danger-ghost'))))));
+          }), 'small danger-ghost')))), { class: 'subs' }));
   }
   load();
 }

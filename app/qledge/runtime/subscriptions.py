@@ -174,6 +174,10 @@ class Syncer:
         removed: list[str] = []
         kept: list[str] = []
         skipped: list[str] = []
+        # Every script that has no task after this pull, with why (docs/subscriptions.md
+        # "The pull's result"): a header without a schedule and no default schedule,
+        # auto-add turned off, or a task its user deleted (a pull never brings one back).
+        no_task: list[dict[str, str]] = []
         logs: list[str] = []
         now = now_ms()
         async with self.db.write() as tx:
@@ -195,9 +199,11 @@ class Syncer:
                         kept.append(path)
                         continue
                     if not sub.auto_add:
+                        no_task.append({"path": path, "reason": "auto_add_off"})
                         continue
                     if schedule is None:
                         skipped.append(path)
+                        no_task.append({"path": path, "reason": "no_schedule"})
                         continue
                     task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
                         name=meta.name, command=commands[path], schedule=schedule,
@@ -208,12 +214,15 @@ class Syncer:
                     added.append(path)
                     continue
                 if link.task_id is None:
-                    continue  # its user deleted the task: a pull does not bring it back
+                    # Its user deleted the task: a pull does not bring it back.
+                    no_task.append({"path": path, "reason": "task_deleted"})
+                    continue
                 current = await task_or_none(tx, link.task_id)
                 if current is None:
                     await subs.put_link(tx, sub.id, subs.Link(
                         path=path, task_id=None, applied_schedule=link.applied_schedule,
                         applied_name=link.applied_name, disabled_by_pull=False))
+                    no_task.append({"path": path, "reason": "task_deleted"})
                     continue
                 update: dict[str, Any] = {}
                 edited = (current.schedule != link.applied_schedule
@@ -259,7 +268,7 @@ class Syncer:
         return {"scripts": len(found), "added": added[:MAX_LISTED],
                 "changed": changed[:MAX_LISTED], "removed": removed[:MAX_LISTED],
                 "kept_user_edits": kept[:MAX_LISTED], "no_schedule": skipped[:MAX_LISTED],
-                "_logs": logs}
+                "no_task": no_task[:MAX_LISTED], "no_task_count": len(no_task), "_logs": logs}
 
 
 def scan(folder: Path, sub: subs.Subscription, manifest: Path
