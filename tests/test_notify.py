@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.notifications import digest, transitions, words
 from qledge.notifications import qinglong as qinglong_notify
 from qledge.notifications import rules as notify
 from qledge.scripts import ship as shipped_scripts
@@ -51,7 +53,7 @@ def test_message_says_what_the_issue_lists() -> None:
     assert d is not None and d.title == "[qledge] backup: failed" and d.log_lines == 5
     assert d.body.splitlines() == [
         "Task: backup (#7)", "Status: failed",
-        "Reason: EXITED (the command exited on its own)", "Exit code: 2",
+        "Reason: the command exited on its own (EXITED)", "Exit code: 2 (a usage error)",
         "Duration: 1m14s",
         "Recovered after a restart: the result was read from the run's receipt by the"
         " next worker.",
@@ -59,11 +61,106 @@ def test_message_says_what_the_issue_lists() -> None:
 
 
 def test_streak_sends_one_message_at_the_nth_failure() -> None:
-    rules = notify.Rules(streak=3)
-    sent = [before for before in range(6) if decide(rules, before=before) is not None]
-    assert sent == [2]
-    d = decide(rules, before=2)
-    assert d is not None and d.title == "[qledge] backup: failed, 3 times in a row"
+    for mode in ("transitions", "every_run"):
+        rules = notify.Rules(streak=3, mode=mode)
+        sent = [before for before in range(6) if decide(rules, before=before) is not None]
+        assert sent == [2], mode
+        d = decide(rules, before=2)
+        assert d is not None and d.title == "[qledge] backup: failed, 3 times in a row"
+        assert d.level == "failure"
+
+
+def replay(rules: notify.Rules, outcomes: str) -> list[notify.Decision]:
+    """The messages a task's runs produce, `outcomes` one letter a run (f: failed,
+    s: succeeded), counting failures in a row as runtime/notifier.py does."""
+    out, streak = [], 0
+    for letter in outcomes:
+        run = with_status(RunStatus.FAILED if letter == "f" else RunStatus.SUCCEEDED)
+        d = decide(rules, run, before=min(streak, transitions.threshold(rules.streak)))
+        if d is not None:
+            out.append(d)
+        streak = streak + 1 if letter == "f" else 0
+    return out
+
+
+def test_transitions_by_default_fail_fail_fail_succeed_is_two_messages() -> None:
+    got = replay(notify.Rules(), "fffs")
+    assert [(d.title, d.level) for d in got] == [
+        ("[qledge] backup: failed", "failure"), ("[qledge] backup: recovered", "success")]
+    assert "the failing spell is over" in got[1].body
+    assert replay(notify.Rules(), "sssfsfffs") == replay(notify.Rules(), "fsfffs")
+    assert len(replay(notify.Rules(), "sssfsfffs")) == 4  # two spells, two recoveries
+    # a spell under the streak was never announced: its end is not news either
+    assert [d.title for d in replay(notify.Rules(streak=3), "ffsfffs")] == [
+        "[qledge] backup: failed, 3 times in a row", "[qledge] backup: recovered"]
+    # the per-run behaviour is still a rule away
+    assert len(replay(notify.Rules(mode="every_run"), "fffs")) == 3
+    assert replay(notify.Rules(), "ssss") == []
+
+
+def test_transitions_are_pure_state_changes() -> None:
+    ch = transitions.change
+    assert ch("transitions", failure=True, failures_before=0, streak=0) is \
+        transitions.Change.FAILING
+    assert ch("transitions", failure=True, failures_before=1, streak=0) is None
+    assert ch("transitions", failure=False, failures_before=1, streak=0) is \
+        transitions.Change.RECOVERED
+    assert ch("transitions", failure=False, failures_before=0, streak=0) is None
+    assert ch("every_run", failure=True, failures_before=7, streak=0) is \
+        transitions.Change.FAILING
+    assert ch("every_run", failure=False, failures_before=7, streak=0) is None
+
+
+def test_a_message_in_chinese_with_its_words_and_link() -> None:
+    run = msgspec.structs.replace(RUN, status=RunStatus.TIMED_OUT, reason_code="TIMEOUT",
+                                  exit_code=None)
+    d = notify.decide(notify.Rules(), run=run, task_name="种豆得豆", task_num=7,
+                      recovered=False, failures_before=0, base_url="http://pi:5700/",
+                      language="zh-CN")
+    assert d is not None and d.title == "[qledge] 种豆得豆：超时" and d.level == "failure"
+    assert d.body.splitlines() == [
+        "任务：种豆得豆（#7）", "状态：超时", "原因：运行超过任务的超时时间，已被停止 (TIMEOUT)",
+        "退出码：无", "耗时：1m14s",
+        f"运行：http://pi:5700/#/runs/{RUN.id}"]
+    assert "timed_out" not in d.body and "timed_out" not in d.title
+    assert words.exit_code("zh-CN", 127) == "127 (找不到命令)"
+
+
+def test_every_reason_has_its_chinese() -> None:
+    assert set(words.REASONS_ZH) == set(notify.REASONS)
+    for table in (words.STATUS, words.EXIT_CODES, words.TEXT):
+        assert set(table["en"]) == set(table["zh-CN"])
+    assert set(notify.RULE_STATUSES) <= set(words.STATUS["zh-CN"])
+
+
+@pytest.mark.parametrize(("settings", "field"), [
+    (notify.Settings(language="fr"), "language"),
+    (notify.Settings(base_url="ftp://pi"), "base_url"),
+    (notify.Settings(base_url="http://pi/?q=1"), "base_url"),
+    (notify.Settings(base_url="http://user:pw@pi"), "base_url"),
+    (notify.Settings(base_url="http://pi:99999"), "base_url"),
+])
+def test_bad_settings_name_their_field(settings: notify.Settings, field: str) -> None:
+    with pytest.raises(notify.RuleError) as err:
+        notify.check_settings(settings)
+    assert err.value.field == field
+    notify.check_settings(notify.Settings(language="zh-CN", base_url="https://pi.lan:5700/ql"))
+
+
+def test_digest_lists_every_held_item_with_its_link() -> None:
+    items = [digest.Item(title=f"[qledge] t{i}: failed", run_id=f"r{i}",
+                         notify_type="failure") for i in range(45)]
+    d = digest.compose(items, language="en", limit=5, window_s=600, link="http://pi/")
+    lines = d.body.splitlines()
+    assert d.title == "[qledge] 45 more notifications" and d.notify_type == "failure"
+    assert lines[0] == "Held back by the rate limit (5 messages per 10 minutes on this channel):"
+    assert lines[1] == "• t0: failed — http://pi/#/runs/r0"
+    assert len(lines) == 1 + digest.MAX_ITEMS + 1 and lines[-1].startswith("… and 5 more")
+    zh = digest.compose(items[:2], language="zh-CN", limit=5, window_s=600, link="")
+    assert zh.title == "[qledge] 另有 2 条通知" and zh.body.splitlines()[2] == "• t1: failed — r1"
+    assert digest.hold_until(1_000, 600, None) == 601_000
+    assert digest.hold_until(1_000, 600, 400) == 600_400
+    assert digest.budget(5, 7) == 0 and digest.budget(5, 2) == 3
 
 
 def test_task_override_changes_only_what_it_sets() -> None:
@@ -262,7 +359,8 @@ async def test_prune_drops_only_old_finished_messages(db: Database) -> None:
     async with db.read() as tx:
         left = {m.title: m.state for m in await q.recent(tx, 10)}
         assert left == {"old-pending": "pending", "new-sent": "sent"}
-        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0}
+        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0, "held": 0,
+                                      "digested": 0}
 
 
 async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
