@@ -149,10 +149,10 @@ def test_bad_settings_name_their_field(settings: notify.Settings, field: str) ->
 
 def test_digest_lists_every_held_item_with_its_link() -> None:
     items = [digest.Item(title=f"[qledge] t{i}: failed", run_id=f"r{i}",
-                         notify_type="failure") for i in range(45)]
+                         notify_type="failure") for i in range(55)]
     d = digest.compose(items, language="en", limit=5, window_s=600, link="http://pi/")
     lines = d.body.splitlines()
-    assert d.title == "[qledge] 45 more notifications" and d.notify_type == "failure"
+    assert d.title == "[qledge] 55 more notifications" and d.notify_type == "failure"
     assert lines[0] == "Held back by the rate limit (5 messages per 10 minutes on this channel):"
     assert lines[1] == "• t0: failed — http://pi/#/runs/r0"
     assert len(lines) == 1 + digest.MAX_ITEMS + 1 and lines[-1].startswith("… and 5 more")

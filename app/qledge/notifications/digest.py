@@ -16,7 +16,7 @@ from . import words
 from .rules import run_link
 
 # Lines of a digest: past this the digest says how many more there are.
-MAX_ITEMS = 40
+MAX_ITEMS = 50
 
 
 class Item(msgspec.Struct, frozen=True, kw_only=True):
