@@ -86,7 +86,7 @@ def test_fifty_failing_tasks_cost_each_channel_the_limit_and_one_digest(
         for rec in chans.values():
             assert len(rec.wait(LIMIT + 1, timeout=WINDOW_S + 30)) == LIMIT + 1
         time.sleep(3)  # nothing more comes
-        for cid, rec in chans.items():
+        for rec in chans.values():
             docs = [q.json() for q in rec.requests]
             assert len(docs) == LIMIT + 1, [d["title"] for d in docs]
             singles, (dig,) = docs[:LIMIT], docs[LIMIT:]
