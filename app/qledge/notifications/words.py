@@ -67,6 +67,7 @@ TEXT: dict[str, dict[str, str]] = {
         "digest_head": "Held back by the rate limit ({} messages per {} minutes on this"
                        " channel):",
         "digest_more": "… and {} more (GET /api/v1/notifications/messages).",
+        "log_tail": "Last {} log lines:", "log_unavailable": "(log unavailable)",
     },
     "zh-CN": {
         "task": "任务：{}（#{}）", "status": "状态：{}", "reason": "原因：{}",
@@ -79,6 +80,7 @@ TEXT: dict[str, dict[str, str]] = {
         "digest_title": "[qledge] 另有 {} 条通知",
         "digest_head": "因频率限制而暂缓（此渠道每 {} 分钟最多 {} 条）：",
         "digest_more": "……另有 {} 条（GET /api/v1/notifications/messages）。",
+        "log_tail": "日志最后 {} 行：", "log_unavailable": "（日志不可用）",
     },
 }
 

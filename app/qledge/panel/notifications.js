@@ -1,6 +1,7 @@
 /* qledge panel: notifications (#/notifications): channels with "send test", rules, deliveries. */
 import { t, h, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded, apiPath, notify,
   confirmDialog, api, heading, failBox, fmtTime, modal, refreshBtn } from './core.js';
+import { mountNotifySettings } from './notify_settings.js';
 const ST = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
 const BADGE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed' };
 const chPath = (...p) => apiPath('notifications', 'channels', ...p);
@@ -74,7 +75,7 @@ function rulesForm(box, r) {
     e.preventDefault();
     say(err, null);
     try {
-      await api('PUT', '/notifications/rules', {
+      await api('PUT', '/notifications/rules', { ...r,
         statuses: ST.filter((s, i) => boxes[i][0].checked), recovered: recI.checked,
         disk_pressure: diskI.checked, streak: Number(streakI.value) || 0,
         log_lines: Number(linesI.value) || 0, quiet_start: qsI.value.trim() || null,
@@ -114,6 +115,7 @@ function viewNotify(main, alive) {
   heading(main, t('nav.notifications'), refreshBtn(load),
     btn(t('notify.new'), () => newChannel(load), 'primary'));
   main.append(h('p.muted', t('notify.intro')), chans, rules, sent);
+  mountNotifySettings(main, alive);
   load();
 }
 

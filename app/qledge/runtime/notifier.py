@@ -354,15 +354,16 @@ class Notifier:
     async def _log_tail(self, run_id: str, lines: int) -> str:
         async with self.db.read() as tx:
             rel = await q.last_log_path(tx, run_id)
+            language = (await q.settings(tx)).language or "en"
         if rel is None:
             return ""
         try:
             data, _ = await asyncio.get_running_loop().run_in_executor(
                 self._pool, logs.tail, self.logs_root, rel, LOG_TAIL_BYTES)
         except (OSError, logs.LogPathError, logs.UnsafeLogFile):
-            return "\n\n(log unavailable)"
+            return "\n\n" + words.text(language, "log_unavailable")
         text = data.decode("utf-8", "replace").splitlines()[-lines:]
-        return f"\n\nLast {len(text)} log lines:\n" + "\n".join(text)
+        return "\n\n" + words.text(language, "log_tail", len(text)) + "\n" + "\n".join(text)
 
     async def valid(self, url: str) -> bool:
         """Does apprise know this URL's service and syntax? (Checked off the event loop.)"""
