@@ -170,3 +170,38 @@ def test_a_chinese_message_arrives_with_a_link_to_its_run(server: Server) -> Non
         assert r.json()["language"] == "zh-CN" and r.json()["base_url"] is None
     finally:
         hook.stop()
+
+
+def test_a_debug_run_never_notifies_a_task_run_of_the_same_script_does(
+        server: Server) -> None:
+    http = server.http
+    hook = HttpReceiver().start()
+    try:
+        _channel(http, "hook", hook.port)
+        r = http.put("/api/v1/scripts/file",
+                     json={"path": "broken.sh", "content": "exit 9\n", "create": True})
+        assert r.status_code in (200, 201), r.text
+        # the script editor's Run: a hidden task, the user is watching it
+        r = http.post("/api/v1/scripts/run", json={"path": "broken.sh"})
+        assert r.status_code == 202, r.text
+        debug = str(r.json()["run"]["id"])
+        assert wait_terminal(http, debug)["status"] == "failed"
+        # the `task` program's run of the same script is a task of the user's: it notifies
+        r = http.post("/api/v1/scripts/run", json={"command": "task broken.sh now"})
+        assert r.status_code == 202, r.text
+        cli, cli_task = str(r.json()["run"]["id"]), str(r.json()["task_id"])
+        assert wait_terminal(http, cli)["status"] == "failed"
+        (got,) = hook.wait(1)
+        assert cli in got.json()["message"]
+        time.sleep(1.5)
+        assert len(hook.requests) == 1
+        assert [m["run_id"] for m in _messages(http)] == [cli]
+        # a rule the API refuses names its field
+        for bad, field in (({"mode": "sometimes"}, "mode"), ({"rate_limit": -1}, "rate_limit"),
+                           ({"rate_window_s": 0}, "rate_window_s")):
+            r = http.put("/api/v1/notifications/rules", json=bad)
+            assert (r.status_code, r.json()["field"]) == (422, field), r.text
+        r = http.put(f"/api/v1/notifications/rules/tasks/{cli_task}", json={"mode": "never"})
+        assert (r.status_code, r.json()["field"]) == (422, "mode")
+    finally:
+        hook.stop()
