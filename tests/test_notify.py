@@ -445,3 +445,65 @@ async def test_a_message_due_in_quiet_hours_waits_for_their_end(
     wait = msg.next_at_ms - now
     assert 89 * 60_000 <= wait <= 90 * 60_000, wait
     assert msg.due_at_ms == msg.next_at_ms
+
+
+async def test_rate_limit_holds_past_the_limit_and_digests_them_once(
+        db: Database, conf: Settings) -> None:
+    """The sender's choice on a real database: 8 rows for one channel, 2 for another, in
+    a window that allows 5: 5 + 2 go now, 3 are held until the window's first send
+    leaves it, then ONE digest carries the three (marked digested, none dropped). A
+    sign-in message is never held. Rows due at a quiet window's end meet the same limit."""
+    from qledge.db import notifications as q
+    from qledge.runtime.notifier import Notifier
+
+    notifier = Notifier(db, logs_root=conf.logs_path, base_url="http://pi", interval_s=60,
+                        retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
+    t0 = 1_000_000
+
+    async def choose(now: int) -> list[q.Message]:
+        async with db.write() as tx:
+            picked = await notifier._limited(tx, await q.due(tx, now, 100), now)
+            for m in picked:  # what _send does after a delivery
+                await q.mark_sent(tx, m.id, now)
+            return picked
+
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, notify.Rules(rate_limit=5, rate_window_s=60), 1)
+        for i in range(8):
+            await q.enqueue(tx, channel_ids=["a"], kind="run", run_id=f"r{i}", task_id="t",
+                            title=f"[qledge] t{i}: failed", body="", log_lines=0,
+                            due_at_ms=t0 + i, now_ms=t0 + i, notify_type="failure")
+        await q.enqueue(tx, channel_ids=["b", "b"], kind="run", run_id="rb", task_id="t",
+                        title="[qledge] b: failed", body="", log_lines=0, due_at_ms=t0,
+                        now_ms=t0)
+        await q.enqueue(tx, channel_ids=["a"], kind="signin", run_id=None, task_id=None,
+                        title="[qledge] new sign-in to the panel", body="", log_lines=0,
+                        due_at_ms=t0, now_ms=t0)
+    first = await choose(t0 + 10)
+    assert sorted((m.channel_id, m.kind) for m in first) == sorted(
+        [("a", "run")] * 5 + [("b", "run")] * 2 + [("a", "signin")])
+    async with db.read() as tx:
+        held = await q.held(tx, "a")
+        assert [m.run_id for m in held] == ["r5", "r6", "r7"]
+        assert {m.next_at_ms for m in held} == {t0 + 10 + 60_000}
+        assert (await q.counts(tx))["held"] == 3
+    assert await choose(t0 + 30_000) == []  # nothing is due: the held wait for the window
+    # a row come due at a quiet window's end, inside the same window: held as well
+    async with db.write() as tx:
+        await q.enqueue(tx, channel_ids=["a"], kind="run", run_id="r8", task_id="t",
+                        title="[qledge] t8: failed", body="", log_lines=0,
+                        due_at_ms=t0 + 40_000, now_ms=t0 + 35_000)
+    assert await choose(t0 + 40_000) == []
+    (dig,) = await choose(t0 + 10 + 60_000)
+    assert (dig.kind, dig.channel_id, dig.notify_type) == ("digest", "a", "failure")
+    assert dig.title == "[qledge] 4 more notifications"
+    assert dig.body.splitlines()[1:] == [f"• t{i}: failed — http://pi/#/runs/r{i}"
+                                         for i in (5, 6, 7, 8)]
+    async with db.read() as tx:
+        assert await q.held(tx, "a") == []
+        rows = await q.recent(tx, 100)
+        assert sorted(m.run_id for m in rows if m.digest_id == dig.id) == ["r5", "r6", "r7",
+                                                                           "r8"]
+        counts = await q.counts(tx)
+        assert (counts["digested"], counts["held"], counts["pending"]) == (4, 0, 0)
+        assert len(rows) == 8 + 2 + 1 + 1 + 1  # every message kept, and the digest
