@@ -165,6 +165,10 @@ def test_a_chinese_message_arrives_with_a_link_to_its_run(server: Server) -> Non
         body = doc["message"].splitlines()
         assert body[1] == "状态：失败" and body[3] == "退出码：127 (找不到命令)"
         assert body[-1] == f"运行：{BASE}/#/runs/{rid}"
+        # the channel's test message speaks the same language
+        cid = http.get("/api/v1/notifications/channels").json()["items"][0]["id"]
+        assert http.post(f"/api/v1/notifications/channels/{cid}/test").json()["ok"] is True
+        assert hook.wait(2)[1].json()["title"] == "[qledge] 测试消息"
         # a PUT changes what it names: the language stays, the link base clears
         r = http.put("/api/v1/notifications/settings", json={"base_url": ""})
         assert r.json()["language"] == "zh-CN" and r.json()["base_url"] is None

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from .. import ids, limits
 from ..db import notifications as q
 from ..notifications import rules as notify
+from ..notifications import words
 from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -158,9 +159,9 @@ async def test_channel(request: Request) -> Response:
             ch = await q.channel(tx, channel_id)
         except q.NotFound:
             raise Missing("channel not found") from None
-    result = await rt.notifier.send_now(
-        ch.url, "[qledge] test message",
-        f"A test from qledge (channel {ch.name}). If you read this, the channel works.")
+        lang = words.lang((await q.settings(tx)).language)
+    result = await rt.notifier.send_now(ch.url, words.text(lang, "test"),
+                                        words.text(lang, "test_body", ch.name))
     return json_response({"ok": result.ok, "error": result.error})
 
 

@@ -68,6 +68,14 @@ TEXT: dict[str, dict[str, str]] = {
                        " channel):",
         "digest_more": "… and {} more (GET /api/v1/notifications/messages).",
         "log_tail": "Last {} log lines:", "log_unavailable": "(log unavailable)",
+        "disk_on": "[qledge] disk pressure: new runs are held",
+        "disk_on_body": "Reason: {}\nVolumes: {}\nQueued runs wait; running tasks go on."
+                        " Old logs are evicted to make room (docs/retention.md).",
+        "disk_off": "[qledge] disk pressure is over: runs resume",
+        "disk_off_body": "Free space is back above the low-water mark; held runs start now.",
+        "unknown": "unknown",
+        "test": "[qledge] test message",
+        "test_body": "A test from qledge (channel {}). If you read this, the channel works.",
     },
     "zh-CN": {
         "task": "任务：{}（#{}）", "status": "状态：{}", "reason": "原因：{}",
@@ -81,6 +89,14 @@ TEXT: dict[str, dict[str, str]] = {
         "digest_head": "因频率限制而暂缓（此渠道每 {} 分钟最多 {} 条）：",
         "digest_more": "……另有 {} 条（GET /api/v1/notifications/messages）。",
         "log_tail": "日志最后 {} 行：", "log_unavailable": "（日志不可用）",
+        "disk_on": "[qledge] 磁盘压力：新的运行被暂缓",
+        "disk_on_body": "原因：{}\n卷：{}\n排队的运行会等待；正在运行的任务继续。"
+                        "旧日志会被清理以腾出空间（docs/retention.md）。",
+        "disk_off": "[qledge] 磁盘压力已解除：运行恢复",
+        "disk_off_body": "剩余空间已回到低水位线以上；被暂缓的运行现在开始。",
+        "unknown": "未知",
+        "test": "[qledge] 测试消息",
+        "test_body": "来自 qledge 的测试（渠道 {}）。看到这条消息，说明渠道可用。",
     },
 }
 

@@ -219,20 +219,21 @@ class Notifier:
         reason = str(report.get("reason") or "DISK_PRESSURE")
         volumes = report.get("volumes") or []
         where = ", ".join(str(v) for v in volumes) if isinstance(volumes, list) else ""
-        if pressure:
-            title = "[qledge] disk pressure: new runs are held"
-            body = (f"Reason: {reason} ({notify.REASONS.get(reason, 'disk space is low')})\n"
-                    f"Volumes: {where or 'unknown'}\nQueued runs wait; running tasks go on."
-                    " Old logs are evicted to make room (docs/retention.md).")
-        else:
-            title = "[qledge] disk pressure is over: runs resume"
-            body = "Free space is back above the low-water mark; held runs start now."
         try:
             async with self.db.write() as tx:
                 rules = await q.global_rules(tx)
-                if rules.disk_pressure:
-                    await self.enqueue(tx, kind="disk", title=title, body=body,
-                                       notify_type="warning" if pressure else "success")
+                if not rules.disk_pressure:
+                    return
+                lang = words.lang((await q.settings(tx)).language)
+                if pressure:
+                    title = words.text(lang, "disk_on")
+                    body = words.text(lang, "disk_on_body",
+                                      words.reason(lang, reason, notify.REASONS.get(reason)),
+                                      where or words.text(lang, "unknown"))
+                else:
+                    title, body = words.text(lang, "disk_off"), words.text(lang, "disk_off_body")
+                await self.enqueue(tx, kind="disk", title=title, body=body,
+                                   notify_type="warning" if pressure else "success")
         except Exception:
             log.exception("could not queue the disk-pressure message")
 
