@@ -79,9 +79,10 @@ def _dump(db: Path) -> dict[str, list[dict[str, object]]]:
 
 
 LATER_COLUMNS = ("node_epoch", "late_exit_code", "late_finished_at_ms",
-                 "placement_node", "placement_labels_json", "spawn_boot_id")
-LATER_DEFAULTS = {"hidden": 0}  # 0026, the panel's hidden debug tasks
-LATER_TABLES = {"panel_account", "panel_sessions", "panel_logins"}
+                 "placement_node", "placement_labels_json", "spawn_boot_id",
+                 "held_at_ms", "digest_id")  # 0028, the notifications' rate limit
+LATER_DEFAULTS = {"hidden": 0, "notify_type": "info"}  # 0026, the panel's hidden debug tasks
+LATER_TABLES = {"panel_account", "panel_sessions", "panel_logins", "notify_settings"}
 
 
 def test_the_drop_keeps_every_row_and_only_the_index_goes(tmp_path: Path) -> None:

@@ -88,9 +88,10 @@ def _expected(db: Path) -> dict[str, list[dict[str, Any]]]:
 # Columns later migrations add (0023, fleet mode; 0024, the spawn's boot id): empty on
 # every row carried over.
 LATER_COLUMNS = ("node_epoch", "late_exit_code", "late_finished_at_ms",
-                 "placement_node", "placement_labels_json", "spawn_boot_id")
+                 "placement_node", "placement_labels_json", "spawn_boot_id",
+                 "held_at_ms", "digest_id")  # 0028, the notifications' rate limit
 # ... and those with a default (0026, the panel's hidden debug tasks).
-LATER_DEFAULTS = {"hidden": 0}
+LATER_DEFAULTS = {"hidden": 0, "notify_type": "info"}
 
 
 def _actual(db: Path) -> dict[str, list[dict[str, Any]]]:

@@ -178,7 +178,7 @@ async def test_both_backends_migrate_to_the_same_schema(sqlite_db: Path, pg_dsn:
     lite, pg = sqlite_model(sqlite_db), await pg_model(pg_dsn)
     assert differences(lite, pg) == []
     # the model is not vacuous: what this compares is really there
-    assert len(lite) == 24  # 21 + the sign-in's three (0025_panel_signin)
+    assert len(lite) == 25  # 21 + the sign-in's three (0025) + notify_settings (0028)
     assert lite["runs"]["indexes"]["runs_active"][2] == "status = 'queued' or status = 'running'"
     assert lite["envs"]["indexes"]["envs_order"][1] == (
         ("enabled", False), ("position", True), ("num", False))

@@ -93,10 +93,11 @@ def test_failed_run_reaches_webhook_smtp_and_ntfy_once(fast_server: Server) -> N
         (got_ntfy,) = ntfy.wait(1)
         (got_mail,) = smtp.wait(1)
         expected = ["Task: backup (#", "Status: failed",
-                    "Reason: EXITED (the command exited on its own)", "Exit code: 3",
+                    "Reason: the command exited on its own (EXITED)", "Exit code: 3",
                     "Duration: ", f"Run: http://qledge.local:5700/#/runs/{failed['id']}"]
         doc = got_hook.json()
         assert got_hook.path == f"/{SECRET}" and doc["title"] == "[qledge] backup: failed"
+        assert doc["type"] == "failure"  # apprise's notify type, not "info"
         assert all(part in doc["message"] for part in expected), doc["message"]
         assert "working" not in doc["message"]  # no log lines unless the operator opts in
         doc = got_ntfy.json()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from qledge.db.sqlite import Database
 from qledge.model import Run, RunStatus, Trigger
+from qledge.notifications import digest, transitions, words
 from qledge.notifications import qinglong as qinglong_notify
 from qledge.notifications import rules as notify
 from qledge.scripts import ship as shipped_scripts
@@ -51,7 +53,7 @@ def test_message_says_what_the_issue_lists() -> None:
     assert d is not None and d.title == "[qledge] backup: failed" and d.log_lines == 5
     assert d.body.splitlines() == [
         "Task: backup (#7)", "Status: failed",
-        "Reason: EXITED (the command exited on its own)", "Exit code: 2",
+        "Reason: the command exited on its own (EXITED)", "Exit code: 2 (a usage error)",
         "Duration: 1m14s",
         "Recovered after a restart: the result was read from the run's receipt by the"
         " next worker.",
@@ -59,11 +61,106 @@ def test_message_says_what_the_issue_lists() -> None:
 
 
 def test_streak_sends_one_message_at_the_nth_failure() -> None:
-    rules = notify.Rules(streak=3)
-    sent = [before for before in range(6) if decide(rules, before=before) is not None]
-    assert sent == [2]
-    d = decide(rules, before=2)
-    assert d is not None and d.title == "[qledge] backup: failed, 3 times in a row"
+    for mode in ("transitions", "every_run"):
+        rules = notify.Rules(streak=3, mode=mode)
+        sent = [before for before in range(6) if decide(rules, before=before) is not None]
+        assert sent == [2], mode
+        d = decide(rules, before=2)
+        assert d is not None and d.title == "[qledge] backup: failed, 3 times in a row"
+        assert d.level == "failure"
+
+
+def replay(rules: notify.Rules, outcomes: str) -> list[notify.Decision]:
+    """The messages a task's runs produce, `outcomes` one letter a run (f: failed,
+    s: succeeded), counting failures in a row as runtime/notifier.py does."""
+    out, streak = [], 0
+    for letter in outcomes:
+        run = with_status(RunStatus.FAILED if letter == "f" else RunStatus.SUCCEEDED)
+        d = decide(rules, run, before=min(streak, transitions.threshold(rules.streak)))
+        if d is not None:
+            out.append(d)
+        streak = streak + 1 if letter == "f" else 0
+    return out
+
+
+def test_transitions_by_default_fail_fail_fail_succeed_is_two_messages() -> None:
+    got = replay(notify.Rules(), "fffs")
+    assert [(d.title, d.level) for d in got] == [
+        ("[qledge] backup: failed", "failure"), ("[qledge] backup: recovered", "success")]
+    assert "the failing spell is over" in got[1].body
+    assert replay(notify.Rules(), "sssfsfffs") == replay(notify.Rules(), "fsfffs")
+    assert len(replay(notify.Rules(), "sssfsfffs")) == 4  # two spells, two recoveries
+    # a spell under the streak was never announced: its end is not news either
+    assert [d.title for d in replay(notify.Rules(streak=3), "ffsfffs")] == [
+        "[qledge] backup: failed, 3 times in a row", "[qledge] backup: recovered"]
+    # the per-run behaviour is still a rule away
+    assert len(replay(notify.Rules(mode="every_run"), "fffs")) == 3
+    assert replay(notify.Rules(), "ssss") == []
+
+
+def test_transitions_are_pure_state_changes() -> None:
+    ch = transitions.change
+    assert ch("transitions", failure=True, failures_before=0, streak=0) is \
+        transitions.Change.FAILING
+    assert ch("transitions", failure=True, failures_before=1, streak=0) is None
+    assert ch("transitions", failure=False, failures_before=1, streak=0) is \
+        transitions.Change.RECOVERED
+    assert ch("transitions", failure=False, failures_before=0, streak=0) is None
+    assert ch("every_run", failure=True, failures_before=7, streak=0) is \
+        transitions.Change.FAILING
+    assert ch("every_run", failure=False, failures_before=7, streak=0) is None
+
+
+def test_a_message_in_chinese_with_its_words_and_link() -> None:
+    run = msgspec.structs.replace(RUN, status=RunStatus.TIMED_OUT, reason_code="TIMEOUT",
+                                  exit_code=None)
+    d = notify.decide(notify.Rules(), run=run, task_name="种豆得豆", task_num=7,
+                      recovered=False, failures_before=0, base_url="http://pi:5700/",
+                      language="zh-CN")
+    assert d is not None and d.title == "[qledge] 种豆得豆：超时" and d.level == "failure"
+    assert d.body.splitlines() == [
+        "任务：种豆得豆（#7）", "状态：超时", "原因：运行超过任务的超时时间，已被停止 (TIMEOUT)",
+        "退出码：无", "耗时：1m14s",
+        f"运行：http://pi:5700/#/runs/{RUN.id}"]
+    assert "timed_out" not in d.body and "timed_out" not in d.title
+    assert words.exit_code("zh-CN", 127) == "127 (找不到命令)"
+
+
+def test_every_reason_has_its_chinese() -> None:
+    assert set(words.REASONS_ZH) == set(notify.REASONS)
+    for table in (words.STATUS, words.EXIT_CODES, words.TEXT):
+        assert set(table["en"]) == set(table["zh-CN"])
+    assert set(notify.RULE_STATUSES) <= set(words.STATUS["zh-CN"])
+
+
+@pytest.mark.parametrize(("settings", "field"), [
+    (notify.Settings(language="fr"), "language"),
+    (notify.Settings(base_url="ftp://pi"), "base_url"),
+    (notify.Settings(base_url="http://pi/?q=1"), "base_url"),
+    (notify.Settings(base_url="http://user:pw@pi"), "base_url"),
+    (notify.Settings(base_url="http://pi:99999"), "base_url"),
+])
+def test_bad_settings_name_their_field(settings: notify.Settings, field: str) -> None:
+    with pytest.raises(notify.RuleError) as err:
+        notify.check_settings(settings)
+    assert err.value.field == field
+    notify.check_settings(notify.Settings(language="zh-CN", base_url="https://pi.lan:5700/ql"))
+
+
+def test_digest_lists_every_held_item_with_its_link() -> None:
+    items = [digest.Item(title=f"[qledge] t{i}: failed", run_id=f"r{i}",
+                         notify_type="failure") for i in range(55)]
+    d = digest.compose(items, language="en", limit=5, window_s=600, link="http://pi/")
+    lines = d.body.splitlines()
+    assert d.title == "[qledge] 55 more notifications" and d.notify_type == "failure"
+    assert lines[0] == "Held back by the rate limit (5 messages per 10 minutes on this channel):"
+    assert lines[1] == "• t0: failed — http://pi/#/runs/r0"
+    assert len(lines) == 1 + digest.MAX_ITEMS + 1 and lines[-1].startswith("… and 5 more")
+    zh = digest.compose(items[:2], language="zh-CN", limit=5, window_s=600, link="")
+    assert zh.title == "[qledge] 另有 2 条通知" and zh.body.splitlines()[2] == "• t1: failed — r1"
+    assert digest.hold_until(1_000, 600, None) == 601_000
+    assert digest.hold_until(1_000, 600, 400) == 600_400
+    assert digest.budget(5, 7) == 0 and digest.budget(5, 2) == 3
 
 
 def test_task_override_changes_only_what_it_sets() -> None:
@@ -262,7 +359,8 @@ async def test_prune_drops_only_old_finished_messages(db: Database) -> None:
     async with db.read() as tx:
         left = {m.title: m.state for m in await q.recent(tx, 10)}
         assert left == {"old-pending": "pending", "new-sent": "sent"}
-        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0}
+        assert await q.counts(tx) == {"pending": 1, "sent": 1, "given_up": 0, "held": 0,
+                                      "digested": 0}
 
 
 async def test_the_outbox_row_commits_with_the_result_and_never_blocks_it(
@@ -347,3 +445,65 @@ async def test_a_message_due_in_quiet_hours_waits_for_their_end(
     wait = msg.next_at_ms - now
     assert 89 * 60_000 <= wait <= 90 * 60_000, wait
     assert msg.due_at_ms == msg.next_at_ms
+
+
+async def test_rate_limit_holds_past_the_limit_and_digests_them_once(
+        db: Database, conf: Settings) -> None:
+    """The sender's choice on a real database: 8 rows for one channel, 2 for another, in
+    a window that allows 5: 5 + 2 go now, 3 are held until the window's first send
+    leaves it, then ONE digest carries the three (marked digested, none dropped). A
+    sign-in message is never held. Rows due at a quiet window's end meet the same limit."""
+    from qledge.db import notifications as q
+    from qledge.runtime.notifier import Notifier
+
+    notifier = Notifier(db, logs_root=conf.logs_path, base_url="http://pi", interval_s=60,
+                        retry_base_s=1, max_tries=3, max_age_s=60, started_at_ms=0)
+    t0 = 1_000_000
+
+    async def choose(now: int) -> list[q.Message]:
+        async with db.write() as tx:
+            picked = await notifier._limited(tx, await q.due(tx, now, 100), now)
+            for m in picked:  # what _send does after a delivery
+                await q.mark_sent(tx, m.id, now)
+            return picked
+
+    async with db.write() as tx:
+        await q.set_rules(tx, q.GLOBAL, notify.Rules(rate_limit=5, rate_window_s=60), 1)
+        for i in range(8):
+            await q.enqueue(tx, channel_ids=["a"], kind="run", run_id=f"r{i}", task_id="t",
+                            title=f"[qledge] t{i}: failed", body="", log_lines=0,
+                            due_at_ms=t0 + i, now_ms=t0 + i, notify_type="failure")
+        await q.enqueue(tx, channel_ids=["b", "b"], kind="run", run_id="rb", task_id="t",
+                        title="[qledge] b: failed", body="", log_lines=0, due_at_ms=t0,
+                        now_ms=t0)
+        await q.enqueue(tx, channel_ids=["a"], kind="signin", run_id=None, task_id=None,
+                        title="[qledge] new sign-in to the panel", body="", log_lines=0,
+                        due_at_ms=t0, now_ms=t0)
+    first = await choose(t0 + 10)
+    assert sorted((m.channel_id, m.kind) for m in first) == sorted(
+        [("a", "run")] * 5 + [("b", "run")] * 2 + [("a", "signin")])
+    async with db.read() as tx:
+        held = await q.held(tx, "a")
+        assert [m.run_id for m in held] == ["r5", "r6", "r7"]
+        assert {m.next_at_ms for m in held} == {t0 + 10 + 60_000}
+        assert (await q.counts(tx))["held"] == 3
+    assert await choose(t0 + 30_000) == []  # nothing is due: the held wait for the window
+    # a row come due at a quiet window's end, inside the same window: held as well
+    async with db.write() as tx:
+        await q.enqueue(tx, channel_ids=["a"], kind="run", run_id="r8", task_id="t",
+                        title="[qledge] t8: failed", body="", log_lines=0,
+                        due_at_ms=t0 + 40_000, now_ms=t0 + 35_000)
+    assert await choose(t0 + 40_000) == []
+    (dig,) = await choose(t0 + 10 + 60_000)
+    assert (dig.kind, dig.channel_id, dig.notify_type) == ("digest", "a", "failure")
+    assert dig.title == "[qledge] 4 more notifications"
+    assert dig.body.splitlines()[1:] == [f"• t{i}: failed — http://pi/#/runs/r{i}"
+                                         for i in (5, 6, 7, 8)]
+    async with db.read() as tx:
+        assert await q.held(tx, "a") == []
+        rows = await q.recent(tx, 100)
+        assert sorted(m.run_id for m in rows if m.digest_id == dig.id) == ["r5", "r6", "r7",
+                                                                           "r8"]
+        counts = await q.counts(tx)
+        assert (counts["digested"], counts["held"], counts["pending"]) == (4, 0, 0)
+        assert len(rows) == 8 + 2 + 1 + 1 + 1  # every message kept, and the digest

@@ -982,6 +982,23 @@ async def _notifications(db: Any, made: _Ids) -> dict[str, Any]:
             await notifications.attempt_started_before(tx, r, before)
             for r, before in (("r2", 13), ("r2", 12), ("r5", 100))]
         out["log_path"] = [await notifications.last_log_path(tx, r) for r in ("r4", "r5")]
+        # 0028: the rate limit's hold and digest, and the settings row
+        (h1, h2) = await notifications.enqueue(
+            tx, channel_ids=[c1.id, c1.id], kind="run", run_id="r1", task_id="t1", title="h",
+            body="b", log_lines=0, due_at_ms=200, now_ms=200, notify_type="failure")
+        await notifications.mark_sent(tx, h1, 210)
+        await notifications.hold(tx, h2, 211, 900)
+        out["sent_since"] = [await notifications.sent_since(tx, t) for t in (205, 211)]
+        out["held"] = [m.id for m in await notifications.held(tx, c1.id)]
+        await notifications.digested(tx, [h2], h1, 950)
+        got_h2 = await notifications.get_message(tx, h2)
+        out["h2"] = (got_h2.state, got_h2.digest_id, got_h2.held_at_ms, got_h2.notify_type)
+        out["hold_ids"] = (h1, c1.id)
+        out["counts_0028"] = await notifications.counts(tx)
+        out["settings"] = [await notifications.settings(tx)]
+        await notifications.set_settings(tx, notify.Settings(language="zh-CN"), 1)
+        await notifications.set_settings(tx, notify.Settings(base_url="http://pi"), 2)
+        out["settings"].append(await notifications.settings(tx))
     return out
 
 
@@ -1003,8 +1020,16 @@ async def test_notification_queries_give_the_same_results(
     assert got["enqueued"] == [[m1, m2], [m3], [m4]]
     assert got["due"] == [[], [m3], [m3, m1], [m3, m1, m2, m4]]
     assert (got["next_due"], got["next_due_after"]) == (60, 100)
-    assert got["counts"] == {"pending": 2, "sent": 1, "given_up": 1}
-    assert got["counts_after"] == {"pending": 1, "sent": 1, "given_up": 2}
+    assert got["counts"] == {"pending": 2, "sent": 1, "given_up": 1, "held": 0,
+                             "digested": 0}
+    assert got["counts_after"] == {"pending": 1, "sent": 1, "given_up": 2, "held": 0,
+                                   "digested": 0}
+    h1, hc = got["hold_ids"]
+    assert got["sent_since"] == [{hc: (1, 210)}, {}]
+    assert len(got["held"]) == 1  # h2, held; h1 was sent
+    assert got["h2"] == ("sent", h1, 211, "failure")
+    assert got["counts_0028"]["digested"] == 1
+    assert got["settings"] == [notify.Settings(), notify.Settings(base_url="http://pi")]
     recent = {m.id: m for m in got["recent"]}
     assert [m.id for m in got["recent"]] == [m4, m3, m2, m1]
     assert (recent[m1].state, recent[m1].tries, recent[m1].next_at_ms,

@@ -6,13 +6,18 @@ import msgspec
 
 from .. import ids
 from ..model import RunStatus
-from ..notifications.rules import Rules, RulesPatch
+from ..notifications.rules import Rules, RulesPatch, Settings
 from . import statuses as st
 from .interface import Row, Tx
 
 _CANCELLED = st.is_("status", RunStatus.CANCELLED)
 
 GLOBAL = ""
+# The kinds the per-channel rate limit applies to: a run's message and a script's
+# send(). A sign-in or disk-pressure message is rare and always goes out; a digest
+# is what the limit sends instead.
+LIMITED_KINDS = ("run", "script")
+DIGEST = "digest"
 
 
 class Channel(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,6 +45,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     created_at_ms: int
     done_at_ms: int | None
     last_error: str | None
+    notify_type: str = "info"
+    held_at_ms: int | None = None
+    digest_id: str | None = None
 
 
 class NotFound(Exception):
@@ -133,16 +141,16 @@ async def set_rules(tx: Tx, scope: str, rules: Rules | RulesPatch | None, now_ms
 
 async def enqueue(tx: Tx, *, channel_ids: list[str], kind: str, run_id: str | None,
                   task_id: str | None, title: str, body: str, log_lines: int, due_at_ms: int,
-                  now_ms: int) -> list[str]:
+                  now_ms: int, notify_type: str = "info") -> list[str]:
     out = []
     for channel_id in channel_ids:
         mid = ids.uuid7()
         await tx.execute(
             "INSERT INTO notify_outbox (id, channel_id, kind, run_id, task_id, title, body,"
-            " log_lines, state, due_at_ms, next_at_ms, created_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            " log_lines, state, due_at_ms, next_at_ms, created_at_ms, notify_type)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
             (mid, channel_id, kind, run_id, task_id, title, body, log_lines, due_at_ms,
-             due_at_ms, now_ms))
+             due_at_ms, now_ms, notify_type))
         out.append(mid)
     return out
 
@@ -189,8 +197,13 @@ async def recent(tx: Tx, limit: int, *, run_id: str | None = None) -> list[Messa
 
 
 async def counts(tx: Tx) -> dict[str, int]:
-    rows = await tx.all("SELECT state, COUNT(*) FROM notify_outbox GROUP BY state")
-    out = {"pending": 0, "sent": 0, "given_up": 0}
+    """By state; `held` (pending, waiting for a digest) and `digested` (sent inside
+    one) are counted apart from pending and sent."""
+    rows = await tx.all(
+        "SELECT CASE WHEN digest_id IS NOT NULL THEN 'digested'"
+        " WHEN state = 'pending' AND held_at_ms IS NOT NULL THEN 'held' ELSE state END,"
+        " COUNT(*) FROM notify_outbox GROUP BY 1")
+    out = {"pending": 0, "sent": 0, "given_up": 0, "held": 0, "digested": 0}
     out.update({r[0]: int(r[1]) for r in rows})
     return out
 
@@ -203,11 +216,75 @@ async def prune(tx: Tx, before_ms: int, limit: int) -> int:
         (before_ms, limit))
 
 
+# -- the rate limit and its digest (runtime/notifier.py) -----------------------------
+
+async def get_message(tx: Tx, message_id: str) -> Message:
+    row = await tx.one("SELECT * FROM notify_outbox WHERE id = ?", (message_id,))
+    if row is None:
+        raise NotFound(message_id)
+    return msgspec.convert(dict(row), Message)
+
+
+async def sent_since(tx: Tx, since_ms: int) -> dict[str, tuple[int, int]]:
+    """Per channel: (how many limited messages were sent on their own since
+    `since_ms`, the earliest of their send times)."""
+    kinds = ", ".join("?" * len(LIMITED_KINDS))
+    rows = await tx.all(
+        "SELECT channel_id, COUNT(*), MIN(done_at_ms) FROM notify_outbox"  # noqa: S608
+        f" WHERE state = 'sent' AND digest_id IS NULL AND kind IN ({kinds})"
+        " AND done_at_ms >= ? GROUP BY channel_id", (*LIMITED_KINDS, since_ms))
+    return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+
+
+async def hold(tx: Tx, message_id: str, now_ms: int, until_ms: int) -> None:
+    """Held by the rate limit: it waits for its channel's digest at `until_ms`."""
+    await tx.execute(
+        "UPDATE notify_outbox SET held_at_ms = ?, next_at_ms = ? WHERE id = ?"
+        " AND state = 'pending'", (now_ms, until_ms, message_id))
+
+
+async def held(tx: Tx, channel_id: str) -> list[Message]:
+    """Every row its channel's rate limit holds, due or not, oldest first."""
+    rows = await tx.all(
+        "SELECT * FROM notify_outbox WHERE channel_id = ? AND state = 'pending'"
+        " AND held_at_ms IS NOT NULL ORDER BY created_at_ms, id", (channel_id,))
+    return [msgspec.convert(dict(r), Message) for r in rows]
+
+
+async def digested(tx: Tx, message_ids: list[str], digest_id: str, now_ms: int) -> None:
+    """The held rows went into the digest `digest_id`: kept, marked, never sent alone."""
+    for mid in message_ids:
+        await tx.execute(
+            "UPDATE notify_outbox SET state = 'sent', digest_id = ?, done_at_ms = ?"
+            " WHERE id = ? AND state = 'pending'", (digest_id, now_ms, mid))
+
+
+# -- the settings ----------------------------------------------------------------------
+
+async def settings(tx: Tx) -> Settings:
+    row = await tx.one("SELECT settings_json FROM notify_settings WHERE id = 1")
+    return msgspec.json.decode(row[0], type=Settings) if row else Settings()
+
+
+async def set_settings(tx: Tx, value: Settings, now_ms: int) -> None:
+    await tx.execute(
+        "INSERT INTO notify_settings (id, settings_json, updated_at_ms) VALUES (1, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET settings_json = excluded.settings_json,"
+        " updated_at_ms = excluded.updated_at_ms",
+        (msgspec.json.encode(value).decode(), now_ms))
+
+
 # -- what a terminal run's message needs -----------------------------------------
 
 async def task_brief(tx: Tx, task_id: str) -> tuple[str, int] | None:
     row = await tx.one("SELECT name, num FROM tasks WHERE id = ?", (task_id,))
     return (str(row[0]), int(row[1])) if row else None
+
+
+async def task_hidden(tx: Tx, task_id: str) -> bool:
+    """A hidden task is the panel's debug Run of a script (docs/scripts.md#run)."""
+    row = await tx.one("SELECT hidden FROM tasks WHERE id = ?", (task_id,))
+    return bool(row and row[0])
 
 
 async def failures_before(tx: Tx, task_id: str, run_id: str, limit: int) -> int:

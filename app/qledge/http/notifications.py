@@ -21,6 +21,7 @@ from ..db import notifications as q
 from ..fields import FieldError
 from ..notifications import rules as notify
 from ..notifications import services
+from ..notifications import words
 from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -70,12 +71,22 @@ def channel_view(ch: q.Channel) -> dict[str, Any]:
             "updated_at_ms": ch.updated_at_ms}
 
 
+def message_state(m: q.Message) -> str:
+    """pending, retrying, held (for its channel's digest), sent, digested (sent inside
+    the digest `digest_id`), given_up."""
+    if m.digest_id is not None:
+        return "digested"
+    if m.state == "pending":
+        return "held" if m.held_at_ms is not None else "retrying" if m.tries else "pending"
+    return m.state
+
+
 def message_view(m: q.Message) -> dict[str, Any]:
-    state = "retrying" if m.state == "pending" and m.tries else m.state
     return {"id": m.id, "channel_id": m.channel_id, "kind": m.kind, "run_id": m.run_id,
-            "task_id": m.task_id, "title": m.title, "state": state, "tries": m.tries,
-            "created_at_ms": m.created_at_ms, "next_at_ms": m.next_at_ms if
-            m.state == "pending" else None, "done_at_ms": m.done_at_ms, "error": m.last_error}
+            "task_id": m.task_id, "title": m.title, "state": message_state(m),
+            "tries": m.tries, "created_at_ms": m.created_at_ms, "next_at_ms": m.next_at_ms if
+            m.state == "pending" else None, "done_at_ms": m.done_at_ms, "error": m.last_error,
+            "notify_type": m.notify_type, "digest_id": m.digest_id}
 
 
 def _id(request: Request, name: str = "channel_id") -> str:
@@ -182,9 +193,9 @@ async def test_channel(request: Request) -> Response:
             ch = await q.channel(tx, channel_id)
         except q.NotFound:
             raise Missing("channel not found") from None
-    result = await rt.notifier.send_now(
-        ch.url, "[qledge] test message",
-        f"A test from qledge (channel {ch.name}). If you read this, the channel works.")
+        lang = words.lang((await q.settings(tx)).language)
+    result = await rt.notifier.send_now(ch.url, words.text(lang, "test"),
+                                        words.text(lang, "test_body", ch.name))
     return json_response({"ok": result.ok, "error": result.error})
 
 
@@ -202,11 +213,35 @@ async def get_rules(request: Request) -> Response:
                                     for k, v in per_task.items()}})
 
 
-def _checked(rules: notify.Rules | notify.RulesPatch) -> None:
+def _checked(rules: notify.Rules | notify.RulesPatch | notify.Settings) -> None:
     try:
-        notify.check(rules)
+        if isinstance(rules, notify.Settings):
+            notify.check_settings(rules)
+        else:
+            notify.check(rules)
     except notify.RuleError as exc:
         raise Invalid(str(exc), field=exc.field) from None
+
+
+def settings_view(rt: Runtime, value: notify.Settings) -> dict[str, Any]:
+    return {"language": value.language, "base_url": value.base_url,
+            # what the run links use now: the setting, else QLEDGE_NOTIFY_BASE_URL
+            "link_base_url": rt.notifier.link_base(value) or None}
+
+
+async def get_settings(request: Request) -> Response:
+    rt = runtime_of(request)
+    async with rt.db.read() as tx:
+        value = await q.settings(tx)
+    return json_response(settings_view(rt, value))
+
+
+async def put_settings(request: Request) -> Response:
+    """Changes the fields the body names (`base_url` "" clears it)."""
+    rt = runtime_of(request)
+    patch = decode_body(await request.body(), notify.Settings)
+    _checked(patch)
+    return json_response(settings_view(rt, await notify_ops.set_settings(rt, patch)))
 
 
 async def put_rules(request: Request) -> Response:
@@ -289,6 +324,8 @@ routes = [
     Route("/notifications/rules/tasks/{task_id}", put_task_rules, methods=["PUT"]),
     Route("/notifications/rules/tasks/{task_id}", delete_task_rules, methods=["DELETE"]),
     Route("/notifications/messages", list_messages, methods=["GET"]),
+    Route("/notifications/settings", get_settings, methods=["GET"]),
+    Route("/notifications/settings", put_settings, methods=["PUT", "PATCH"]),
 ]
 
 public_routes = [Route("/notify", script_notify, methods=["POST"])]

@@ -59,10 +59,13 @@ async def _exchange(proc: asyncio.subprocess.Process, payload: bytes) -> bytes:
     return out
 
 
-async def send(url: str, title: str, body: str, timeout_s: float) -> tuple[bool, str | None]:
+async def send(url: str, title: str, body: str, timeout_s: float,
+               notify_type: str = "info") -> tuple[bool, str | None]:
     """(delivered, the redacted error) of one message to one apprise URL, within
-    `timeout_s` whatever the URL says."""
-    payload = json.dumps({"url": url, "title": title, "body": body}).encode()
+    `timeout_s` whatever the URL says. `notify_type`: apprise's (info, success,
+    warning, failure)."""
+    payload = json.dumps({"url": url, "title": title, "body": body,
+                          "type": notify_type}).encode()
     if len(payload) > MAX_INPUT:
         return False, "the message is too large to send"
     proc = await asyncio.create_subprocess_exec(
@@ -96,7 +99,8 @@ def quiet(logger: logging.Logger) -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def deliver(url: str, title: str, body: str) -> tuple[bool, str | None]:
+def deliver(url: str, title: str, body: str, notify_type: str = "info"
+            ) -> tuple[bool, str | None]:
     """One message to one apprise URL, in this process (blocking I/O). The error text
     is redacted of the URL's secrets."""
     import apprise  # 100+ plugins
@@ -111,7 +115,9 @@ def deliver(url: str, title: str, body: str) -> tuple[bool, str | None]:
         if not box.add(url):
             return False, "not a valid apprise URL (or an unknown service)"
         try:
-            ok = bool(box.notify(title=title, body=body))
+            kind = apprise.NotifyType(notify_type) if notify_type in {
+                t.value for t in apprise.NotifyType} else apprise.NotifyType.INFO
+            ok = bool(box.notify(title=title, body=body, notify_type=kind))
         except MemoryError:
             return False, (f"the service's answer was larger than the sender's"
                            f" {MEMORY_BYTES >> 20} MiB")
@@ -133,7 +139,8 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_BYTES, MEMORY_BYTES))
     try:
         msg = json.loads(sys.stdin.buffer.read(MAX_INPUT))
-        ok, error = deliver(str(msg["url"]), str(msg["title"]), str(msg["body"]))
+        ok, error = deliver(str(msg["url"]), str(msg["title"]), str(msg["body"]),
+                            str(msg.get("type") or "info"))
     except MemoryError:
         ok, error = False, f"the service's answer was larger than {MEMORY_BYTES >> 20} MiB"
     sys.stdout.write(json.dumps({"ok": ok, "error": error}))

@@ -18,10 +18,14 @@ import msgspec
 
 from .. import ids
 from ..model import FAILED_RUN, Run, RunStatus
+from . import transitions, words
 
 HHMM = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 MAX_LOG_LINES = 50
 MAX_STREAK = 100
+# The rate limit per channel (docs/notifications.md, "Quiet by default").
+MAX_RATE_LIMIT = 100
+MIN_RATE_WINDOW_S, MAX_RATE_WINDOW_S = 1, 24 * 3600
 # The statuses a rule may name; cancelled is the operator's own doing.
 RULE_STATUSES = ("failed", "timed_out", "lost", "blocked", "succeeded")
 
@@ -57,6 +61,9 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
     """The global rule set; every field has its default."""
 
     statuses: tuple[str, ...] = ("failed", "timed_out", "lost", "blocked")
+    # "transitions": a task notifies when it starts failing and once when it
+    # recovers; "every_run": every matching run (notifications/transitions.py).
+    mode: str = "transitions"
     # A succeeded run whose result was recovered after a worker restart.
     recovered: bool = False
     # >0: a task whose runs fail N times in a row gets one message at the Nth,
@@ -68,6 +75,10 @@ class Rules(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=Tru
     # The last N lines of the run's log in the message (logs can hold secrets).
     log_lines: int = 0
     disk_pressure: bool = True
+    # At most `rate_limit` messages per channel in any `rate_window_s`; the rest
+    # are held and go out as one digest per channel when the window allows (0: off).
+    rate_limit: int = 5
+    rate_window_s: int = 600
 
 
 class RulesPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True,
@@ -75,10 +86,43 @@ class RulesPatch(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
     """A task's override: only what it sets differs from the global rules."""
 
     statuses: tuple[str, ...] | None = None
+    mode: str | None = None
     recovered: bool | None = None
     streak: int | None = None
     log_lines: int | None = None
     muted: bool | None = None
+
+
+class Settings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """What messages look like (stored in notify_settings). A PUT changes only the
+    fields it names; `base_url` "" clears it."""
+
+    # "en" | "zh-CN"; None until set (the panel sets its language on first use).
+    language: str | None = None
+    # The panel's public address for the run links (http(s)://host[:port][/path]);
+    # None: QLEDGE_NOTIFY_BASE_URL's value.
+    base_url: str | None = None
+
+
+MAX_BASE_URL = 300
+
+
+def check_settings(settings: Settings) -> None:
+    if settings.language is not None and settings.language not in words.LANGUAGES:
+        raise RuleError(f"language must be one of {', '.join(words.LANGUAGES)}", "language")
+    url = settings.base_url
+    if url:
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # a port out of range or not a number: ValueError
+        except ValueError:
+            parts = urlsplit("")
+        if (len(url) > MAX_BASE_URL or parts.scheme not in ("http", "https")
+                or not parts.hostname or parts.query or parts.fragment or "@" in parts.netloc
+                or any(c.isspace() for c in url)):
+            raise RuleError("base_url must be http(s)://host[:port][/path], without user,"
+                            f" query or fragment, at most {MAX_BASE_URL} characters",
+                            "base_url")
 
 
 class RuleError(ValueError):
@@ -93,11 +137,18 @@ def check(rules: Rules | RulesPatch) -> None:
             if s not in RULE_STATUSES:
                 raise RuleError(f"statuses: {s!r} is not one of {', '.join(RULE_STATUSES)}",
                                 "statuses")
+    if rules.mode is not None and rules.mode not in transitions.MODES:
+        raise RuleError(f"mode must be one of {', '.join(transitions.MODES)}", "mode")
     if rules.streak is not None and not 0 <= rules.streak <= MAX_STREAK:
         raise RuleError(f"streak must be 0..{MAX_STREAK}", "streak")
     if rules.log_lines is not None and not 0 <= rules.log_lines <= MAX_LOG_LINES:
         raise RuleError(f"log_lines must be 0..{MAX_LOG_LINES}", "log_lines")
     if isinstance(rules, Rules):
+        if not 0 <= rules.rate_limit <= MAX_RATE_LIMIT:
+            raise RuleError(f"rate_limit must be 0..{MAX_RATE_LIMIT}", "rate_limit")
+        if not MIN_RATE_WINDOW_S <= rules.rate_window_s <= MAX_RATE_WINDOW_S:
+            raise RuleError(f"rate_window_s must be {MIN_RATE_WINDOW_S}..{MAX_RATE_WINDOW_S}",
+                            "rate_window_s")
         if (rules.quiet_start is None) != (rules.quiet_end is None):
             raise RuleError("set quiet_start and quiet_end together", "quiet_start")
         for field in ("quiet_start", "quiet_end"):
@@ -121,60 +172,78 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     body: str
     log_lines: int
+    # apprise's notify type: "failure" for a failure, "success" for a success.
+    level: str
 
 
 def decide(rules: Rules | None, *, run: Run, task_name: str, task_num: int, recovered: bool,
-           failures_before: int, base_url: str) -> Decision | None:
+           failures_before: int, base_url: str, language: str = "en") -> Decision | None:
     """The message for a run that just became terminal, or None.
 
     `failures_before`: how many of the task's previous runs failed in a row
-    (counted only up to the streak; cancelled runs are skipped)."""
+    (counted up to `transitions.threshold(rules.streak)`; cancelled runs skipped)."""
     if rules is None:
         return None
     status = run.status.value
-    matched = status in rules.statuses or (
-        recovered and rules.recovered and run.status is RunStatus.SUCCEEDED)
-    if not matched:
-        return None
-    streak = 0
-    if rules.streak > 0 and is_failure(run.status):
-        if failures_before + 1 != rules.streak:
+    failure = is_failure(run.status)
+    change = transitions.change(rules.mode, failure=failure, failures_before=failures_before,
+                                streak=rules.streak)
+    if failure:
+        if status not in rules.statuses or change is None:
             return None
-        streak = rules.streak
-    return Decision(title=title(task_name, status, streak),
+    elif run.status is RunStatus.SUCCEEDED:
+        opted_in = status in rules.statuses or (recovered and rules.recovered)
+        if change is None and not opted_in:
+            return None
+    else:
+        return None
+    streak = rules.streak if failure and rules.streak > 0 else 0
+    back = change is transitions.Change.RECOVERED
+    return Decision(title=title(task_name, status, streak, language=language,
+                                recovery=back),
                     body=body(run, task_name, task_num, recovered=recovered, streak=streak,
-                              base_url=base_url),
-                    log_lines=rules.log_lines)
+                              base_url=base_url, language=language, recovery=back),
+                    log_lines=rules.log_lines, level="failure" if failure else "success")
 
 
 def is_failure(status: RunStatus) -> bool:
     return status in FAILED_RUN
 
 
-def title(task_name: str, status: str, streak: int = 0) -> str:
-    if streak:
-        return f"[qledge] {task_name}: {status}, {streak} times in a row"
-    return f"[qledge] {task_name}: {status}"
+def title(task_name: str, status: str, streak: int = 0, *, language: str = "en",
+          recovery: bool = False) -> str:
+    word = words.status(language, status)
+    if recovery:
+        word = words.text(language, "recovered_title")
+    elif streak:
+        word = words.text(language, "title_streak", word, streak)
+    sep = "：" if words.lang(language) == "zh-CN" else ": "
+    return f"[qledge] {task_name}{sep}{word}"
+
+
+def run_link(base_url: str, run_id: str) -> str:
+    """The panel's page of the run, or its id when no public base URL is set."""
+    return f"{base_url.rstrip('/')}/#/runs/{run_id}" if base_url else run_id
 
 
 def body(run: Run, task_name: str, task_num: int, *, recovered: bool, streak: int,
-         base_url: str) -> str:
-    lines = [f"Task: {task_name} (#{task_num})", f"Status: {run.status.value}"]
+         base_url: str, language: str = "en", recovery: bool = False) -> str:
+    t = words.text
+    lines = [t(language, "task", task_name, task_num),
+             t(language, "status", words.status(language, run.status.value))]
     if run.reason_code:
-        meaning = REASONS.get(run.reason_code)
-        lines.append(f"Reason: {run.reason_code}" + (f" ({meaning})" if meaning else ""))
-    lines.append(f"Exit code: {'none' if run.exit_code is None else run.exit_code}")
+        lines.append(t(language, "reason", words.reason(language, run.reason_code,
+                                                         REASONS.get(run.reason_code))))
+    lines.append(t(language, "exit", words.exit_code(language, run.exit_code)))
     if run.started_at_ms is not None and run.finished_at_ms is not None:
-        lines.append(f"Duration: {duration(run.finished_at_ms - run.started_at_ms)}")
+        lines.append(t(language, "duration", duration(run.finished_at_ms - run.started_at_ms)))
     if streak:
-        lines.append(f"This task failed {streak} times in a row.")
+        lines.append(t(language, "streak", streak))
+    if recovery:
+        lines.append(t(language, "recovered"))
     if recovered:
-        lines.append("Recovered after a restart: the result was read from the run's receipt"
-                     " by the next worker.")
-    if base_url:
-        lines.append(f"Run: {base_url.rstrip('/')}/#/runs/{run.id}")
-    else:
-        lines.append(f"Run: {run.id}")
+        lines.append(t(language, "restart"))
+    lines.append(t(language, "run", run_link(base_url, run.id)))
     return "\n".join(lines)
 
 

@@ -62,6 +62,17 @@ async def set_task_rules(rt: Runtime, task_id: str, patch: notify.RulesPatch | N
         await q.set_rules(tx, task_id, patch, now_ms())
 
 
+async def set_settings(rt: Runtime, patch: notify.Settings) -> notify.Settings:
+    """The fields `patch` names replace the stored ones; `base_url` "" clears it."""
+    async with rt.db.write() as tx:
+        old = await q.settings(tx)
+        new = notify.Settings(
+            language=patch.language or old.language,
+            base_url=old.base_url if patch.base_url is None else patch.base_url or None)
+        await q.set_settings(tx, new, now_ms())
+        return new
+
+
 async def script_message(rt: Runtime, attempt_id: str, title: str, content: str,
                          sent_so_far: int) -> int:
     """Queue a running attempt's message; returns how many deliveries were queued.

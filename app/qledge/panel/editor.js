@@ -1,6 +1,7 @@
 /* qledge panel: the task editor (#/tasks/new, #/tasks/<id>). */
 import { t, fmtTime, fmtRelative, h, clear, fill, btn, field, markField, unmark, loading, apiPath,
   notify, api, q, loadAllTasks, onLeave, heading, failBox } from './core.js';
+import { taskMute } from './taskmute.js';
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MAX_TIMEOUT_S = 366 * 86400;
 const CHAINS = ['on_success', 'on_failure', 'on_finish'];
@@ -16,7 +17,8 @@ function viewTaskEditor(main, taskId, alive, query) {
     if (!taskId && query && query.get(k)) prefill[k] = query.get(k);
   }
   const get = taskId ? api('GET', apiPath('tasks', taskId)) : Promise.resolve(null);
-  get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill); } },
+  get.then((task) => { if (alive()) { clear(box); buildTaskForm(box, task, alive, prefill);
+    if (task) box.append(taskMute(task)); } },
     (e) => { if (alive()) failBox(box, e); });
 }
 

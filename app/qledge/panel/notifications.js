@@ -3,8 +3,10 @@
 import { t, h, fill, btn, rowBtn, actionsCell, field, loading, grid, row, guarded, apiPath, notify,
   confirmDialog, api, heading, failBox, fmtTime, refreshBtn } from './core.js';
 import { channelForm, services, svcName } from './channel_form.js';
+import { mountNotifySettings } from './notify_settings.js';
 const ST = ['failed', 'timed_out', 'lost', 'blocked', 'succeeded'];
-const BADGE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed' };
+const BADGE = { sent: 'succeeded', retrying: 'timed_out', pending: 'queued', given_up: 'failed',
+  held: 'queued', digested: 'succeeded' };
 const chPath = (...p) => apiPath('notifications', 'channels', ...p);
 const input = (id, props) => h('input', { id, autocomplete: 'off', ...props });
 const check = (id, label, on) => {
@@ -65,7 +67,7 @@ function rulesForm(box, r) {
     e.preventDefault();
     say(err, null);
     try {
-      await api('PUT', '/notifications/rules', {
+      await api('PUT', '/notifications/rules', { ...r,
         statuses: ST.filter((s, i) => boxes[i][0].checked), recovered: recI.checked,
         disk_pressure: diskI.checked, streak: Number(streakI.value) || 0,
         log_lines: Number(linesI.value) || 0, quiet_start: qsI.value.trim() || null,
@@ -105,6 +107,7 @@ function viewNotify(main, alive) {
   heading(main, t('nav.notifications'), refreshBtn(load),
     btn(t('notify.new'), guarded(() => channelForm(load, null)), 'primary'));
   main.append(h('p.muted', t('notify.intro')), chans, rules, sent);
+  mountNotifySettings(main, alive);
   load();
 }
 

@@ -34,6 +34,7 @@ from ..db import notifications as q
 from ..db.interface import Database, Tx
 from ..launch import logs, notify_send
 from ..model import Run, RunStatus
+from ..notifications import digest, transitions, words
 from ..notifications import qinglong as qinglong_notify
 from ..notifications import rules as notify
 from .leader import Leader
@@ -63,10 +64,11 @@ class SendResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-async def deliver(url: str, title: str, body: str, timeout_s: float) -> SendResult:
+async def deliver(url: str, title: str, body: str, timeout_s: float,
+                  notify_type: str = "info") -> SendResult:
     """One message to one apprise URL, in a process of its own within `timeout_s`
     (launch/notify_send.py). The error text is redacted of the URL's secrets."""
-    ok, error = await notify_send.send(url, title, body, timeout_s)
+    ok, error = await notify_send.send(url, title, body, timeout_s, notify_type)
     return SendResult(ok=ok, error=error)
 
 
@@ -133,6 +135,10 @@ class Notifier:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = _new_pool()  # for a start after this stop (threads start on use)
 
+    def link_base(self, settings: notify.Settings) -> str:
+        """The run links' base: the setting, else QLEDGE_NOTIFY_BASE_URL."""
+        return settings.base_url or self.base_url
+
     # -- in the terminal transaction ---------------------------------------------
 
     async def _queued(self, tx: Tx) -> None:
@@ -157,30 +163,37 @@ class Notifier:
 
     async def _queue_run(self, tx: Tx, new: Run, now: int, chans: list[q.Channel]) -> None:
         brief = await q.task_brief(tx, new.task_id)
-        if brief is None:
+        # A hidden task is a debug Run from the script editor: the user is watching it.
+        if brief is None or await q.task_hidden(tx, new.task_id):
             return
         rules = notify.effective(await q.global_rules(tx), await q.task_rules(tx, new.task_id))
         if rules is None:
             return
         recovered = (not (new.reason_code or "").startswith("RECOVERY_")
                      and await q.attempt_started_before(tx, new.id, self.started_at_ms))
+        # The task's state before this run, read in the transaction that ends it: two
+        # completions of one task never both see "the first failure".
         before = 0
-        if rules.streak and notify.is_failure(new.status):
-            before = await q.failures_before(tx, new.task_id, new.id, rules.streak)
+        if rules.mode == "transitions" or (rules.streak and notify.is_failure(new.status)):
+            before = await q.failures_before(tx, new.task_id, new.id,
+                                             transitions.threshold(rules.streak))
+        settings = await q.settings(tx)
         decision = notify.decide(rules, run=new, task_name=brief[0], task_num=brief[1],
                                  recovered=recovered, failures_before=before,
-                                 base_url=self.base_url)
+                                 base_url=self.link_base(settings),
+                                 language=words.lang(settings.language))
         if decision is None:
             return
         due = notify.quiet_until(rules, now) or now
         await q.enqueue(tx, channel_ids=[c.id for c in chans], kind="run", run_id=new.id,
                         task_id=new.task_id, title=decision.title, body=decision.body,
-                        log_lines=decision.log_lines, due_at_ms=due, now_ms=now)
+                        log_lines=decision.log_lines, due_at_ms=due, now_ms=now,
+                        notify_type=decision.level)
         await self._queued(tx)
 
     async def enqueue(self, tx: Tx, *, kind: str, title: str, body: str,
                       run_id: str | None = None, task_id: str | None = None,
-                      channel_ids: list[str] | None = None) -> int:
+                      channel_ids: list[str] | None = None, notify_type: str = "info") -> int:
         """A message outside a run's completion (a script's send(), a test): to the
         given channels, or every enabled one. Returns how many rows were written."""
         now = now_ms()
@@ -191,7 +204,7 @@ class Notifier:
                 channel_ids += [ENV_CHANNEL + name for name in qinglong_notify.urls(env)]
         written = await q.enqueue(tx, channel_ids=channel_ids, kind=kind, run_id=run_id,
                                   task_id=task_id, title=title, body=body, log_lines=0,
-                                  due_at_ms=now, now_ms=now)
+                                  due_at_ms=now, now_ms=now, notify_type=notify_type)
         await self._queued(tx)
         return len(written)
 
@@ -206,19 +219,21 @@ class Notifier:
         reason = str(report.get("reason") or "DISK_PRESSURE")
         volumes = report.get("volumes") or []
         where = ", ".join(str(v) for v in volumes) if isinstance(volumes, list) else ""
-        if pressure:
-            title = "[qledge] disk pressure: new runs are held"
-            body = (f"Reason: {reason} ({notify.REASONS.get(reason, 'disk space is low')})\n"
-                    f"Volumes: {where or 'unknown'}\nQueued runs wait; running tasks go on."
-                    " Old logs are evicted to make room (docs/retention.md).")
-        else:
-            title = "[qledge] disk pressure is over: runs resume"
-            body = "Free space is back above the low-water mark; held runs start now."
         try:
             async with self.db.write() as tx:
                 rules = await q.global_rules(tx)
-                if rules.disk_pressure:
-                    await self.enqueue(tx, kind="disk", title=title, body=body)
+                if not rules.disk_pressure:
+                    return
+                lang = words.lang((await q.settings(tx)).language)
+                if pressure:
+                    title = words.text(lang, "disk_on")
+                    body = words.text(lang, "disk_on_body",
+                                      words.reason(lang, reason, notify.REASONS.get(reason)),
+                                      where or words.text(lang, "unknown"))
+                else:
+                    title, body = words.text(lang, "disk_off"), words.text(lang, "disk_off_body")
+                await self.enqueue(tx, kind="disk", title=title, body=body,
+                                   notify_type="warning" if pressure else "success")
         except Exception:
             log.exception("could not queue the disk-pressure message")
 
@@ -231,6 +246,9 @@ class Notifier:
         async with self.db.read() as tx:
             batch = await q.due(tx, now, BATCH)
             urls = {c.id: c.url for c in await q.channels(tx)}
+        if batch:  # the rate limit decides, in one write: two rounds never both count
+            async with self.db.write() as tx:
+                batch = await self._limited(tx, await q.due(tx, now, BATCH), now)
         # OUTBOX_SENDS at a time: a receiver that hangs delays the others by nothing.
         await asyncio.gather(*(self._send_in_slot(msg, urls) for msg in batch))
         if self.loop.rounds % PRUNE_EVERY == 0:
@@ -241,6 +259,48 @@ class Notifier:
         async with self.db.read() as tx:
             nxt = await q.next_due_ms(tx)
         return None if nxt is None else max(0.0, (nxt - now_ms()) / 1000)
+
+    async def _limited(self, tx: Tx, batch: list[q.Message], now: int) -> list[q.Message]:
+        """What of `batch` goes out now: within each channel's rate limit, the rest
+        held for its digest; a held row come due brings its channel's digest."""
+        rules = await q.global_rules(tx)
+        window_ms = rules.rate_window_s * 1000
+        sent = await q.sent_since(tx, now - window_ms)
+        used = {ch: n for ch, (n, _) in sent.items()}
+        out: list[q.Message] = []
+        digested: set[str] = set()
+        for msg in batch:
+            if msg.kind not in q.LIMITED_KINDS:
+                out.append(msg)
+            elif msg.held_at_ms is not None:
+                if msg.channel_id not in digested:
+                    digested.add(msg.channel_id)
+                    out.append(await self._digest(tx, msg.channel_id, rules, now))
+            elif rules.rate_limit == 0 or digest.budget(rules.rate_limit,
+                                                        used.get(msg.channel_id, 0)):
+                used[msg.channel_id] = used.get(msg.channel_id, 0) + 1
+                out.append(msg)
+            else:
+                first = sent.get(msg.channel_id, (0, None))[1]
+                await q.hold(tx, msg.id, now, digest.hold_until(now, rules.rate_window_s, first))
+        return out
+
+    async def _digest(self, tx: Tx, channel_id: str, rules: notify.Rules,
+                      now: int) -> q.Message:
+        """ONE message for every row the channel's rate limit holds; those rows are
+        marked digested (kept in the delivery log, never sent alone)."""
+        held = await q.held(tx, channel_id)
+        settings = await q.settings(tx)
+        made = digest.compose(
+            [digest.Item(title=m.title, run_id=m.run_id, notify_type=m.notify_type)
+             for m in held], language=words.lang(settings.language),
+            limit=rules.rate_limit, window_s=rules.rate_window_s,
+            link=self.link_base(settings))
+        (mid,) = await q.enqueue(tx, channel_ids=[channel_id], kind=q.DIGEST, run_id=None,
+                                 task_id=None, title=made.title, body=made.body, log_lines=0,
+                                 due_at_ms=now, now_ms=now, notify_type=made.notify_type)
+        await q.digested(tx, [m.id for m in held], mid, now)
+        return await q.get_message(tx, mid)
 
     async def _send_in_slot(self, msg: q.Message, urls: dict[str, str]) -> None:
         async with self._outbox_slots:
@@ -282,7 +342,7 @@ class Notifier:
         if msg.log_lines and msg.run_id:
             body += await self._log_tail(msg.run_id, msg.log_lines)
         failpoints.hit("notify.before_send")
-        result = await deliver(url, msg.title, body, self.send_timeout_s)
+        result = await deliver(url, msg.title, body, self.send_timeout_s, msg.notify_type)
         failpoints.hit("notify.after_send")
         return result
 
@@ -295,15 +355,16 @@ class Notifier:
     async def _log_tail(self, run_id: str, lines: int) -> str:
         async with self.db.read() as tx:
             rel = await q.last_log_path(tx, run_id)
+            language = (await q.settings(tx)).language or "en"
         if rel is None:
             return ""
         try:
             data, _ = await asyncio.get_running_loop().run_in_executor(
                 self._pool, logs.tail, self.logs_root, rel, LOG_TAIL_BYTES)
         except (OSError, logs.LogPathError, logs.UnsafeLogFile):
-            return "\n\n(log unavailable)"
+            return "\n\n" + words.text(language, "log_unavailable")
         text = data.decode("utf-8", "replace").splitlines()[-lines:]
-        return f"\n\nLast {len(text)} log lines:\n" + "\n".join(text)
+        return "\n\n" + words.text(language, "log_tail", len(text)) + "\n" + "\n".join(text)
 
     async def valid(self, url: str) -> bool:
         """Does apprise know this URL's service and syntax? (Checked off the event loop.)"""
