@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
+from ..settings import Settings
 from .output import fail
+
+# The worker says something at least every PROGRESS_S (http/backup_schedule.py).
+SCHEDULED_READ_TIMEOUT_S = 300
 
 
 def backup_cmd(args: argparse.Namespace) -> int:
@@ -21,6 +26,8 @@ def backup_cmd(args: argparse.Namespace) -> int:
     if conf.fleet:
         return fail("fleet mode keeps its data in PostgreSQL: back it up with pg_dump"
                     " (docs/backup.md); `qledge backup` is for the embedded database")
+    if args.to_dir:
+        return _to_dir(conf, args)
     if args.estimate:
         sizes = backup.estimate(conf, with_logs=args.with_logs)
         for part, size in sizes.items():
@@ -56,6 +63,52 @@ def backup_cmd(args: argparse.Namespace) -> int:
     print(f"backup written: {len(manifest.members)} members, schema {manifest.schema_version},"
           f" {counts}", file=sys.stderr)
     return 0
+
+
+def _to_dir(conf: Settings, args: argparse.Namespace) -> int:
+    """A new archive in a directory, then rotation (docs/backup.md "Scheduled backups")."""
+    from ..backup import schedule, schedule_run
+    from ..db import snapshot
+
+    if not 1 <= args.keep <= schedule.KEEP_MAX:
+        return fail(f"--keep takes 1 to {schedule.KEEP_MAX}")
+    try:
+        schedule_run.run_into_dir(conf, Path(args.to_dir), args.keep,
+                                  with_logs=args.with_logs, with_history=args.with_history,
+                                  say=lambda line: print(line, flush=True))
+    except schedule.DirectoryBusy as exc:
+        return fail(str(exc))
+    except (snapshot.SnapshotError, OSError) as exc:
+        return fail(f"backup failed: {exc}")
+    return 0
+
+
+def scheduled_cmd(args: argparse.Namespace) -> int:
+    """The scheduled backup task's command: a task cannot read the database (Landlock,
+    launch/isolation.py), so it asks the worker, with its run's credential, to write the
+    archive, and prints what the worker says: the run's log and exit code are the
+    backup's. The worker reads the settings from the task itself, not from these words."""
+    import urllib.error
+    import urllib.request
+
+    url, token = os.environ.get("QL_NOTIFY_URL", ""), os.environ.get("QL_NOTIFY_TOKEN", "")
+    if not url.endswith("/notify") or not token:
+        return fail("no run credential in the environment: `qledge backup scheduled` is"
+                    " the scheduled backup task's command (PUT /api/v1/backup/schedule)")
+    request = urllib.request.Request(  # noqa: S310 (the worker's own http:// address)
+        url.removesuffix("/notify") + "/backup/scheduled", method="POST", data=b"",
+        headers={"Authorization": f"Bearer {token}"})
+    last = ""
+    try:
+        with urllib.request.urlopen(request, timeout=SCHEDULED_READ_TIMEOUT_S) as resp:  # noqa: S310
+            for raw in resp:
+                last = raw.decode("utf-8", "replace").rstrip("\n")
+                print(last, flush=True)
+    except urllib.error.HTTPError as exc:
+        return fail(f"the worker refused: {exc.code} {exc.read().decode('utf-8', 'replace')}")
+    except OSError as exc:
+        return fail(f"backup failed: the worker's answer was cut: {exc}")
+    return 0 if last.startswith("ok:") else 2
 
 
 def verify_cmd(args: argparse.Namespace) -> int:
