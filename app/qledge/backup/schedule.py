@@ -40,6 +40,8 @@ FP_WRITTEN = "backup.dir.written"      # data written, not yet fsynced
 FP_SYNCED = "backup.dir.synced"        # fsynced under the temporary name
 FP_RENAMED = "backup.dir.renamed"      # renamed, directory not yet fsynced
 FP_ROTATING = "backup.dir.rotating"    # after the first deletion of a rotation
+# The drill's negative control: the archive renamed without its fsync.
+FP_NO_FSYNC = "backup.dir.no-fsync"
 
 
 class DirectoryBusy(Exception):
@@ -130,7 +132,8 @@ def _write_one(dfd: int, name: str, produce: Callable[[IO[bytes]], object]) -> s
             produce(out)
             out.flush()
         failpoints.hit(FP_WRITTEN)
-        os.fsync(fd)
+        if not failpoints.armed(FP_NO_FSYNC):
+            os.fsync(fd)
         failpoints.hit(FP_SYNCED)
     except BaseException:
         os.close(fd)
