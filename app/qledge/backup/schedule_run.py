@@ -14,6 +14,7 @@ from typing import IO
 
 from ..settings import Settings
 from . import schedule
+from .crypto import EncryptingWriter
 from .writer import estimate, write
 
 PROGRESS_EVERY = 64 * 1024**2  # a log line per 64 MiB written
@@ -48,17 +49,25 @@ class _Counting:
 
 def run_into_dir(conf: Settings, directory: Path, keep: int, *, with_logs: bool,
                  with_history: bool, say: Callable[[str], None],
-                 gone: threading.Event | None = None) -> schedule.Written:
+                 gone: threading.Event | None = None,
+                 passphrase: bytes | None = None) -> schedule.Written:
     if not directory.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory (is the volume mounted?)")
     sizes = estimate(conf, with_logs=with_logs)
     say(f"backing up about {sum(sizes.values())} bytes (before compression) into {directory}")
 
     def produce(out: IO[bytes]) -> object:
-        return write(conf, _Counting(out, say, gone), with_logs=with_logs,  # type: ignore[arg-type]
-                     with_history=with_history)
+        counted = _Counting(out, say, gone)
+        if passphrase is None:
+            return write(conf, counted, with_logs=with_logs,  # type: ignore[arg-type]
+                         with_history=with_history)
+        sealed = EncryptingWriter(counted, passphrase)  # type: ignore[arg-type]
+        manifest = write(conf, sealed, with_logs=with_logs,  # type: ignore[arg-type]
+                         with_history=with_history, encrypted=True)
+        sealed.finish()
+        return manifest
 
-    done = schedule.write_to_dir(directory, keep, produce)
+    done = schedule.write_to_dir(directory, keep, produce, encrypted=passphrase is not None)
     for name in done.cleaned:
         say(f"removed {name} (left by a backup that did not finish)")
     say(f"written {done.path.name}: {done.path.stat().st_size} bytes")

@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     bk.add_argument("--no-gzip", action="store_true", help="a plain tar")
     bk.add_argument("--to-dir", default="", help="a new archive in this directory, rotated")
     bk.add_argument("--keep", type=int, default=7, help="--to-dir: archives kept (1-1000)")
+    bk.add_argument("--passphrase-file", default="",
+                    help="encrypt (verify: decrypt) with the passphrase in this file's first"
+                    " line (or QLEDGE_BACKUP_PASSPHRASE)")
     bk.set_defaults(func=_backup)
     args = parser.parse_args(argv)
     if args.cmd == "backup" and args.what == "verify" and not args.archive:
