@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from qledge import backup, paths, settings
-from qledge.backup import schedule
+from qledge.backup import crypto, schedule
 
 from support import Server, migrate_for, wait_terminal
 
@@ -128,6 +128,7 @@ GOOD = {"enabled": True, "schedule": "0 3 * * *", "keep": 5, "with_logs": True}
     ({"directory": "relative/dir"}, "BACKUP_DIR_NOT_ABSOLUTE", "directory"),
     ({"directory": "/nonexistent/stick"}, "BACKUP_DIR_MISSING", "directory"),
     ({"directory": "STATE/work/scripts/backups"}, "BACKUP_DIR_INSIDE_STATE", "directory"),
+    ({"passphrase": "short"}, "BACKUP_PASSPHRASE_SHORT", "passphrase"),
 ])
 def test_schedule_refuses_bad_settings_with_a_stable_code(
         client: TestClient, conf: settings.Settings, tmp_path: Path,
@@ -142,7 +143,7 @@ def test_schedule_refuses_bad_settings_with_a_stable_code(
     assert client.get("/api/v1/backup/schedule").json() == {
         "configured": False, "edited": False, "task_id": None, "enabled": False,
         "directory": None, "schedule": None, "keep": None, "with_logs": False,
-        "with_history": False}
+        "with_history": False, "encrypted": False}
 
 
 def test_schedule_unknown_field_and_disabled_missing_directory(
@@ -180,6 +181,24 @@ def test_schedule_is_one_internal_task_updated_in_place(
     assert client.get("/api/v1/backup/schedule").json()["edited"] is False
 
 
+def test_the_passphrase_is_kept_apart_and_never_answered(
+        client: TestClient, conf: settings.Settings, tmp_path: Path) -> None:
+    pw = "correct horse battery"
+    r = client.put("/api/v1/backup/schedule", json={**GOOD, "directory": str(tmp_path),
+                                                      "passphrase": pw})
+    assert r.status_code == 200 and r.json()["encrypted"] is True
+    stored = conf.data_path / "backup-passphrase"
+    assert stored.read_text() == pw and stored.stat().st_mode & 0o777 == 0o600
+    task = client.get(f"/api/v1/tasks/{r.json()['task_id']}").json()
+    assert pw not in str(task) and pw not in r.text
+    # Absent: kept; null: removed.
+    r = client.put("/api/v1/backup/schedule", json={**GOOD, "directory": str(tmp_path)})
+    assert r.json()["encrypted"] is True and stored.exists()
+    r = client.put("/api/v1/backup/schedule", json={**GOOD, "directory": str(tmp_path),
+                                                      "passphrase": None})
+    assert r.json()["encrypted"] is False and not stored.exists()
+
+
 def test_a_scheduled_backup_is_a_real_run_with_a_log(tmp_path: Path) -> None:
     d = tmp_path / "usb"
     d.mkdir()
@@ -202,6 +221,17 @@ def test_a_scheduled_backup_is_a_real_run_with_a_log(tmp_path: Path) -> None:
         assert len(archives) == 1
         with archives[0].open("rb") as f:
             backup.verify(f)
+        # With a passphrase: an encrypted archive, the passphrase in no log.
+        pw = "correct horse battery"
+        server.http.put("/api/v1/backup/schedule", json={
+            **GOOD, "directory": str(d), "keep": 1, "passphrase": pw})
+        run = server.http.post(f"/api/v1/tasks/{task_id}/runs").json()["run"]
+        assert wait_terminal(server.http, run["id"], timeout=60)["status"] == "succeeded"
+        log = server.http.get(f"/api/v1/runs/{run['id']}/log").text
+        assert ".tar.gz.enc" in log and pw not in log
+        (enc,) = [p for p in d.iterdir() if p.name.startswith("qledge-backup-")]
+        with enc.open("rb") as f:
+            assert backup.verify(crypto.opened(f, pw.encode())).encrypted
         # The stick is gone: the run fails with a real exit code (and so notifies).
         os.rename(d, tmp_path / "unplugged")
         run = server.http.post(f"/api/v1/tasks/{task_id}/runs").json()["run"]

@@ -24,13 +24,18 @@ from ..db import backup_schedule as stored
 from ..model import Overlap, Task
 from ..settings import Settings
 from ..tasks.writable import TaskFields
+from .crypto import MIN_PASSPHRASE
 from .schedule import KEEP_MAX
+
+PASSPHRASE_FILE = "backup-passphrase"  # noqa: S105 - a file name, not a secret
 
 MAX_DIR_CHARS = 1024
 
 
 class ScheduleIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    """PUT /api/v1/backup/schedule."""
+    """PUT /api/v1/backup/schedule. `passphrase`: absent keeps the current one, null
+    removes it (plain archives), a string sets it (kept in `passphrase_path`, never in
+    the task)."""
 
     enabled: bool
     directory: str
@@ -38,6 +43,7 @@ class ScheduleIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
     keep: int = 7
     with_logs: bool = False
     with_history: bool = False
+    passphrase: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class ScheduleOut(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -50,6 +56,7 @@ class ScheduleOut(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     keep: int | None = None
     with_logs: bool = False
     with_history: bool = False
+    encrypted: bool = False  # a passphrase is set: the archives are encrypted
 
 
 class ScheduleInvalid(Exception):
@@ -66,6 +73,10 @@ def validate(conf: Settings, req: ScheduleIn) -> ScheduleIn:
     except cron.CronError as exc:
         raise ScheduleInvalid("BACKUP_SCHEDULE_CRON", f"schedule: {exc}", "schedule",
                               reason=str(exc)) from None
+    if isinstance(req.passphrase, str) and len(req.passphrase) < MIN_PASSPHRASE:
+        raise ScheduleInvalid("BACKUP_PASSPHRASE_SHORT", "a backup passphrase needs at least"
+                              f" {MIN_PASSPHRASE} characters", "passphrase",
+                              min=MIN_PASSPHRASE)
     if not 1 <= req.keep <= KEEP_MAX:
         raise ScheduleInvalid("BACKUP_KEEP_RANGE", f"keep takes 1 to {KEEP_MAX}", "keep",
                               min=1, max=KEEP_MAX)
@@ -128,11 +139,41 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_back(task: Task | None) -> ScheduleOut:
+def passphrase_path(conf: Settings) -> Path:
+    """In the data dir: the worker's uid only (0600), kept from every task by Landlock,
+    never in a backup (only the database's snapshot is taken from there)."""
+    return conf.data_path / PASSPHRASE_FILE
+
+
+def read_passphrase(conf: Settings) -> bytes | None:
+    try:
+        return passphrase_path(conf).read_bytes() or None
+    except FileNotFoundError:
+        return None
+
+
+def store_passphrase(conf: Settings, passphrase: str | None) -> None:
+    """Set (written whole, fsynced, renamed) or remove the scheduled backups' passphrase."""
+    path = passphrase_path(conf)
+    if passphrase is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(f".{PASSPHRASE_FILE}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, passphrase.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_back(task: Task | None, *, encrypted: bool = False) -> ScheduleOut:
     if task is None:
-        return ScheduleOut(configured=False)
+        return ScheduleOut(configured=False, encrypted=encrypted)
     base = ScheduleOut(configured=True, task_id=task.id, enabled=task.enabled,
-                       schedule=task.schedule)
+                       schedule=task.schedule, encrypted=encrypted)
     try:
         words = shlex.split(task.command)
         at = words.index("backup")

@@ -17,6 +17,7 @@ from ..settings import Settings
 from . import (
     apps,
     backup,
+    backup_encrypted,
     backup_schedule,
     dependencies,
     envs,
@@ -60,7 +61,7 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
            *envs.routes, *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
            *imports.routes, *nodes.routes, *signin.routes, *backup.routes,
-           *backup_schedule.routes]
+           *backup_schedule.routes, *backup_encrypted.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.

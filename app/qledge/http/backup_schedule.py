@@ -16,6 +16,7 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -59,7 +60,8 @@ async def get_schedule(request: Request) -> Response:
     rt = runtime_of(request)
     async with rt.db.read() as tx:
         task = await stored.scheduled_task(tx)
-    return json_response(sched.read_back(task))
+    encrypted = await asyncio.to_thread(sched.passphrase_path(rt.settings).exists)
+    return json_response(sched.read_back(task, encrypted=encrypted))
 
 
 async def put_schedule(request: Request) -> Response:
@@ -76,6 +78,8 @@ async def put_schedule(request: Request) -> Response:
         err = BackupScheduleInvalid(str(exc), field=exc.field, extra={"params": exc.params})
         err.code = exc.code
         raise err from None
+    if not isinstance(req.passphrase, msgspec.UnsetType):
+        await asyncio.to_thread(sched.store_passphrase, rt.settings, req.passphrase)
     fields = sched.task_fields(req)
     async with rt.db.read() as tx:
         task = await stored.scheduled_task(tx)
@@ -83,7 +87,8 @@ async def put_schedule(request: Request) -> Response:
         task = await operations.create_task(rt, fields)
     else:
         task = await operations.update_task(rt, task.id, fields)
-    return json_response(sched.read_back(task))
+    encrypted = await asyncio.to_thread(sched.passphrase_path(rt.settings).exists)
+    return json_response(sched.read_back(task, encrypted=encrypted))
 
 
 async def run_scheduled(request: Request) -> Response:
@@ -111,6 +116,7 @@ async def run_scheduled(request: Request) -> Response:
     if rt.settings.fleet:
         raise StateConflict("fleet mode keeps its data in PostgreSQL: back it up with"
                             " pg_dump (docs/backup.md)")
+    passphrase = await asyncio.to_thread(sched.read_passphrase, rt.settings)
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
     gone = threading.Event()
@@ -122,7 +128,7 @@ async def run_scheduled(request: Request) -> Response:
         try:
             done = schedule_run.run_into_dir(
                 rt.settings, Path(req.directory), req.keep, with_logs=req.with_logs,
-                with_history=req.with_history, say=say, gone=gone)
+                with_history=req.with_history, say=say, gone=gone, passphrase=passphrase)
             say(f"ok: {done.path}")
         except Exception as exc:  # said in the run's log, which ends with exit code 2
             log.warning("scheduled backup failed: %s", exc)
