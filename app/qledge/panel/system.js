@@ -1,6 +1,7 @@
 /* qledge panel: the appliance's health (#/system). */
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
   heading, failBox, btn, guarded, confirmDialog, notify } from './core.js';
+import { scheduleCard } from './backup_schedule.js';
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
@@ -216,6 +217,7 @@ function viewSystem(main, alive) {
       h('section.card', { 'aria-labelledby': 'sys-h4' },
         h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)),
       importCard(),
+      scheduleCard(),
       loginLog());
   }
   function stat(label, value, key, warn) {
