@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from qledge import backup, paths, settings
 from qledge.backup import crypto, schedule
 
-from support import Server, migrate_for, wait_terminal
+from support import Server, eventually, migrate_for, wait_terminal
 
 
 def _bytes(data: bytes) -> schedule.Callable[[IO[bytes]], object]:
@@ -250,5 +250,33 @@ def test_a_scheduled_backup_is_a_real_run_with_a_log(tmp_path: Path) -> None:
         # No credential at all.
         assert server.http.post("/backup/scheduled", headers={
             "Authorization": "Bearer nope"}).status_code == 401
+    finally:
+        server.stop()
+
+
+def test_a_cancelled_scheduled_run_stops_the_worker_and_leaves_no_partial(
+        tmp_path: Path) -> None:
+    d = tmp_path / "usb"
+    d.mkdir()
+    server = Server(tmp_path / "state")
+    try:
+        scripts = tmp_path / "state" / "work" / "scripts"
+        for i in range(24):  # ~200 MB gzip cannot shrink: seconds of writing
+            (scripts / f"big{i}.bin").write_bytes(os.urandom(8 * 1024**2))
+        r = server.http.put("/api/v1/backup/schedule", json={**GOOD, "directory": str(d)})
+        task_id = r.json()["task_id"]
+        run = server.http.post(f"/api/v1/tasks/{task_id}/runs").json()["run"]
+
+        def partial() -> list[Path]:
+            return [p for p in d.iterdir() if schedule.PARTIAL.fullmatch(p.name)]
+
+        eventually(lambda: partial() and partial()[0].stat().st_size > 1024**2, timeout=60,
+                   what="the worker writing the partial archive")
+        assert server.http.post(f"/api/v1/runs/{run['id']}/cancel").status_code in (200, 202)
+        done = wait_terminal(server.http, run["id"], timeout=60)
+        assert done["status"] == "cancelled", done
+        # The worker notices the closed connection and removes its partial file.
+        eventually(lambda: not partial(), timeout=30, what="the partial removed")
+        assert not [p for p in d.iterdir() if schedule.FINAL.fullmatch(p.name)]
     finally:
         server.stop()
