@@ -165,3 +165,43 @@ def test_api_post_streams_an_encrypted_archive(conf: settings.Settings, client: 
         manifest = backup.verify(crypto.opened(f, PW))
     assert manifest.encrypted and manifest.with_logs
     assert "qledge-backup/scripts/a.py" in {m.name for m in manifest.members}
+
+
+def test_without_cryptography_encryption_fails_clearly_and_plain_backups_work(
+        conf: settings.Settings, tmp_path: Path) -> None:
+    """The arm/v7 image has no `cryptography` (image/requirements.in): simulated by a
+    Python where importing it fails."""
+    migrate_for(conf)
+    paths.prepare_roots(conf)
+    probe = (
+        "import sys; sys.modules['cryptography'] = None\n"
+        "from qledge.cli.commands import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "QLEDGE_STATE_DIR": str(conf.state_dir),
+           "QLEDGE_ADMIN_TOKEN": "x" * 40}
+
+    def run(*words: str, **extra: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-c", probe, "backup", *words],
+                              env={**env, **extra}, capture_output=True, timeout=120,
+                              check=False)
+
+    enc = run("-o", str(tmp_path / "b.enc"), QLEDGE_BACKUP_PASSPHRASE="correct horse battery")
+    assert enc.returncode == 2 and b"BACKUP_ENCRYPTION_UNAVAILABLE" in enc.stderr
+    assert not list(tmp_path.glob("b.enc*"))
+    plain = run("-o", str(tmp_path / "b.tar.gz"))
+    assert plain.returncode == 0, plain.stderr
+    with pytest.raises(crypto.EncryptionUnavailable):
+        import builtins
+
+        real = builtins.__import__
+
+        def no_crypto(name: str, *a: object, **kw: object) -> object:
+            if name.startswith("cryptography"):
+                raise ImportError(name)
+            return real(name, *a, **kw)  # type: ignore[arg-type]
+
+        builtins.__import__ = no_crypto  # type: ignore[assignment]
+        try:
+            crypto.require()
+        finally:
+            builtins.__import__ = real

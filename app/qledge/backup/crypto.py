@@ -49,6 +49,14 @@ class EncryptionUnavailable(BackupInvalid):
                          " `cryptography` package, which this build (arm/v7) does not have")
 
 
+def require() -> None:
+    """Raise EncryptionUnavailable before any work where `cryptography` is missing."""
+    try:
+        import cryptography.hazmat.primitives.ciphers.aead  # noqa: F401
+    except ImportError:
+        raise EncryptionUnavailable() from None
+
+
 def _aead(key: bytes) -> Any:
     try:  # imported on use: only an encrypted backup loads it
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM

@@ -41,6 +41,7 @@ def _passphrase(args: argparse.Namespace) -> bytes | None:
     else:
         return None
     try:
+        crypto.require()
         return crypto.check_passphrase(text)
     except BackupInvalid as exc:
         raise _NoPassphrase(f"{exc.code}: {exc}") from None

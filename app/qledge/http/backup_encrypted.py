@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from ..clock import now_ms
 from .context import runtime_of
-from .errors import Invalid, StateConflict, decode_body
+from .errors import ApiError, Invalid, StateConflict, decode_body
 
 QUEUE_CHUNKS = 16  # × up to 64 KiB + 16: what the server holds of an archive at most
 
@@ -31,6 +31,11 @@ class EncryptedDownload(msgspec.Struct, forbid_unknown_fields=True, frozen=True,
 
 class PassphraseShort(Invalid):
     code = "BACKUP_PASSPHRASE_SHORT"
+
+
+class EncryptionUnavailable(ApiError):
+    status = 501
+    code = "BACKUP_ENCRYPTION_UNAVAILABLE"
 
 
 class _Queue:
@@ -81,6 +86,10 @@ async def download_encrypted(request: Request) -> Response:
         raise PassphraseShort(f"a backup passphrase needs at least {crypto.MIN_PASSPHRASE}"
                               " characters", field="passphrase",
                               extra={"params": {"min": crypto.MIN_PASSPHRASE}})
+    try:  # said before the answer starts: on arm/v7 there is no cryptography
+        crypto.require()
+    except crypto.EncryptionUnavailable as exc:
+        raise EncryptionUnavailable(str(exc)) from None
     passphrase = body.passphrase.encode()
     pipe = _Queue()
 

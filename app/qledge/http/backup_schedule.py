@@ -28,6 +28,7 @@ from ..model import ACTIVE_ATTEMPT
 from ..notifications import rules as notify
 from .context import runtime_of
 from .errors import (
+    ApiError,
     Forbidden,
     Invalid,
     StateConflict,
@@ -46,6 +47,11 @@ class NotTheScheduledRun(Forbidden):
 
 class ScheduleEdited(Forbidden):
     code = "BACKUP_SCHEDULE_EDITED"
+
+
+class EncryptionUnavailable(ApiError):
+    status = 501
+    code = "BACKUP_ENCRYPTION_UNAVAILABLE"
 
 
 class BackupScheduleInvalid(Invalid):
@@ -78,6 +84,13 @@ async def put_schedule(request: Request) -> Response:
         err = BackupScheduleInvalid(str(exc), field=exc.field, extra={"params": exc.params})
         err.code = exc.code
         raise err from None
+    if isinstance(req.passphrase, str):
+        from ..backup import crypto
+
+        try:
+            crypto.require()
+        except crypto.EncryptionUnavailable as exc:
+            raise EncryptionUnavailable(str(exc)) from None
     if not isinstance(req.passphrase, msgspec.UnsetType):
         await asyncio.to_thread(sched.store_passphrase, rt.settings, req.passphrase)
     fields = sched.task_fields(req)
