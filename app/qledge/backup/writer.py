@@ -116,8 +116,9 @@ def estimate(conf: Settings, *, with_logs: bool = False) -> dict[str, int]:
 
 
 def write(conf: Settings, out: IO[bytes], *, gzip: bool = True, with_logs: bool = False,
-          with_history: bool = False) -> Manifest:
-    """Write the whole archive to `out` (a stream: only written to, in order)."""
+          with_history: bool = False, encrypted: bool = False) -> Manifest:
+    """Write the whole archive to `out` (a stream: only written to, in order);
+    `encrypted`: `out` encrypts it (backup/crypto.py), said in the manifest."""
     if conf.fleet:
         raise snapshot.SnapshotError(
             "fleet mode keeps its data in PostgreSQL: back it up with pg_dump (docs/backup.md)")
@@ -156,7 +157,7 @@ def write(conf: Settings, out: IO[bytes], *, gzip: bool = True, with_logs: bool 
                 os.close(top)
         manifest = Manifest(format=FORMAT_VERSION, qledge_version=__version__,
                             schema_version=schema, created_at_ms=now_ms(),
-                            with_logs=with_logs, with_history=with_history, encrypted=False,
+                            with_logs=with_logs, with_history=with_history, encrypted=encrypted,
                             counts=counts, members=tuple(members))
         _add_bytes(tar, MANIFEST_NAME, encode(manifest))
     return manifest

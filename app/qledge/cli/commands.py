@@ -98,6 +98,8 @@ def _backup(args: argparse.Namespace) -> int:
 
     if args.what == "verify":
         return backup_cli.verify_cmd(args)
+    if args.what == "scheduled":
+        return backup_cli.scheduled_cmd(args)
     return backup_cli.backup_cmd(args)
 
 
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also end every panel session")
     passwd.set_defaults(func=_passwd)
     bk = sub.add_parser("backup", help="an archive of this appliance (docs/backup.md)")
-    bk.add_argument("what", nargs="?", choices=["write", "verify"], default="write")
+    bk.add_argument("what", nargs="?", choices=["write", "verify", "scheduled"],
+                    default="write")
     bk.add_argument("archive", nargs="?", default="",
                     help="verify: the archive to check")
     bk.add_argument("-o", "--output", default="-", help="the archive (default: stdout)")
@@ -168,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     bk.add_argument("--with-logs", action="store_true", help="also the runs' logs")
     bk.add_argument("--with-history", action="store_true", help="also the run history")
     bk.add_argument("--no-gzip", action="store_true", help="a plain tar")
+    bk.add_argument("--to-dir", default="", help="a new archive in this directory, rotated")
+    bk.add_argument("--keep", type=int, default=7, help="--to-dir: archives kept (1-1000)")
+    bk.add_argument("--passphrase-file", default="",
+                    help="encrypt (verify: decrypt) with the passphrase in this file's first"
+                    " line (or QLEDGE_BACKUP_PASSPHRASE)")
     bk.set_defaults(func=_backup)
     rs = sub.add_parser("restore", help="restore a backup archive (docs/backup.md)")
     rs.add_argument("archive", nargs="?", default="", help="the archive (- for stdin)")

@@ -114,9 +114,11 @@ async def task_by_command(tx: Tx, command: str, hidden: bool = False) -> Task | 
 
 
 # A task the appliance made for itself: a subscription's pull, or a dependency queue
-# (labels ["dependencies"], name "dependencies: <ecosystem>"; runtime/dependencies.py).
+# (labels ["dependencies"], name "dependencies: <ecosystem>"; runtime/dependencies.py),
+# or the scheduled backup (db/backup_schedule.py).
 INTERNAL = ("(EXISTS (SELECT 1 FROM subscriptions s WHERE s.pull_task_id = t.id)"
-            " OR (t.labels_json = '[\"dependencies\"]' AND t.name LIKE 'dependencies: %'))")
+            " OR (t.labels_json = '[\"dependencies\"]' AND t.name LIKE 'dependencies: %')"
+            " OR (t.labels_json = '[\"backup\"]' AND t.name = 'backup: scheduled'))")
 
 
 async def list_tasks(tx: Tx, *, after_num: int = 0, limit: int = 100,

@@ -17,6 +17,8 @@ from ..settings import Settings
 from . import (
     apps,
     backup,
+    backup_encrypted,
+    backup_schedule,
     dependencies,
     envs,
     imports,
@@ -60,14 +62,15 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
            *envs.routes, *apps.routes, *schedule.routes, *tickets.routes, *scripts.routes,
            *subscriptions.routes, *notifications.routes, *dependencies.routes,
            *imports.routes, *nodes.routes, *signin.routes, *backup.routes,
-           *restore.routes]
+           *restore.routes, *backup_schedule.routes, *backup_encrypted.routes]
     app = Starlette(
         # /open/* (QingLong OpenAPI) is outside AdminAuth: it checks app tokens itself.
         # The operator panel (static files) at / and /assets/*.
-        # /notify (a task's credential) and /metrics (admin token unless
+        # /notify and /backup/scheduled (a task's credential) and /metrics (admin token unless
         # metrics_public) check their callers themselves.
         # /internal/v1/* (fleet mode, node to node) checks the cluster credential itself.
         routes=[*system.health_routes, *notifications.public_routes, *metrics.routes,
+                *backup_schedule.public_routes,
                 *internal.routes,
                 *panel.routes(), Mount("/api/v1", routes=api),
                 Mount("/open", app=qinglong.application())],

@@ -2,6 +2,7 @@
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
   heading, failBox, btn, guarded, confirmDialog, notify } from './core.js';
 import { backupCard } from './backup.js';
+import { scheduleCard } from './backup_schedule.js';
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
@@ -218,6 +219,7 @@ function viewSystem(main, alive) {
         h('h2', { id: 'sys-h4' }, t('system.startup')), countsTable(s.startup_recovery)),
       backupCard(),
       importCard(),
+      scheduleCard(),
       loginLog());
   }
   function stat(label, value, key, warn) {
