@@ -167,14 +167,17 @@ def test_api_post_streams_an_encrypted_archive(conf: settings.Settings, client: 
     assert "qledge-backup/scripts/a.py" in {m.name for m in manifest.members}
 
 
-def test_without_cryptography_encryption_fails_clearly_and_plain_backups_work(
-        conf: settings.Settings, tmp_path: Path) -> None:
-    """The arm/v7 image has no `cryptography` (image/requirements.in): simulated by a
-    Python where importing it fails."""
+def test_without_the_cipher_encryption_fails_clearly_and_plain_backups_work(
+        conf: settings.Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python whose hashlib has no shared libcrypto with AES-256-GCM: simulated by a
+    process where finding the library fails."""
     migrate_for(conf)
     paths.prepare_roots(conf)
     probe = (
-        "import sys; sys.modules['cryptography'] = None\n"
+        "import sys\n"
+        "from qledge.backup import aead\n"
+        "def gone() -> str: raise aead.CipherUnavailable('no libcrypto here')\n"
+        "aead._libcrypto_path = gone\n"
         "from qledge.cli.commands import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
     env = {**os.environ, "QLEDGE_STATE_DIR": str(conf.state_dir),
@@ -190,18 +193,11 @@ def test_without_cryptography_encryption_fails_clearly_and_plain_backups_work(
     assert not list(tmp_path.glob("b.enc*"))
     plain = run("-o", str(tmp_path / "b.tar.gz"))
     assert plain.returncode == 0, plain.stderr
+    from qledge.backup import aead
+
+    def gone() -> None:
+        raise aead.CipherUnavailable("no libcrypto here")
+
+    monkeypatch.setattr(aead, "_lib", gone)
     with pytest.raises(crypto.EncryptionUnavailable):
-        import builtins
-
-        real = builtins.__import__
-
-        def no_crypto(name: str, *a: object, **kw: object) -> object:
-            if name.startswith("cryptography"):
-                raise ImportError(name)
-            return real(name, *a, **kw)  # type: ignore[arg-type]
-
-        builtins.__import__ = no_crypto  # type: ignore[assignment]
-        try:
-            crypto.require()
-        finally:
-            builtins.__import__ = real
+        crypto.require()

@@ -333,7 +333,9 @@ def test_the_cli_restores_with_the_worker_stopped(tmp_path: Path, archive: Path)
 
 def test_the_api_stages_and_refuses_with_codes(conf: settings.Settings, client: TestClient,
                                                archive: Path) -> None:
-    damaged = archive.read_bytes()[:-3000]
+    with tarfile.open(archive) as tar:  # cut inside the manifest: the end is missing
+        at = tar.getmember(MANIFEST_NAME).offset_data + 10
+    damaged = archive.read_bytes()[:at]
     resp = client.post("/api/v1/restore?replace=1", content=damaged)
     assert resp.status_code == 422
     assert resp.json()["error"] in ("BACKUP_DAMAGED", "BACKUP_NO_MANIFEST")
@@ -361,30 +363,81 @@ def test_a_staged_restore_can_be_cancelled(tmp_path: Path, archive: Path) -> Non
                 if p.name.startswith((".restore", "restore-"))]
 
 
-def test_the_reader_is_the_one_door(conf: settings.Settings, archive: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """An encrypted archive needs only `reader.open_archive` replaced: here a toy
-    transform (XOR) stands in for backup/crypto.py's decrypting wrapper."""
-    from qledge.backup import reader
+def test_an_encrypted_archive_restores_with_its_passphrase_only(
+        conf: settings.Settings, archive: Path, tmp_path: Path) -> None:
+    """The readers open an archive through backup/reader.py, which decrypts: the
+    passphrase missing or wrong changes nothing, the right one restores."""
+    from qledge.backup import crypto
 
-    class Xor(io.RawIOBase):
-        def __init__(self, inner: io.BufferedReader) -> None:
-            self.inner = inner
-
-        def readable(self) -> bool:
-            return True
-
-        def readinto(self, buf: memoryview) -> int:  # type: ignore[override]
-            data = self.inner.read(len(buf))
-            buf[: len(data)] = bytes(b ^ 0x5A for b in data)
-            return len(data)
-
-    scrambled = archive.with_suffix(".xor")
-    scrambled.write_bytes(bytes(b ^ 0x5A for b in archive.read_bytes()))
-    with scrambled.open("rb") as f, pytest.raises(backup.BackupInvalid):
-        backup.verify(f)  # not readable as it is
-    monkeypatch.setattr(reader, "open_archive", lambda source: io.BufferedReader(Xor(source)))
+    passphrase = b"correct horse battery staple"
+    sealed = tmp_path / "src.tar.enc"
+    with sealed.open("wb") as out:
+        writer = crypto.EncryptingWriter(out, passphrase)
+        writer.write(archive.read_bytes())
+        writer.finish()
+    assert archive.read_bytes()[:512] not in sealed.read_bytes()
     paths.prepare_roots(conf)
-    with scrambled.open("rb") as f:
-        pending = restore.stage(conf, f)
-    assert pending.counts["tasks"] == 2  # the task and its dependency queue
+    before = _bytes_of(conf.data_path, conf.work_path)
+    for given, code in ((None, "BACKUP_PASSPHRASE_NEEDED"),
+                        (b"not the passphrase", "BACKUP_PASSPHRASE_WRONG")):
+        with sealed.open("rb") as f, pytest.raises(backup.BackupInvalid) as refused:
+            restore.stage(conf, f, passphrase=given)
+        assert refused.value.code == code
+        assert _bytes_of(conf.data_path, conf.work_path) == before
+    with archive.open("rb") as f, pytest.raises(backup.BackupInvalid) as refused:
+        restore.stage(conf, f, passphrase=passphrase)
+    assert refused.value.code == "BACKUP_NOT_ENCRYPTED"
+    wrong = _cli(conf, str(sealed), "--passphrase-file", str(_line(tmp_path, "wrong one!")))
+    assert wrong.returncode == 2 and b"BACKUP_PASSPHRASE_WRONG" in wrong.stderr
+    assert _bytes_of(conf.data_path, conf.work_path) == before
+    done = _cli(conf, str(sealed), "--passphrase-file",
+                str(_line(tmp_path, passphrase.decode())))
+    assert done.returncode == 0, done.stderr
+    assert _state(conf) == _state(make_settings(tmp_path / "src"))
+
+
+def _line(folder: Path, text: str) -> Path:
+    path = folder / "passphrase"
+    path.write_text(text + "\n")
+    return path
+
+
+def test_a_gzip_archive_cut_anywhere_is_refused(tmp_path: Path) -> None:
+    """tarfile stops at the tar's end marker; the reader still reads gzip's trailer, so
+    even the last byte missing is a damaged archive, not a complete one."""
+    src = make_settings(tmp_path / "src")
+    _fill(src, "src")
+    whole = io.BytesIO()
+    backup.write(src, whole, gzip=True)
+    raw = whole.getvalue()
+    assert backup.verify(io.BytesIO(raw)).counts["tasks"] >= 1
+    for cut in (1, 4, 8, 100, len(raw) // 2):
+        with pytest.raises(backup.BackupInvalid) as refused:
+            backup.verify(io.BytesIO(raw[:-cut]))
+        assert refused.value.code in ("BACKUP_DAMAGED", "BACKUP_NO_MANIFEST"), cut
+    with pytest.raises(backup.BackupInvalid) as refused:
+        backup.verify(io.BytesIO(raw + b"junk" * (1 << 19)))  # gzip skips zero padding
+    assert refused.value.code in ("BACKUP_DAMAGED", "BACKUP_TRAILING_DATA")
+
+
+def test_the_api_takes_an_encrypted_archives_passphrase_in_a_header(
+        conf: settings.Settings, client: TestClient, archive: Path, tmp_path: Path) -> None:
+    from urllib.parse import quote
+
+    from qledge.backup import crypto
+
+    passphrase = "口令 correct horse"  # UTF-8, percent-encoded in the header
+    sealed = io.BytesIO()
+    writer = crypto.EncryptingWriter(sealed, passphrase.encode())
+    writer.write(archive.read_bytes())
+    writer.finish()
+    resp = client.post("/api/v1/restore", content=sealed.getvalue())
+    assert resp.status_code == 422 and resp.json()["error"] == "BACKUP_PASSPHRASE_NEEDED"
+    resp = client.post("/api/v1/restore", content=sealed.getvalue(),
+                       headers={"Qledge-Backup-Passphrase": quote("wrong horse")})
+    assert resp.status_code == 422 and resp.json()["error"] == "BACKUP_PASSPHRASE_WRONG"
+    assert swap.read_pending(conf) is None
+    resp = client.post("/api/v1/restore", content=sealed.getvalue(),
+                       headers={"Qledge-Backup-Passphrase": quote(passphrase)})
+    assert resp.status_code == 202, resp.text
+    assert swap.read_pending(conf) is not None

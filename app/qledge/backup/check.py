@@ -60,15 +60,17 @@ def _read_small(tar: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
 Sink = Callable[[tarfile.TarInfo, Iterator[bytes] | None], None]
 
 
-def verify(source: IO[bytes], sink: Sink | None = None) -> Manifest:
+def verify(source: IO[bytes], sink: Sink | None = None,
+           passphrase: bytes | None = None) -> Manifest:
     """Read the whole archive from `source`; the manifest once every check passed.
     `sink`, when given, is called as sink(info, chunks) for each file member — the
     restore's staging — and as sink(info, None) for a directory; nothing it wrote may be
-    used unless this returns."""
+    used unless this returns. `passphrase`: for an encrypted archive (backup/crypto.py)."""
     seen: dict[str, tuple[str, int, str]] = {}
     manifest: Manifest | None = None
     try:
-        tar = tarfile.open(fileobj=reader.open_archive(source), mode="r|*")  # noqa: SIM115 (closed below)
+        stream = reader.open_archive(source, passphrase)
+        tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115 (closed below)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupInvalid("BACKUP_NOT_AN_ARCHIVE", f"not a readable archive: {exc}") from exc
     try:
@@ -125,6 +127,7 @@ def verify(source: IO[bytes], sink: Sink | None = None) -> Manifest:
             for _ in chunks():  # what the sink left unread
                 pass
             seen[info.name] = ("file", info.size, digest.hexdigest())
+        reader.finish(stream)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise BackupInvalid("BACKUP_DAMAGED", f"the archive is damaged or cut short: {exc}") \
             from exc

@@ -1,6 +1,6 @@
 """Optional encryption of a backup with a passphrase (docs/backup.md, "Encryption").
 
-pyca `cryptography`'s AES-256-GCM, chunked so a stream of any size is sealed and
+AES-256-GCM (OpenSSL's, through `backup/aead.py`), chunked so a stream of any size is sealed and
 opened in bounded memory, each chunk authenticated on its own (the STREAM
 construction, as in age or Tink's streaming AEAD):
 
@@ -16,8 +16,9 @@ is read. The counter and the last flag in each nonce make a reordered, dropped,
 duplicated or cut-off chunk fail its tag: a truncated archive is an error, never a
 shorter plaintext. The header is authenticated as every chunk's associated data.
 
-`cryptography` is absent from the arm/v7 image (its cffi has no 32-bit ARM wheel,
-docs/image.md): there, encrypting or decrypting raises `EncryptionUnavailable`.
+Every image has the cipher (OpenSSL's libcrypto, which hashlib is built on); a Python
+whose hashlib is not linked to a shared libcrypto with AES-256-GCM raises
+`EncryptionUnavailable` before any work.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import io
 import os
 from typing import IO, Any
 
-from .verify import BackupInvalid
+from . import aead
+from .errors import BackupInvalid
 
 MAGIC = b"qledge-enc1\n"
 SALT, PREFIX, CHECK = 16, 7, 32
@@ -45,24 +47,21 @@ _CHECK_TEXT = b"qledge backup passphrase check v1"
 
 class EncryptionUnavailable(BackupInvalid):
     def __init__(self) -> None:
-        super().__init__("BACKUP_ENCRYPTION_UNAVAILABLE", "encrypted backups need the"
-                         " `cryptography` package, which this build (arm/v7) does not have")
+        super().__init__("BACKUP_ENCRYPTION_UNAVAILABLE", "encrypted backups need OpenSSL's"
+                         " AES-256-GCM, which this Python's libcrypto does not offer")
 
 
 def require() -> None:
-    """Raise EncryptionUnavailable before any work where `cryptography` is missing."""
+    """Raise EncryptionUnavailable before any work where the cipher is missing."""
     try:
-        import cryptography.hazmat.primitives.ciphers.aead  # noqa: F401
-    except ImportError:
+        aead.load()
+    except aead.CipherUnavailable:
         raise EncryptionUnavailable() from None
 
 
-def _aead(key: bytes) -> Any:
-    try:  # imported on use: only an encrypted backup loads it
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    except ImportError:
-        raise EncryptionUnavailable() from None
-    return AESGCM(key)
+def _aead(key: bytes) -> aead.AESGCM:
+    require()
+    return aead.AESGCM(key)
 
 
 def check_passphrase(passphrase: str) -> bytes:
@@ -167,12 +166,10 @@ class DecryptingReader(io.RawIOBase):
         if len(sealed) < TAG:
             raise BackupInvalid("BACKUP_ENCRYPTED_TRUNCATED", "the encrypted backup is cut"
                                 " short")
-        from cryptography.exceptions import InvalidTag
-
         try:
             self.plain = self.aead.decrypt(_nonce(self.prefix, self.counter, last), sealed,
                                            self.header)
-        except InvalidTag:
+        except aead.InvalidTag:
             raise BackupInvalid(
                 "BACKUP_ENCRYPTED_TRUNCATED" if last else "BACKUP_ENCRYPTED_DAMAGED",
                 f"encrypted chunk {self.counter} does not authenticate: the backup is"

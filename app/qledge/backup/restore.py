@@ -115,7 +115,7 @@ def check_target(conf: Settings, *, replace: bool, force: bool) -> dict[str, int
 
 
 def stage(conf: Settings, source: IO[bytes], *, replace: bool = False,
-          force: bool = False) -> swap.Pending:
+          force: bool = False, passphrase: bytes | None = None) -> swap.Pending:
     """Read, check and stage the archive from `source`; write the marker. Raises
     BackupInvalid or RestoreError (the appliance unchanged) or swap.Busy."""
     if conf.fleet:
@@ -131,7 +131,7 @@ def stage(conf: Settings, source: IO[bytes], *, replace: bool = False,
         done = False
         try:
             stager.prepare()
-            manifest = verify(source, stager)
+            manifest = verify(source, stager, passphrase)
             pending = _finish(conf, stager, replace=replace, schema=manifest.schema_version)
             check_target(conf, replace=replace, force=force)  # still true after the upload
             stager.sync_dirs()

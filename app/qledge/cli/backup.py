@@ -19,11 +19,11 @@ SCHEDULED_READ_TIMEOUT_S = 300
 PASSPHRASE_ENV = "QLEDGE_BACKUP_PASSPHRASE"  # noqa: S105 - a variable name, not a secret
 
 
-class _NoPassphrase(Exception):
+class NoPassphrase(Exception):
     pass
 
 
-def _passphrase(args: argparse.Namespace) -> bytes | None:
+def passphrase_of(args: argparse.Namespace) -> bytes | None:
     """The passphrase from --passphrase-file (its first line) or the environment."""
     from ..backup import BackupInvalid, crypto
 
@@ -35,7 +35,7 @@ def _passphrase(args: argparse.Namespace) -> bytes | None:
             with open(args.passphrase_file, encoding="utf-8") as f:
                 text = f.readline().rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as exc:
-            raise _NoPassphrase(f"--passphrase-file: {exc}") from exc
+            raise NoPassphrase(f"--passphrase-file: {exc}") from exc
     elif from_env is not None:
         text = from_env
     else:
@@ -44,7 +44,7 @@ def _passphrase(args: argparse.Namespace) -> bytes | None:
         crypto.require()
         return crypto.check_passphrase(text)
     except BackupInvalid as exc:
-        raise _NoPassphrase(f"{exc.code}: {exc}") from None
+        raise NoPassphrase(f"{exc.code}: {exc}") from None
 
 
 def backup_cmd(args: argparse.Namespace) -> int:
@@ -53,8 +53,8 @@ def backup_cmd(args: argparse.Namespace) -> int:
     from ..db import snapshot
 
     try:
-        passphrase = _passphrase(args)
-    except _NoPassphrase as exc:
+        passphrase = passphrase_of(args)
+    except NoPassphrase as exc:
         return fail(str(exc))
     try:
         conf = settings.load()
@@ -155,15 +155,14 @@ def scheduled_cmd(args: argparse.Namespace) -> int:
 
 def verify_cmd(args: argparse.Namespace) -> int:
     from .. import backup
-    from ..backup import crypto
 
     try:
-        passphrase = _passphrase(args)
-    except _NoPassphrase as exc:
+        passphrase = passphrase_of(args)
+    except NoPassphrase as exc:
         return fail(str(exc))
     try:
         with open(args.archive, "rb") as f:
-            manifest = backup.verify(crypto.opened(f, passphrase))
+            manifest = backup.verify(f, passphrase=passphrase)
     except backup.BackupInvalid as exc:
         return fail(f"{exc.code}: {exc}")
     except OSError as exc:

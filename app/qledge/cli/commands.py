@@ -183,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     rs.add_argument("--force", action="store_true", help="even while runs are executing")
     rs.add_argument("--cancel", action="store_true",
                     help="drop a restore staged and not yet applied")
+    rs.add_argument("--passphrase-file", default="",
+                    help="an encrypted archive's passphrase, this file's first line (or"
+                    " QLEDGE_BACKUP_PASSPHRASE)")
     rs.set_defaults(func=_restore)
     args = parser.parse_args(argv)
     if args.cmd == "backup" and args.what == "verify" and not args.archive:

@@ -14,7 +14,12 @@ from .output import fail
 def restore_cmd(args: argparse.Namespace) -> int:
     from .. import paths, settings
     from ..backup import BackupInvalid, RestoreError, restore, swap
+    from .backup import NoPassphrase, passphrase_of
 
+    try:  # before settings.load(), which refuses the passphrase's QLEDGE_* name
+        passphrase = passphrase_of(args)
+    except NoPassphrase as exc:
+        return fail(str(exc))
     try:
         conf = settings.load()
         paths.prepare_roots(conf)
@@ -41,7 +46,8 @@ def restore_cmd(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(str(exc))
     try:
-        pending = restore.stage(conf, source, replace=args.replace, force=args.force)
+        pending = restore.stage(conf, source, replace=args.replace, force=args.force,
+                                passphrase=passphrase)
     except (BackupInvalid, RestoreError) as exc:
         return fail(f"{exc.code}: {exc} (nothing was changed)")
     except swap.Busy as exc:

@@ -20,8 +20,7 @@ from .. import ids, limits
 from ..db import notifications as q
 from ..fields import FieldError
 from ..notifications import rules as notify
-from ..notifications import services
-from ..notifications import words
+from ..notifications import services, words
 from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs

@@ -1,7 +1,8 @@
 """POST /api/v1/restore (docs/backup.md, "Restoring"): the archive as the raw request
 body, streamed into a spool file on the data volume (never read whole into memory,
 never in /tmp), then checked and staged like `qledge restore`. `?replace=1` replaces
-an appliance that holds data, `?force=1` even while runs execute.
+an appliance that holds data, `?force=1` even while runs execute; an encrypted
+archive's passphrase comes in the `Qledge-Backup-Passphrase` header, percent-encoded.
 
 Once staged (202), the worker ends itself after answering and supervisord starts it
 again: the swap happens at that start, before the database opens."""
@@ -12,6 +13,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from urllib.parse import unquote
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -38,6 +40,9 @@ class RestoreBusy(ApiError):
     status = 409
     code = "RESTORE_BUSY"
 
+# Percent-encoded UTF-8 (a header holds latin-1 only; the panel sends encodeURIComponent).
+PASSPHRASE_HEADER = "qledge-backup-passphrase"  # noqa: S105 (a header name)
+
 
 def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "") in ("1", "true")
@@ -46,6 +51,7 @@ def _flag(request: Request, name: str) -> bool:
 async def upload(request: Request) -> Response:
     conf = runtime_of(request).settings
     replace, force = _flag(request, "replace"), _flag(request, "force")
+    passphrase = _passphrase(request)
     spool = conf.data_path / f".restore-upload-{os.getpid()}-{time.monotonic_ns()}"
     fd = os.open(spool, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
@@ -56,7 +62,7 @@ async def upload(request: Request) -> Response:
             if chunk:
                 await offload(_write_all, fd, chunk)
         os.lseek(fd, 0, os.SEEK_SET)
-        pending = await asyncio.to_thread(_stage, conf, fd, replace, force)
+        pending = await asyncio.to_thread(_stage, conf, fd, replace, force, passphrase)
     finally:
         os.close(fd)
     restart: Callable[[], None] | None = getattr(request.app.state, "restart", None)
@@ -78,12 +84,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _stage(conf: Settings, fd: int, replace: bool, force: bool) -> swap.Pending:
+def _passphrase(request: Request) -> bytes | None:
+    """An encrypted archive's passphrase: a header, never the URL (which logs keep)."""
+    value = request.headers.get(PASSPHRASE_HEADER)
+    return None if value is None else unquote(value).encode()
+
+
+def _stage(conf: Settings, fd: int, replace: bool, force: bool,
+           passphrase: bytes | None) -> swap.Pending:
     from ..backup import restore  # tarfile and the reader: on use (an idle worker)
 
     with os.fdopen(os.dup(fd), "rb", buffering=1 << 16) as source:
         try:
-            return restore.stage(conf, source, replace=replace, force=force)
+            return restore.stage(conf, source, replace=replace, force=force,
+                                 passphrase=passphrase)
         except swap.Busy as exc:
             raise RestoreBusy(str(exc)) from exc
 

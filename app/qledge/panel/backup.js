@@ -29,9 +29,12 @@ function downloadPart() {
     h('div', h('label', hist, ' ', t('bk.withHistory'))), size, link];
 }
 
-async function upload(file) {
+async function upload(file, pass) {
+  const headers = { 'Content-Type': 'application/octet-stream' };
+  // A header holds latin-1 only: the server percent-decodes it (never in the URL, which logs keep).
+  if (pass) headers['Qledge-Backup-Passphrase'] = encodeURIComponent(pass);
   const res = await fetch('/api/v1/restore?replace=1', { method: 'POST', body: file,
-    credentials: 'same-origin', headers: { 'Content-Type': 'application/octet-stream' } });
+    credentials: 'same-origin', headers });
   let data = null;
   try { data = await res.json(); } catch (e) { /* not JSON */ }
   if (!res.ok) throw new ApiError(res.status, data, res.statusText);
@@ -39,7 +42,8 @@ async function upload(file) {
 }
 
 function restorePart() {
-  const file = h('input', { type: 'file', id: 'bk-file', accept: '.gz,.tgz,.tar' });
+  const file = h('input', { type: 'file', id: 'bk-file', accept: '.gz,.tgz,.tar,.enc' });
+  const pass = h('input', { type: 'password', id: 'bk-pass', autocomplete: 'off' });
   const out = h('div', { id: 'bk-out', role: 'status' });
   const go = guarded(async () => {
     if (!await confirmDialog(t('bk.confirmTitle'), t('bk.confirm', { name: file.files[0].name }),
@@ -47,7 +51,7 @@ function restorePart() {
     fill(out, h('p.muted', t('bk.checking')));
     let r;
     try {
-      r = await upload(file.files[0]);
+      r = await upload(file.files[0], pass.value);
     } catch (e) {
       fill(out, h('p.field-error', { id: 'bk-error', 'data-code': e.code || '' }, said(e)));
       return;
@@ -69,7 +73,8 @@ function restorePart() {
   const start = btn(t('bk.restore'), go, 'danger', { 'data-action': 'bk-restore' });
   start.disabled = true;
   file.addEventListener('change', () => { start.disabled = !file.files.length; fill(out); });
-  return [h('p.small.muted', t('bk.restoreHelp')), file, start, out];
+  return [h('p.small.muted', t('bk.restoreHelp')), file,
+    h('div', h('label', { for: 'bk-pass' }, t('bk.pass')), ' ', pass), start, out];
 }
 
 function backupCard() {

@@ -832,6 +832,13 @@ export const STRINGS = ((table) => {
   'bk.err.RESTORE_SCHEMA_NEWER': 'This backup comes from a newer qledge: upgrade first.|该备份来自更新版本的 qledge，请先升级。',
   'bk.err.RESTORE_DATABASE_INVALID': 'The backup\'s database is unusable; nothing was changed.|备份中的数据库不可用，未做任何改动。',
   'bk.err.RESTORE_NO_SPACE': 'Not enough free space to restore; nothing was changed.|空间不足，无法恢复，未做任何改动。',
+  'bk.pass': 'Passphrase (encrypted backups only)|密码短语（仅加密备份需要）',
+  'bk.err.BACKUP_PASSPHRASE_NEEDED': 'This backup is encrypted: enter its passphrase.|该备份已加密：请输入其密码短语。',
+  'bk.err.BACKUP_PASSPHRASE_WRONG': 'Wrong passphrase for this backup; nothing was changed.|密码短语不正确，未做任何改动。',
+  'bk.err.BACKUP_NOT_ENCRYPTED': 'This backup is not encrypted: leave the passphrase empty.|该备份未加密：请将密码短语留空。',
+  'bk.err.BACKUP_ENCRYPTED_DAMAGED': 'The encrypted backup is damaged or altered; nothing was changed.|加密备份已损坏或被篡改，未做任何改动。',
+  'bk.err.BACKUP_ENCRYPTED_TRUNCATED': 'The encrypted backup is cut short; nothing was changed.|加密备份不完整，未做任何改动。',
+  'bk.err.BACKUP_TRAILING_DATA': 'Unexpected data follows the end of the backup; nothing was changed.|备份结尾之后有多余数据，未做任何改动。',
   // ---- #38 the notification service picker (panel/channel_form.js) and its refusals.
   'svc.label': 'Service|服务',
   'svc.other': 'Other (apprise URL)|其他（Apprise 地址）',
