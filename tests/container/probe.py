@@ -114,6 +114,14 @@ def log_past_2gib() -> list[int]:
         return [logs.size(root, rel), end, len(data)]
 
 
+def aes_gcm() -> str:
+    # Backup encryption's cipher: OpenSSL's AES-256-GCM from the libcrypto hashlib
+    # loaded (backup/aead.py); the GCM specification's AES-256 test case 14.
+    from qledge.backup import aead
+
+    return aead.AESGCM(bytes(32)).encrypt(bytes(12), bytes(16), b"").hex()
+
+
 def heap_after_imports() -> int:
     """KiB the Python heap holds after importing the worker's stack: a memory
     figure of the target's own ABI (4-byte pointers on arm/v7), which RSS under
@@ -158,6 +166,7 @@ def main() -> None:
         "schedule_after_2038": _try(schedule_after_2038),
         "qinglong_dates_after_2038": _try(qinglong_dates),
         "log_past_2gib": _try(log_past_2gib),
+        "aes_gcm": _try(aes_gcm),
         "heap_after_imports_kib": heap_kib,
     }
     print(json.dumps(out))

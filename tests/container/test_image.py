@@ -81,6 +81,9 @@ def test_image_abi_and_times_after_2038(platform: str) -> None:
     size = 3 * 2**30 + len(b"tail past 3 GiB\n")
     assert got["log_past_2gib"] == {"ok": True, "value": [size, size, 16]}, got
     assert got["heap_after_imports_kib"]["ok"] and got["heap_after_imports_kib"]["value"] > 1000
+    # Backup encryption works on every image, arm/v7 included (docs/backup.md).
+    assert got["aes_gcm"] == {"ok": True, "value": "cea7403d4d606b6e074ec5d3baf39d18"
+                                                   "d0d1c8a799996bf0265b98b5d48ab919"}, got
 
 
 # Uncompressed size budgets of the default images, in MB (10^6 bytes), as
