@@ -45,7 +45,8 @@ async def _receive(request: Request, dest: Path) -> None:
     """The one file part of the multipart body, into `dest` (created 0600)."""
     ctype, params = parse_options_header(request.headers.get("content-type"))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
-        raise BadRequest("expected a multipart/form-data body with the archive as a file")
+        raise BadRequest("expected a multipart/form-data body with the archive as a file",
+                         code="NOT_MULTIPART")
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
         raise _too_large()
@@ -53,7 +54,7 @@ async def _receive(request: Request, dest: Path) -> None:
     try:
         parser = MultipartParser(params[b"boundary"], form.callbacks())  # type: ignore[arg-type]
     except (ValueError, MultipartParseError) as exc:
-        raise BadRequest(f"bad multipart boundary: {exc}") from exc
+        raise BadRequest(f"bad multipart boundary: {exc}", code="BAD_MULTIPART") from exc
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     size = 0
@@ -62,7 +63,8 @@ async def _receive(request: Request, dest: Path) -> None:
             try:
                 parser.write(chunk)
             except MultipartParseError as exc:
-                raise BadRequest(f"malformed multipart body: {exc}") from exc
+                raise BadRequest(f"malformed multipart body: {exc}",
+                                 code="BAD_MULTIPART") from exc
             data = form.take()
             size += len(data)
             if size > MAX_ARCHIVE:
@@ -70,7 +72,8 @@ async def _receive(request: Request, dest: Path) -> None:
             if data:
                 await offload(os.write, fd, data)
         if not form.ended or form.file_name is None:
-            raise BadRequest("the body holds no file part (the archive)", field="file")
+            raise BadRequest("the body holds no file part (the archive)", field="file",
+                             code="FILE_PART_REQUIRED")
     finally:
         os.close(fd)
 
@@ -86,10 +89,11 @@ async def qinglong(request: Request) -> Response:
     rt: Runtime = request.app.state.runtime
     flag = request.query_params.get("apply", "false")
     if flag not in ("true", "false", "1", "0"):
-        raise Invalid("apply must be true or false", field="apply")
+        raise Invalid("apply must be true or false", field="apply", code="NOT_BOOLEAN")
     on_conflict = request.query_params.get("on_conflict") or None
     if on_conflict not in (None, "rename", "replace"):
-        raise Invalid("on_conflict must be rename or replace", field="on_conflict")
+        raise Invalid("on_conflict must be rename, replace or skip", field="on_conflict",
+                      code="NOT_ONE_OF")
     with_logs = inputs.query_int(request, "with_logs", 0, 0, 100)
     upload = rt.settings.data_path / f".import-upload-{secrets.token_hex(6)}.tgz"
     try:
