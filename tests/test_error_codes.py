@@ -128,3 +128,32 @@ def test_answers_carry_the_code_and_the_params(client: TestClient) -> None:
     r = client.get("/api/v1/runs?limit=x")
     assert (r.json()["error"], r.json()["code"], r.json()["field"]) == (
         "INVALID", "NOT_INTEGER", "limit")
+
+
+def said_codes() -> dict[str, set[str]]:
+    """Every code of the import report (importer/said.py `said("CODE", english, **params)`)
+    with the params each of its sites sends (their intersection)."""
+    found: dict[str, set[str]] = {}
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+                    "said", "Said") and node.args and isinstance(node.args[0], ast.Constant):
+                code, sent = node.args[0].value, {k.arg for k in node.keywords if k.arg}
+                found[code] = found[code] & sent if code in found else sent
+    found.pop("", None)  # NO_CLASH
+    return found
+
+
+def test_every_import_report_code_has_words_with_its_params() -> None:
+    table = _i18n_table()
+    found = said_codes()
+    assert {"CLASH", "NOT_VALID", "IDENTICAL", "SYMLINK", "NO_CONFIG"} <= set(found)
+    assert len(found) > 60
+    # A template that is only a nested code ({clash}: itself one of these) has no words.
+    missing = [c for c in found if not CJK.search(table.get(f"imp.why.{c}", ("", ""))[1])
+               and not re.fullmatch(r"\{\w+\}", table.get(f"imp.why.{c}", ("", ""))[1])]
+    assert not missing, f"no 中文 in i18n.js for the import report's {missing}"
+    for code, params in found.items():
+        for text in table[f"imp.why.{code}"]:
+            used = set(re.findall(r"\{(\w+)\}", text))
+            assert used <= params, (code, text, used - params)

@@ -97,6 +97,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "FILE_PART_REQUIRED": (),
     "IMPORT_SOURCE_INVALID": (),
     "IMPORT_FAILED": (),
+    "BAD_CHOICES": ("max",),
     # Features.
     "PATH_OR_COMMAND": (),
     "TASK_FORM_REFUSED": ("reason",),

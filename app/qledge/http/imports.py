@@ -5,12 +5,15 @@ The body is multipart/form-data with one file part (the .tgz), streamed into a
 private temp file in the data volume and capped at MAX_ARCHIVE bytes (413 as soon
 as the cap is passed, before the rest is read); the temp file is removed when the
 answer is ready. `?apply=true` imports, otherwise it is a dry run; `on_conflict`
-(rename|replace) and `with_logs` (0-100) as the CLI's options. The answer is the
+(rename|replace|skip) and `with_logs` (0-100) as the CLI's options. A form field
+`choices` (a JSON object, "<kind>:<key>" → rename|replace|skip, the report's `kind`
+and `key`) decides single conflicts; `on_conflict` the rest. The answer is the
 report (importer/report.py's as_json): labels, actions and reasons, never a value.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -41,8 +44,30 @@ def _too_large() -> PayloadTooLarge:
                            field="file", extra={"limit_bytes": MAX_ARCHIVE})
 
 
-async def _receive(request: Request, dest: Path) -> None:
-    """The one file part of the multipart body, into `dest` (created 0600)."""
+MAX_CHOICES = 10_000
+
+
+def _choices(raw: str | None) -> dict[str, str] | None:
+    """The `choices` field: {"<kind>:<key>": "rename"|"replace"|"skip"}."""
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or len(value) > MAX_CHOICES:
+        raise Invalid("choices must be a JSON object of at most 10000 conflicts",
+                      field="choices", code="BAD_CHOICES", params={"max": MAX_CHOICES})
+    for key, mode in value.items():
+        if mode not in ("rename", "replace", "skip") or len(key) > 1000:
+            raise Invalid("each choice is rename, replace or skip", field="choices",
+                          code="NOT_ONE_OF")
+    return value
+
+
+async def _receive(request: Request, dest: Path) -> dict[str, str] | None:
+    """The one file part of the multipart body, into `dest` (created 0600); the
+    per-conflict `choices` field, if sent."""
     ctype, params = parse_options_header(request.headers.get("content-type"))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
         raise BadRequest("expected a multipart/form-data body with the archive as a file",
@@ -50,7 +75,7 @@ async def _receive(request: Request, dest: Path) -> None:
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
         raise _too_large()
-    form = Form(field_limit=4096)
+    form = Form(field_limit=1 << 20)  # the choices: up to 10,000 short keys
     try:
         parser = MultipartParser(params[b"boundary"], form.callbacks())  # type: ignore[arg-type]
     except (ValueError, MultipartParseError) as exc:
@@ -76,6 +101,7 @@ async def _receive(request: Request, dest: Path) -> None:
                              code="FILE_PART_REQUIRED")
     finally:
         os.close(fd)
+    return _choices(form.fields.get("choices"))
 
 
 async def qinglong(request: Request) -> Response:
@@ -91,15 +117,16 @@ async def qinglong(request: Request) -> Response:
     if flag not in ("true", "false", "1", "0"):
         raise Invalid("apply must be true or false", field="apply", code="NOT_BOOLEAN")
     on_conflict = request.query_params.get("on_conflict") or None
-    if on_conflict not in (None, "rename", "replace"):
+    if on_conflict not in (None, "rename", "replace", "skip"):
         raise Invalid("on_conflict must be rename, replace or skip", field="on_conflict",
                       code="NOT_ONE_OF")
     with_logs = inputs.query_int(request, "with_logs", 0, 0, 100)
     upload = rt.settings.data_path / f".import-upload-{secrets.token_hex(6)}.tgz"
     try:
-        await _receive(request, upload)
+        choices = await _receive(request, upload)
         plan = await imports.upload(rt, upload, apply=flag in ("true", "1"),
-                                    on_conflict=on_conflict, with_logs=with_logs)
+                                    on_conflict=on_conflict, with_logs=with_logs,
+                                    choices=choices)
     except SourceError as exc:  # a source that cannot be imported
         # The upload's file and scratch folder are server paths: never in an answer.
         where = re.escape(str(rt.settings.data_path)) + r"/\S*"

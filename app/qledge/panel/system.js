@@ -1,6 +1,7 @@
 /* qledge panel: the appliance's health (#/system). */
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
-  heading, failBox, btn, guarded, confirmDialog, notify } from './core.js';
+  heading, failBox } from './core.js';
+import { importCard } from './imports.js';
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
@@ -124,41 +125,6 @@ function nodesView(n) {
         h('div.labels', x.labels.map((l) => h('span.label', l))), String(x.running_attempts),
         ms(x.heartbeat_age_ms), ms(x.lease_left_ms), ms(x.clock_skew_ms));
     }), { class: 'compact' }));
-}
-
-// QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply
-// (after a confirmation that counts what it will do), then what was done.
-function tally(r) {
-  const n = { create: 0, change: 0, skip: 0, conflict: 0 };
-  for (const per of Object.values(r.counts || {})) for (const a in n) n[a] += per[a] || 0;
-  return n;
-}
-function importCard() {
-  const file = h('input', { type: 'file', accept: '.tgz', id: 'imp-file' });
-  const out = h('div', { id: 'imp-out' });
-  const cols = [t('system.kind'), t('system.outcome'), t('system.impItem')];
-  const report = (r) => grid(null, cols, r.items.map((i) => row({ 'data-kind': i.kind }, cols,
-    words('imp.kind.', i.kind), words(r.applied ? 'imp.done.' : 'imp.action.', i.action),
-    [i.label, ' ', h('span.muted', [i.reason, ...i.notes].filter(Boolean).join('; '))])),
-  { class: 'compact imp-report' });
-  const send = guarded(async (apply, checked) => {
-    if (apply && !await confirmDialog(t('imp.confirmTitle'), t('imp.confirm', tally(checked)),
-      t('system.impApply'))) return;
-    const body = new FormData();
-    body.append('file', file.files[0]);
-    const r = await api('POST', '/imports/qinglong?apply=' + apply, body);
-    const deps = ((r.counts || {}).dependency || {}).create || 0;
-    const said = apply ? [t('imp.result', tally(r)), deps ? ' ' + t('imp.deps', { n: deps }) : '']
-      .join('') : null;
-    fill(out, said ? h('p.on', { id: 'imp-result', role: 'status' }, said) : null, report(r),
-      apply ? null : btn(t('system.impApply'), () => send(true, r), 'primary',
-        { 'data-action': 'imp-apply' }));
-    if (said) notify(said, 'ok');
-  });
-  const check = btn(t('system.impCheck'), () => send(false), '', { 'data-action': 'imp-check' });
-  check.disabled = true;
-  file.addEventListener('change', () => { check.disabled = !file.files.length; fill(out); });
-  return h('section.card', { id: 'sys-import' }, h('h2', t('system.import')), file, check, out);
 }
 
 function viewSystem(main, alive) {
