@@ -18,6 +18,9 @@ function said(coded) {
   const { clash, ...p } = coded.params || {};
   if (clash) p.clash = said({ code: clash, params: p });
   if (p.rule) p.rule = errorText({ rule: p.rule, field: p.field }, '', lang());
+  // An app's scopes (apps/spec.py SCOPES): each in words; one QingLong has, qledge not, as is.
+  if (p.scopes) p.scopes = p.scopes.split(', ').map((x) => words('imp.scope.', x))
+    .join(lang() === 'zh' ? '、' : ', ');
   const key = 'imp.why.' + coded.code;
   return t(key) === key ? t('imp.why.unknown') : t(key, p);
 }

@@ -1,7 +1,18 @@
 /* qledge panel: the appliance's health (#/system). */
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
-  heading, failBox } from './core.js';
+  heading, failBox, statusLabel } from './core.js';
 import { importCard } from './imports.js';
+
+// A round's count (runtime/reconciler.py): `<outcome>:<REASON>` for a run it ended, else
+// what it did (adopted, a receipt applied…), in words; an unknown key as it is.
+function countWords(k) {
+  const [outcome, reason] = k.split(':');
+  if (reason) {
+    const why = t('reason.' + reason);
+    return [statusLabel(outcome), ' — ', why === 'reason.' + reason ? t('reason.unknown') : why];
+  }
+  return words('round.count.', k);
+}
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
@@ -12,8 +23,8 @@ function countsTable(report) {
       [t('system.took'), report.finished_at_ms
         ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
       [t('system.examined'), String(report.examined)]]),
-    counts.length ? grid(null, cols, counts.map(([k, v]) => row(null, cols, h('code', k),
-      String(v))), { class: 'compact' })
+    counts.length ? grid(null, cols, counts.map(([k, v]) => row({ 'data-count': k }, cols,
+      countWords(k), String(v))), { class: 'compact' })
       : h('p.muted.small', t('system.nothing')));
 }
 
@@ -41,13 +52,14 @@ function volumesView(volumes, pressure) {
     const pct = total ? Math.round((100 * used) / total) : null;
     return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
       'data-free': known ? 'known' : 'unknown' },
-      h('div.vol-head', h('strong', v.name || '?'),
+      h('div.vol-head', h('strong', words('system.vol.', v.name || '?')),
         v.pressure || v.critical ? h('span', { class: 'badge badge-timed_out' },
           t(v.critical ? 'system.critical' : known ? 'system.lowSpace' : 'system.heldUnknown'))
           : null),
       known ? [
         pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
-          'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
+          'aria-label': t('system.volUse', { name: words('system.vol.', v.name || '') }) })
+          : null,
         h('div.small', [
           used != null ? t('system.used', { n: fmtBytes(used) }) : null,
           free != null ? t('system.free', { n: fmtBytes(free) }) : null,
@@ -61,15 +73,18 @@ function volumesView(volumes, pressure) {
         v.age_ms != null && v.age_ms >= STALE_MS ? h('div.small.muted', { 'data-role': 'age' },
           t('system.measuredAgo', { s: Math.round(v.age_ms / 1000) })) : null,
       ] : unknownVolume(v, pressure && pressure.guard_unknown),
-      v.error ? h('div.field-error.small', String(v.error)) : null);
+      // The probe's error is the server's word (an exception name): said, and kept as a title.
+      v.error ? h('div.field-error.small', { title: String(v.error) }, v.error === 'TimeoutError'
+        ? t('system.freeNoAnswer') : t('system.freeError')) : null);
   }));
 }
 
 function pressureAlert(p) {
   if (!p || p.state !== 'pressure') return null;
   const text = p.reason === 'DISK_FREE_UNKNOWN'
-    ? t('system.pressureUnknown', { volumes: (p.volumes || []).join(', ') })
-    : t('system.pressure', { reason: p.reason || '' });
+    ? t('system.pressureUnknown', { volumes: (p.volumes || []).map((v) => words('system.vol.', v))
+      .join(', ') })
+    : t('system.pressure', { reason: words('system.pressureWhy.', p.reason || '') });
   return h('div.alert.warn', { role: 'status', id: 'sys-pressure' }, text);
 }
 
@@ -87,7 +102,7 @@ function isolationView(iso) {
   h('h2', { id: 'sys-h6' }, t('system.isolation')),
   iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
     role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
-  dl([[t('system.isoMode'), h('code', iso.mode)],
+  dl([[t('system.isoMode'), words('system.isoMode.', iso.mode)],
     [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
     [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
     iso.reason ? [t('system.isoReason'), iso.reason] : null,
@@ -146,7 +161,7 @@ function viewSystem(main, alive) {
       h('section.card', { 'aria-labelledby': 'sys-h1' },
         h('h2', { id: 'sys-h1' }, t('system.appliance')),
         dl([[t('system.version'), s.version],
-          [t('system.profile'), s.profile],
+          [t('system.profile'), words('system.profileName.', s.profile)],
           [t('system.node'), h('code.wrap', s.node_id)],
           [t('system.uptime'), fmtDur((s.uptime_s || 0) * 1000)],
           [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],
