@@ -68,7 +68,8 @@ def channels(ctx: Ctx) -> list[Item]:
     wanted: list[tuple[str, str, str, dict[str, str]]] = []  # key, label, enabling, env
     info = ctx.source.notification
     if info and info.get("type"):
-        label = f"QingLong channel: {info['type']}"
+        label: str = said("L_QL_CHANNEL", f"QingLong channel: {info['type']}",
+                          service=str(info["type"])[:40])
         env = qinglong_notify.panel_env(info)
         urls = qinglong_notify.urls(env or {})
         if env is None or not urls:
@@ -82,11 +83,12 @@ def channels(ctx: Ctx) -> list[Item]:
             wanted.append(("system", label, next(iter(urls)), env))
     values = {k: v for k, v in (ctx.source.config.values if ctx.source.config else {}).items()
               if k in qinglong_notify.NAMES and v.strip()}
-    wanted += [(name, f"config.sh: {name}", name, values)
+    wanted += [(name, said("L_CONFIG", f"config.sh: {name}", name=name), name, values)
                for name in sorted(qinglong_notify.urls(values))]
     for name, service in sorted(qinglong_notify.UNMAPPED.items()):
         if values.get(name):
-            out.append(skip("channel", name, f"config.sh: {name}", said(
+            out.append(skip("channel", name, said("L_CONFIG", f"config.sh: {name}",
+                                                  name=name), said(
                 "UNMAPPED_SERVICE", f"{service}: no apprise mapping; add a channel with its"
                 " apprise URL", service=service)))
     seen: dict[str, str] = {}
@@ -125,7 +127,7 @@ def linux_dependencies(ctx: Ctx) -> list[Item]:
 
 
 def settings(ctx: Ctx) -> list[Item]:
-    out = [skip("setting", "login", "users and passwords", said(
+    out = [skip("setting", "login", said("L_LOGIN", "users and passwords"), said(
         "LOGIN_NOT_IMPORTED", "not imported: qledge signs in with its admin token"
         " (docs/security.md)"))]
     config = ctx.source.config
@@ -144,21 +146,25 @@ def settings(ctx: Ctx) -> list[Item]:
     for name, hint in hints.items():
         value = ctx.config(name)
         if value:
-            out.append(skip("setting", name, f"config.sh {name}={value[:40]}", hint))
+            out.append(skip("setting", name, said("L_CONFIG_VALUE", f"config.sh {name}="
+                                                  f"{value[:40]}", name=name, value=value[:40]),
+                            hint))
     if config is not None:
         if config.extra_sh:
             out.append(skip("setting", "extra.sh", "config/extra.sh", said(
                 "EXTRA_SH", "no equivalent (it ran at QingLong's start)")))
         for name in config.computed:
-            out.append(skip("setting", name, f"config.sh {name}", said(
+            out.append(skip("setting", name, said("L_CONFIG", f"config.sh {name}", name=name), said(
                 "COMPUTED", "computed by the shell ($ or `): not evaluated, not imported")))
     tz = ctx.source.system.get("timezone")
     if tz:
-        out.append(skip("setting", "timezone", f"timezone {str(tz)[:40]}", said(
+        out.append(skip("setting", "timezone", said("L_TIMEZONE", f"timezone {str(tz)[:40]}",
+                                                    zone=str(tz)[:40]), said(
             "TIMEZONE", "set the container's TZ (compose: environment TZ=…)")))
     # The rest of QingLong's system settings (log removal, concurrency, mirrors, the
     # global SSH key…): named, never their values.
-    out += [skip("setting", key, f"system setting {key[:40]}", said(
+    out += [skip("setting", key, said("L_SYSTEM_SETTING", f"system setting {key[:40]}",
+                                      name=key[:40]), said(
         "SYSTEM_SETTING", "not imported: no equivalent to carry it to (retention.md,"
         " image.md for qledge's own)"))
             for key, value in sorted(ctx.source.system.items())
@@ -175,7 +181,8 @@ def logs(ctx: Ctx) -> list[Item]:
     for logs in ctx.source.logs:
         dest = [f"qinglong/{logs.folder}/{n}" for n in logs.files]
         todo = [d for d in dest if d not in ctx.target.log_files]
-        label = f"log/{logs.folder}/ ({len(logs.files)} files)"
+        label = said("L_LOG", f"log/{logs.folder}/ ({len(logs.files)} files)",
+                     folder=logs.folder, n=str(len(logs.files)))
         if not todo:
             out.append(skip("log", str(logs.cron_id), label, said("COPIED_BEFORE",
                                                                   "copied before")))

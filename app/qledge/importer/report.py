@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .plan import KINDS, Action, Plan
+from .said import Said
 
 TITLES = {"cron": "crons → tasks", "env": "envs", "script": "scripts",
           "subscription": "subscriptions", "app": "apps (OpenAPI clients)",
@@ -39,7 +40,8 @@ def as_json(plan: Plan) -> dict[str, Any]:
     return {"source": plan.source, "root": plan.root, "applied": plan.apply,
             "on_conflict": plan.on_conflict, "counts": counts(plan),
             "notes": [str(n) for n in plan.notes], "notes_coded": [coded(n) for n in plan.notes],
-            "items": [{"kind": i.kind, "key": i.key, "label": i.label,
+            "items": [{"kind": i.kind, "key": i.key, "label": str(i.label),
+                       "label_coded": coded(i.label) if isinstance(i.label, Said) else None,
                        "action": i.action.value, "reason": str(i.reason),
                        "notes": [str(n) for n in i.notes],
                        "why": coded(i.reason) if i.reason else None,

@@ -48,12 +48,13 @@ function importCard() {
   const report = (r) => {
     selects = [];
     return grid(null, cols, r.items.map((i) => {
+      const label = i.label_coded ? said(i.label_coded) : i.label;
       const pick = !r.applied && i.action === 'conflict' && (i.choices || []).length
-        ? choiceSelect(i, i.label, all.value) : null;
+        ? choiceSelect(i, label, all.value) : null;
       if (pick) selects.push([i, pick]);
       return row({ 'data-kind': i.kind, 'data-action': i.action }, cols,
         words('imp.kind.', i.kind), words(r.applied ? 'imp.done.' : 'imp.action.', i.action),
-        h('span.imp-label', i.label),
+        h('span.imp-label', label),
         [i.why ? said(i.why) : null, ...(i.notes_coded || []).map(said)].filter(Boolean)
           .join(lang() === 'zh' ? '；' : '; '), pick);
     }), { class: 'compact imp-report' });
