@@ -70,7 +70,8 @@ def test_each_conflict_takes_its_own_choice(client: TestClient,
 
 
 def test_a_bad_choice_is_refused_with_a_code(client: TestClient) -> None:
-    for bad in ('{"script:x": "merge"}', "[1]", "not json"):
+    too_many = json.dumps({f"script:{n}.py": "skip" for n in range(10_001)})
+    for bad in ('{"script:x": "merge"}', "[1]", "not json", too_many):
         r = client.post("/api/v1/imports/qinglong", data={"choices": bad},
                         files={"file": ("data.tgz", BACKUP.read_bytes())})
         assert r.status_code == 422, r.text

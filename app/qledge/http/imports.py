@@ -31,12 +31,13 @@ from ._files import UPLOAD_OVERHEAD, Form, offload
 from .errors import BadRequest, Invalid, PayloadTooLarge, StateConflict, json_response
 
 MAX_ARCHIVE = 64 << 20
+CHOICES_BYTES = 1 << 20  # the `choices` field: up to 10,000 conflicts by their keys
 PATH = "/api/v1/imports"
 
 
 def body_ceilings() -> dict[str, int]:
     """The outer body limit (http/guard.py) of the import upload."""
-    return {PATH: MAX_ARCHIVE + UPLOAD_OVERHEAD}
+    return {PATH: MAX_ARCHIVE + UPLOAD_OVERHEAD + CHOICES_BYTES}
 
 
 def _too_large() -> PayloadTooLarge:
@@ -73,9 +74,10 @@ async def _receive(request: Request, dest: Path) -> dict[str, str] | None:
         raise BadRequest("expected a multipart/form-data body with the archive as a file",
                          code="NOT_MULTIPART")
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_ARCHIVE + UPLOAD_OVERHEAD:
+    if declared.isascii() and declared.isdigit() and int(declared) > (
+            MAX_ARCHIVE + UPLOAD_OVERHEAD + CHOICES_BYTES):
         raise _too_large()
-    form = Form(field_limit=1 << 20)  # the choices: up to 10,000 short keys
+    form = Form(field_limit=CHOICES_BYTES)
     try:
         parser = MultipartParser(params[b"boundary"], form.callbacks())  # type: ignore[arg-type]
     except (ValueError, MultipartParseError) as exc:
