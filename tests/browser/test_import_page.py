@@ -72,6 +72,12 @@ def test_check_a_backup_then_apply_it(page: Page, appliance: Appliance,
     dialog.locator("[data-action=confirm]").click()
     result = card.locator("#imp-result")
     expect(result).to_contain_text(re.compile(r"Imported: [1-9]\d* created"))
+    # What is left for the user: no conflict here, but skipped items to finish by hand
+    # (the backup's linux package, its SSH subscription…), marked in the report.
+    expect(result).to_contain_text("Nothing is left to decide.")
+    marked = card.locator("tr[data-by-hand]").count()
+    assert marked > 0
+    expect(result).to_contain_text(f"{marked} skipped items are yours to finish by hand")
     expect(hello).to_contain_text("created")
     expect(card.get_by_role("button", name="Apply")).to_have_count(0)  # the applied report
     shoot(page, "import-applied-en")

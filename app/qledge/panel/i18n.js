@@ -1038,6 +1038,7 @@ export const STRINGS = ((table) => {
   'imp.confirmChoices': '{rename} kept both (renamed), {replace} replaced, {skip} kept as they are, {left} left undecided.|{rename} 项两者都保留（改名），{replace} 项替换，{skip} 项保留原样，{left} 项暂不处理。',
   'imp.needsYou': 'Still needs you: {n} conflicts left undecided; choose for them and apply again.|仍需处理：{n} 项冲突尚未决定；请选择后再次应用。',
   'imp.allDone': 'Nothing is left to decide.|没有需要决定的了。',
+  'imp.byHand': '{n} skipped items are yours to finish by hand (marked in the report).|有 {n} 个跳过的项目需要你手动完成（已在报告中标出）。',
   'imp.col.why': 'Why|原因',
   'imp.scope.crons': 'tasks (crons)|任务（crons）',
   'imp.scope.envs': 'env variables (envs)|环境变量（envs）',

@@ -10,6 +10,12 @@ import { errorText } from './errtext.js';
 
 const lang = () => (locale().startsWith('zh') ? 'zh' : 'en');
 const MODES = ['rename', 'replace', 'skip'];
+// Skipped items the user finishes by hand (a channel to add, a subscription to re-create
+// over HTTPS, a package for the image…): counted in the result and marked in the report.
+const BY_HAND = new Set(['SSH_SUBSCRIPTION', 'NO_APPRISE_MAPPING', 'INCOMPLETE_CHANNEL',
+  'UNMAPPED_SERVICE', 'SYSTEM_PACKAGE', 'QL_REPO', 'TIMEZONE', 'RANDOM_DELAY', 'NOT_VALID',
+  'NEEDS_NODE', 'BAD_PACKAGE']);
+const byHand = (i) => i.action === 'skip' && !!i.why && BY_HAND.has(i.why.code);
 
 // One reason or note: its code's words, a nested code (`clash`) or field rule (`rule`)
 // said in turn; a code the panel lacks is a generic sentence (never the English).
@@ -52,7 +58,8 @@ function importCard() {
       const pick = !r.applied && i.action === 'conflict' && (i.choices || []).length
         ? choiceSelect(i, label, all.value) : null;
       if (pick) selects.push([i, pick]);
-      return row({ 'data-kind': i.kind, 'data-action': i.action }, cols,
+      return row({ 'data-kind': i.kind, 'data-action': i.action,
+        'data-by-hand': byHand(i) ? 'true' : null }, cols,
         words('imp.kind.', i.kind), words(r.applied ? 'imp.done.' : 'imp.action.', i.action),
         h('span.imp-label', label),
         [i.why ? said(i.why) : null, ...(i.notes_coded || []).map(said)].filter(Boolean)
@@ -86,8 +93,10 @@ function importCard() {
     const r = await api('POST', '/imports/qinglong?apply=' + apply, body);
     const deps = ((r.counts || {}).dependency || {}).create || 0;
     const left = tally(r).conflict;
+    const hand = r.items.filter(byHand).length;
     const said1 = apply ? [t('imp.result', tally(r)), deps ? t('imp.deps', { n: deps }) : '',
-      left ? t('imp.needsYou', { n: left }) : t('imp.allDone')].filter(Boolean).join(' ') : null;
+      left ? t('imp.needsYou', { n: left }) : t('imp.allDone'),
+      hand ? t('imp.byHand', { n: hand }) : ''].filter(Boolean).join(' ') : null;
     fill(out, said1 ? h('p', { id: 'imp-result', role: 'status', class: left ? 'warn-text' : 'on' },
       said1) : null,
     (r.notes_coded || []).length ? h('ul.small.muted', { id: 'imp-notes' },
