@@ -78,14 +78,21 @@ test('q, apiPath, shortId, placeText', () => {
     en.t('place', { node: 'n2', labels: 'gpu arm' }));
 });
 
-test('ApiError says a field rule in 中文 with its params; English and unknown rules keep the server text', () => {
+test('ApiError says a field rule and an error code in 中文 with their params; English keeps the server text', () => {
   const body = { error: 'INVALID', field: 'name', message: 'name is longer than 200 characters',
     rule: 'TOO_LONG', params: { max: 200, unit: 'characters' } };
   assert.equal(new en.ApiError(422, body).message, body.message);
   const said = new zh.ApiError(422, body).message;
-  assert.equal(said, 'name 超过 200 个字符');
+  assert.equal(said, '名称 超过 200 个字符');
   const odd = new zh.ApiError(422, { ...body, rule: 'NO_SUCH_RULE' });
-  assert.equal(odd.message, `${body.message}（NO_SUCH_RULE）`);
+  assert.equal(odd.message, '设备拒绝了此请求（代码 NO_SUCH_RULE）。');  // never the English
   assert.equal(odd.code, 'INVALID');
+  const typed = { error: 'INVALID', code: 'WRONG_TYPE', field: 'retries', params: { expected: 'int' },
+    message: 'Expected `int`, got `str` - at `$.retries`' };
+  assert.equal(new zh.ApiError(422, typed).message, '重试次数 须为整数。');
+  const gone = { error: 'NOT_FOUND', params: { what: 'run' }, message: 'run not found' };
+  assert.equal(new zh.ApiError(404, gone).message, '找不到该运行（可能已被删除）。');
+  const unknown = { error: 'NO_SUCH_CODE', code: 'NOR_THIS', message: 'some English' };
+  assert.equal(new zh.ApiError(400, unknown).message, '设备拒绝了此请求（代码 NOR_THIS）。');
   assert.equal(new zh.ApiError(0, null, 'offline').message, 'offline');
 });

@@ -34,7 +34,8 @@ test('parameters are filled, never left as {name}', () => {
   }
 });
 
-test('a type the panel does not know shows its type and data', () => {
-  assert.equal(eventText({ type: 'x.new', data: { a: 1 } }), 'x.new {"a":1}');
-  assert.equal(eventText({ type: 'x.new' }), 'x.new {}');
+test('a type the panel does not know is named in words, never its raw data (issue 38)', () => {
+  assert.equal(eventText({ type: 'x.new', data: { a: 1 } }),
+    'An event this panel does not know (x.new)');
+  assert.equal(eventText({ type: 'x.new' }), 'An event this panel does not know (x.new)');
 });

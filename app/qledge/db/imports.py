@@ -13,6 +13,7 @@ import msgspec
 from .. import ids
 from ..dependencies import spec as dependency_spec
 from ..importer.plan import Action, Item, Mapped, Plan, Target
+from ..importer.said import said
 from ..importer.source import QlDependency
 from ..tasks.writable import TaskFields, task_fields
 from . import apps, dependencies, envs, notifications, subscriptions, tasks
@@ -100,21 +101,25 @@ async def dependency_items(tx: Tx, source: str, deps: list[QlDependency], now_ms
         key, label = str(dep.id), f"{dep.name[:100]} ({ql_type})"
         skip = Item(kind="dependency", key=key, label=label, action=Action.SKIP)
         if f"dependency:{key}" in done:
-            items.append(msgspec.structs.replace(skip, reason="imported before"))
+            items.append(msgspec.structs.replace(skip, reason=said("IMPORTED_BEFORE",
+                                                                   "imported before")))
             continue
         if eco == "node" and not npm:
             items.append(msgspec.structs.replace(
-                skip, reason="not imported: nodejs packages need the image's -node variant"))
+                skip, reason=said("NEEDS_NODE", "not imported: nodejs packages need the"
+                                  " image's -node variant")))
             continue
         spec = _qinglong_spec(eco, dep.name)
         try:
             pkg = dependency_spec.package(eco, spec)
         except dependency_spec.SpecError as exc:
-            items.append(msgspec.structs.replace(skip, reason=f"not imported: {exc}"))
+            items.append(msgspec.structs.replace(skip, reason=said(
+                "BAD_PACKAGE", f"not imported: {exc}")))
             continue
         if (eco, pkg.name) in seen or await dependencies.name_taken(tx, eco, pkg.name, ""):
             items.append(msgspec.structs.replace(
-                skip, reason="not imported: qledge already declares this package"))
+                skip, reason=said("DECLARED", "not imported: qledge already declares this"
+                                  " package")))
             continue
         seen.add((eco, pkg.name))
         item = Item(kind="dependency", key=key, label=label, action=Action.CREATE,

@@ -32,7 +32,7 @@ def _declared(request: Request) -> int | None:
     if raw is None:
         return None
     if not (raw.strip().isascii() and raw.strip().isdigit()):  # isdigit() takes "²"
-        raise BadRequest("Content-Length must be a number")
+        raise BadRequest("Content-Length must be a number", code="BAD_CONTENT_LENGTH")
     return int(raw)
 
 
@@ -80,7 +80,8 @@ class Form:
     def _part_begin(self) -> None:
         self._parts += 1
         if self._parts > MAX_PARTS:
-            raise BadRequest(f"a form may have at most {MAX_PARTS} parts")
+            raise BadRequest(f"a form may have at most {MAX_PARTS} parts", code="TOO_MANY_PARTS",
+                             params={"max": MAX_PARTS})
         self._headers = {}
         self._field = bytearray()
 
@@ -98,16 +99,18 @@ class Form:
     def _headers_done(self) -> None:
         disposition, params = parse_options_header(self._headers.get("content-disposition"))
         if disposition != b"form-data" or b"name" not in params:
-            raise BadRequest("each part needs Content-Disposition: form-data; name=…")
+            raise BadRequest("each part needs Content-Disposition: form-data; name=…",
+                             code="BAD_MULTIPART")
         try:
             self._name = params[b"name"].decode("utf-8")
             filename = params[b"filename"].decode("utf-8") if b"filename" in params else None
         except UnicodeDecodeError:
-            raise BadRequest("part names and file names must be UTF-8") from None
+            raise BadRequest("part names and file names must be UTF-8",
+                             code="BAD_MULTIPART") from None
         self._in_file = filename is not None
         if self._in_file:
             if self.file_name is not None:
-                raise BadRequest("one file per upload", field=self._name)
+                raise BadRequest("one file per upload", field=self._name, code="ONE_FILE_ONLY")
             self.file_name = filename
 
     def _data(self, data: bytes, start: int, end: int) -> None:
@@ -125,7 +128,7 @@ class Form:
                 self.fields[self._name] = bytes(self._field).decode("utf-8")
             except UnicodeDecodeError:
                 raise BadRequest(f"form field {self._name!r} is not UTF-8",
-                                 field=self._name) from None
+                                 field=self._name, code="BAD_MULTIPART") from None
         self._in_file = False
 
     def _end(self) -> None:
@@ -142,7 +145,8 @@ async def read_form(request: Request, scripts: Scripts, field_limit: int) -> For
     `scripts.stage()` and capped at its upload limit (413, before the rest is read)."""
     ctype, params = parse_options_header(request.headers.get("content-type"))
     if ctype != b"multipart/form-data" or not params.get(b"boundary"):
-        raise BadRequest("expected a multipart/form-data body with a boundary")
+        raise BadRequest("expected a multipart/form-data body with a boundary",
+                         code="NOT_MULTIPART")
     limit = scripts.limits.max_upload + field_limit + UPLOAD_OVERHEAD
     declared = _declared(request)
     if declared is not None and declared > limit:
@@ -152,7 +156,7 @@ async def read_form(request: Request, scripts: Scripts, field_limit: int) -> For
     try:
         parser = MultipartParser(params[b"boundary"], form.callbacks())  # type: ignore[arg-type]
     except (ValueError, MultipartParseError) as exc:
-        raise BadRequest(f"bad multipart boundary: {exc}") from exc
+        raise BadRequest(f"bad multipart boundary: {exc}", code="BAD_MULTIPART") from exc
     total = 0
     try:
         async for chunk in request.stream():
@@ -163,14 +167,16 @@ async def read_form(request: Request, scripts: Scripts, field_limit: int) -> For
             try:
                 parser.write(chunk)
             except MultipartParseError as exc:
-                raise BadRequest(f"malformed multipart body: {exc}") from exc
+                raise BadRequest(f"malformed multipart body: {exc}",
+                                 code="BAD_MULTIPART") from exc
             data = form.take()
             if form.file_name is not None and form.upload is None:
                 form.upload = await offload(scripts.stage)
             if data and form.upload is not None:
                 await offload(form.upload.write, data)
         if not form.ended:
-            raise BadRequest("the multipart body ended before its closing boundary")
+            raise BadRequest("the multipart body ended before its closing boundary",
+                             code="BAD_MULTIPART")
     except BaseException:
         if form.upload is not None:
             await offload(form.upload.abort)

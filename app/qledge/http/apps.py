@@ -50,7 +50,8 @@ async def create(request: Request) -> Response:
         app = await operations.create_app(runtime_of(request), name=name, client_id=new_client_id(),
                                           secret_hash=digest(secret), scopes=scopes)
     except operations.NameTaken:
-        raise StateConflict(f"an app named {name!r} exists", field="name") from None
+        raise StateConflict(f"an app named {name!r} exists", field="name",
+                            code="NAME_TAKEN") from None
     # The only time the secret leaves the appliance.
     return json_response({**app_view(app), "client_secret": secret,
                           "warnings": scope_warnings(scopes)}, 201,
@@ -81,7 +82,7 @@ async def list_(request: Request) -> Response:
 def _app_id(request: Request) -> str:
     app_id: str = request.path_params["app_id"]
     if not ids.is_uuid7(app_id):
-        raise Missing("app not found")
+        raise Missing("app not found", params={"what": "app"})
     return app_id
 
 

@@ -30,7 +30,8 @@ def bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)",
+                           code="TOKEN_MISSING")
     return token.strip()
 
 
@@ -38,7 +39,7 @@ def require_admin(request: Request) -> None:
     token = bearer(request)
     expected: str = request.app.state.admin_token
     if not hmac.compare_digest(token.encode(), expected.encode()):
-        raise Unauthorized("invalid token")
+        raise Unauthorized("invalid token", code="TOKEN_INVALID")
 
 
 def has_admin_token(request: Request) -> bool:
@@ -106,7 +107,7 @@ async def _admit(request: Request) -> None:
         return
     session = await accounts_of(request).session(value)
     if session is None:
-        raise Unauthorized("the session has ended: sign in again")
+        raise Unauthorized("the session has ended: sign in again", code="SESSION_ENDED")
     if request.method not in SAFE_METHODS:
         check_origin(request)
     request.scope[SESSION_KEY] = session  # the scope is this request's own

@@ -53,27 +53,29 @@ async def views(rt: Runtime, items: list[deps.Dependency]) -> list[dict[str, Any
 def checked_specs(eco: str, specs: list[str], field: str = "specs") -> list[str]:
     """The specs, or 422 naming the first refused one (and why)."""
     if not specs:
-        raise Invalid("specs must name at least one package", field=field)
+        raise Invalid("specs must name at least one package", field=field, code="NO_PACKAGES")
     if len(specs) > MAX_SPECS:
-        raise Invalid(f"at most {MAX_SPECS} packages per request", field=field)
+        raise Invalid(f"at most {MAX_SPECS} packages per request", field=field,
+                      code="TOO_MANY", params={"max": MAX_SPECS})
     try:
         kind = ops.check_ecosystem(eco)
     except ops.Unavailable as exc:
-        raise Invalid(str(exc), field="type") from None
+        raise Invalid(str(exc), field="type", code="ECOSYSTEM_UNAVAILABLE") from None
     for i, spec in enumerate(specs):
         try:
             package(kind, spec)
         except SpecError as exc:
-            raise Invalid(str(exc), field=f"{field}[{i}]") from None
+            raise Invalid(str(exc), field=f"{field}[{i}]", code="BAD_PACKAGE_SPEC") from None
     return specs
 
 
 def _ids(raw: list[str]) -> list[str]:
     if not raw or len(raw) > 1000:
-        raise Invalid("ids must list 1 to 1000 dependency ids", field="ids")
+        raise Invalid("ids must list 1 to 1000 dependency ids", field="ids",
+                      code="COUNT_OUT_OF_RANGE", params={"min": 1, "max": 1000})
     for dep_id in raw:
         if not ids.is_uuid7(dep_id):
-            raise Missing("dependency not found")
+            raise Missing("dependency not found", params={"what": "dependency"})
     return raw
 
 
@@ -101,13 +103,13 @@ async def add(request: Request) -> Response:
 async def get(request: Request) -> Response:
     dep_id: str = request.path_params["dep_id"]
     if not ids.is_uuid7(dep_id):
-        raise Missing("dependency not found")
+        raise Missing("dependency not found", params={"what": "dependency"})
     rt = runtime_of(request)
     try:
         async with rt.db.read() as tx:
             dep = await deps.get(tx, dep_id)
     except rows.NotFound:
-        raise Missing("dependency not found") from None
+        raise Missing("dependency not found", params={"what": "dependency"}) from None
     return json_response((await views(rt, [dep]))[0])
 
 
@@ -117,9 +119,9 @@ async def _act(request: Request, action: str) -> Response:
     try:
         queued = await ops.act(rt, _ids(body.ids), action)
     except rows.NotFound:
-        raise Missing("dependency not found") from None
+        raise Missing("dependency not found", params={"what": "dependency"}) from None
     except ops.Unavailable as exc:
-        raise Invalid(str(exc), field="ids") from None
+        raise Invalid(str(exc), field="ids", code="ECOSYSTEM_UNAVAILABLE") from None
     return json_response({"items": await views(rt, queued.items),
                           "run_ids": queued.run_ids}, 202)
 
@@ -137,7 +139,7 @@ async def rebuild(request: Request) -> Response:
     try:
         run_id = await ops.rebuild(runtime_of(request), body.type)
     except ops.Unavailable as exc:
-        raise Invalid(str(exc), field="type") from None
+        raise Invalid(str(exc), field="type", code="ECOSYSTEM_UNAVAILABLE") from None
     return json_response({"run_id": run_id}, 202)
 
 
@@ -146,9 +148,9 @@ async def forget(request: Request) -> Response:
     try:
         await ops.forget(runtime_of(request), _ids([dep_id]))
     except rows.NotFound:
-        raise Missing("dependency not found") from None
+        raise Missing("dependency not found", params={"what": "dependency"}) from None
     except ops.StillInstalled as exc:
-        raise StateConflict(str(exc)) from None
+        raise StateConflict(str(exc), code="DEPENDENCY_IN_USE") from None
     return Response(status_code=204)
 
 

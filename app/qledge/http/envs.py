@@ -63,7 +63,7 @@ def env_view(env: envs.EnvVar) -> dict[str, Any]:
 def _env_id(request: Request) -> str:
     env_id: str = request.path_params["env_id"]
     if not ids.is_uuid7(env_id):
-        raise Missing("env not found")
+        raise Missing("env not found", params={"what": "env"})
     return env_id
 
 
@@ -104,7 +104,8 @@ async def delete(request: Request) -> Response:
 async def import_(request: Request) -> Response:
     body = decode_body(await request.body(), EnvsIn)
     if not body.items or len(body.items) > MAX_IMPORT:
-        raise Invalid(f"send 1 to {MAX_IMPORT} items", field="items")
+        raise Invalid(f"send 1 to {MAX_IMPORT} items", field="items", code="COUNT_OUT_OF_RANGE",
+                      params={"min": 1, "max": MAX_IMPORT})
     items = [validate_env(msgspec.structs.asdict(e), f"items[{i}].")
              for i, e in enumerate(body.items)]
     created = await operations.create_envs(runtime_of(request), items)
@@ -115,7 +116,9 @@ async def bulk(request: Request) -> Response:
     """Enable, disable or delete several envs at once: all of them or none (NotFound)."""
     body = decode_body(await request.body(), BulkIn)
     if not body.ids or len(body.ids) > MAX_IMPORT or not all(map(ids.is_uuid7, body.ids)):
-        raise Invalid(f"ids must be 1 to {MAX_IMPORT} env ids", field="ids")
+        raise Invalid(f"ids must be 1 to {MAX_IMPORT} env ids", field="ids",
+                      code="COUNT_OUT_OF_RANGE",
+                      params={"min": 1, "max": MAX_IMPORT})
     rt = runtime_of(request)
     if body.action == "delete":
         await operations.delete_envs(rt, body.ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -37,11 +38,17 @@ class ApiError(Exception):
     retry_after_s: int | None = None  # a Retry-After header
 
     def __init__(self, message: str, *, field: str | None = None,
-                 extra: dict[str, object] | None = None) -> None:
+                 extra: dict[str, object] | None = None, code: str | None = None,
+                 params: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.extra = extra or {}
+        # `error` stays the class's code (clients match on it); `code` says which refusal
+        # it is (http/codes.py) and `params` what a client's own words for it need
+        # (docs/api.md "Errors"): the limit, the kind of value; `message` stays English.
+        self.detail = code
+        self.params = params or {}
 
 
 class BadRequest(ApiError):
@@ -116,6 +123,10 @@ def _body(exc: ApiError) -> dict[str, object]:
     body: dict[str, object] = {"error": exc.code, "message": exc.message}
     if exc.field is not None:
         body["field"] = exc.field
+    if exc.detail is not None:
+        body["code"] = exc.detail
+    if exc.params:
+        body["params"] = exc.params
     body.update(exc.extra)
     return body
 
@@ -149,16 +160,17 @@ def render_qinglong(exc: ApiError) -> Response:
 # API, BadRequest (400) on QingLong's, the status each API has always given bad input.
 
 def _conflict(exc: Exception, bad_input: type[ApiError]) -> ApiError:
-    return StateConflict("changed concurrently, retry")
+    return StateConflict("changed concurrently, retry", code="CHANGED_CONCURRENTLY")
 
 
 def _not_found(exc: Exception, bad_input: type[ApiError]) -> ApiError:
-    return Missing(f"{exc} not found")
+    return Missing(f"{exc} not found", params={"what": str(exc)})
 
 
 def _active_run(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, ActiveRun)
-    return StateConflict(str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason})
+    return StateConflict(str(exc), extra={"active_run_id": exc.run_id, "reason": exc.reason},
+                         code="ACTIVE_RUN")
 
 
 def _system_task(exc: Exception, bad_input: type[ApiError]) -> ApiError:
@@ -170,11 +182,11 @@ def _system_task(exc: Exception, bad_input: type[ApiError]) -> ApiError:
 
 def _chain_refused(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, ChainRefused)
-    return Invalid(str(exc), field=exc.field)
+    return Invalid(str(exc), field=exc.field, code="CHAIN_REFUSED")
 
 
 def _run_terminal(exc: Exception, bad_input: type[ApiError]) -> ApiError:
-    return StateConflict(f"run is already terminal ({exc})")
+    return StateConflict(f"run is already terminal ({exc})", code="RUN_TERMINAL")
 
 
 def _http(exc: Exception, bad_input: type[ApiError]) -> ApiError:
@@ -199,19 +211,23 @@ def _file_pool(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     return error
 
 
-def _field_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
-    """A domain rule's refusal (fields.py), naming the field."""
-    assert isinstance(exc, FieldError)
-    # `rule` (the FieldError's stable code) and its `params` let a client say it in its
-    # own language (the panel's catalogue: i18n.js `code.<rule>`); `message` stays English.
-    params = {k: v for k, v in exc.params.items() if v is not None}
+def field_refusal(exc: FieldError, bad_input: type[ApiError]) -> ApiError:
+    """A domain rule's refusal (fields.py), naming the field: `rule` (the FieldError's
+    stable code) and its `params` let a client say it in its own language (the panel's
+    catalogue: i18n.js `code.<rule>`); `message` stays English."""
+    params: dict[str, object] = {k: v for k, v in exc.params.items() if v is not None}
     return bad_input(exc.message, field=exc.field, extra={"rule": exc.code, "params": params})
+
+
+def _field_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
+    assert isinstance(exc, FieldError)
+    return field_refusal(exc, bad_input)
 
 
 def _environment(exc: Exception, bad_input: type[ApiError]) -> ApiError:
     assert isinstance(exc, EnvironmentTooLarge)
     extra: dict[str, object] = {} if exc.variable is None else {"variable": exc.variable}
-    return bad_input(str(exc), field="env", extra=extra)
+    return bad_input(str(exc), field="env", extra=extra, code="ENVIRONMENT_TOO_LARGE")
 
 
 def _api_error(exc: Exception, bad_input: type[ApiError]) -> ApiError:
@@ -303,7 +319,7 @@ def _auth_refused(exc: Exception, bad_input: type[ApiError]) -> ApiError:
 
 
 def _weak_password(exc: Exception, bad_input: type[ApiError]) -> ApiError:
-    return Invalid(str(exc), field="new")
+    return Invalid(str(exc), field="new", code="WEAK_PASSWORD")
 
 
 # A backup or restore refused (docs/backup.md): the archive (422), this appliance's
@@ -369,9 +385,10 @@ def _duplicate_keys(data: bytes) -> None:
     try:
         json.loads(data, object_pairs_hook=unique_pairs)
     except DuplicateKey as exc:
-        raise Invalid(f"duplicate key {exc.key!r} in the JSON body", field=exc.key) from None
+        raise Invalid(f"duplicate key {exc.key!r} in the JSON body", field=exc.key,
+                      code="DUPLICATE_KEY") from None
     except RecursionError:
-        raise BadRequest("malformed JSON: nested too deeply") from None
+        raise BadRequest("malformed JSON: nested too deeply", code="MALFORMED_JSON") from None
     except ValueError:
         pass
 
@@ -386,6 +403,13 @@ def decode_body(data: bytes, kind: type[T]) -> T:
         field = text.rsplit("at `$.", 1)[1].rstrip("`").split("[")[0] if "at `$." in text else None
         if field is None and "field `" in text:
             field = text.split("field `", 1)[1].split("`", 1)[0]
-        raise Invalid(text, field=field) from exc
+        # "Expected `int`, got `str`": the kind a client says in its own words.
+        expected = re.match(r"Expected `([a-z]+)", text)
+        if expected:
+            raise Invalid(text, field=field, code="WRONG_TYPE",
+                          params={"expected": expected.group(1)}) from exc
+        code = ("MISSING_FIELD" if text.startswith("Object missing") else
+                "UNKNOWN_FIELD" if text.startswith("Object contains unknown") else None)
+        raise Invalid(text, field=field, code=code) from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from exc
+        raise BadRequest(f"malformed JSON: {exc}", code="MALFORMED_JSON") from exc

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from .. import fields
 from ..limits import INT64_MAX, MAX_IDS, MAX_QUERY_TEXT
-from .errors import ApiError, Invalid
+from .errors import ApiError, Invalid, field_refusal
 
 _INT = re.compile(r"-?[0-9]{1,20}")
 
@@ -27,7 +27,7 @@ _INT = re.compile(r"-?[0-9]{1,20}")
 def parse_int(raw: str, field: str, lo: int, hi: int,
               error: type[ApiError] = Invalid) -> int:
     if not _INT.fullmatch(raw):
-        raise error(f"{field} must be an integer", field=field)
+        raise error(f"{field} must be an integer", field=field, code="NOT_INTEGER")
     return bounded(int(raw), field, lo, hi, error)
 
 
@@ -36,7 +36,7 @@ def bounded(value: int, field: str, lo: int, hi: int,
     try:
         return fields.bounded(value, field, lo, hi)
     except fields.FieldError as exc:
-        raise error(exc.message, field=exc.field) from None
+        raise field_refusal(exc, error) from None
 
 
 def query_int(request: Request, name: str, default: int, lo: int, hi: int,
@@ -59,7 +59,7 @@ def id_list(raw: list[Any], field: str, error: type[ApiError] = Invalid) -> list
     Duplicates collapse, order is kept."""
     if len(raw) > MAX_IDS:
         raise error(f"{field} holds {len(raw)} ids; at most {MAX_IDS} per request",
-                    field=field)
+                    field=field, code="TOO_MANY_IDS", params={"max": MAX_IDS})
     out: list[int] = []
     for item in raw:
         if isinstance(item, str):
@@ -67,7 +67,7 @@ def id_list(raw: list[Any], field: str, error: type[ApiError] = Invalid) -> list
         elif isinstance(item, int) and not isinstance(item, bool):
             out.append(bounded(item, field, 0, INT64_MAX, error))
         else:
-            raise error(f"{field} must be an array of integer ids", field=field)
+            raise error(f"{field} must be an array of integer ids", field=field, code="NOT_ID_LIST")
     return list(dict.fromkeys(out))
 
 
@@ -77,7 +77,7 @@ def text(value: str, field: str, max_chars: int, *, lines: bool = False,
     try:
         return fields.text(value, field, max_chars, lines=lines)
     except fields.FieldError as exc:
-        raise error(exc.message, field=exc.field) from None
+        raise field_refusal(exc, error) from None
 
 
 without_controls = fields.without_controls
@@ -89,7 +89,7 @@ def utf8_bytes(value: str, field: str, max_bytes: int, error: type[ApiError] = I
     try:
         return fields.utf8_bytes(value, field, max_bytes, what)
     except fields.FieldError as exc:
-        raise error(exc.message, field=exc.field) from None
+        raise field_refusal(exc, error) from None
 
 
 def query_text(request: Request, name: str, error: type[ApiError] = Invalid) -> str:

@@ -61,7 +61,7 @@ async def _target(rt: Runtime, run_id: str, number: int | None = None) -> Target
     The latest attempt's log is final once the run is terminal; an earlier one's once
     that attempt ended (a retry waiting or running does not write to it)."""
     if not ids.is_uuid7(run_id):
-        raise Missing("run not found")
+        raise Missing("run not found", params={"what": "run"})
     async with rt.db.read() as tx:
         run = await runs.get_run(tx, run_id)
         tried = await attempts.attempts_of_run(tx, run_id)
@@ -70,7 +70,8 @@ async def _target(rt: Runtime, run_id: str, number: int | None = None) -> Target
         return (tried[-1] if tried else None), terminal, run.status.value
     chosen = next((a for a in tried if a.attempt_no == number), None)
     if chosen is None:
-        raise Missing(f"run has no attempt {number}")
+        raise Missing(f"run has no attempt {number}", code="NO_SUCH_ATTEMPT",
+                      params={"number": number})
     return chosen, terminal or chosen.status not in ACTIVE_ATTEMPT, run.status.value
 
 
@@ -146,7 +147,8 @@ async def serve_read(rt: Runtime, attempt: Attempt | None, terminal: bool, statu
                 headers={"X-Log-Evicted": evicted[0], "X-Run-Status": status,
                          "X-Run-Terminal": "true" if terminal else "false"})
     if offset > size:
-        raise Invalid(f"offset {offset} is past the end of the log ({size})", field="offset")
+        raise Invalid(f"offset {offset} is past the end of the log ({size})", field="offset",
+                      code="OFFSET_PAST_END")
     headers = {
         "X-Log-Offset": str(offset), "X-Log-Next-Offset": str(offset + len(data)),
         "X-Log-Size": str(size), "X-Run-Terminal": "true" if terminal else "false",

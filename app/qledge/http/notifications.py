@@ -91,7 +91,7 @@ def message_view(m: q.Message) -> dict[str, Any]:
 def _id(request: Request, name: str = "channel_id") -> str:
     value: str = request.path_params[name]
     if not ids.is_uuid7(value):
-        raise Missing("channel not found")
+        raise Missing("channel not found", params={"what": "channel"})
     return value
 
 
@@ -131,7 +131,7 @@ async def _destination(rt: Runtime, url: str | None, service: str | None,
 def _name(raw: str) -> str:
     name = inputs.text(raw.strip(), "name", MAX_NAME)
     if not name:
-        raise Invalid("name must not be empty", field="name")
+        raise Invalid("name must not be empty", field="name", code="REQUIRED")
     return name
 
 
@@ -149,7 +149,8 @@ async def create_channel(request: Request) -> Response:
     try:
         ch = await notify_ops.add_channel(rt, name, url, body.enabled)
     except notify_ops.DuplicateName:
-        raise StateConflict(f"a channel named {name!r} exists", field="name") from None
+        raise StateConflict(f"a channel named {name!r} exists", field="name",
+                            code="NAME_TAKEN") from None
     return json_response(channel_view(ch), 201)
 
 
@@ -168,9 +169,9 @@ async def update_channel(request: Request) -> Response:
         ch = await notify_ops.update_channel(rt, channel_id, fields)
     except notify_ops.DuplicateName:
         raise StateConflict(f"a channel named {fields['name']!r} exists",
-                            field="name") from None
+                            field="name", code="NAME_TAKEN") from None
     except q.NotFound:
-        raise Missing("channel not found") from None
+        raise Missing("channel not found", params={"what": "channel"}) from None
     return json_response(channel_view(ch))
 
 
@@ -179,7 +180,7 @@ async def delete_channel(request: Request) -> Response:
     try:
         await notify_ops.delete_channel(runtime_of(request), channel_id)
     except q.NotFound:
-        raise Missing("channel not found") from None
+        raise Missing("channel not found", params={"what": "channel"}) from None
     return Response(status_code=204)
 
 
@@ -191,7 +192,7 @@ async def test_channel(request: Request) -> Response:
         try:
             ch = await q.channel(tx, channel_id)
         except q.NotFound:
-            raise Missing("channel not found") from None
+            raise Missing("channel not found", params={"what": "channel"}) from None
         lang = words.lang((await q.settings(tx)).language)
     result = await rt.notifier.send_now(ch.url, words.text(lang, "test"),
                                         words.text(lang, "test_body", ch.name))
@@ -219,7 +220,7 @@ def _checked(rules: notify.Rules | notify.RulesPatch | notify.Settings) -> None:
         else:
             notify.check(rules)
     except notify.RuleError as exc:
-        raise Invalid(str(exc), field=exc.field) from None
+        raise Invalid(str(exc), field=exc.field, code="RULE_INVALID") from None
 
 
 def settings_view(rt: Runtime, value: notify.Settings) -> dict[str, Any]:
@@ -255,11 +256,11 @@ async def put_task_rules(request: Request) -> Response:
     patch = decode_body(await request.body(), notify.RulesPatch)
     _checked(patch)
     if not ids.is_uuid7(task_id):
-        raise Missing("task not found")
+        raise Missing("task not found", params={"what": "task"})
     try:
         await notify_ops.set_task_rules(runtime_of(request), task_id, patch)
     except q.NotFound:
-        raise Missing("task not found") from None
+        raise Missing("task not found", params={"what": "task"}) from None
     return json_response(msgspec.to_builtins(patch))
 
 
@@ -290,7 +291,7 @@ async def script_notify(request: Request) -> Response:
     attempt_id = notify.script_attempt(runtime_of(request).notify_key, token.strip()) \
         if scheme.lower() == "bearer" else None
     if attempt_id is None:
-        raise Unauthorized("missing or invalid run credential")
+        raise Unauthorized("missing or invalid run credential", code="TOKEN_INVALID")
     body = decode_body(await request.body(), ScriptMessage)
     # A script's output is what it is: control characters go, lengths are cut.
     title = inputs.without_controls(body.title).strip()[:MAX_TITLE] or "(no title)"
@@ -301,10 +302,12 @@ async def script_notify(request: Request) -> Response:
         queued = await notify_ops.script_message(rt, attempt_id, title, content,
                                                  sends.get(attempt_id, 0))
     except notify_ops.RunFinished:
-        raise Forbidden("the run of this credential has finished") from None
+        raise Forbidden("the run of this credential has finished",
+                        code="RUN_FINISHED") from None
     except notify_ops.TooMany:
         raise StateConflict(f"a run may send at most {notify_ops.MAX_SCRIPT_SENDS}"
-                            " messages") from None
+                            " messages", code="TOO_MANY_SENDS",
+                            params={"max": notify_ops.MAX_SCRIPT_SENDS}) from None
     if len(sends) > 4096:
         sends.clear()
     sends[attempt_id] = sends.get(attempt_id, 0) + 1

@@ -73,18 +73,20 @@ async def list_(request: Request) -> Response:
     q = request.query_params
     status = q.get("status") or None
     if status is not None and status not in RunStatus.__members__.values():
-        raise Invalid(f"unknown status {status!r}", field="status")
+        raise Invalid(f"unknown status {status!r}", field="status", code="NOT_ONE_OF")
     cursor = q.get("cursor") or None
     if cursor is not None and not ids.is_uuid7(cursor):
-        raise Invalid("cursor must be a run id from next_cursor", field="cursor")
+        raise Invalid("cursor must be a run id from next_cursor", field="cursor",
+                      code="BAD_CURSOR")
     limit = inputs.query_int(request, "limit", limits.RUNS_PAGE.default, 1,
                              limits.RUNS_PAGE.most)
     task_id = q.get("task_id") or None
     if task_id is not None and not ids.is_uuid7(task_id):
-        raise Invalid("task_id must be a task id (UUIDv7)", field="task_id")
+        raise Invalid("task_id must be a task id (UUIDv7)", field="task_id", code="BAD_ID")
     offset = inputs.query_int(request, "offset", 0, 0, MAX_OFFSET)
     if offset and cursor is not None:
-        raise Invalid("give either cursor or offset, not both", field="offset")
+        raise Invalid("give either cursor or offset, not both", field="offset",
+                      code="CURSOR_AND_OFFSET")
     async with runtime_of(request).db.read() as tx:
         page = await runs.list_runs(tx, task_id=task_id, status=status,
                                      before=cursor, limit=limit, offset=offset)
@@ -108,7 +110,7 @@ async def list_(request: Request) -> Response:
 async def _run_id(request: Request) -> str:
     run_id: str = request.path_params["run_id"]
     if not ids.is_uuid7(run_id):
-        raise Missing("run not found")
+        raise Missing("run not found", params={"what": "run"})
     return run_id
 
 

@@ -22,12 +22,13 @@ MAX_N = 50
 async def preview(request: Request) -> Response:
     raw = request.query_params.get("schedule")
     if raw is None or not raw.strip():
-        raise Invalid("schedule is required", field="schedule")
+        raise Invalid("schedule is required", field="schedule", code="REQUIRED")
     inputs.text(raw, "schedule", limits.MAX_SCHEDULE, lines=True)
     try:
         expr = cron.validate(raw)
     except cron.CronError as exc:
-        raise Invalid(f"invalid cron schedule: {exc}", field="schedule") from exc
+        raise Invalid(f"invalid cron schedule: {exc}", field="schedule",
+                      code="BAD_SCHEDULE") from exc
     n = inputs.query_int(request, "n", 5, 1, MAX_N)
     tz = (request.query_params.get("tz") or "").strip() or None
     if tz is not None:

@@ -79,14 +79,14 @@ def body_ceilings(limits: Limits | None = None) -> dict[str, int]:
 def query_path(request: Request, name: str = "path", *, root_ok: bool = False) -> str:
     value = request.query_params.get(name)
     if value is None or (not value and not root_ok):
-        raise Invalid(f"{name} is required", field=name)
+        raise Invalid(f"{name} is required", field=name, code="REQUIRED")
     return value
 
 
 def _flag(request: Request, name: str) -> bool:
     raw = request.query_params.get(name, "")
     if raw not in ("", "0", "1", "true", "false"):
-        raise Invalid(f"{name} must be 0/1 or true/false", field=name)
+        raise Invalid(f"{name} must be 0/1 or true/false", field=name, code="NOT_BOOLEAN")
     return raw in ("1", "true")
 
 
@@ -103,7 +103,8 @@ async def tree(request: Request) -> Response:
     if request.query_params.get("depth"):
         raw = request.query_params["depth"]
         if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:  # isdigit() takes "²"
-            raise Invalid("depth must be a positive integer", field="depth")
+            raise Invalid("depth must be a positive integer", field="depth",
+                          code="NOT_POSITIVE_INTEGER")
         depth = int(raw)
     nodes, truncated = await offload(sc.tree, path, depth)
     return json_response({"path": path, "items": nodes, "truncated": truncated,
@@ -135,7 +136,8 @@ async def upload(request: Request) -> Response:
     if up is None or not name:
         if up is not None:
             await offload(up.abort)
-        raise BadRequest("the form needs a file part with a file name", field="file")
+        raise BadRequest("the form needs a file part with a file name", field="file",
+                         code="FILE_PART_REQUIRED")
     if "/" in name:
         await offload(up.abort)
         raise ScriptPathInvalid("the file name must be a name, not a path", path=name,
@@ -246,7 +248,7 @@ async def run(request: Request) -> Response:
     body = decode_body(await read_body(request, 64 * 1024), RunIn)
     rt: Runtime = request.app.state.runtime
     if (body.path is None) == (body.command is None):
-        raise Invalid("send either path or command", field="path")
+        raise Invalid("send either path or command", field="path", code="PATH_OR_COMMAND")
     if body.path is not None:
         await offload(_check_file, scripts_of(request), body.path)
         command, path, label = (script_runs.debug_command(body.path), body.path,
@@ -257,7 +259,8 @@ async def run(request: Request) -> Response:
         try:
             form = taskform.parse(body.command, rt.settings.scripts_path)
         except taskform.TaskFormError as exc:
-            raise Invalid(f"{exc.reason.value}: {exc.message}", field="command") from None
+            raise Invalid(f"{exc.reason.value}: {exc.message}", field="command",
+                          code="TASK_FORM_REFUSED", params={"reason": exc.reason.value}) from None
         command, path, label = body.command, form.path, "cli"
     task, got = await script_runs.run_command(rt, command, path, label)
     return json_response({"run": run_view(got.run), "task_id": task.id,

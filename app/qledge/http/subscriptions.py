@@ -79,7 +79,7 @@ def view(sub: subs.Subscription) -> dict[str, Any]:
 def _sub_id(request: Request) -> str:
     sub_id: str = request.path_params["sub_id"]
     if not ids.is_uuid7(sub_id):
-        raise Missing("subscription not found")
+        raise Missing("subscription not found", params={"what": "subscription"})
     return sub_id
 
 
@@ -95,7 +95,7 @@ async def create(request: Request) -> Response:
     try:
         sub = await ops.create(runtime_of(request), fields)
     except ops.AliasTaken as exc:
-        raise Invalid(str(exc), field="alias") from None
+        raise Invalid(str(exc), field="alias", code="ALIAS_TAKEN") from None
     return json_response(view(sub), 201)
 
 
@@ -105,7 +105,7 @@ async def get(request: Request) -> Response:
         async with runtime_of(request).db.read() as tx:
             sub = await subs.get(tx, sub_id)
     except rows.NotFound:
-        raise Missing("subscription not found") from None
+        raise Missing("subscription not found", params={"what": "subscription"}) from None
     return json_response(view(sub))
 
 
@@ -116,7 +116,7 @@ async def update(request: Request) -> Response:
     try:
         sub = await ops.update(runtime_of(request), sub_id, validate(fields))
     except rows.NotFound:
-        raise Missing("subscription not found") from None
+        raise Missing("subscription not found", params={"what": "subscription"}) from None
     return json_response(view(sub))
 
 
@@ -124,7 +124,7 @@ async def delete(request: Request) -> Response:
     try:
         await ops.delete(runtime_of(request), _sub_id(request))
     except rows.NotFound:
-        raise Missing("subscription not found") from None
+        raise Missing("subscription not found", params={"what": "subscription"}) from None
     return Response(status_code=204)
 
 
@@ -132,9 +132,9 @@ async def pull(request: Request) -> Response:
     try:
         run = await ops.pull_now(runtime_of(request), _sub_id(request))
     except rows.NotFound:
-        raise Missing("subscription not found") from None
+        raise Missing("subscription not found", params={"what": "subscription"}) from None
     except ops.PullBusy as exc:
-        raise StateConflict(str(exc)) from None
+        raise StateConflict(str(exc), code="PULL_BUSY") from None
     return json_response({"run_id": run.id, "status": str(run.status)}, 202)
 
 

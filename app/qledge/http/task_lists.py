@@ -26,7 +26,8 @@ _WINDOWS = {"24h": (3_600_000, 24), "7d": (86_400_000, 7)}
 def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
     value = request.query_params.get(name, default)
     if value not in allowed:
-        raise Invalid(f"{name} must be one of {', '.join(allowed)}")
+        raise Invalid(f"{name} must be one of {', '.join(allowed)}", field=name,
+                      code="NOT_ONE_OF")
     return value
 
 

@@ -111,14 +111,15 @@ def admit_stream(request: Request) -> bool:
         return False
     if not tickets_of(request).consume(ticket, match["run_id"]):
         raise Unauthorized("stream ticket is invalid, expired, already used or for another run;"
-                           " request a new one (POST /api/v1/runs/{id}/log/ticket)")
+                           " request a new one (POST /api/v1/runs/{id}/log/ticket)",
+                           code="TICKET_INVALID")
     return True
 
 
 async def issue(request: Request) -> Response:
     run_id: str = request.path_params["run_id"]
     if not ids.is_uuid7(run_id):
-        raise Missing("run not found")
+        raise Missing("run not found", params={"what": "run"})
     rt: Runtime = request.app.state.runtime
     async with rt.db.read() as tx:
         await runs.get_run(tx, run_id)  # 404 for an unknown run

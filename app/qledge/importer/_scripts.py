@@ -16,6 +16,8 @@ from pathlib import Path
 
 import msgspec
 
+from .said import said
+
 MAX_FILES = 5000
 MAX_FILE = 16 << 20
 MAX_TOTAL = 512 << 20
@@ -76,38 +78,46 @@ def list_files(root: Path) -> FileSet:
             path = f"{rel}{entry.name}"
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
-                skipped.append((path, "symlink (not followed)"))
+                skipped.append((path, said("SYMLINK", "symlink (not followed)")))
             elif stat.S_ISDIR(st.st_mode):
                 if entry.name in SKIP_DIRS:
-                    skipped.append((f"{path}/", "folder not copied (installed or generated"
-                                                " files)"))
+                    skipped.append((f"{path}/", said("GENERATED_FOLDER", "folder not copied"
+                                                     " (installed or generated files)")))
                 elif depth >= MAX_DEPTH:
-                    skipped.append((f"{path}/", f"deeper than {MAX_DEPTH} folders"))
+                    skipped.append((f"{path}/", said("TOO_DEEP", f"deeper than {MAX_DEPTH}"
+                                                     " folders", max=str(MAX_DEPTH))))
                 else:
                     try:
                         sub = os.open(entry.name, _FLAGS_DIR, dir_fd=dir_fd)
                     except OSError as exc:
-                        skipped.append((f"{path}/", f"unreadable ({exc.strerror})"))
+                        skipped.append((f"{path}/", said("UNREADABLE",
+                                                         f"unreadable ({exc.strerror})")))
                         continue
                     try:
                         walk(sub, f"{path}/", depth + 1)
                     finally:
                         os.close(sub)
             elif not stat.S_ISREG(st.st_mode):
-                skipped.append((path, "not a regular file"))
+                skipped.append((path, said("NOT_REGULAR", "not a regular file")))
             elif not rel and entry.name in SEEDED:
-                skipped.append((path, "QingLong's notification helper: qledge ships its own"
-                                      " (it sends through qledge's channels)"))
+                skipped.append((path, said("SEEDED", "QingLong's notification helper: qledge"
+                                           " ships its own (it sends through qledge's"
+                                           " channels)")))
             elif st.st_size > MAX_FILE:
-                skipped.append((path, f"larger than {MAX_FILE >> 20} MiB"))
+                skipped.append((path, said("FILE_TOO_LARGE", f"larger than {MAX_FILE >> 20}"
+                                           " MiB", max=str(MAX_FILE >> 20))))
             elif len(files) >= MAX_FILES:
-                skipped.append((path, f"more than {MAX_FILES} files"))
+                skipped.append((path, said("TOO_MANY_FILES", f"more than {MAX_FILES} files",
+                                           max=str(MAX_FILES))))
             elif st.st_size > budget[0]:
-                skipped.append((path, f"the copy would pass {MAX_TOTAL >> 20} MiB"))
+                skipped.append((path, said("COPY_TOO_LARGE", "the copy would pass"
+                                           f" {MAX_TOTAL >> 20} MiB",
+                                           max=str(MAX_TOTAL >> 20))))
             else:
                 found = _hash(dir_fd, entry.name, min(MAX_FILE, budget[0]))
                 if found is None:
-                    skipped.append((path, "changed while read, or not a regular file"))
+                    skipped.append((path, said("CHANGED_WHILE_READ", "changed while read, or"
+                                               " not a regular file")))
                     continue
                 budget[0] -= found[1]
                 files.append(SourceFile(path=path, sha256=found[0], size=found[1],

@@ -33,6 +33,7 @@ from .plan import (
     skip,
     source_key,
 )
+from .said import said
 from .source import QlCron, Source
 
 TASK_KEYS = ("name", "command", "schedule", "extra_schedules", "enabled", "labels", "overlap",
@@ -47,16 +48,27 @@ QL_SETTINGS = frozenset((
 
 
 def plan(source: Source, target: Target, *, apply: bool = False,
-         on_conflict: str | None = None) -> Plan:
-    """The plan for importing `source` into a qledge whose state is `target`."""
-    if on_conflict is not None and on_conflict not in CONFLICT_MODES:
-        raise ValueError(f"on_conflict must be one of {', '.join(CONFLICT_MODES)}")
-    ctx = Ctx(source, target, on_conflict)
+         on_conflict: str | None = None, choices: dict[str, str] | None = None) -> Plan:
+    """The plan for importing `source` into a qledge whose state is `target`; `choices`
+    decides single conflicts ("<kind>:<key>" → a mode), `on_conflict` the others."""
+    for mode in [on_conflict, *(choices or {}).values()]:
+        if mode is not None and mode not in CONFLICT_MODES:
+            raise ValueError(f"on_conflict must be one of {', '.join(CONFLICT_MODES)}")
+    ctx = Ctx(source, target, on_conflict, choices)
     items = [*_crons(ctx), *_envs(ctx), *_scripts(ctx), *_subscriptions(ctx), *_items.apps(ctx),
              *_items.channels(ctx), *_items.linux_dependencies(ctx), *_items.settings(ctx),
              *_items.logs(ctx)]
     return Plan(source=source_key(source.instance), root=source.root, apply=apply,
                 on_conflict=on_conflict, items=items, notes=ctx.notes)
+
+
+DISABLED = said("DISABLED", "disabled in QingLong: imported disabled")
+
+
+def refused(exc: FieldError) -> str:
+    """A rule of qledge's refuses the item: the rule and field say it in any language."""
+    return said("NOT_VALID", f"not valid in qledge: {exc.message}", rule=exc.code,
+                field=exc.field)
 
 
 # -- crons → tasks -----------------------------------------------------------------------
@@ -67,13 +79,16 @@ def _command(c: QlCron, ctx: Ctx, notes: list[str]) -> str:
         try:
             form = taskform.parse(command)
         except taskform.TaskFormError as exc:
-            notes.append(f"qledge will refuse this task form at run time: {exc.message}")
+            notes.append(said("TASK_FORM_REFUSED", "qledge will refuse this task form at run"
+                              f" time: {exc.message}", reason=exc.reason.value))
             return command
         if form.timeout_s is not None:
-            notes.append("the -m timeout stays in the command (qledge's run deadline)")
+            notes.append(said("M_TIMEOUT", "the -m timeout stays in the command (qledge's"
+                              " run deadline)"))
         files = {f.path for f in ctx.source.scripts.files} if ctx.source.scripts else set()
         if ctx.source.scripts is not None and form.path not in files:
-            notes.append("its script is not among the files imported")
+            notes.append(said("SCRIPT_NOT_IMPORTED", "its script is not among the files"
+                              " imported"))
         return command
     try:
         words = shlex.split(command)
@@ -81,7 +96,8 @@ def _command(c: QlCron, ctx: Ctx, notes: list[str]) -> str:
         words = []
     files = {f.path for f in ctx.source.scripts.files} if ctx.source.scripts else set()
     if words[:1] and words[0] in files:
-        notes.append("QingLong ran it as `task …`: imported with the `task ` prefix")
+        notes.append(said("TASK_PREFIX", "QingLong ran it as `task …`: imported with the"
+                          " `task ` prefix"))
         return f"task {command}"
     named = _named_scripts(words, files)
     if named:
@@ -89,14 +105,15 @@ def _command(c: QlCron, ctx: Ctx, notes: list[str]) -> str:
         # there first); qledge runs a shell command in the work folder, one level up,
         # where `bash backup.sh` finds nothing (exit 127). Going there first keeps the
         # command exactly as written, relative paths and all.
-        notes.append(f"names {', '.join(named[:3])} in scripts/: imported as"
-                     f" `{_IN_SCRIPTS} …` (QingLong ran it from its scripts folder)")
+        notes.append(said("IN_SCRIPTS", f"names {', '.join(named[:3])} in scripts/: imported"
+                          f" as `{_IN_SCRIPTS} …` (QingLong ran it from its scripts folder)",
+                          names=", ".join(named[:3]), prefix=_IN_SCRIPTS))
         command = command.replace(QL_SCRIPTS, "./")
         if "\n" in command:
             return f"cd scripts || exit 1\n{command}"
         return f"{_IN_SCRIPTS} {command}"
-    notes.append("a shell command: qledge runs it with /bin/sh in its work folder (QingLong"
-                 " ran it through `task` from scripts/)")
+    notes.append(said("SHELL_COMMAND", "a shell command: qledge runs it with /bin/sh in its"
+                      " work folder (QingLong ran it through `task` from scripts/)"))
     return command
 
 
@@ -124,24 +141,29 @@ def _crons(ctx: Ctx) -> list[Item]:
         key, label = str(c.id), (c.name or c.command)[:120]
         words = c.command.split()
         if c.is_system:
-            out.append(skip("cron", key, label, "a QingLong system cron"))
+            out.append(skip("cron", key, label, said("SYSTEM_CRON", "a QingLong system cron")))
             continue
         if words[:1] == ["ql"]:
-            why = "a legacy `ql repo`/`ql raw` pull: add it as a subscription" if words[1:2] in (
-                ["repo"], ["raw"]) else "a QingLong maintenance command (`ql …`): no equivalent"
+            why = said("QL_REPO", "a legacy `ql repo`/`ql raw` pull: add it as a subscription") \
+                if words[1:2] in (["repo"], ["raw"]) else said(
+                    "QL_COMMAND", "a QingLong maintenance command (`ql …`): no equivalent")
             out.append(skip("cron", key, label, why))
             continue
-        notes: list[str] = ["disabled in QingLong: imported disabled"] if c.disabled else []
+        notes: list[str] = [DISABLED] if c.disabled else []
         command = _command(c, ctx, notes)
         if c.task_before or c.task_after:
-            notes.append("per-cron task_before/task_after not imported (qledge runs"
-                         " scripts/task_before.sh and task_after.sh around every task)")
+            notes.append(said("CRON_HOOKS", "per-cron task_before/task_after not imported"
+                              " (qledge runs scripts/task_before.sh and task_after.sh around"
+                              " every task)"))
         if c.work_dir:
-            notes.append("work_dir not imported (a `task` script runs in its own folder)")
+            notes.append(said("WORK_DIR", "work_dir not imported (a `task` script runs in its"
+                              " own folder)"))
         if c.log_name == "/dev/null":
-            notes.append("QingLong kept no log (log_name /dev/null); qledge keeps each run's")
+            notes.append(said("NO_LOG_KEPT", "QingLong kept no log (log_name /dev/null);"
+                              " qledge keeps each run's"))
         if c.sub_id in subs:
-            notes.append(f"from subscription {subs[c.sub_id]}: its first pull adopts this task")
+            notes.append(said("FROM_SUBSCRIPTION", f"from subscription {subs[c.sub_id]}: its"
+                              " first pull adopts this task", alias=subs[c.sub_id]))
         # QingLong: 0 stops the running instance first (replace), 1 runs both; NULL
         # (crons older than the column) never stopped anything.
         overlap = "replace" if c.allow_multiple_instances == 0 else "allow"
@@ -153,7 +175,7 @@ def _crons(ctx: Ctx) -> list[Item]:
         try:
             checked = given(validate_task(fields))
         except FieldError as exc:
-            out.append(skip("cron", key, label, f"not valid in qledge: {exc.message}", notes))
+            out.append(skip("cron", key, label, refused(exc), notes))
             continue
         # The plan's item holds plain values (fingerprinted, shown); db/imports.py
         # writes them as TaskFields (tasks/writable.py task_fields).
@@ -161,7 +183,8 @@ def _crons(ctx: Ctx) -> list[Item]:
         existing = next((t for t in ctx.target.tasks.get(command, []) if t not in ctx.claimed),
                         None)
         item = decide(ctx, kind="cron", key=key, label=label, fields=fields, notes=notes,
-                      existing=existing, clash="a qledge task runs the same command",
+                      existing=existing,
+                      clash=said("SAME_COMMAND", "a qledge task runs the same command"),
                       rename=lambda f: {**f, "name": f["name"][:200 - len(RENAMED)] + RENAMED})
         ctx.claim(item.target_id)
         out.append(item)
@@ -190,16 +213,17 @@ def _envs(ctx: Ctx) -> list[Item]:
         try:
             validate_env(fields)
         except FieldError as exc:
-            out.append(skip("env", key, label, f"not valid in qledge: {exc.message}"))
+            out.append(skip("env", key, label, refused(exc)))
             continue
         mine = [(i, v) for i, v in ctx.target.envs.get(name, []) if i not in ctx.claimed]
         same = next((i for i, v in mine if v == value), None)
         existing = same or (mine[0][0] if mine else None)
-        clash = f"{name} holds this value in qledge already (remarks or state differ)" \
-            if same else f"qledge has {name} with another value: adding this one changes" \
-            " the &-joined value"
+        clash = said("ENV_SAME_VALUE", f"{name} holds this value in qledge already (remarks or"
+                     " state differ)", name=name) if same else said(
+            "ENV_OTHER_VALUE", f"qledge has {name} with another value: adding this one"
+            " changes the &-joined value", name=name)
         item = decide(ctx, kind="env", key=key, label=label, fields=fields,
-                      notes=[] if enabled else ["disabled in QingLong: imported disabled"],
+                      notes=[] if enabled else [DISABLED],
                       existing=existing, clash=clash, rename=lambda f: f)
         ctx.claim(item.target_id)
         out.append(item)
@@ -212,8 +236,8 @@ def _scripts(ctx: Ctx) -> list[Item]:
     """Files of scripts/, then QingLong's global hooks (config/task_*.sh → scripts/)."""
     src, out = ctx.source, []
     if src.scripts is None:
-        out.append(skip("script", "scripts/", "scripts/", "not in this source (a panel backup"
-                         " made without 'scripts')"))
+        out.append(skip("script", "scripts/", "scripts/", said(
+            "NO_SCRIPTS", "not in this source (a panel backup made without 'scripts')")))
     else:
         for f in src.scripts.files:
             out.append(_file(ctx, f.path, f.path, f.sha256))
@@ -225,8 +249,9 @@ def _scripts(ctx: Ctx) -> list[Item]:
                              sha256(hooks[name].encode()).hexdigest()))
     for name in ("task_before.js", "task_before.py"):
         if name in hooks:
-            out.append(skip("script", f"config/{name}", f"config/{name}", "no equivalent:"
-                             " qledge's hooks are scripts/task_before.sh and task_after.sh"))
+            out.append(skip("script", f"config/{name}", f"config/{name}", said(
+                "HOOK_KIND", "no equivalent: qledge's hooks are scripts/task_before.sh and"
+                " task_after.sh")))
     return out
 
 
@@ -241,7 +266,9 @@ def _file(ctx: Ctx, key: str, dest: str, sha: str) -> Item:
         return {**f, "path": path}
 
     return decide(ctx, kind="script", key=key, label=dest, fields=fields, notes=[],
-                  existing=existing, clash="a different file is there in qledge", rename=renamed)
+                  existing=existing,
+                  clash=said("OTHER_FILE", "a different file is there in qledge"),
+                  rename=renamed)
 
 
 # -- subscriptions ---------------------------------------------------------------------
@@ -252,11 +279,12 @@ def _subscriptions(ctx: Ctx) -> list[Item]:
     repo_ext = ctx.config("RepoFileExtensions").split() or list(DEFAULT_EXTENSIONS)
     for s in ctx.source.subscriptions:
         key, label = str(s.id), f"{s.name} ({s.alias})"
-        notes = ["disabled in QingLong: imported disabled"] if s.disabled else []
+        notes: list[str] = [DISABLED] if s.disabled else []
         if s.pull_type == "ssh-key" or s.has_private_key or not s.url.startswith(
                 ("http://", "https://")):
-            out.append(skip("subscription", key, label, "SSH URL or key: qledge pulls over"
-                             " HTTPS only; re-create it with an HTTPS URL and a token"))
+            out.append(skip("subscription", key, label, said(
+                "SSH_SUBSCRIPTION", "SSH URL or key: qledge pulls over HTTPS only; re-create"
+                " it with an HTTPS URL and a token")))
             continue
         schedule = s.schedule or None
         if s.schedule_type == "interval":
@@ -265,13 +293,14 @@ def _subscriptions(ctx: Ctx) -> list[Item]:
                                                   (s.interval or {}).get("value"))
             except interval.IntervalError as exc:
                 schedule = None
-                notes.append(f"its interval is not one qledge reads ({exc}): pulls only on"
-                             " demand")
+                notes.append(said("INTERVAL_UNREAD", f"its interval is not one qledge reads"
+                                  f" ({exc}): pulls only on demand"))
         if s.proxy:
-            notes.append("proxy not imported (qledge pulls directly)")
+            notes.append(said("PROXY", "proxy not imported (qledge pulls directly)"))
         if default is None:
-            notes.append("scripts without a cron header get no task (QingLong gave them a"
-                         " random daily time; set default_schedule)")
+            notes.append(said("NO_DEFAULT_SCHEDULE", "scripts without a cron header get no"
+                              " task (QingLong gave them a random daily time; set"
+                              " default_schedule)"))
         fields: dict[str, Any] = {
             "name": s.name, "type": s.type, "url": s.url, "branch": s.branch or None,
             "alias": s.alias, "schedule": schedule, "default_schedule": default,
@@ -283,22 +312,31 @@ def _subscriptions(ctx: Ctx) -> list[Item]:
         try:
             fields = validate_subscription(fields)
         except FieldError as exc:
-            out.append(skip("subscription", key, label, f"not valid in qledge:"
-                             f" {exc.message}", notes))
+            out.append(skip("subscription", key, label, refused(exc), notes))
             continue
         existing = ctx.target.aliases.get(s.alias)
         mapped = f"subscription:{key}" in ctx.target.mapped
         if existing is None and not mapped and s.alias in ctx.target.folders:
-            if ctx.on_conflict != "replace":
-                out.append(Item(kind="subscription", key=key, label=label, notes=notes,
-                                action=Action.CONFLICT, reason=f"scripts/{s.alias}/ exists in"
-                                " qledge and is no subscription's; its pulls would replace"
-                                " it (--on-conflict=replace)"))
+            mode = ctx.mode("subscription", key)
+            if mode == "skip":
+                out.append(skip("subscription", key, label, said(
+                    "FOLDER_KEPT", f"scripts/{s.alias}/ exists in qledge and is no"
+                    " subscription's: kept, the subscription not imported", alias=s.alias),
+                    notes))
                 continue
-            notes.append(f"takes over scripts/{s.alias}/ (--on-conflict=replace)")
+            if mode != "replace":
+                out.append(Item(kind="subscription", key=key, label=label, notes=notes,
+                                action=Action.CONFLICT, choices=["replace", "skip"],
+                                reason=said("FOLDER_EXISTS", f"scripts/{s.alias}/ exists in"
+                                            " qledge and is no subscription's; its pulls"
+                                            " would replace it (--on-conflict=replace)",
+                                            alias=s.alias)))
+                continue
+            notes.append(said("TAKES_OVER_FOLDER", f"takes over scripts/{s.alias}/",
+                              alias=s.alias))
         item = decide(ctx, kind="subscription", key=key, label=label, fields=fields,
                       notes=notes, existing=existing,
-                      clash="a qledge subscription has this alias",
+                      clash=said("SAME_ALIAS", "a qledge subscription has this alias"),
                       keep_on_change=("alias", "type"))
         out.append(item)
     return out

@@ -10,7 +10,9 @@ The rule (docs/migrating-from-qinglong.md):
   command, an env of the same name, an alias, an app's client id or name, a
   channel's name, a file's path) is skipped when identical (and remembered),
   else a conflict: listed and skipped unless `on_conflict` says `rename` (create
-  beside it under another name) or `replace` (overwrite it).
+  beside it under another name), `replace` (overwrite it) or `skip` (keep qledge's,
+  said as decided). A choice for one item (`choices`, "<kind>:<key>" → mode: the
+  panel's select per conflict row) wins over `on_conflict` for that item.
 
 Fields hold secrets (env values, app secrets, credentials, channel URLs): a report
 shows labels and reasons only.
@@ -25,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from .said import Said, said
 from .source import Source
 
 
@@ -41,7 +44,7 @@ class Action(enum.StrEnum):
 
 KINDS = ("cron", "env", "script", "subscription", "app", "channel", "dependency", "setting",
          "log")
-CONFLICT_MODES = ("rename", "replace")
+CONFLICT_MODES = ("rename", "replace", "skip")
 
 
 class Item(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +59,7 @@ class Item(msgspec.Struct, frozen=True, kw_only=True):
     source_fp: str = ""  # fingerprint of what QingLong has
     written_fp: str = ""  # fingerprint of what qledge will hold (mapping: edit detection)
     record: bool = False  # remember the mapping when applied
+    choices: list[str] = []  # a conflict: the modes that can decide it (CONFLICT_MODES)
 
 
 class Mapped(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +93,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     notes: list[str] = []
 
 
+NO_CLASH = Said("", "")
+
+
 def skip(kind: str, key: str, label: str, reason: str, notes: list[str] | None = None) -> Item:
     return Item(kind=kind, key=key, label=label, action=Action.SKIP, reason=reason,
                 notes=notes or [])
@@ -107,7 +114,7 @@ def source_key(instance: str) -> str:
 
 
 def decide(ctx: Ctx, *, kind: str, key: str, label: str, fields: dict[str, Any],
-           notes: list[str], existing: str | None = None, clash: str = "",
+           notes: list[str], existing: str | None = None, clash: Said = NO_CLASH,
            rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
            keep_on_change: tuple[str, ...] = ()) -> Item:
     """The action for one item (the rules in the module docstring)."""
@@ -133,44 +140,68 @@ def decide(ctx: Ctx, *, kind: str, key: str, label: str, fields: dict[str, Any],
     if m is not None:
         if m.target_id not in target.objects:
             return Item(**base, action=Action.SKIP, target_id=m.target_id,
-                        reason="imported before and deleted in qledge since: not re-created")
+                        reason=said("DELETED_IN_QLEDGE", "imported before and deleted in"
+                                    " qledge since: not re-created"))
         if src_fp == m.source_fp:
             return Item(**base, action=Action.SKIP, target_id=m.target_id,
-                        reason="imported before; unchanged in QingLong")
+                        reason=said("UNCHANGED", "imported before; unchanged in QingLong"))
         if fingerprint(target.objects[m.target_id]) == m.written_fp:
-            return change(m.target_id, "changed in QingLong since the last import")
-        if ctx.on_conflict == "replace":
-            return change(m.target_id, "changed on both sides since the last import:"
-                          " qledge's version replaced (--on-conflict=replace)")
+            return change(m.target_id, said("CHANGED_IN_QINGLONG", "changed in QingLong"
+                                            " since the last import"))
+        mode = ctx.mode(kind, key)
+        if mode == "replace":
+            return change(m.target_id, said("BOTH_CHANGED_REPLACED", "changed on both sides"
+                          " since the last import: qledge's version replaced"))
+        if mode == "skip":
+            return Item(**base, action=Action.SKIP, target_id=m.target_id,
+                        reason=said("BOTH_CHANGED_KEPT", "changed on both sides since the"
+                                    " last import: qledge's version kept"))
         return Item(**base, action=Action.CONFLICT, target_id=m.target_id,
-                    reason="changed in QingLong and in qledge since the last import"
-                           " (--on-conflict=replace takes QingLong's version)")
+                    choices=["replace", "skip"],
+                    reason=said("BOTH_CHANGED", "changed in QingLong and in qledge since the"
+                                " last import (--on-conflict=replace takes QingLong's"
+                                " version)"))
     if existing is not None:
         now = target.objects.get(existing)
         if now is not None and fingerprint(now) == src_fp:
             return Item(**base, action=Action.SKIP, target_id=existing, record=True,
-                        written_fp=src_fp, reason="identical in qledge already")
-        if ctx.on_conflict == "replace" and now is not None:
-            return change(existing, f"{clash}: replaced (--on-conflict=replace)")
-        if ctx.on_conflict == "rename" and rename is not None:
+                        written_fp=src_fp, reason=said("IDENTICAL", "identical in qledge"
+                                                       " already"))
+        mode = ctx.mode(kind, key)
+        if mode == "replace" and now is not None:
+            return change(existing, said("CLASH_REPLACED", f"{clash}: replaced",
+                                         clash=clash.code, **clash.params))
+        if mode == "rename" and rename is not None:
             return write(Action.CREATE, None, rename(fields),
-                         f"{clash}: created beside it (--on-conflict=rename)")
+                         said("CLASH_RENAMED", f"{clash}: created beside it",
+                              clash=clash.code, **clash.params))
+        if mode == "skip":
+            return Item(**base, action=Action.SKIP, target_id=existing,
+                        reason=said("CLASH_KEPT", f"{clash}: qledge's kept", clash=clash.code,
+                                    **clash.params))
         hint = "--on-conflict=rename or replace" if rename is not None else \
             "--on-conflict=replace"
         return Item(**base, action=Action.CONFLICT, target_id=existing,
-                    reason=f"{clash} ({hint})")
+                    choices=["rename", "replace", "skip"] if rename else ["replace", "skip"],
+                    reason=said("CLASH", f"{clash} ({hint})", clash=clash.code, **clash.params))
     return write(Action.CREATE, None, fields, "")
 
 
 class Ctx:
     """What the item builders share while one plan is made."""
 
-    def __init__(self, source: Source, target: Target, on_conflict: str | None) -> None:
+    def __init__(self, source: Source, target: Target, on_conflict: str | None,
+                 choices: dict[str, str] | None = None) -> None:
         self.source = source
         self.target = target
         self.on_conflict = on_conflict
+        self.choices = choices or {}
         self.notes: list[str] = []
         self.claimed: set[str] = set()  # qledge ids an item of this plan already took
+
+    def mode(self, kind: str, key: str) -> str | None:
+        """How a conflict of this item is decided: its own choice, else the default."""
+        return self.choices.get(f"{kind}:{key}", self.on_conflict)
 
     def config(self, name: str) -> str:
         config = self.source.config

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .plan import KINDS, Action, Plan
+from .said import Said
 
 TITLES = {"cron": "crons → tasks", "env": "envs", "script": "scripts",
           "subscription": "subscriptions", "app": "apps (OpenAPI clients)",
@@ -26,11 +27,25 @@ def counts(plan: Plan) -> dict[str, dict[str, int]]:
     return out
 
 
+def coded(text: str) -> dict[str, Any]:
+    """A reason or note as a code and its params (plan.Said); "" for a sentence that
+    has none yet (the panel then says it generically, never in English)."""
+    return {"code": getattr(text, "code", ""), "params": getattr(text, "params", {})}
+
+
 def as_json(plan: Plan) -> dict[str, Any]:
+    # `reason`/`notes` stay English (the CLI's words, API users); `why`/`notes_coded`
+    # are the same as codes for a client's own words (the panel: i18n.js imp.why.*).
+    # `choices`: how a conflict can be decided (the `choices` field of the upload).
     return {"source": plan.source, "root": plan.root, "applied": plan.apply,
-            "on_conflict": plan.on_conflict, "counts": counts(plan), "notes": plan.notes,
-            "items": [{"kind": i.kind, "key": i.key, "label": i.label,
-                       "action": i.action.value, "reason": i.reason, "notes": i.notes}
+            "on_conflict": plan.on_conflict, "counts": counts(plan),
+            "notes": [str(n) for n in plan.notes], "notes_coded": [coded(n) for n in plan.notes],
+            "items": [{"kind": i.kind, "key": i.key, "label": str(i.label),
+                       "label_coded": coded(i.label) if isinstance(i.label, Said) else None,
+                       "action": i.action.value, "reason": str(i.reason),
+                       "notes": [str(n) for n in i.notes],
+                       "why": coded(i.reason) if i.reason else None,
+                       "notes_coded": [coded(n) for n in i.notes], "choices": i.choices}
                       for i in plan.items]}
 
 

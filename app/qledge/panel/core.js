@@ -2,6 +2,7 @@
  * as text, never as HTML. Signed in by an HttpOnly session cookie (docs/panel.md "Signing
  * in"): the page never holds a credential; the admin token is sent once, to sign in. */
 import { STRINGS } from './i18n.js';
+import { errorText } from './errtext.js';
 
 const K_LANG = 'qledge.lang';
 const pages = {}; // filled by main.js
@@ -228,17 +229,11 @@ function confirmDialog(title, message, okLabel, danger) {
   });
 }
 
-// ---- API (a field rule, `rule` + `params` (docs/api.md): 中文 from i18n `code.<rule>`)
-function ruleText(b, english) {
-  if (typeof b.rule !== 'string' || lang === 'en') return english;
-  if (!STRINGS.zh['code.' + b.rule]) return t('code.unknown', { message: english, code: b.rule });
-  const p = b.params || {};
-  return t('code.' + b.rule, { ...p, field: b.field || '', unit: p.unit && words('code.unit.', p.unit) });
-}
+// ---- API (a refusal's `error`/`rule` + `params` (docs/api.md): said by errtext.js)
 class ApiError extends Error {
   constructor(status, body, fallback) {
     const b = body || {};
-    super(ruleText(b, b.message || fallback || `HTTP ${status}`));
+    super(errorText(b, b.message || fallback || `HTTP ${status}`, lang));
     Object.assign(this, { status, code: b.error || '', field: b.field || null, body: b });
   }
 }

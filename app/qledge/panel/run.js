@@ -1,5 +1,5 @@
 /* qledge panel: one run: summary, timeline and attempts (#/runs/<id>). */
-import { t, statusLabel, fmtTime, fmtDur, shortId, placeText, h, fill, badge, btn, dl, grid, row,
+import { t, words, statusLabel, fmtTime, fmtDur, shortId, placeText, h, fill, badge, btn, dl, grid, row,
   apiPath, notify, confirmDialog, api, onLeave, heading } from './core.js';
 import { logSection, attemptLog } from './log.js';
 
@@ -29,8 +29,10 @@ function eventText(ev) {
     case 'chain.triggered': return t('ev.chained', { id: d.run_id });
     case 'chain.triggered_by': return t('ev.chainedBy', { id: d.run_id,
       status: statusLabel(d.status) });
-    case 'chain.skipped': return t('ev.chainSkipped', { id: d.task_id, reason: d.reason });
-    default: return ev.type + ' ' + JSON.stringify(d); // a type this panel does not know
+    case 'chain.skipped': return t('ev.chainSkipped', { id: d.task_id,
+      reason: words('ev.chainWhy.', d.reason) });
+    // A type this panel does not know: named, in the reader's words (never the raw data).
+    default: return t('ev.unknown', { type: ev.type });
   }
 }
 
@@ -67,8 +69,9 @@ function summaryView(r, taskName, now, events) {
       r.exit_code != null
         ? h('span.exit.big', { id: 'run-exit' }, t('runs.exit', { code: r.exit_code }))
         : null,
-      r.reason_code ? h('span.muted', h('code', r.reason_code)) : null),
-    reason ? h('p.reason', { id: 'run-reason' }, reason) : null,
+      null),
+    // The reason in words; its stable code (docs/recovery.md) as the title, not shown.
+    reason ? h('p.reason', { id: 'run-reason', title: r.reason_code }, reason) : null,
     dl([
       [t('runs.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
       [t('run.id'), h('code.wrap', r.id)],
@@ -132,8 +135,7 @@ function timelineItems(r, events) {
         : null,
       h('div.ev-text', eventText(ev)),
       ev.type === 'run.finished' && ev.data && ev.data.reason_code
-        ? h('div.muted.small', h('code', ev.data.reason_code), ' — ',
-          reasonText(ev.data.reason_code))
+        ? h('div.muted.small', { title: ev.data.reason_code }, reasonText(ev.data.reason_code))
         : null);
   });
 }
@@ -150,7 +152,7 @@ function attemptsView(r, now, showLog) {
     '#' + a.attempt_no,
     badge(a.status === 'preparing' ? r.status : a.status),
     a.exit_code == null ? '—' : String(a.exit_code),
-    a.reason_code ? h('code', a.reason_code) : '—',
+    a.reason_code ? h('span', { title: a.reason_code }, reasonText(a.reason_code)) : '—',
     a.node || '—',
     a.pid == null ? '—' : String(a.pid),
     fmtTime(a.started_at_ms),

@@ -1,8 +1,20 @@
 /* qledge panel: the appliance's health (#/system). */
 import { t, words, fmtTime, fmtDur, fmtBytes, h, fill, dl, loading, refreshBtn, grid, row, api,
-  heading, failBox, btn, guarded, confirmDialog, notify } from './core.js';
+  heading, failBox, statusLabel } from './core.js';
 import { backupCard } from './backup.js';
 import { scheduleCard } from './backup_schedule.js';
+import { importCard } from './imports.js';
+
+// A round's count (runtime/reconciler.py): `<outcome>:<REASON>` for a run it ended, else
+// what it did (adopted, a receipt applied…), in words; an unknown key as it is.
+function countWords(k) {
+  const [outcome, reason] = k.split(':');
+  if (reason) {
+    const why = t('reason.' + reason);
+    return [statusLabel(outcome), ' — ', why === 'reason.' + reason ? t('reason.unknown') : why];
+  }
+  return words('round.count.', k);
+}
 
 function countsTable(report) {
   if (!report) return h('p.muted', t('system.noRound'));
@@ -13,8 +25,8 @@ function countsTable(report) {
       [t('system.took'), report.finished_at_ms
         ? fmtDur(report.finished_at_ms - report.started_at_ms) : '—'],
       [t('system.examined'), String(report.examined)]]),
-    counts.length ? grid(null, cols, counts.map(([k, v]) => row(null, cols, h('code', k),
-      String(v))), { class: 'compact' })
+    counts.length ? grid(null, cols, counts.map(([k, v]) => row({ 'data-count': k }, cols,
+      countWords(k), String(v))), { class: 'compact' })
       : h('p.muted.small', t('system.nothing')));
 }
 
@@ -42,13 +54,14 @@ function volumesView(volumes, pressure) {
     const pct = total ? Math.round((100 * used) / total) : null;
     return h('div', { class: 'volume' + (v.pressure ? ' warn' : ''), 'data-volume': v.name,
       'data-free': known ? 'known' : 'unknown' },
-      h('div.vol-head', h('strong', v.name || '?'),
+      h('div.vol-head', h('strong', words('system.vol.', v.name || '?')),
         v.pressure || v.critical ? h('span', { class: 'badge badge-timed_out' },
           t(v.critical ? 'system.critical' : known ? 'system.lowSpace' : 'system.heldUnknown'))
           : null),
       known ? [
         pct != null ? h('meter', { min: 0, max: 100, value: pct, low: 80, high: 92, optimum: 0,
-          'aria-label': t('system.volUse', { name: v.name || '' }) }) : null,
+          'aria-label': t('system.volUse', { name: words('system.vol.', v.name || '') }) })
+          : null,
         h('div.small', [
           used != null ? t('system.used', { n: fmtBytes(used) }) : null,
           free != null ? t('system.free', { n: fmtBytes(free) }) : null,
@@ -62,15 +75,18 @@ function volumesView(volumes, pressure) {
         v.age_ms != null && v.age_ms >= STALE_MS ? h('div.small.muted', { 'data-role': 'age' },
           t('system.measuredAgo', { s: Math.round(v.age_ms / 1000) })) : null,
       ] : unknownVolume(v, pressure && pressure.guard_unknown),
-      v.error ? h('div.field-error.small', String(v.error)) : null);
+      // The probe's error is the server's word (an exception name): said, and kept as a title.
+      v.error ? h('div.field-error.small', { title: String(v.error) }, v.error === 'TimeoutError'
+        ? t('system.freeNoAnswer') : t('system.freeError')) : null);
   }));
 }
 
 function pressureAlert(p) {
   if (!p || p.state !== 'pressure') return null;
   const text = p.reason === 'DISK_FREE_UNKNOWN'
-    ? t('system.pressureUnknown', { volumes: (p.volumes || []).join(', ') })
-    : t('system.pressure', { reason: p.reason || '' });
+    ? t('system.pressureUnknown', { volumes: (p.volumes || []).map((v) => words('system.vol.', v))
+      .join(', ') })
+    : t('system.pressure', { reason: words('system.pressureWhy.', p.reason || '') });
   return h('div.alert.warn', { role: 'status', id: 'sys-pressure' }, text);
 }
 
@@ -88,7 +104,7 @@ function isolationView(iso) {
   h('h2', { id: 'sys-h6' }, t('system.isolation')),
   iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
     role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
-  dl([[t('system.isoMode'), h('code', iso.mode)],
+  dl([[t('system.isoMode'), words('system.isoMode.', iso.mode)],
     [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
     [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
     iso.reason ? [t('system.isoReason'), iso.reason] : null,
@@ -128,41 +144,6 @@ function nodesView(n) {
     }), { class: 'compact' }));
 }
 
-// QingLong import (docs/migrating-from-qinglong.md): a backup's report, then Apply
-// (after a confirmation that counts what it will do), then what was done.
-function tally(r) {
-  const n = { create: 0, change: 0, skip: 0, conflict: 0 };
-  for (const per of Object.values(r.counts || {})) for (const a in n) n[a] += per[a] || 0;
-  return n;
-}
-function importCard() {
-  const file = h('input', { type: 'file', accept: '.tgz', id: 'imp-file' });
-  const out = h('div', { id: 'imp-out' });
-  const cols = [t('system.kind'), t('system.outcome'), t('system.impItem')];
-  const report = (r) => grid(null, cols, r.items.map((i) => row({ 'data-kind': i.kind }, cols,
-    words('imp.kind.', i.kind), words(r.applied ? 'imp.done.' : 'imp.action.', i.action),
-    [i.label, ' ', h('span.muted', [i.reason, ...i.notes].filter(Boolean).join('; '))])),
-  { class: 'compact imp-report' });
-  const send = guarded(async (apply, checked) => {
-    if (apply && !await confirmDialog(t('imp.confirmTitle'), t('imp.confirm', tally(checked)),
-      t('system.impApply'))) return;
-    const body = new FormData();
-    body.append('file', file.files[0]);
-    const r = await api('POST', '/imports/qinglong?apply=' + apply, body);
-    const deps = ((r.counts || {}).dependency || {}).create || 0;
-    const said = apply ? [t('imp.result', tally(r)), deps ? ' ' + t('imp.deps', { n: deps }) : '']
-      .join('') : null;
-    fill(out, said ? h('p.on', { id: 'imp-result', role: 'status' }, said) : null, report(r),
-      apply ? null : btn(t('system.impApply'), () => send(true, r), 'primary',
-        { 'data-action': 'imp-apply' }));
-    if (said) notify(said, 'ok');
-  });
-  const check = btn(t('system.impCheck'), () => send(false), '', { 'data-action': 'imp-check' });
-  check.disabled = true;
-  file.addEventListener('change', () => { check.disabled = !file.files.length; fill(out); });
-  return h('section.card', { id: 'sys-import' }, h('h2', t('system.import')), file, check, out);
-}
-
 function viewSystem(main, alive) {
   heading(main, t('system.title'), refreshBtn(load));
   const box = h('div.system', loading());
@@ -182,7 +163,7 @@ function viewSystem(main, alive) {
       h('section.card', { 'aria-labelledby': 'sys-h1' },
         h('h2', { id: 'sys-h1' }, t('system.appliance')),
         dl([[t('system.version'), s.version],
-          [t('system.profile'), s.profile],
+          [t('system.profile'), words('system.profileName.', s.profile)],
           [t('system.node'), h('code.wrap', s.node_id)],
           [t('system.uptime'), fmtDur((s.uptime_s || 0) * 1000)],
           [t('system.ready'), s.ready ? t('common.yes') : t('common.no')],

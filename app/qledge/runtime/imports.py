@@ -30,6 +30,7 @@ from ..db.interface import Database
 from ..importer import build as qinglong_import
 from ..importer import source as qinglong_source
 from ..importer.plan import KINDS, Action, ImportFailed, Plan, source_key
+from ..importer.said import said
 from ..launch import environment
 from ..settings import Settings
 from . import _import_files as files
@@ -55,7 +56,8 @@ def opened(path: Path, scratch_parent: Path, notes: list[str]) -> Iterator[Path]
     scratch.mkdir(mode=0o700)
     try:
         skipped = qinglong_source.unpack(path, scratch)
-        notes += [f"not unpacked from the archive: {s}" for s in skipped]
+        notes += [said("NOT_UNPACKED", f"not unpacked from the archive: {s}",
+                       name=s.split(": ", 1)[0]) for s in skipped]
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -63,35 +65,35 @@ def opened(path: Path, scratch_parent: Path, notes: list[str]) -> Iterator[Path]
 
 async def run(db: Database, conf: Settings, path: Path, *, apply: bool = False,
               on_conflict: str | None = None, with_logs: int = 0,
-              shown: str | None = None) -> Plan:
+              shown: str | None = None, choices: dict[str, str] | None = None) -> Plan:
     """The plan (applied when `apply`); its root reads `shown`, else the folder read
     (an archive: its path). Raises SourceError, ImportFailed."""
     notes: list[str] = []
     with opened(path, conf.data_path, notes) as folder:
         source = await asyncio.to_thread(qinglong_source.read, folder, with_logs=with_logs)
-        plan = await _plan(db, conf, source, apply, on_conflict)
+        plan = await _plan(db, conf, source, apply, on_conflict, choices)
         if apply:
             plan = await _apply(db, conf, source, plan)
         root = shown or (plan.root if folder == path else str(path))
     if source.config is None:
-        notes.append("config/ is not in this source (a panel backup made without 'config'):"
-                     " config.sh's notification variables and settings, and the global"
-                     " hooks, are not imported")
+        notes.append(said("NO_CONFIG", "config/ is not in this source (a panel backup made"
+                          " without 'config'): config.sh's notification variables and"
+                          " settings, and the global hooks, are not imported"))
     return msgspec.structs.replace(plan, root=root, notes=[*notes, *plan.notes])
 
 
 async def upload(rt: Runtime, archive: Path, *, apply: bool, on_conflict: str | None,
-                 with_logs: int) -> Plan:
+                 with_logs: int, choices: dict[str, str] | None = None) -> Plan:
     """The panel's import of an uploaded archive, in the worker (http/imports.py)."""
     plan = await run(rt.db, rt.settings, archive, apply=apply, on_conflict=on_conflict,
-                     with_logs=with_logs, shown="the uploaded archive")
+                     with_logs=with_logs, shown="the uploaded archive", choices=choices)
     if plan.apply:
         rt.scheduler.wake()
     return plan
 
 
 async def _plan(db: Database, conf: Settings, source: qinglong_source.Source, apply: bool,
-                on_conflict: str | None) -> Plan:
+                on_conflict: str | None, choices: dict[str, str] | None = None) -> Plan:
     key = source_key(source.instance)
     async with db.read() as tx:
         known = await imports.mapped(tx, key)
@@ -108,14 +110,15 @@ async def _plan(db: Database, conf: Settings, source: qinglong_source.Source, ap
         target = await imports.target(tx, key, files=found, folders=folders, log_files=present)
         dep_items = await imports.dependency_items(tx, key, deps, now_ms(), apply=False,
                                                    npm=dependencies.npm_available())
-    plan = qinglong_import.plan(source, target, apply=apply, on_conflict=on_conflict)
+    plan = qinglong_import.plan(source, target, apply=apply, on_conflict=on_conflict,
+                                choices=choices)
     items = sorted([*plan.items, *dep_items], key=lambda i: KINDS.index(i.kind))
     return msgspec.structs.replace(plan, items=items)
 
 
 def _stage(source: qinglong_source.Source, plan: Plan, scripts: files.Copies,
            logs: files.Copies) -> list[str]:
-    root, notes = Path(source.root), []
+    root, notes = Path(source.root), list[str]()
     modes = {f.path: f.mode for f in source.scripts.files} if source.scripts else {}
     for item in plan.items:
         if item.action not in (Action.CREATE, Action.CHANGE):
@@ -131,7 +134,8 @@ def _stage(source: qinglong_source.Source, plan: Plan, scripts: files.Copies,
             for name in item.fields["files"]:
                 src = root / "log" / folder / name
                 if os.lstat(src).st_size > files.MAX_LOG:
-                    notes.append(f"log/{folder}/{name}: larger than 16 MiB, not copied")
+                    notes.append(said("LOG_TOO_LARGE", f"log/{folder}/{name}: larger than 16"
+                                      " MiB, not copied", name=f"log/{folder}/{name}"))
                     continue
                 logs.stage(f"qinglong/{folder}/{name}", src, sha256=None, mode=0o400,
                            replace=False, limit=files.MAX_LOG)
