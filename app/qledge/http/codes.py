@@ -114,4 +114,12 @@ CODES: dict[str, tuple[str, ...]] = {
     "RULE_INVALID": (),
     "RUN_FINISHED": (),
     "TOO_MANY_SENDS": ("max",),
+    # Backups (docs/backup.md): the archive's own refusals (BACKUP_*, RESTORE_* of
+    # backup/errors.py) are said by the panel's backup cards (`bk.err.*`, `bs.err.*`).
+    "BACKUP_PASSPHRASE_SHORT": ("min",),
+    "BACKUP_ENCRYPTION_UNAVAILABLE": (),
+    "BACKUP_NOT_SCHEDULED_RUN": (),
+    "BACKUP_SCHEDULE_EDITED": (),
+    "BACKUP_SCHEDULE_INVALID": (),
+    "RESTORE_BUSY": (),
 }

@@ -104,10 +104,10 @@ async def _valid_url(rt: Runtime, url: str) -> str:
     inputs.text(url, "url", MAX_URL)
     if "://" not in url:
         raise Invalid("url must be an apprise URL (service://...)", field="url",
-                      extra=_rule("NOT_APPRISE_URL"))
+                      code="BAD_APPRISE_URL", extra=_rule("NOT_APPRISE_URL"))
     if not await rt.notifier.valid(url):
         raise Invalid("url is not an apprise URL of a known service", field="url",
-                      extra=_rule("NOT_APPRISE_URL"))
+                      code="BAD_APPRISE_URL", extra=_rule("NOT_APPRISE_URL"))
     return url
 
 
