@@ -130,7 +130,16 @@ def sign_in(page: Page, token: str = ADMIN) -> None:
     page.goto("/")
     page.get_by_label("Admin token").fill(token)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
+
+
+def signed_in(page: Page) -> None:
+    """Wait for the signed-in shell with its first page drawn — whichever page that is
+    (the overview once there are tasks, the first-hour page before), in either language:
+    the navigation, the sign-out button and a page heading."""
+    expect(page.locator("header nav#nav-links")).to_be_attached()
+    expect(page.locator("[data-action='signout']")).to_be_visible()
+    expect(page.locator("main h1")).to_be_visible()
 
 
 def sign_in_at(page: Page, app: Appliance) -> None:
@@ -138,7 +147,7 @@ def sign_in_at(page: Page, app: Appliance) -> None:
     page.goto(f"http://127.0.0.1:{app.port}/")
     page.get_by_label("Admin token").fill(ADMIN)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
 
 
 def wait_run(app: Appliance, run_id: str, want: set[str],

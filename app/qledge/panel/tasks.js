@@ -34,11 +34,19 @@ function strip(task) {
       'aria-label': `${statusLabel(r.status)}, ${fmtTime(r.created_at_ms)}` })));
 }
 
-function taskRow(task, cols, reload, picked) {
+// The next fire time in the zone the schedule runs in: the task's, else the appliance's
+// (said so), the zone named beside the time (docs/panel.md "Time").
+function nextText(task, zone) {
+  const tz = task.tz || zone;
+  return [t('tasks.next', { when: fmtTime(task.next_fire_at_ms, tz),
+    rel: fmtRelative(task.next_fire_at_ms) }), ' · ', h('span', { 'data-role': 'zone',
+    'data-zone': tz }, task.tz ? task.tz : t('tasklist.applianceZone', { zone }))];
+}
+
+function taskRow(task, cols, reload, picked, zone) {
   const sched = task.schedule
-    ? [h('code', task.schedule), h('div.muted.small', task.next_fire_at_ms
-      ? t('tasks.next', { when: fmtTime(task.next_fire_at_ms),
-        rel: fmtRelative(task.next_fire_at_ms) }) : t('tasks.paused'))]
+    ? [h('code', task.schedule), h('div.muted.small', { 'data-role': 'next' },
+      task.next_fire_at_ms ? nextText(task, zone) : t('tasks.paused'))]
     : h('span.muted', t('tasks.manual'));
   const toggle = rowBtn(task.enabled ? t('tasks.disable') : t('tasks.enable'), task.name,
     guarded(async () => {
@@ -180,7 +188,7 @@ function viewTasks(main, alive, query) {
     const pages = Math.max(1, Math.ceil(res.total / PAGE));
     fill(body,
       res.items.length
-        ? grid(t('nav.tasks'), cols, res.items.map((task) => taskRow(task, cols, load, picked)),
+        ? grid(t('nav.tasks'), cols, res.items.map((task) => taskRow(task, cols, load, picked, res.zone)),
           { class: 'tasklist' })
         : h('p.empty', t('tasklist.noMatch')),
       h('nav.pager', { 'aria-label': t('tasklist.pages') },
