@@ -53,7 +53,7 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     assert page.evaluate("document.cookie") == ""  # out of the page's reach
     # a reload keeps the session; signing out ends it
     page.reload()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.context.cookies() == []

@@ -45,11 +45,11 @@ def test_zones_are_said_and_a_difference_is_warned(shanghai: Page,
 
     page.goto("/#/tasks?q=tz-")
     mine = page.locator("tr[data-task-name='tz-shanghai'] [data-role='next']")
-    expect(mine).to_contain_text("08:00:00 UTC+8")
+    expect(mine).to_contain_text("08:00 UTC+8")
     expect(mine.locator("[data-role='zone']")).to_have_text("Asia/Shanghai")
     other = page.locator("tr[data-task-name='tz-appliance'] [data-role='next']")
-    expect(other).to_contain_text("03:00:00 UTC")
-    expect(other.locator("[data-role='zone']")).to_have_text(f"{zone} (the appliance's zone)")
+    expect(other).to_contain_text("03:00 UTC (")
+    expect(other.locator("[data-role='zone']")).to_have_text(f"appliance zone {zone}")
 
     run = appliance.api("POST", f"/tasks/{own['id']}/runs").json()["run"]
     wait_run(appliance, run["id"], {"succeeded"})

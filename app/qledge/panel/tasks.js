@@ -1,7 +1,8 @@
 /* qledge panel: the task list (#/tasks). */
 import { t, fmtTime, fmtRelative, placeText, h, rowBtn, actionsCell, loading,
   refreshBtn, grid, row, guarded, apiPath, notify, confirmDialog, api, q, heading,
-  failBox, fill, btn, onLeave, fmtDur, statusLabel } from './core.js';
+  failBox, fill, btn, onLeave, fmtDur, statusLabel, locale } from './core.js';
+import { zoneTag } from './zones.js';
 
 async function runNow(task) {
   try {
@@ -34,12 +35,16 @@ function strip(task) {
       'aria-label': `${statusLabel(r.status)}, ${fmtTime(r.created_at_ms)}` })));
 }
 
-// The next fire time in the zone the schedule runs in: the task's, else the appliance's
-// (said so), the zone named beside the time (docs/panel.md "Time").
+// The next fire time in the zone the schedule runs in — the task's, else the appliance's
+// (said so) — short ("5 Dec, 08:00 UTC+8"), the zone named under it (docs/panel.md "Time").
 function nextText(task, zone) {
-  const tz = task.tz || zone;
-  return [t('tasks.next', { when: fmtTime(task.next_fire_at_ms, tz),
-    rel: fmtRelative(task.next_fire_at_ms) }), ' · ', h('span', { 'data-role': 'zone',
+  const tz = task.tz || zone; const at = task.next_fire_at_ms;
+  let when;
+  try {
+    when = new Intl.DateTimeFormat(locale(), { month: 'short', day: 'numeric', hour: '2-digit',
+      minute: '2-digit', hourCycle: 'h23', timeZone: tz }).format(new Date(at)) + ' ' + zoneTag(at, tz);
+  } catch (e) { when = fmtTime(at); } // a zone this browser does not know
+  return [h('div', t('tasks.next', { when, rel: fmtRelative(at) })), h('div', { 'data-role': 'zone',
     'data-zone': tz }, task.tz ? task.tz : t('tasklist.applianceZone', { zone }))];
 }
 
@@ -218,4 +223,4 @@ function viewTasks(main, alive, query) {
   load();
 }
 
-export { viewTasks };
+export { viewTasks, firstPage };
