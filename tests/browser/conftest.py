@@ -169,9 +169,8 @@ def wait_run(app: Appliance, run_id: str, want: set[str],
 def shoot(page: Page, name: str, full_page: bool = True) -> None:
     """Save `<name>-desktop.png` (1366×900) and `<name>-phone.png` (390×844), the sizes
     the panel was tried at (issue 37), and check the layout never scrolls sideways on the
-    narrowest phone the tests use (375 px). The page's own viewport is put back."""
+    narrowest phone the tests use (375 px). Ends at the tests' DESKTOP size."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    before = page.viewport_size or DESKTOP
     page.set_viewport_size(SHOT_DESKTOP)
     settle(page)
     page.screenshot(path=str(SHOTS / f"{name}-desktop.png"), full_page=full_page)
@@ -181,7 +180,7 @@ def shoot(page: Page, name: str, full_page: bool = True) -> None:
         overflow = page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= size["width"], f"{name}: page is {overflow}px wide on a phone"
     page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=full_page)
-    page.set_viewport_size(before)
+    page.set_viewport_size(DESKTOP)
 
 
 def settle(page: Page) -> None:

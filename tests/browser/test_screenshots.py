@@ -127,6 +127,7 @@ def test_screenshots_of_every_page(page: Page, appliance: Appliance) -> None:
     page.goto("/#/tasks")
     expect(page.locator("tr[data-task-name='backup-db'] .strip a").last).to_have_attribute(
         "data-status", "succeeded")
+    shoot(page, "tasks")  # a few tasks (the README's); many: test_tasks_page.py
 
     page.locator("tr[data-task-name='backup-db']").get_by_role("link", name="Edit").click()
     expect(page.locator(".fire-times li")).to_have_count(5)

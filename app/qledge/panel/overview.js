@@ -5,6 +5,7 @@
 import { t, h, fill, grid, row, fmtTime, fmtDur, btn, loading, api, q, heading,
   failBox, refreshBtn, onLeave } from './core.js';
 import { firstPage } from './tasks.js';
+import { knowZone } from './zonenote.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 // Stacked bottom to top; anything else (cancelled, blocked…) is `other`.
@@ -96,6 +97,7 @@ export function viewOverview(main, alive, query) {
       return;
     }
     if (!alive()) return;
+    knowZone(view.zone);
     if (!list.all_total) { // nothing of the user's yet: the first-hour page, the start cards
       const head = main.querySelector('.page-head');
       head.querySelector('h1').textContent = t('start.heading');

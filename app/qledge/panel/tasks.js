@@ -3,6 +3,7 @@ import { t, fmtTime, fmtRelative, placeText, h, rowBtn, actionsCell, loading,
   refreshBtn, grid, row, guarded, apiPath, notify, confirmDialog, api, q, heading,
   failBox, fill, btn, onLeave, fmtDur, statusLabel, locale } from './core.js';
 import { zoneTag } from './zones.js';
+import { knowZone } from './zonenote.js';
 
 async function runNow(task) {
   try {
@@ -177,6 +178,7 @@ function viewTasks(main, alive, query) {
       return;
     }
     if (!current()) return;
+    knowZone(res.zone);
     body.removeAttribute('aria-busy');
     fill(labelSel, h('option', { value: '' }, t('tasklist.anyLabel')),
       res.labels.map((l) => h('option', { value: l, selected: l === state.label }, l)));

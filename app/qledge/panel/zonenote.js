@@ -1,5 +1,6 @@
 /* qledge panel: the appliance's time zone in the browser (docs/panel.md "Time"). Learnt
- * once a session (`zone` of GET /api/v1/task-list, one task asked for) — for the notice every signed-in
+ * once a session (`zone` of the task list or the overview a page loaded, else of GET
+ * /api/v1/task-list?limit=1) — for the notice every signed-in
  * page shows while the browser's zone differs from it (dismissible, remembered per pair
  * of zones), and for the run page's "Times shown in" line. */
 import { t, h, btn, api } from './core.js';
@@ -7,6 +8,9 @@ import { browserZone, zonesDiffer } from './zones.js';
 
 const KEY = 'qledge.zoneNote';
 let known = null; // a promise of the appliance's zone name
+
+// A page that asked the task list or the overview anyway tells the zone (no extra request).
+export function knowZone(zone) { if (zone && !known) known = Promise.resolve(zone); }
 
 export function applianceZone() {
   if (!known) {
@@ -19,8 +23,9 @@ export function applianceZone() {
 function dismissed(pair) { try { return localStorage.getItem(KEY) === pair; } catch (e) { return false; } }
 
 // Put the notice at the top of `main` once the zone is known, if it differs and was not dismissed.
+// Asked a moment after the page is drawn, so that a page's own answer can tell the zone.
 export function zoneNotice(main, alive) {
-  applianceZone().then((zone) => {
+  setTimeout(() => alive() && applianceZone().then((zone) => {
     const here = browserZone();
     if (!zone || !alive() || !zonesDiffer(here, zone) || main.querySelector('.zone-note')) return;
     const pair = here + '|' + zone;
@@ -32,7 +37,7 @@ export function zoneNotice(main, alive) {
         note.remove();
       }, 'small ghost', { 'data-action': 'dismiss-zone' }));
     main.prepend(note);
-  });
+  }), 1500);
 }
 
 // The run page's zone line: the browser's zone, and the appliance's (what a task's own
