@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from qledge.http import panel
 from test_panel import emitted_event_types
 
-from .conftest import FAST, Watched, api_task, sign_in, wait_ready_again
+from .conftest import FAST, Watched, api_task, sign_in, signed_in, wait_ready_again
 from _appliance import ADMIN, Appliance
 from support import free_port
 
@@ -42,7 +42,7 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     # the right one, with the keyboard
     page.get_by_label("Admin token").fill(ADMIN)
     page.keyboard.press("Enter")
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
     # The browser keeps an HttpOnly session cookie, never the token (docs/panel.md).
     assert page.evaluate("sessionStorage.getItem('qledge.token')") is None
     assert page.evaluate("localStorage.getItem('qledge.token')") is None
@@ -53,7 +53,7 @@ def test_wrong_token_is_refused_and_the_token_stays_out_of_urls(watched: Watched
     assert page.evaluate("document.cookie") == ""  # out of the page's reach
     # a reload keeps the session; signing out ends it
     page.reload()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.context.cookies() == []
@@ -164,7 +164,7 @@ def test_live_log_resumes_without_gaps_after_kill_9_of_the_worker(
 
 def test_cancel_from_the_panel_ends_the_run_cancelled(page: Page, appliance: Appliance) -> None:
     api_task(appliance, name="sleepy", command="echo started; sleep 300")
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     page.locator("tr[data-task-name='sleepy']").get_by_role("button", name="Run now").click()
     expect(page.locator("#log")).to_contain_text("started")
     page.get_by_role("button", name="Cancel run").click()
@@ -267,7 +267,7 @@ def test_envs_values_hidden_until_revealed(page: Page, appliance: Appliance) -> 
 
 def test_task_enable_disable_edit_and_delete(page: Page, appliance: Appliance) -> None:
     api_task(appliance, name="nightly", command="echo hi", schedule="0 3 * * *")
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     row = page.locator("tr[data-task-name='nightly']")
     expect(row).to_contain_text("next")
     row.get_by_role("button", name="Disable").click()
@@ -299,7 +299,7 @@ def test_task_enable_disable_edit_and_delete(page: Page, appliance: Appliance) -
 
 
 def test_chinese_is_switchable_and_remembered(page: Page, appliance: Appliance) -> None:
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     page.get_by_role("button", name=re.compile("Switch language")).click()
     expect(page.get_by_role("heading", name="任务", level=1)).to_be_visible()
     assert page.evaluate("document.documentElement.lang") == "zh-CN"
@@ -314,7 +314,7 @@ def test_chinese_is_switchable_and_remembered(page: Page, appliance: Appliance) 
 
 
 def test_keyboard_alone_labels_and_visible_focus(page: Page, appliance: Appliance) -> None:
-    page.goto("/")
+    page.goto("/#/tasks")  # signing in stays on the page the address names
     expect(page.get_by_label("Admin token")).to_be_focused()
     page.keyboard.type(ADMIN)
     page.keyboard.press("Enter")
@@ -372,7 +372,7 @@ def test_table_cells_fill_their_rows_at_desktop_width(page: Page, appliance: App
     line — the Actions cell included (a flex box in place of a table cell would not)."""
     api_task(appliance, name="aligned", command="true", schedule="0 4 * * *", labels=["x"])
     assert appliance.api("POST", "/envs", json={"name": "ALIGNED", "value": "v"}).status_code == 201
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     assert page.viewport_size == {"width": 1280, "height": 800}
     rows = page.locator("table.grid tbody tr")
     expect(page.locator("tr[data-task-name='aligned']")).to_be_visible()
@@ -459,7 +459,7 @@ def test_a_run_held_for_low_disk_space_says_why(page: Page, tmp_path: Path) -> N
         page.goto(f"http://127.0.0.1:{held.port}/")
         page.get_by_label("Admin token").fill(ADMIN)
         page.get_by_role("button", name="Sign in").click()
-        expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+        signed_in(page)
         page.goto(f"http://127.0.0.1:{held.port}/#/runs/{run_id}")
         expect(page.locator("#timeline li[data-type='run.held'] .ev-text")).to_have_text(
             re.compile(r"^Held in the queue: low disk space on (data|receipts|logs)"
@@ -542,7 +542,7 @@ def test_a_finish_recorded_while_the_worker_was_down_keeps_its_real_duration(
 def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: Appliance) -> None:
     posts: list[str] = []
     page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     page.get_by_role("link", name="New task").click()
     expect(page.get_by_role("heading", name="New task", level=1)).to_be_visible()
     page.get_by_label("Command").fill("echo fine")  # the one good field; the name stays empty
@@ -588,7 +588,7 @@ def test_the_editor_marks_every_invalid_field_at_once(page: Page, appliance: App
 def test_retry_fields_and_the_retry_countdown(page: Page, appliance: Appliance) -> None:
     """Issue 20: the editor sets overlap and retries; a run waiting for its retry shows
     the countdown, its first attempt and the retry event in words."""
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     page.get_by_role("link", name="New task").click()
     page.get_by_label("Name", exact=True).fill("flaky")
     page.get_by_label("Command").fill("exit 3")
@@ -612,7 +612,7 @@ def test_chain_tz_and_retry_on_fields(page: Page, appliance: Appliance) -> None:
     and reach the API; the API's 422 for a bad zone and for a chain cycle shows under
     its own field."""
     b = api_task(appliance, name="chain-b", command="true")
-    sign_in(page)
+    sign_in(page, at="/#/tasks")  # the task list, not the first page (the overview)
     page.get_by_role("link", name="New task").click()
     page.get_by_label("Name", exact=True).fill("chain-a")
     page.get_by_label("Command").fill("true")

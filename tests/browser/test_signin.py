@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from qledge.auth import totp
 
-from .conftest import DESKTOP, SHOTS, TIMEOUT_MS, shoot
+from .conftest import DESKTOP, SHOTS, TIMEOUT_MS, shoot, signed_in
 from _appliance import ADMIN, Appliance
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def test_first_sign_in_with_the_token_then_set_a_password(page: Page,
     shoot(page, "signin-token")
     page.get_by_label("Admin token").fill(ADMIN)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
     # The offer: the header's Account link reads "Set a password" until one is set.
     page.get_by_role("link", name="Set a password").click()
     expect(page.get_by_role("heading", name="Set a password")).to_be_visible()
@@ -153,7 +153,7 @@ def test_totp_enrolment_and_sign_in(page: Page, fresh: Page, appliance: Applianc
     shoot(fresh, "signin-totp")
     fresh.locator("#login-code").fill(totp.hotp(key, int(time.time() // 30) + 1))
     fresh.locator("form.login button[type=submit]").click()
-    expect(fresh.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(fresh)
     zh(fresh)
     fresh.goto("/#/account")
     expect(fresh.locator("#acc-totp")).to_contain_text("已开启")
@@ -198,7 +198,7 @@ def test_a_cross_origin_request_with_the_cookie_is_refused(page: Page,
     page.get_by_role("button", name="Use the admin token").click()
     page.get_by_label("Admin token").fill(ADMIN)
     page.locator("form.login button[type=submit]").click()
-    expect(page.get_by_role("heading", name="Tasks", level=1)).to_be_visible()
+    signed_in(page)
     # The cookie goes along (same cookie jar), the Origin is another site's: 403.
     r = page.context.request.post("/api/v1/envs", data={"name": "FORGED", "value": "1"},
                                   headers={"Origin": "http://evil.example"})

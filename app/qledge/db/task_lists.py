@@ -156,53 +156,85 @@ class Overview(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _TOP = 10
+_FAILS = 50
+# One pass over the window's runs (the `runs_created` range, migration 0027): a row per
+# (bucket, status, task) with its count, longest finished run and last run. Everything the
+# overview shows but the medians is folded from these few thousand rows in Python.
+_GROUPS = (
+    "SELECT (r.created_at_ms - ?) / ? AS b, r.status AS status, r.task_id AS task_id,"
+    " COUNT(*) AS n, COUNT(r.finished_at_ms - r.started_at_ms) AS timed,"
+    " MAX(r.finished_at_ms - r.started_at_ms) AS longest, MAX(r.id) AS last_id,"
+    " MAX(r.created_at_ms) AS last_at"
+    " FROM runs r WHERE r.created_at_ms >= ? AND r.parent_run_id IS NULL GROUP BY 3, 2, 1")
+# The exact median of each of a few tasks' finished runs in the window: the one or two
+# middle durations by row number (statistics.median of them is the task's median).
+_MIDDLES = (
+    "SELECT task_id, d FROM (SELECT task_id, d,"
+    " ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY d) AS rn,"
+    " COUNT(*) OVER (PARTITION BY task_id) AS c FROM"
+    " (SELECT r.task_id AS task_id, r.finished_at_ms - r.started_at_ms AS d FROM runs r"
+    "  WHERE r.created_at_ms >= ? AND r.parent_run_id IS NULL"
+    "  AND r.finished_at_ms IS NOT NULL AND r.started_at_ms IS NOT NULL"
+    "  AND r.task_id IN ({marks})) AS w) AS m"
+    " WHERE rn = (c + 1) / 2 OR rn = (c + 2) / 2")
+
+
+class _PerTask:
+    """A task's figures in the window, folded from its groups."""
+
+    __slots__ = ("failures", "last_at", "last_id", "longest", "timed")
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.last_at = -1
+        self.last_id = ""
+        self.timed = 0
+        self.longest: int | None = None
 
 
 async def overview(tx: Tx, since_ms: int, bucket_ms: int, n_buckets: int) -> Overview:
-    """Runs created in [since_ms, since_ms + n_buckets * bucket_ms) by outcome and
-    bucket; the tasks with failures there (most recent first); the slowest tasks by
-    their longest finished run there, with the median. Internal tasks included: a pull
-    that failed overnight is news too. Four statements, all bounded by the window."""
-    user = " AND r.parent_run_id IS NULL"
-    rows = await tx.all(
-        "SELECT (r.created_at_ms - ?) / ? AS b, r.status AS status, COUNT(*) AS n"  # noqa: S608
-        f" FROM runs r WHERE r.created_at_ms >= ?{user} GROUP BY 1, 2",
-        (since_ms, bucket_ms, since_ms))
+    """Runs created since `since_ms` by outcome in `n_buckets` buckets of `bucket_ms`;
+    the tasks with failures there (most recent failure first, at most 50); the slowest
+    tasks by their longest finished run there, with the median. Internal tasks included:
+    a pull that failed overnight is news too. Three statements whatever the volume: the
+    grouped pass, the task names, the medians of the ten slowest (docs/performance.md,
+    "Tasks page": ~100k runs a week stay well inside 300 ms)."""
     counts: list[dict[str, int]] = [{} for _ in range(n_buckets)]
-    for r in rows:
-        b = int(r["b"])
+    per: dict[str, _PerTask] = {}
+    for r in await tx.all(_GROUPS, (since_ms, bucket_ms, since_ms)):
+        b, status, n = int(r["b"]), r["status"], int(r["n"])
         if 0 <= b < n_buckets:
-            counts[b][r["status"]] = int(r["n"])
-    failed_in = ", ".join(f"'{s}'" for s in FAILED)
-    frows = await tx.all(
-        "SELECT r.task_id AS task_id, t.name AS name, COUNT(*) AS n,"  # noqa: S608
-        " MAX(r.id) AS last_id, MAX(r.created_at_ms) AS last_at"
-        " FROM runs r JOIN tasks t ON t.id = r.task_id"
-        f" WHERE r.created_at_ms >= ?{user} AND r.status IN ({failed_in})"
-        " GROUP BY r.task_id, t.name ORDER BY last_at DESC LIMIT ?", (since_ms, 50))
-    failed = [FailedTask(task_id=r["task_id"], name=r["name"], failures=int(r["n"]),
-                         last_failed_at_ms=int(r["last_at"]), last_failed_run_id=r["last_id"])
-              for r in frows]
-    srows = await tx.all(
-        "SELECT r.task_id AS task_id, t.name AS name, COUNT(*) AS n,"  # noqa: S608
-        " MAX(r.finished_at_ms - r.started_at_ms) AS longest"
-        " FROM runs r JOIN tasks t ON t.id = r.task_id"
-        f" WHERE r.created_at_ms >= ?{user} AND r.started_at_ms IS NOT NULL"
-        " AND r.finished_at_ms IS NOT NULL"
-        " GROUP BY r.task_id, t.name ORDER BY longest DESC LIMIT ?", (since_ms, _TOP))
-    durations: dict[str, list[int]] = {r["task_id"]: [] for r in srows}
-    if durations:
-        marks = ", ".join("?" for _ in durations)
-        for r in await tx.all(
-                "SELECT task_id, finished_at_ms - started_at_ms AS d FROM runs"  # noqa: S608
-                f" WHERE created_at_ms >= ? AND task_id IN ({marks})"
-                " AND parent_run_id IS NULL"
-                " AND started_at_ms IS NOT NULL AND finished_at_ms IS NOT NULL",
-                (since_ms, *durations)):
-            durations[r["task_id"]].append(int(r["d"]))
-    slowest = [SlowTask(task_id=r["task_id"], name=r["name"], runs=int(r["n"]),
-                        p50_ms=int(statistics.median(durations[r["task_id"]])),
-                        max_ms=int(r["longest"])) for r in srows]
+            counts[b][status] = counts[b].get(status, 0) + n
+        one = per.setdefault(r["task_id"], _PerTask())
+        if status in FAILED:
+            one.failures += n
+            one.last_at = max(one.last_at, int(r["last_at"]))
+            one.last_id = max(one.last_id, r["last_id"])
+        if r["timed"]:
+            one.timed += int(r["timed"])
+            longest = int(r["longest"])
+            one.longest = longest if one.longest is None else max(one.longest, longest)
+    names: dict[str, str] = {}
+    if per:
+        marks = ", ".join("?" for _ in per)
+        names = {r["id"]: r["name"] for r in await tx.all(
+            f"SELECT id, name FROM tasks WHERE id IN ({marks})", tuple(per))}  # noqa: S608
+    known = {k: v for k, v in per.items() if k in names}
+    fails = sorted((k for k, v in known.items() if v.failures),
+                   key=lambda k: (-known[k].last_at, k))[:_FAILS]
+    failed = [FailedTask(task_id=k, name=names[k], failures=known[k].failures,
+                         last_failed_at_ms=known[k].last_at,
+                         last_failed_run_id=known[k].last_id) for k in fails]
+    slow = sorted((k for k, v in known.items() if v.longest is not None),
+                  key=lambda k: (-(known[k].longest or 0), k))[:_TOP]
+    middles: dict[str, list[int]] = {k: [] for k in slow}
+    if slow:
+        sql = _MIDDLES.format(marks=", ".join("?" for _ in slow))
+        for r in await tx.all(sql, (since_ms, *slow)):
+            middles[r["task_id"]].append(int(r["d"]))
+    slowest = [SlowTask(task_id=k, name=names[k], runs=known[k].timed,
+                        p50_ms=int(statistics.median(middles[k])),
+                        max_ms=known[k].longest or 0) for k in slow]
     buckets = [Bucket(start_ms=since_ms + i * bucket_ms, counts=c)
                for i, c in enumerate(counts)]
     return Overview(since_ms=since_ms, bucket_ms=bucket_ms, buckets=buckets, failed=failed,

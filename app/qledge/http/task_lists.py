@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, get_args
 
 import msgspec
@@ -10,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import limits
+from .. import cron, limits
 from ..clock import now_ms
 from ..db import task_lists
 from .context import runtime_of
@@ -21,6 +22,21 @@ from .tasks import task_view
 # The page's strips are one UNION ALL term per task: well under SQLite's 500 terms.
 MOST = 200
 _WINDOWS = {"24h": (3_600_000, 24), "7d": (86_400_000, 7)}
+
+
+def appliance_zone() -> str:
+    """The appliance's zone as a name a browser's Intl accepts (the panel formats times in
+    it): the IANA key; else, for a zone read from a file or a POSIX TZ string, its current
+    offset as an Etc/GMT zone (whole hours; the sign is POSIX's, inverted) or UTC."""
+    tz = cron.local_zone()
+    key = getattr(tz, "key", None)
+    if key and key != "localtime":
+        return str(key)
+    offset = datetime.now(tz).utcoffset()
+    hours, rest = divmod(int(offset.total_seconds()) if offset else 0, 3600)
+    if rest or not hours:
+        return "UTC"
+    return f"Etc/GMT{-hours:+d}"
 
 
 def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
@@ -60,7 +76,7 @@ async def task_list(request: Request) -> Response:
     internal = sum(1 for i in everything if i.internal)
     return json_response({"items": items, "total": len(chosen),
                           "labels": task_lists.labels_of(everything),
-                          "internal_total": internal,
+                          "internal_total": internal, "zone": appliance_zone(),
                           "all_total": len(everything) - internal})
 
 
@@ -70,7 +86,8 @@ async def task_overview(request: Request) -> Response:
     end = (now_ms() // bucket_ms + 1) * bucket_ms
     async with runtime_of(request).db.read() as tx:
         view = await task_lists.overview(tx, end - n * bucket_ms, bucket_ms, n)
-    return json_response({"window": window, **msgspec.to_builtins(view)})
+    return json_response({"window": window, "zone": appliance_zone(),
+                          **msgspec.to_builtins(view)})
 
 
 routes = [

@@ -3,6 +3,7 @@
  * in"): the page never holds a credential; the admin token is sent once, to sign in. */
 import { STRINGS } from './i18n.js';
 import { errorText } from './errtext.js';
+import { zoneTag } from './zones.js';
 
 const K_LANG = 'qledge.lang';
 const pages = {}; // filled by main.js
@@ -41,11 +42,11 @@ function fmtTime(ms, timeZone) {
   const opts = { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit',
     minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
   if (timeZone) opts.timeZone = timeZone;
-  try {
-    return new Intl.DateTimeFormat(locale(), opts).format(new Date(ms));
+  try { // the one rule (zones.js): every time shown says its zone
+    return new Intl.DateTimeFormat(locale(), opts).format(new Date(ms)) + ' ' + zoneTag(ms, timeZone);
   } catch (e) {
     delete opts.timeZone;
-    return new Intl.DateTimeFormat(locale(), opts).format(new Date(ms));
+    return new Intl.DateTimeFormat(locale(), opts).format(new Date(ms)) + ' ' + zoneTag(ms);
   }
 }
 function fmtRelative(ms) {
@@ -283,7 +284,7 @@ function parseHash() {
   const raw = location.hash.replace(/^#/, '');
   const [path, qs] = raw.split('?');
   const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
-  return { parts: parts.length ? parts : ['tasks'], query: new URLSearchParams(qs || '') };
+  return { parts: parts.length ? parts : ['overview'], query: new URLSearchParams(qs || '') };
 }
 
 function signIn(noPassword) { signedIn = true; offer = Boolean(noPassword); }
@@ -314,7 +315,7 @@ function shell(section) {
   append(app, [
     h('a.skip', { href: '#main', onclick: (e) => { e.preventDefault(); main.focus(); } },
       t('nav.skip')),
-    h('header.top', h('a.brand', { href: '#/tasks' }, 'qledge'), menu,
+    h('header.top', h('a.brand', { href: '#/overview' }, 'qledge'), menu,
       signedIn ? h('nav', { id: 'nav-links', 'aria-label': t('nav.label') }, links.map(([id, key]) =>
         h('a', { href: '#/' + id, 'aria-current': section === id ? 'page' : null }, t(key))))
         : h('span.spacer'),

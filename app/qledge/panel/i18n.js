@@ -1281,4 +1281,12 @@ export const STRINGS = ((table) => {
   'ev.chainWhy.active_run': 'it is still running|它仍在运行',
   'ev.chainWhy.queued_run': 'a run of it is already queued|它已有运行在排队',
   'ev.unknown': 'An event this panel does not know ({type})|本面板不认识的事件（{type}）',
+  // ---- #37 time zones (zones.js, zonenote.js): the notice, the run page's zone line, the list's next
+  // time; the first-hour page's heading.
+  'zone.differ': 'Your browser\'s time zone ({browser}) is not the appliance\'s ({appliance}). Every time in the panel says its zone; a schedule runs in its task\'s zone, else the appliance\'s.|浏览器时区（{browser}）与设备时区（{appliance}）不同。面板中的每个时间都标明了时区；定时规则按任务的时区运行，未设置时按设备时区。',
+  'zone.dismiss': 'Dismiss|知道了',
+  'zone.browser': '{zone} (your browser)|{zone}（浏览器）',
+  'zone.both': '{browser} (your browser); what a task prints, such as `date`, is in the appliance\'s zone, {appliance}|{browser}（浏览器）；任务自己输出的时间（如 date）为设备时区 {appliance}',
+  'tasklist.applianceZone': 'appliance zone {zone}|设备时区 {zone}',
+  'start.heading': 'Get started|开始使用',
 });

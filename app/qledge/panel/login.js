@@ -7,11 +7,12 @@ function input(id, type, extra) {
   return h('input', { id, type, autocomplete: 'off', spellcheck: 'false', ...(extra || {}) });
 }
 
-// After signing in: the page the address names (a link from a notification), else Tasks.
+// After signing in: the page the address names (a link from a notification), else the
+// overview (which shows the first-hour page while there are no tasks).
 // With no password yet, the header's Account link reads "Set a password" (the offer).
 function land(state) {
   signIn(!state.password_set);
-  if (!location.hash.startsWith('#/') || location.hash === '#/login') location.hash = '#/tasks';
+  if (!location.hash.startsWith('#/') || location.hash === '#/login') location.hash = '#/overview';
   render();
 }
 

@@ -14,10 +14,20 @@ import { viewNotify } from './notifications.js';
 import { viewScripts } from './scripts.js';
 import { viewSystem } from './system.js';
 import { viewAccount } from './account.js';
+import { zoneNotice } from './zonenote.js';
 
-Object.assign(pages, {
-  login: viewLogin, overview: viewOverview, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
+// Every signed-in page gets the time-zone notice (zonenote.js); `alive` is the one
+// function among a view's arguments.
+const noted = (view) => (main, ...rest) => {
+  const out = view(main, ...rest);
+  zoneNotice(main, rest.find((a) => typeof a === 'function'));
+  return out;
+};
+const views = {
+  overview: viewOverview, tasks: viewTasks, taskEditor: viewTaskEditor, runs: viewRuns, run: viewRun,
   envs: viewEnvs, deps: viewDeps, subs: viewSubs, notifications: viewNotify, scripts: viewScripts,
   system: viewSystem, account: viewAccount,
-});
+};
+Object.assign(pages, Object.fromEntries(Object.entries(views).map(([k, v]) => [k, noted(v)])),
+  { login: viewLogin });
 start();

@@ -3,7 +3,9 @@
  * from GET /api/v1/task-overview (docs/panel.md). The chart is inline SVG built node by
  * node (no innerHTML, no library). */
 import { t, h, fill, grid, row, fmtTime, fmtDur, btn, loading, api, q, heading,
-  failBox, refreshBtn, pages, onLeave } from './core.js';
+  failBox, refreshBtn, onLeave } from './core.js';
+import { firstPage } from './tasks.js';
+import { knowZone } from './zonenote.js';
 
 const SVG = 'http://www.w3.org/2000/svg';
 // Stacked bottom to top; anything else (cancelled, blocked…) is `other`.
@@ -95,9 +97,13 @@ export function viewOverview(main, alive, query) {
       return;
     }
     if (!alive()) return;
-    if (!list.all_total) { // nothing of the user's yet: the Tasks page's start cards
-      fill(main);
-      pages.tasks(main, alive, new URLSearchParams());
+    knowZone(view.zone);
+    if (!list.all_total) { // nothing of the user's yet: the first-hour page, the start cards
+      const head = main.querySelector('.page-head');
+      head.querySelector('h1').textContent = t('start.heading');
+      document.title = `${t('start.heading')} · qledge`;
+      fill(head.querySelector('.actions'), h('a.btn.primary', { href: '#/tasks/new' }, t('tasks.new')));
+      fill(body, h('div.card', firstPage()));
       return;
     }
     const runs = view.buckets.reduce((s, b) => s + Object.values(b.counts)

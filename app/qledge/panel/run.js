@@ -2,6 +2,7 @@
 import { t, words, statusLabel, fmtTime, fmtDur, shortId, placeText, h, fill, badge, btn, dl, grid, row,
   apiPath, notify, confirmDialog, api, onLeave, heading } from './core.js';
 import { logSection, attemptLog } from './log.js';
+import { zoneLine } from './zonenote.js';
 
 function eventText(ev) {
   const d = ev.data || {};
@@ -76,8 +77,7 @@ function summaryView(r, taskName, now, events) {
       [t('runs.task'), h('a', { href: '#/tasks/' + r.task_id }, taskName || shortId(r.task_id))],
       [t('run.id'), h('code.wrap', r.id)],
       [t('runs.col.trigger'), t('trigger.' + r.trigger)],
-      [t('run.zone'), h('span', { id: 'run-zone' },
-        Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC')],
+      [t('run.zone'), zoneLine()],
       [t('runs.col.created'), fmtTime(r.created_at_ms)],
       [t('run.started'), fmtTime(r.started_at_ms)],
       [t('run.finished'), fmtTime(r.finished_at_ms)],

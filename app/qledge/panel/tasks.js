@@ -1,7 +1,9 @@
 /* qledge panel: the task list (#/tasks). */
 import { t, fmtTime, fmtRelative, placeText, h, rowBtn, actionsCell, loading,
   refreshBtn, grid, row, guarded, apiPath, notify, confirmDialog, api, q, heading,
-  failBox, fill, btn, onLeave, fmtDur, statusLabel } from './core.js';
+  failBox, fill, btn, onLeave, fmtDur, statusLabel, locale } from './core.js';
+import { zoneTag } from './zones.js';
+import { knowZone } from './zonenote.js';
 
 async function runNow(task) {
   try {
@@ -34,11 +36,23 @@ function strip(task) {
       'aria-label': `${statusLabel(r.status)}, ${fmtTime(r.created_at_ms)}` })));
 }
 
-function taskRow(task, cols, reload, picked) {
+// The next fire time in the zone the schedule runs in — the task's, else the appliance's
+// (said so) — short ("5 Dec, 08:00 UTC+8"), the zone named under it (docs/panel.md "Time").
+function nextText(task, zone) {
+  const tz = task.tz || zone; const at = task.next_fire_at_ms;
+  let when;
+  try {
+    when = new Intl.DateTimeFormat(locale(), { month: 'short', day: 'numeric', hour: '2-digit',
+      minute: '2-digit', hourCycle: 'h23', timeZone: tz }).format(new Date(at)) + ' ' + zoneTag(at, tz);
+  } catch (e) { when = fmtTime(at); } // a zone this browser does not know
+  return [h('div', t('tasks.next', { when, rel: fmtRelative(at) })), h('div', { 'data-role': 'zone',
+    'data-zone': tz }, task.tz ? task.tz : t('tasklist.applianceZone', { zone }))];
+}
+
+function taskRow(task, cols, reload, picked, zone) {
   const sched = task.schedule
-    ? [h('code', task.schedule), h('div.muted.small', task.next_fire_at_ms
-      ? t('tasks.next', { when: fmtTime(task.next_fire_at_ms),
-        rel: fmtRelative(task.next_fire_at_ms) }) : t('tasks.paused'))]
+    ? [h('code', task.schedule), h('div.muted.small', { 'data-role': 'next' },
+      task.next_fire_at_ms ? nextText(task, zone) : t('tasks.paused'))]
     : h('span.muted', t('tasks.manual'));
   const toggle = rowBtn(task.enabled ? t('tasks.disable') : t('tasks.enable'), task.name,
     guarded(async () => {
@@ -164,6 +178,7 @@ function viewTasks(main, alive, query) {
       return;
     }
     if (!current()) return;
+    knowZone(res.zone);
     body.removeAttribute('aria-busy');
     fill(labelSel, h('option', { value: '' }, t('tasklist.anyLabel')),
       res.labels.map((l) => h('option', { value: l, selected: l === state.label }, l)));
@@ -180,7 +195,7 @@ function viewTasks(main, alive, query) {
     const pages = Math.max(1, Math.ceil(res.total / PAGE));
     fill(body,
       res.items.length
-        ? grid(t('nav.tasks'), cols, res.items.map((task) => taskRow(task, cols, load, picked)),
+        ? grid(t('nav.tasks'), cols, res.items.map((task) => taskRow(task, cols, load, picked, res.zone)),
           { class: 'tasklist' })
         : h('p.empty', t('tasklist.noMatch')),
       h('nav.pager', { 'aria-label': t('tasklist.pages') },
@@ -210,4 +225,4 @@ function viewTasks(main, alive, query) {
   load();
 }
 
-export { viewTasks };
+export { viewTasks, firstPage };
