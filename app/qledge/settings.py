@@ -434,4 +434,7 @@ def check_admin_token(token: str, source: str) -> None:
 # Variables of the product's own tooling around the worker (the config file, the
 # image's entrypoint and supervisord, log verbosity), not settings of the worker.
 # Test and tool knobs are QLTEST_*, a name space the settings never read.
-_IGNORED_ENV = frozenset({"QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_LOG_LEVEL"})
+# QLEDGE_BACKUP_PASSPHRASE: read (and removed from its environment) by `qledge backup` and
+# `qledge restore` only; set in a container's environment it must not stop the worker.
+_IGNORED_ENV = frozenset({"QLEDGE_CONFIG", "QLEDGE_PYTHON", "QLEDGE_RUN_DIR", "QLEDGE_LOG_LEVEL",
+                          "QLEDGE_BACKUP_PASSPHRASE"})

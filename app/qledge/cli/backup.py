@@ -27,7 +27,7 @@ def passphrase_of(args: argparse.Namespace) -> bytes | None:
     """The passphrase from --passphrase-file (its first line) or the environment."""
     from ..backup import BackupInvalid, crypto
 
-    # Popped first: settings.load() refuses unknown QLEDGE_* names, and nothing this
+    # Popped first: nothing this
     # process starts should inherit it.
     from_env = os.environ.pop(PASSPHRASE_ENV, None)
     if args.passphrase_file:

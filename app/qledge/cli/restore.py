@@ -16,7 +16,7 @@ def restore_cmd(args: argparse.Namespace) -> int:
     from ..backup import BackupInvalid, RestoreError, restore, swap
     from .backup import NoPassphrase, passphrase_of
 
-    try:  # before settings.load(), which refuses the passphrase's QLEDGE_* name
+    try:  # first: the variable leaves the environment before anything else runs
         passphrase = passphrase_of(args)
     except NoPassphrase as exc:
         return fail(str(exc))

@@ -157,7 +157,7 @@ function viewEnvs(main, alive) {
         'envs.json');
     }, '', { 'data-action': 'export' }),
     btn(t('envs.new'), () => edit(null), 'primary', { 'data-action': 'new-env' }));
-  main.append(h('p.muted', t('envs.intro')), h('p.muted.small', t('envs.dupHelp')));
+  main.append(h('p.muted', t('envs.intro')));
   const formBox = h('div');
   const search = h('input', { type: 'search', id: 'env-search', 'data-role': 'search',
     autocomplete: 'off', spellcheck: 'false', placeholder: t('envs.search'),

@@ -632,7 +632,7 @@ export const STRINGS = ((table) => {
     '同名的已启用变量会合并为一个变量传给任务：按列表顺序（自上而下）用“&”连接，与青龙相同；任务自己的同名 env 优先。',
   'envs.valueHelp': 'Kept exactly as typed or pasted, line breaks included.|按输入或粘贴的原样保存，包括换行。',
   'envs.select': 'Select {name}|选择 {name}',
-  'envs.pick': 'Select|选择',
+  'envs.pick': '✓|✓',
   'envs.joined': '(×{n}, joined with &)|（×{n}，用 & 连接）',
   'envs.up': 'Move up|上移',
   'envs.down': 'Move down|下移',
