@@ -91,3 +91,37 @@ def test_a_good_restore_reports_success_and_restarts(page: Page, appliance: Appl
     # The page reloads once the worker answers again; the sessions are the backup's, taken
     # before this browser signed in: it signs in again (docs/backup.md).
     expect(page.get_by_role("heading", name="Sign in", level=1)).to_be_visible()
+
+
+def test_an_encrypted_backup_needs_its_passphrase(page: Page, appliance: Appliance,
+                                                  tmp_path: Path) -> None:
+    api_task(appliance, name="sealed", command="true", schedule=None)
+    sealed = tmp_path / "b.tar.gz.enc"
+    with appliance.http.stream("POST", "/api/v1/backup",
+                               json={"passphrase": "口令 correct horse"}) as resp:
+        assert resp.status_code == 200
+        with sealed.open("wb") as out:
+            for chunk in resp.iter_bytes():
+                out.write(chunk)
+    old_pid = appliance.worker_pid()
+    sign_in(page)
+    page.goto("/#/system")
+    page.get_by_role("button", name="中文").click()
+    card = page.locator("#sys-backup")
+    card.locator("#bk-file").set_input_files(str(sealed))
+    for given, code, words in (("", "BACKUP_PASSPHRASE_NEEDED", "请输入其密码短语"),
+                               ("wrong horse", "BACKUP_PASSPHRASE_WRONG", "密码短语不正确")):
+        card.locator("#bk-pass").fill(given)
+        card.get_by_role("button", name="恢复备份").click()
+        page.locator("dialog [data-action=confirm]").click()
+        error = card.locator("#bk-error")
+        expect(error).to_contain_text(words)
+        assert error.get_attribute("data-code") == code
+    card.locator("#bk-pass").fill("口令 correct horse")  # not latin-1: sent percent-encoded
+    card.get_by_role("button", name="恢复备份").click()
+    page.locator("dialog [data-action=confirm]").click()
+    expect(card.locator("#bk-result")).to_be_visible()
+    deadline = time.monotonic() + 60
+    while not (appliance.worker_pid() != old_pid and appliance.ready()):
+        assert time.monotonic() < deadline, appliance.log_tail()
+        time.sleep(0.2)

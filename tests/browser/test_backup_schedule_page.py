@@ -16,7 +16,7 @@ def test_set_up_a_scheduled_backup_with_a_passphrase(page: Page, appliance: Appl
                                                      tmp_path: Path) -> None:
     sign_in(page)
     page.goto("/#/system")
-    card = page.locator("#sys-backup")
+    card = page.locator("#sys-backup-schedule")
     expect(card.get_by_role("heading", name="Scheduled backups")).to_be_visible()
     expect(card.locator("#bs-state")).to_have_text("Not set up.")
     card.get_by_label("Enabled").check()
@@ -54,7 +54,7 @@ def test_refusals_in_chinese(page: Page, appliance: Appliance, tmp_path: Path) -
     sign_in(page)
     page.goto("/#/system")
     page.get_by_role("button", name="中文").click()
-    card = page.locator("#sys-backup")
+    card = page.locator("#sys-backup-schedule")
     expect(card.get_by_role("heading", name="定时备份")).to_be_visible()
     card.get_by_label("目录").fill(str(tmp_path))
     card.get_by_label("保留份数").fill("0")

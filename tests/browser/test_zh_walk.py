@@ -197,8 +197,10 @@ def test_the_walk_catches_an_untranslated_code(page: Page, appliance: Appliance)
     walk = Walk(_catalogue(page, mods["i18n"]))
     method, path, body = REFUSALS[4]  # an apprise URL that is none
     walk.heard(appliance.http.request(method, "/api/v1" + path, json=body).json()["message"])
+    # The refusal names both its code and the picker's field rule: both untranslated.
     page.evaluate("async (u) => { const m = await import(u);"
-                  " m.STRINGS.zh['err.BAD_APPRISE_URL'] = m.STRINGS.en['err.BAD_APPRISE_URL']; }",
+                  " for (const k of ['err.BAD_APPRISE_URL', 'code.NOT_APPRISE_URL'])"
+                  " m.STRINGS.zh[k] = m.STRINGS.en[k]; }",
                   mods["i18n"])
     page.evaluate(_SHOW, [mods["core"], method, path, body])
     problems = walk.problems(page, ["#toast"])

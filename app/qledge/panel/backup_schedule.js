@@ -9,7 +9,7 @@ function said(ex) {
 function scheduleCard() {
   const box = h('div', loading());
   api('GET', '/backup/schedule').then((s) => fill(box, form(s)), (e) => failBox(box, e));
-  return h('section.card', { id: 'sys-backup', 'aria-labelledby': 'sys-h10' },
+  return h('section.card', { id: 'sys-backup-schedule', 'aria-labelledby': 'sys-h10' },
     h('h2', { id: 'sys-h10' }, t('bs.title')), box);
 }
 
