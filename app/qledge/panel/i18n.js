@@ -992,7 +992,7 @@ export const STRINGS = ((table) => {
   'bs.clear': 'Remove the passphrase|移除口令',
   'bs.save': 'Save|保存',
   'bs.saved': 'Saved.|已保存。',
-  'bs.err.BACKUP_SCHEDULE_CRON': 'Not a valid schedule: {reason}|计划无效：{reason}',
+  'bs.err.BACKUP_SCHEDULE_CRON': 'Not a valid schedule: {reason}|计划无效：不是有效的 cron 表达式（5 个字段：分 时 日 月 周，如 0 3 * * *）。',
   'bs.err.BACKUP_KEEP_RANGE': 'Keep {min} to {max} archives.|保留份数须为 {min} 到 {max}。',
   'bs.err.BACKUP_DIR_NOT_ABSOLUTE': 'An absolute path is needed.|需要绝对路径。',
   'bs.err.BACKUP_DIR_INSIDE_STATE': '{path} is inside the appliance’s own {root} folder.|{path} 位于本机自身的 {root} 目录内。',
