@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import IO
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -63,21 +64,15 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "") in ("1", "true")
 
 
-async def download(request: Request) -> Response:
-    conf = runtime_of(request).settings
-    if conf.fleet:
-        raise StateConflict("fleet mode keeps its data in PostgreSQL: back it up with"
-                            " pg_dump (docs/backup.md)")
+def streamed(write: Callable[[IO[bytes]], None], filename: str,
+             media_type: str) -> StreamingResponse:
+    """`write(out)` run in a thread, its bytes streamed as they come (bounded: the pipe
+    holds QUEUE_CHUNKS); a failed write ends the stream with an error, never "complete"."""
     pipe = _Pipe()
-    logs, history = _flag(request, "logs"), _flag(request, "history")
 
     def produce() -> None:
-        # Imported when a backup is asked for: an idle worker never loads tarfile and the
-        # writer (tests/test_imports_idle.py).
-        from .. import backup as backups
-
         try:
-            backups.write(conf, pipe, with_logs=logs, with_history=history)  # type: ignore[arg-type]
+            write(pipe)  # type: ignore[arg-type]
         finally:
             pipe.end()
 
@@ -86,16 +81,32 @@ async def download(request: Request) -> Response:
         try:
             while (chunk := await asyncio.to_thread(pipe.next)) is not None:
                 yield chunk
-            await writer  # a failed backup ends the stream with an error, never "complete"
+            await writer
         finally:
             pipe.gone.set()
             while not pipe.q.empty():
                 pipe.q.get_nowait()
 
-    name = f"qledge-backup-{now_ms() // 1000}.tar.gz"
-    return StreamingResponse(body(), media_type="application/gzip", headers={
-        "Content-Disposition": f'attachment; filename="{name}"',
+    return StreamingResponse(body(), media_type=media_type, headers={
+        "Content-Disposition": f'attachment; filename="{filename}"',
         "X-Accel-Buffering": "no", "Cache-Control": "no-store"})
+
+
+async def download(request: Request) -> Response:
+    conf = runtime_of(request).settings
+    if conf.fleet:
+        raise StateConflict("fleet mode keeps its data in PostgreSQL: back it up with"
+                            " pg_dump (docs/backup.md)")
+    logs, history = _flag(request, "logs"), _flag(request, "history")
+
+    def write(out: IO[bytes]) -> None:
+        # Imported when a backup is asked for: an idle worker never loads tarfile and the
+        # writer (tests/test_imports_idle.py).
+        from .. import backup as backups
+
+        backups.write(conf, out, with_logs=logs, with_history=history)
+
+    return streamed(write, f"qledge-backup-{now_ms() // 1000}.tar.gz", "application/gzip")
 
 
 async def estimate(request: Request) -> Response:

@@ -5,21 +5,17 @@ encrypting stream (backup/crypto.py) into a bounded queue the response drains.""
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
-from collections.abc import AsyncIterator
+from typing import IO
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..clock import now_ms
+from .backup import streamed
 from .context import runtime_of
 from .errors import ApiError, Invalid, StateConflict, decode_body
-
-QUEUE_CHUNKS = 16  # × up to 64 KiB + 16: what the server holds of an archive at most
 
 
 class EncryptedDownload(msgspec.Struct, forbid_unknown_fields=True, frozen=True,
@@ -38,42 +34,6 @@ class EncryptionUnavailable(ApiError):
     code = "BACKUP_ENCRYPTION_UNAVAILABLE"
 
 
-class _Queue:
-    """What the encrypting stream writes into; a write fails once the client left."""
-
-    def __init__(self) -> None:
-        self.q: queue.Queue[bytes | None] = queue.Queue(QUEUE_CHUNKS)
-        self.gone = threading.Event()
-
-    def write(self, data: bytes) -> int:
-        while not self.gone.is_set():
-            try:
-                self.q.put(bytes(data), timeout=0.5)
-                return len(data)
-            except queue.Full:
-                continue
-        raise BrokenPipeError("the download was abandoned")
-
-    def flush(self) -> None:
-        return None
-
-    def end(self) -> None:
-        while not self.gone.is_set():
-            try:
-                self.q.put(None, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-
-    def next(self) -> bytes | None:
-        while not self.gone.is_set():
-            try:
-                return self.q.get(timeout=0.5)
-            except queue.Empty:
-                continue
-        return None
-
-
 async def download_encrypted(request: Request) -> Response:
     from ..backup import crypto  # on use: an idle worker never loads the backup code
 
@@ -86,39 +46,22 @@ async def download_encrypted(request: Request) -> Response:
         raise PassphraseShort(f"a backup passphrase needs at least {crypto.MIN_PASSPHRASE}"
                               " characters", field="passphrase",
                               extra={"params": {"min": crypto.MIN_PASSPHRASE}})
-    try:  # said before the answer starts: on arm/v7 there is no cryptography
+    try:  # said before the answer starts
         crypto.require()
     except crypto.EncryptionUnavailable as exc:
         raise EncryptionUnavailable(str(exc)) from None
     passphrase = body.passphrase.encode()
-    pipe = _Queue()
 
-    def produce() -> None:
+    def write(out: IO[bytes]) -> None:
         from .. import backup as backups
 
-        try:
-            sealed = crypto.EncryptingWriter(pipe, passphrase)  # type: ignore[arg-type]
-            backups.write(conf, sealed, with_logs=body.logs,  # type: ignore[arg-type]
-                          with_history=body.history, encrypted=True)
-            sealed.finish()
-        finally:
-            pipe.end()
+        sealed = crypto.EncryptingWriter(out, passphrase)
+        backups.write(conf, sealed, with_logs=body.logs,  # type: ignore[arg-type]
+                      with_history=body.history, encrypted=True)
+        sealed.finish()
 
-    async def stream() -> AsyncIterator[bytes]:
-        writer = asyncio.get_running_loop().run_in_executor(None, produce)
-        try:
-            while (chunk := await asyncio.to_thread(pipe.next)) is not None:
-                yield chunk
-            await writer  # a failed backup ends the stream with an error, never "complete"
-        finally:
-            pipe.gone.set()
-            while not pipe.q.empty():
-                pipe.q.get_nowait()
-
-    name = f"qledge-backup-{now_ms() // 1000}.tar.gz.enc"
-    return StreamingResponse(stream(), media_type="application/octet-stream", headers={
-        "Content-Disposition": f'attachment; filename="{name}"',
-        "X-Accel-Buffering": "no", "Cache-Control": "no-store"})
+    return streamed(write, f"qledge-backup-{now_ms() // 1000}.tar.gz.enc",
+                    "application/octet-stream")
 
 
 routes = [Route("/backup", download_encrypted, methods=["POST"])]
