@@ -502,6 +502,11 @@ export const STRINGS = ((table) => {
   'system.isoEffective': 'In effect|已生效',
   'system.isoAbi': 'Landlock ABI|Landlock ABI',
   'system.isoReason': 'Why not|未生效原因',
+  'system.isoWhy.off': 'task_isolation is off|task_isolation 设置为 off（关闭）',
+  'system.isoWhy.landlock': 'the kernel offers no Landlock: {error}|内核不提供 Landlock：{error}',
+  'system.isoWhy.errno.Function not implemented': 'the kernel was built without it (ENOSYS)|内核编译时未启用（ENOSYS）',
+  'system.isoWhy.errno.Operation not supported': 'it is switched off at boot (EOPNOTSUPP)|启动时被关闭（EOPNOTSUPP）',
+  'system.isoWhy.errno.Operation not permitted': 'the container forbids it (EPERM)|容器禁止使用（EPERM）',
   'system.isoProtected': 'Out of tasks’ reach|任务无法访问',
   'system.isoHelp': 'Tasks can open nothing beneath these directories: the database, the admin token, receipts and other runs’ logs (docs/security.md).|' +
     '任务无法打开这些目录下的任何文件：数据库、管理员令牌、回执和其他运行的日志（见 docs/security.md）。',

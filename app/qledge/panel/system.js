@@ -97,17 +97,28 @@ function fileReads(f) {
     t('system.fileReadsVal', f)) : '—';
 }
 
+// Why isolation is not in effect (launch/isolation.py): "task_isolation is off", or
+// "Landlock unavailable: <the kernel's error>"; said in the reader's words.
+function isoWhy(reason) {
+  if (!reason) return '';
+  if (reason === 'task_isolation is off') return t('system.isoWhy.off');
+  const m = /^Landlock unavailable: (.*)$/.exec(reason);
+  if (!m) return reason;
+  const err = t('system.isoWhy.errno.' + m[1]);
+  return t('system.isoWhy.landlock', { error: err.startsWith('system.') ? m[1] : err });
+}
+
 // Task isolation (docs/security.md).
 function isolationView(iso) {
   return h('section.card', { 'aria-labelledby': 'sys-h6', id: 'sys-isolation',
     'data-effective': String(!!iso.effective) },
   h('h2', { id: 'sys-h6' }, t('system.isolation')),
   iso.effective ? null : h('div', { class: 'alert ' + (iso.mode === 'required' ? 'error' : 'warn'),
-    role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: iso.reason })),
+    role: 'status', id: 'sys-iso-warning' }, t('system.iso.' + iso.mode, { reason: isoWhy(iso.reason) })),
   dl([[t('system.isoMode'), words('system.isoMode.', iso.mode)],
     [t('system.isoEffective'), iso.effective ? t('common.yes') : t('common.no')],
     [t('system.isoAbi'), iso.landlock_abi == null ? '—' : String(iso.landlock_abi)],
-    iso.reason ? [t('system.isoReason'), iso.reason] : null,
+    iso.reason ? [t('system.isoReason'), isoWhy(iso.reason)] : null,
     [t('system.isoProtected'), h('ul.plain', { id: 'sys-iso-protected' },
       (iso.protected || []).map((d) => h('li', h('code.wrap', d))))]]),
   iso.effective ? h('p.muted.small', t('system.isoHelp')) : null);
