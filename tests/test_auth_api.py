@@ -241,6 +241,16 @@ def test_a_new_browser_sign_in_queues_a_notification(anon: TestClient) -> None:
     body = anon.portal.call(stored_body)  # type: ignore[union-attr]
     assert "Browser: Firefox on Linux" in body and "Method: token" in body
     assert ADMIN not in body
+    # In the notifications' language (a setting): a 中文 reader gets a 中文 message.
+    r = anon.put("/api/v1/notifications/settings", headers=_admin(),
+                 json={"language": "zh-CN"})
+    assert r.status_code == 200, r.text
+    other = {"User-Agent": "Mozilla/5.0 (Macintosh; Mac OS X 14_0) Safari/605.1", **SAME}
+    assert anon.post("/api/v1/auth/login", json={"token": ADMIN},
+                     headers=other).status_code == 200
+    outbox = anon.get("/api/v1/notifications/messages", headers=_admin()).json()["items"]
+    titles = sorted(m["title"] for m in outbox if m["kind"] == "signin")
+    assert titles == ["[qledge] new sign-in to the panel", "[qledge] 面板有新的登录"], titles
 
 
 def test_the_cookie_is_secure_over_tls_and_behind_a_trusted_proxy_only(tmp_path) -> None:  # type: ignore[no-untyped-def]

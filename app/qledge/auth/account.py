@@ -35,7 +35,9 @@ from .throttle import Throttle
 TOUCH_EVERY_MS = 60_000  # last-seen is written at most once a minute per session
 KEEP_LOGINS = 1000
 RECOVERY_CODES = 10
-Notify = Callable[[Tx, str, str], Awaitable[object]]
+# (tx, client address, browser summary, method): the message is worded by its receiver,
+# in the notifications' language (notifications/words.py).
+Notify = Callable[[Tx, str, str, str], Awaitable[object]]
 
 
 def _sha(value: str) -> str:
@@ -155,10 +157,7 @@ class Accounts:
             await q.add_login(tx, at_ms=now, client=client, agent=agent, method=method,
                               outcome="ok", keep=KEEP_LOGINS)
             if not known and self.notify is not None:
-                await self.notify(tx, "[qledge] new sign-in to the panel",
-                                  f"A browser not seen before signed in.\nFrom: {client}\n"
-                                  f"Browser: {agent}\nMethod: {method}\nIf this was not"
-                                  " you: sign out everywhere and change the password.")
+                await self.notify(tx, client, agent, method)
         return value, method
 
     async def session(self, value: str) -> q.Session | None:

@@ -10,8 +10,10 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from ..auth import Accounts
+from ..db import notifications as notify_q
 from ..db.interface import Tx
 from ..notifications import rules as notify
+from ..notifications import words
 from ..runtime.lifecycle import Runtime
 from ..settings import Settings
 from . import (
@@ -88,8 +90,11 @@ def create_app(settings: Settings, admin_token: str, *, boot_id: str | None = No
     app.state.stream_tickets = tickets.TicketStore()
     app.state.script_sends = {}
 
-    async def signin_message(tx: Tx, title: str, body: str) -> None:
-        await runtime.notifier.enqueue(tx, kind="signin", title=title, body=body)
+    async def signin_message(tx: Tx, client: str, agent: str, method: str) -> None:
+        lang = words.lang((await notify_q.settings(tx)).language)
+        await runtime.notifier.enqueue(
+            tx, kind="signin", title=words.text(lang, "signin"),
+            body=words.text(lang, "signin_body", client, agent, method))
 
     app.state.accounts = Accounts(
         runtime.db, admin_token, idle_ms=settings.session_idle_s * 1000,

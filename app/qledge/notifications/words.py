@@ -76,6 +76,10 @@ TEXT: dict[str, dict[str, str]] = {
         "unknown": "unknown",
         "test": "[qledge] test message",
         "test_body": "A test from qledge (channel {}). If you read this, the channel works.",
+        "signin": "[qledge] new sign-in to the panel",
+        "signin_body": "A browser not seen before signed in.\nFrom: {}\nBrowser: {}\n"
+                       "Method: {}\nIf this was not you: sign out everywhere and change the"
+                       " password.",
     },
     "zh-CN": {
         "task": "任务：{}（#{}）", "status": "状态：{}", "reason": "原因：{}",
@@ -97,6 +101,9 @@ TEXT: dict[str, dict[str, str]] = {
         "unknown": "未知",
         "test": "[qledge] 测试消息",
         "test_body": "来自 qledge 的测试（渠道 {}）。看到这条消息，说明渠道可用。",
+        "signin": "[qledge] 面板有新的登录",
+        "signin_body": "一个从未见过的浏览器登录了面板。\n来自：{}\n浏览器：{}\n方式：{}\n"
+                       "如果不是你本人：请“在所有设备上退出”并修改密码。",
     },
 }
 
