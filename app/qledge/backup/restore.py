@@ -22,6 +22,7 @@ import msgspec
 
 from ..clock import now_ms
 from ..db import migrate, snapshot
+from ..fs import dirfd
 from ..settings import Settings
 from . import swap
 from .check import verify
@@ -71,9 +72,7 @@ class _Stager:
                 if target != self.db_file:  # a script keeps its x bits, never g/o write
                     os.fchmod(fd, (info.mode & 0o755) | 0o600)
                 for data in chunks:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    dirfd.write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -109,6 +109,14 @@ def rename_exchange(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> Non
         raise OSError(code, os.strerror(code), src, None, dst)
 
 
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of `data` to `fd`: os.write may take only part (a pipe, a signal, a full disk
+    raises instead)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def numbered(name: str, n: int) -> str:
     """The n-th name tried for `name`: itself, then `<stem>.<n><suffix>` (a.json → a.1.json)."""
     if n == 0:

@@ -26,9 +26,9 @@ from ..db import attempts, runs
 from ..db import backup_schedule as stored
 from ..model import ACTIVE_ATTEMPT
 from ..notifications import rules as notify
+from .backup_encrypted import EncryptionUnavailable
 from .context import runtime_of
 from .errors import (
-    ApiError,
     Forbidden,
     Invalid,
     StateConflict,
@@ -47,11 +47,6 @@ class NotTheScheduledRun(Forbidden):
 
 class ScheduleEdited(Forbidden):
     code = "BACKUP_SCHEDULE_EDITED"
-
-
-class EncryptionUnavailable(ApiError):
-    status = 501
-    code = "BACKUP_ENCRYPTION_UNAVAILABLE"
 
 
 class BackupScheduleInvalid(Invalid):

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..backup import swap
+from ..fs import dirfd
 from ..settings import Settings
 from ._files import offload
 from .context import runtime_of
@@ -60,7 +61,7 @@ async def upload(request: Request) -> Response:
         os.unlink(spool)
         async for chunk in request.stream():
             if chunk:
-                await offload(_write_all, fd, chunk)
+                await offload(dirfd.write_all, fd, chunk)
         os.lseek(fd, 0, os.SEEK_SET)
         pending = await asyncio.to_thread(_stage, conf, fd, replace, force, passphrase)
     finally:
@@ -76,12 +77,6 @@ async def upload(request: Request) -> Response:
     response = json_response(body, status=202)
     response.background = task
     return response
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _passphrase(request: Request) -> bytes | None:

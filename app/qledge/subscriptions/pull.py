@@ -129,9 +129,7 @@ def _write_manifest(staging: Path, alias: str, scripts: list[str]) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        dirfd.write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -186,9 +184,7 @@ def _write(tree: Path, parts: tuple[str, ...], data: bytes, mode: int) -> None:
     fd = os.open(folder / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                  | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        dirfd.write_all(fd, data)
     finally:
         os.close(fd)
 
