@@ -61,6 +61,12 @@ def _fill(conf: settings.Settings, tag: str, *, binary: bytes = b"") -> None:
     (conf.scripts_path / f"{tag}.py").chmod(0o750)
     (conf.scripts_path / "sub" / f"{tag}.bin").write_bytes(binary or os.urandom(5000))
     (conf.script_history_path / f"{tag}.py.1").write_bytes(b"old\n")
+    (conf.logs_path / "ab").mkdir(exist_ok=True)
+    (conf.logs_path / "ab" / f"{tag}.log").write_bytes(f"log of {tag}\n".encode())
+    copies = conf.logs_path / "qinglong" / tag
+    copies.mkdir(parents=True, exist_ok=True)
+    (copies / "1.log").write_bytes(b"\x1b[32mimported\x1b[0m\n")
+    (copies / "1.log").chmod(0o400)  # as the import leaves its copies
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -69,7 +75,8 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def _state(conf: settings.Settings) -> tuple[object, ...]:
-    """What the appliance holds, as compared by the drills: scripts, history, names."""
+    """What the appliance holds, as compared by the drills: scripts, history, logs,
+    names."""
     conn = sqlite3.connect(f"file:{conf.db_path}?mode=ro", uri=True)
     try:
         names = sorted(r[0] for r in conn.execute(
@@ -77,7 +84,9 @@ def _state(conf: settings.Settings) -> tuple[object, ...]:
         env_names = sorted(r[0] for r in conn.execute("SELECT name FROM envs"))
     finally:
         conn.close()
-    return (_tree(conf.scripts_path), _tree(conf.script_history_path), names, env_names)
+    logs = {k: v for k, v in _tree(conf.logs_path).items() if not k.startswith(".restore")}
+    return (_tree(conf.scripts_path), _tree(conf.script_history_path), logs, names,
+            env_names)
 
 
 def _bytes_of(*roots: Path) -> dict[str, str]:
@@ -94,13 +103,19 @@ def _bytes_of(*roots: Path) -> dict[str, str]:
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Path:
-    """A backup (plain tar) of an appliance 'src'."""
+    """A backup (plain tar, with logs) of an appliance 'src'."""
     src = make_settings(tmp_path / "src")
     _fill(src, "src", binary=bytes(range(256)) * 40)
     target = tmp_path / "src.tar"
     with target.open("wb") as out:
-        backup.write(src, out, gzip=False)
+        backup.write(src, out, gzip=False, with_logs=True)
     return target
+
+
+def _leftovers(conf: settings.Settings) -> list[Path]:
+    """A restore's own files: none may stay once it is committed or swept."""
+    return [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir(),
+                        *conf.logs_path.iterdir()) if p.name.startswith((".restore", "restore-"))]
 
 
 def test_restore_into_an_empty_appliance(conf: settings.Settings, archive: Path,
@@ -116,9 +131,9 @@ def test_restore_into_an_empty_appliance(conf: settings.Settings, archive: Path,
     assert _state(conf) == _state(src)
     assert (conf.scripts_path / "sub" / "src.bin").read_bytes() == bytes(range(256)) * 40
     assert (conf.scripts_path / "src.py").stat().st_mode & 0o777 == 0o750  # x bits kept
-    # Committed: no marker, staging or previous state left.
-    assert not [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir())
-                if p.name.startswith((".restore", "restore-"))]
+    assert (conf.logs_path / "ab" / "src.log").read_bytes() == b"log of src\n"
+    assert (conf.logs_path / "qinglong" / "src" / "1.log").read_bytes().startswith(b"\x1b")
+    assert not _leftovers(conf)  # committed: no marker, staging or previous state left
     # The dependency's install is queued in the restored database.
     conn = sqlite3.connect(conf.db_path)
     row = conn.execute("SELECT d.name, r.status, j.action FROM dependencies d JOIN runs r"
@@ -140,7 +155,33 @@ def test_a_full_appliance_needs_replace(conf: settings.Settings, archive: Path) 
     with archive.open("rb") as f:
         restore.stage(conf, f, replace=True)
     swap.apply_pending(conf)
-    assert _state(conf)[2] == ["task-src"]
+    assert _state(conf)[3] == ["task-src"]
+
+
+def test_an_archive_without_logs_leaves_the_logs_as_they_are(
+        conf: settings.Settings, tmp_path: Path) -> None:
+    """Logs are optional in a backup: one without them replaces the rest and leaves the
+    logs volume alone; one with them replaces its entries (the test above)."""
+    src = make_settings(tmp_path / "src")
+    _fill(src, "src")
+    target = tmp_path / "nologs.tar"
+    with target.open("wb") as out:
+        backup.write(src, out, gzip=False)
+    _fill(conf, "old")
+    logs_before = _tree(conf.logs_path)
+    (conf.logs_path / ".restore-staging").mkdir()  # a crashed restore's: never backed up
+    with target.open("rb") as f:
+        assert restore.stage(conf, f, replace=True).logs is False
+    swap.apply_pending(conf)
+    assert _state(conf)[:2] == _state(src)[:2] and _state(conf)[3] == ["task-src"]
+    assert _tree(conf.logs_path) == logs_before
+    assert not _leftovers(conf)
+    (conf.logs_path / ".restore-staging").mkdir()
+    with_logs = io.BytesIO()
+    backup.write(conf, with_logs, gzip=False, with_logs=True)
+    names = [m.name for m in backup.verify(io.BytesIO(with_logs.getvalue())).members]
+    assert "qledge-backup/logs/ab/old.log" in names
+    assert not [n for n in names if ".restore" in n]
 
 
 def test_an_older_schema_is_migrated(conf: settings.Settings, tmp_path: Path) -> None:
@@ -290,7 +331,7 @@ def test_a_refused_archive_changes_nothing(conf: settings.Settings, archive: Pat
 # -- the swap, killed at every step ----------------------------------------------------
 
 SWAP_POINTS = ["restore.before_marker",
-               *(f"restore.swap.{n}.{w}" for n in range(5) for w in ("aside", "placed")),
+               *(f"restore.swap.{n}.{w}" for n in range(6) for w in ("aside", "placed")),
                "restore.committed"]
 
 
@@ -316,8 +357,7 @@ def test_a_restore_killed_at_any_step_leaves_old_or_new(
     # The next start (the worker's, or this) finishes or sweeps, and nothing is mixed.
     swap.apply_pending(conf)
     assert _state(conf) == (old if point == "restore.before_marker" else new)
-    assert not [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir())
-                if p.name.startswith((".restore", "restore-"))]
+    assert not _leftovers(conf)
 
 
 def test_the_cli_restores_with_the_worker_stopped(tmp_path: Path, archive: Path) -> None:
@@ -327,7 +367,7 @@ def test_the_cli_restores_with_the_worker_stopped(tmp_path: Path, archive: Path)
     assert refused.returncode == 2 and b"RESTORE_NOT_EMPTY" in refused.stderr
     done = _cli(conf, str(archive), "--replace")
     assert done.returncode == 0, done.stderr
-    assert b"dependency installs queued: python 1" in done.stderr
+    assert b"dependency installs queued: python 1; logs replaced" in done.stderr
     assert _state(conf) == _state(make_settings(tmp_path / "src"))
 
 
@@ -341,7 +381,7 @@ def test_the_api_stages_and_refuses_with_codes(conf: settings.Settings, client: 
     assert resp.json()["error"] in ("BACKUP_DAMAGED", "BACKUP_NO_MANIFEST")
     resp = client.post("/api/v1/restore", content=archive.read_bytes())
     assert resp.status_code == 202, resp.text  # the test's appliance is empty
-    assert resp.json()["requeued"] == {"python": 1}
+    assert resp.json()["requeued"] == {"python": 1} and resp.json()["logs"] is True
     assert resp.json()["restarting"] is False  # no supervisor here: applied at next start
     assert swap.read_pending(conf) is not None
     again = client.post("/api/v1/restore?replace=1", content=archive.read_bytes())
@@ -359,8 +399,7 @@ def test_a_staged_restore_can_be_cancelled(tmp_path: Path, archive: Path) -> Non
     assert done.returncode == 0 and b"staged restore dropped" in done.stderr
     assert swap.apply_pending(conf) is None
     assert _state(conf) == old
-    assert not [p for p in (*conf.data_path.iterdir(), *conf.work_path.iterdir())
-                if p.name.startswith((".restore", "restore-"))]
+    assert not _leftovers(conf)
 
 
 def test_an_encrypted_archive_restores_with_its_passphrase_only(

@@ -5,7 +5,9 @@ dependency installs queued again; then the `restore-pending.json` marker, last.
 
 Nothing live is touched here: a refused archive (any BackupInvalid or RestoreError)
 leaves the appliance exactly as it was, its staging removed. The swap (swap.py) puts
-the staged state in place, at once when the worker is stopped, else at its start-up."""
+the staged state in place, at once when the worker is stopped, else at its start-up.
+Logs in the archive (`--with-logs`) replace the logs volume's; an archive without
+them leaves that volume as it is."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from .errors import BackupInvalid, RestoreError
 from .manifest import DB_NAME, ROOT
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-RESTORED_AREAS = ("scripts", "scripts-history")  # logs in an archive are not restored
+_WORK_AREAS = ("scripts", "scripts-history")
 
 
 class _Stager:
@@ -38,23 +40,24 @@ class _Stager:
     (its bytes must be on disk before the marker says they are the new state)."""
 
     def __init__(self, conf: Settings) -> None:
-        self.data_stage, self.work_stage = swap.staging_dirs(conf)
+        self.stages = swap.staging_dirs(conf)
+        self.data_stage, self.work_stage, self.logs_stage = self.stages
         self.db_file = self.data_stage / conf.db_path.name
         self.dirs: set[Path] = set()
 
     def prepare(self) -> None:
-        for stage in (self.data_stage, self.work_stage):
+        for stage in self.stages:
             stage.mkdir(mode=0o700)
-        for area in RESTORED_AREAS:
+        for area in _WORK_AREAS:
             (self.work_stage / area).mkdir(mode=0o700)
 
     def _target(self, name: str) -> Path | None:
         if name == DB_NAME:
             return self.db_file
         area, _, rest = name.removeprefix(f"{ROOT}/").partition("/")
-        if area not in RESTORED_AREAS:
-            return None
-        return self.work_stage / area / rest  # names checked by verify: no .., no /
+        if area == "logs":  # names checked by verify: no .., no /
+            return None if rest.startswith(".restore") else self.logs_stage / rest
+        return self.work_stage / area / rest if area in _WORK_AREAS else None
 
     def __call__(self, info: tarfile.TarInfo, chunks: Iterator[bytes] | None) -> None:
         target = self._target(info.name)
@@ -86,8 +89,7 @@ class _Stager:
             raise
 
     def sync_dirs(self) -> None:
-        for d in sorted(self.dirs | {self.data_stage, self.work_stage}, key=lambda p: -len(
-                p.parts)):
+        for d in sorted(self.dirs | set(self.stages), key=lambda p: -len(p.parts)):
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)
@@ -131,7 +133,8 @@ def stage(conf: Settings, source: IO[bytes], *, replace: bool = False,
         try:
             stager.prepare()
             manifest = verify(source, stager, passphrase)
-            pending = _finish(conf, stager, replace=replace, schema=manifest.schema_version)
+            pending = _finish(conf, stager, replace=replace, schema=manifest.schema_version,
+                              logs=manifest.with_logs)
             check_target(conf, replace=replace, force=force)  # still true after the upload
             stager.sync_dirs()
             swap.write_pending(conf, pending)
@@ -139,11 +142,12 @@ def stage(conf: Settings, source: IO[bytes], *, replace: bool = False,
             return pending
         finally:
             if not done and swap.read_pending(conf) is None:  # undecided: nothing to keep
-                for stage_dir in (stager.data_stage, stager.work_stage):
+                for stage_dir in stager.stages:
                     shutil.rmtree(stage_dir, ignore_errors=True)
 
 
-def _finish(conf: Settings, stager: _Stager, *, replace: bool, schema: int) -> swap.Pending:
+def _finish(conf: Settings, stager: _Stager, *, replace: bool, schema: int,
+            logs: bool) -> swap.Pending:
     """The staged database checked, migrated to this version and its dependency
     installs queued; sealed into one file."""
     current = len(migrate.bundled())
@@ -170,7 +174,7 @@ def _finish(conf: Settings, stager: _Stager, *, replace: bool, schema: int) -> s
 
     return swap.Pending(id=f"{now_ms()}-{os.getpid()}", created_at_ms=now_ms(),
                         replace=replace, qledge_version=__version__, schema_version=current,
-                        counts=counts, requeued=requeued)
+                        counts=counts, requeued=requeued, logs=logs)
 
 
 async def _requeue(staged: Settings) -> dict[str, int]:

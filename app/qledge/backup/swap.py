@@ -11,8 +11,10 @@ new one is always completed before the database opens — never a mix.
 Per part (the database, then scripts, then their history): the live one is renamed
 into `.restore-previous-<id>/` of its volume, then the staged one into its place. The
 database's `-wal`/`-shm` go aside first: an old WAL next to the new file would be
-replayed into it. Once all parts are in place the marker is moved into the data
-volume's previous folder (the commit), then the previous folders are removed."""
+replayed into it. An archive holding logs then replaces the logs volume's entries
+(its root is a mount point: the entries move, not the folder). Once all parts are in
+place the marker is moved into the data volume's previous folder (the commit), then
+the previous folders are removed."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ log = logging.getLogger("qledge.restore")
 MARKER = "restore-pending.json"
 STAGING = ".restore-staging"
 PREVIOUS = ".restore-previous-"
+ASIDE_DONE = ".restore-aside-done"  # in the logs volume's previous folder: phase one ended
 
 
 class Pending(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -47,6 +50,7 @@ class Pending(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     schema_version: int
     counts: dict[str, int]
     requeued: dict[str, int]
+    logs: bool = False  # the archive held logs: they replace the logs volume's
 
 
 class Busy(Exception):
@@ -68,14 +72,15 @@ def locked(conf: Settings, *, wait: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def staging_dirs(conf: Settings) -> tuple[Path, Path]:
-    """(the data volume's staging: the database; the work volume's: the folders)."""
-    return conf.data_path / STAGING, conf.work_path / STAGING
+def staging_dirs(conf: Settings) -> tuple[Path, Path, Path]:
+    """(the data volume's staging: the database; the work volume's: the script folders;
+    the logs volume's: the logs), each on its volume so the swap is renames only."""
+    return conf.data_path / STAGING, conf.work_path / STAGING, conf.logs_path / STAGING
 
 
 def parts(conf: Settings, pending_id: str) -> list[tuple[Path, Path | None, Path]]:
     """(live, staged or None, where the live one goes aside), in the swap's order."""
-    data_stage, work_stage = staging_dirs(conf)
+    data_stage, work_stage, _ = staging_dirs(conf)
     data_prev = conf.data_path / f"{PREVIOUS}{pending_id}"
     work_prev = conf.work_path / f"{PREVIOUS}{pending_id}"
     db = conf.db_path
@@ -161,6 +166,8 @@ def _swap(conf: Settings, pending: Pending) -> None:
             os.rename(staged, live)
             fsync_dir(live.parent)
         failpoints.hit(f"restore.swap.{step}.placed")
+    if pending.logs:
+        _swap_logs(conf, pending.id, len(steps))
     data_prev = conf.data_path / f"{PREVIOUS}{pending.id}"
     data_prev.mkdir(mode=0o700, exist_ok=True)
     os.rename(conf.data_path / MARKER, data_prev / MARKER)  # the commit
@@ -171,10 +178,33 @@ def _swap(conf: Settings, pending: Pending) -> None:
                 ", ".join(f"{k} {v}" for k, v in pending.counts.items()))
 
 
+def _swap_logs(conf: Settings, pending_id: str, step: int) -> None:
+    """The logs volume's entries one by one: every live one aside, then every staged
+    one in. Phase one ends with a mark, so a swap resumed after it never takes the
+    restored entries for live ones and puts them aside too."""
+    root = conf.logs_path
+    stage = root / STAGING
+    prev = root / f"{PREVIOUS}{pending_id}"
+    if not (prev / ASIDE_DONE).exists():
+        prev.mkdir(mode=0o700, exist_ok=True)
+        for name in sorted(os.listdir(root)):
+            if not name.startswith(".restore"):
+                os.rename(root / name, prev / name)
+        fsync_dir(root)
+        failpoints.hit(f"restore.swap.{step}.aside")
+        (prev / ASIDE_DONE).touch(mode=0o600)
+        fsync_dir(prev)
+    if stage.is_dir():
+        for name in sorted(os.listdir(stage)):
+            os.rename(stage / name, root / name)
+        fsync_dir(root)
+    failpoints.hit(f"restore.swap.{step}.placed")
+
+
 def sweep(conf: Settings) -> None:
     """Without a marker: the staging of a restore never decided, and the previous state
     of one committed, are left-overs (the caller holds the restore lock)."""
-    for root in (conf.data_path, conf.work_path):
+    for root in (conf.data_path, conf.work_path, conf.logs_path):
         try:
             names = os.listdir(root)
         except FileNotFoundError:

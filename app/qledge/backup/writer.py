@@ -55,12 +55,15 @@ class _Hashing(io.RawIOBase):
         return data
 
 
-def _walk(dir_fd: int, prefix: str) -> Iterator[tuple[str, int | None, os.stat_result]]:
+def _walk(dir_fd: int, prefix: str, *, restore_folders: bool = True
+          ) -> Iterator[tuple[str, int | None, os.stat_result]]:
     """(archive name, open fd of a regular file or None for a dir, its stat), depth first,
     never through a link: every step is an openat with O_NOFOLLOW from the parent's fd.
-    Anything else (links, fifos, sockets) is left out."""
+    Anything else (links, fifos, sockets) is left out; so are a restore's own folders
+    when `restore_folders` is false (the logs volume's root holds them)."""
     with os.scandir(dir_fd) as it:
-        names = sorted(e.name for e in it)
+        names = sorted(e.name for e in it
+                       if restore_folders or not e.name.startswith(".restore"))
     for name in names:
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -105,7 +108,7 @@ def estimate(conf: Settings, *, with_logs: bool = False) -> dict[str, int]:
         if root.is_dir():
             top = os.open(root, _DIR_FLAGS)
             try:
-                for _name, fd, st in _walk(top, area):
+                for _name, fd, st in _walk(top, area, restore_folders=area != "logs"):
                     if fd is not None:
                         os.close(fd)
                         total += st.st_size
@@ -142,7 +145,8 @@ def write(conf: Settings, out: IO[bytes], *, gzip: bool = True, with_logs: bool 
                 continue
             top = os.open(root, _DIR_FLAGS)
             try:
-                for name, fd_or_none, st in _walk(top, f"{ROOT}/{area}"):
+                for name, fd_or_none, st in _walk(top, f"{ROOT}/{area}",
+                                                  restore_folders=area != "logs"):
                     if fd_or_none is None:
                         info = tarfile.TarInfo(name)
                         info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o700, int(st.st_mtime)

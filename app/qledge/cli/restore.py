@@ -60,7 +60,9 @@ def restore_cmd(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{k} {v}" for k, v in pending.counts.items())
     requeued = ", ".join(f"{k} {v}" for k, v in pending.requeued.items()) or "none"
     print(f"archive verified and staged: schema {pending.schema_version}, {counts};"
-          f" dependency installs queued: {requeued}", file=sys.stderr)
+          f" dependency installs queued: {requeued}; logs "
+          + ("replaced by the archive's" if pending.logs else "left as they are (none in the"
+             " archive)"), file=sys.stderr)
     try:
         lock_fd = paths.acquire_runtime_lock(conf)
     except paths.AlreadyRunning:

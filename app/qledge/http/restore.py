@@ -69,7 +69,7 @@ async def upload(request: Request) -> Response:
     restart: Callable[[], None] | None = getattr(request.app.state, "restart", None)
     body = {"staged": True, "restarting": restart is not None,
             "schema_version": pending.schema_version, "counts": pending.counts,
-            "requeued": pending.requeued}
+            "requeued": pending.requeued, "logs": pending.logs}
     task = None
     if restart is not None:
         loop = asyncio.get_running_loop()
