@@ -301,6 +301,9 @@ def test_conflicts_are_listed_and_skipped_then_renamed_or_replaced(
         first.stdout
     assert (scripts / "hello.py").read_text() == "print('mine')\n"
     assert not (scripts / "hello.qinglong.py").exists()
+    skipped = cli(state, str(ql), "--apply", "--on-conflict=skip")  # the default, said
+    assert skipped.returncode == 0 and "  conflict  hello.py" in skipped.stdout
+    assert (scripts / "hello.py").read_text() == "print('mine')\n"
 
     renamed = cli(state, str(ql), "--apply", "--on-conflict=rename")
     assert renamed.returncode == 0, renamed.stderr

@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         "migrating-from-qinglong.md); prints what would change unless --apply")
     qinglong.add_argument("path", help="QingLong's /ql/data (mounted read-only) or its .tgz")
     qinglong.add_argument("--apply", action="store_true", help="import (default: dry run)")
-    qinglong.add_argument("--on-conflict", choices=("rename", "replace"), default=None,
-                          help="what to do with a conflict (default: list and skip it)")
+    qinglong.add_argument("--on-conflict", choices=("rename", "replace", "skip"),
+                          default="skip", help="what to do with each conflict, as the"
+                          " panel's global choice (default: list and skip it)")
     qinglong.add_argument("--with-logs", type=int, default=0, metavar="N",
                           help="also copy the last N logs of each cron, read-only")
     qinglong.add_argument("--json", action="store_true", help="the report as JSON")

@@ -23,8 +23,9 @@ def import_cmd(args: argparse.Namespace) -> int:
         db = backend.database(conf, readers=1)
         await db.open()
         try:
+            choice = None if args.on_conflict == "skip" else args.on_conflict  # the default
             plan = await imports.run(db, conf, Path(args.path), apply=args.apply,
-                                     on_conflict=args.on_conflict, with_logs=args.with_logs)
+                                     on_conflict=choice, with_logs=args.with_logs)
         finally:
             await db.close()
         if args.json:
