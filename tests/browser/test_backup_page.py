@@ -83,6 +83,7 @@ def test_a_good_restore_reports_success_and_restarts(page: Page, appliance: Appl
     page.locator("dialog [data-action=confirm]").click()
     expect(card.locator("#bk-result")).to_contain_text("Backup checked and staged")
     expect(card.locator("#bk-result")).to_contain_text("the worker restarts", ignore_case=True)
+    expect(card.locator("#bk-result")).to_contain_text("holds no logs: the current ones stay")
     deadline = time.monotonic() + 60
     while not (appliance.worker_pid() != old_pid and appliance.ready()):
         assert time.monotonic() < deadline, appliance.log_tail()

@@ -58,7 +58,7 @@ function restorePart() {
     }
     const text = t('bk.done', { ...r.counts, deps: Object.values(r.requeued).reduce(
       (a, b) => a + b, 0) });
-    fill(out, h('p.on', { id: 'bk-result' }, text,
+    fill(out, h('p.on', { id: 'bk-result' }, text, ' ', t(r.logs ? 'bk.logsIn' : 'bk.logsKept'),
       r.restarting ? ' ' + t('bk.restarting') : ''));
     notify(text, 'ok');
     // The worker restarts to put the backup in place: reload once it answers again.

@@ -821,6 +821,8 @@ export const STRINGS = ((table) => {
   'bk.confirm': 'Everything here — tasks, envs, scripts and their history, subscriptions, notification channels, apps, dependencies, settings, the panel password and the run history — is replaced by “{name}”. The worker then restarts.|本机的全部数据（任务、环境变量、脚本及其历史、订阅、通知渠道、应用、依赖、设置、面板密码和运行历史）都将被“{name}”替换，随后服务重启。',
   'bk.checking': 'Uploading and checking…|正在上传并校验…',
   'bk.done': 'Backup checked and staged: {tasks} tasks, {envs} envs, {subscriptions} subscriptions, {channels} channels, {apps} apps; {deps} dependency installs queued.|备份已校验并就绪：任务 {tasks} 个、环境变量 {envs} 个、订阅 {subscriptions} 个、通知渠道 {channels} 个、应用 {apps} 个；{deps} 个依赖已排队安装。',
+  'bk.logsIn': 'The run logs are replaced by the archive\'s.|运行日志将替换为备份中的日志。',
+  'bk.logsKept': 'The archive holds no logs: the current ones stay.|备份中没有日志：现有日志保持不变。',
   'bk.restarting': 'The worker restarts to put it in place; this page reloads when it is back.|服务正在重启以完成恢复，恢复后本页会自动刷新。',
   'bk.err.BACKUP_NOT_AN_ARCHIVE': 'This file is not a backup archive.|该文件不是备份归档。',
   'bk.err.BACKUP_NO_FORMAT': 'This file is not a qledge backup.|该文件不是 qledge 备份。',
