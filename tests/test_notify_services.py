@@ -4,6 +4,7 @@ values the fields gave; bad fields are refused with stable codes and parameters.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,8 @@ def test_channel_from_a_service_and_its_fields(server: Server) -> None:
             "url": f"http://127.0.0.1:{hook.port}/in/{SECRET}"}})
         assert r.status_code == 201, r.text
         ch = r.json()
-        assert (ch["service"], ch["picker"], ch["secrets"]) == ("json", "webhook", {})
+        assert (ch["service"], ch["picker"], ch["secrets"]) == ("json", "webhook",
+                                                                {"url": True})
         assert SECRET not in r.text
         test = http.post(f"{CHANNELS}/{ch['id']}/test").json()
         assert test == {"ok": True, "error": None}
@@ -233,6 +235,36 @@ def test_channel_from_a_service_and_its_fields(server: Server) -> None:
         # A URL apprise knows but the picker does not stays possible.
         r = http.post(CHANNELS, json={"name": "other", "url": "discord://123/abcdef"})
         assert r.status_code == 201 and r.json()["picker"] is None
+    finally:
+        hook.stop()
+
+
+def test_an_edit_shows_the_plain_fields_and_keeps_the_secrets(server: Server) -> None:
+    """Only the topic changed: the access token, never shown, still goes with the
+    message (an ntfy server on loopback sees both)."""
+    http = server.http
+    hook = HttpReceiver().start()
+    try:
+        token = "tk_" + SECRET
+        r = http.post(CHANNELS, json={"name": "ntfy", "service": "ntfy", "fields": {
+            "topic": "first", "server": f"http://127.0.0.1:{hook.port}",
+            "access_token": token}})
+        assert r.status_code == 201, r.text
+        ch = r.json()
+        assert ch["fields"] == {"topic": "first"}
+        assert ch["secrets"] == {"server": True, "access_token": True}
+        r = http.patch(f"{CHANNELS}/{ch['id']}", json={"service": "ntfy",
+                                                        "fields": {"topic": "second"}})
+        assert r.status_code == 200, r.text
+        assert r.json()["fields"] == {"topic": "second"} and SECRET not in r.text
+        assert http.post(f"{CHANNELS}/{ch['id']}/test").json() == {"ok": True, "error": None}
+        sent = hook.requests[-1]  # ntfy posts JSON to the server's root, topic inside
+        assert json.loads(sent.body)["topic"] == "second"
+        assert sent.headers.get("Authorization") == f"Bearer {token}"
+        # Another service: nothing of the old one is kept.
+        r = http.patch(f"{CHANNELS}/{ch['id']}", json={"service": "telegram",
+                                                        "fields": {"chat_id": "5"}})
+        assert r.status_code == 422 and r.json()["field"] == "fields.bot_token", r.text
     finally:
         hook.stop()
 

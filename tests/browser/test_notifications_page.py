@@ -130,6 +130,32 @@ def test_service_picker_pushplus_and_a_webhook_that_delivers(page: Page,
         got = hook.wait(1)[0]
         assert got.path == "/in" and got.json()["title"] == "[qledge] test message"
 
+        # An edit shows the plain fields, keeps the secrets: only the topic retyped.
+        page.get_by_role("button", name="New channel").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Name").fill("nt")
+        dialog.get_by_label("Service").select_option("ntfy")
+        dialog.get_by_label("Topic").fill("first")
+        dialog.get_by_label("Server URL").fill(f"http://127.0.0.1:{hook.port}")
+        dialog.get_by_label("Access token").fill("tk_secret_1")
+        dialog.get_by_role("button", name="Save").click()
+        nt = page.locator("tr[data-channel='nt']")
+        nt.get_by_role("button", name="Edit — nt").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_label("Topic")).to_have_value("first")
+        expect(dialog.get_by_label("Server URL")).to_have_value("")
+        expect(dialog.get_by_label("Server URL")).to_have_attribute("placeholder", "set")
+        expect(dialog.get_by_label("Access token")).to_have_attribute("placeholder", "set")
+        assert "tk_secret_1" not in page.content()
+        dialog.get_by_label("Topic").fill("second")
+        dialog.get_by_role("button", name="Save").click()
+        expect(dialog).to_be_hidden()
+        nt.get_by_role("button", name="Send test — nt").click()
+        expect(page.locator("#toast")).to_have_text("Test sent to nt.")
+        sent = hook.wait(2)[1]
+        assert sent.json()["topic"] == "second"
+        assert sent.headers.get("Authorization") == "Bearer tk_secret_1"
+
         page.get_by_role("button", name=re.compile("Switch language")).click()
         page.get_by_role("button", name="新建渠道").click()
         dialog = page.get_by_role("dialog")

@@ -3,8 +3,10 @@
 A channel's apprise URL holds the service's token: it is accepted on create and
 update — as the URL itself, or as a picker service and its fields that make it
 (notifications/services.py) — and never returned (a response shows its scheme, its
-picker service and which of its secrets are set). Deliveries show their state —
-pending, retrying, sent, given_up — and a redacted error.
+picker service, which of its secrets and server URLs are set, and the fields that are
+no secret; an edit's fields left out keep their values: notifications/readback.py).
+Deliveries show their state — pending, retrying, sent, given_up — and a redacted
+error.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from starlette.routing import Route
 from .. import ids, limits
 from ..db import notifications as q
 from ..fields import FieldError
+from ..notifications import readback, services, words
 from ..notifications import rules as notify
-from ..notifications import services, words
 from ..operations import notifications as notify_ops
 from ..runtime.lifecycle import Runtime
 from . import inputs
@@ -65,8 +67,9 @@ class ScriptMessage(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 def channel_view(ch: q.Channel) -> dict[str, Any]:
     picked = services.service_of(ch.url)
     return {"id": ch.id, "name": ch.name, "service": ch.url.split("://", 1)[0].lower(),
-            "picker": picked, "secrets": services.secrets_set(picked, ch.url) if picked
-            else {}, "enabled": ch.enabled, "created_at_ms": ch.created_at_ms,
+            "picker": picked, "secrets": readback.hidden_set(picked, ch.url) if picked
+            else {}, "fields": readback.shown_fields(picked, ch.url) if picked else {},
+            "enabled": ch.enabled, "created_at_ms": ch.created_at_ms,
             "updated_at_ms": ch.updated_at_ms}
 
 
@@ -162,7 +165,16 @@ async def update_channel(request: Request) -> Response:
     if patch.name is not None:
         fields["name"] = _name(patch.name)
     if patch.url is not None or patch.service is not None or patch.fields is not None:
-        fields["url"] = await _destination(rt, patch.url, patch.service, patch.fields)
+        given = patch.fields
+        if patch.service is not None and given is not None:
+            try:
+                async with rt.db.read() as tx:
+                    current = (await q.channel(tx, channel_id)).url
+            except q.NotFound:
+                raise Missing("channel not found", params={"what": "channel"}) from None
+            if services.service_of(current) == patch.service:
+                given = readback.merged(patch.service, current, given)
+        fields["url"] = await _destination(rt, patch.url, patch.service, given)
     if patch.enabled is not None:
         fields["enabled"] = patch.enabled
     try:

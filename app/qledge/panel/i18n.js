@@ -852,7 +852,7 @@ export const STRINGS = ((table) => {
   'svc.optional': 'Optional.|可选。',
   'svc.set': 'set|已设置',
   'svc.unset': 'not set|未设置',
-  'svc.keep': 'Set: leave every field empty to keep the current destination.|已设置：所有字段留空则保持当前目标不变。',
+  'svc.keep': 'Secrets and server addresses left empty keep their current values.|留空的密钥和服务器地址保持当前值不变。',
   'svc.secrets': 'Secrets|密钥',
   'svc.n.pushplus': 'PushPlus|PushPlus（推送加）',
   'svc.n.serverchan': 'ServerChan|Server酱',
