@@ -147,6 +147,7 @@ def test_service_picker_pushplus_and_a_webhook_that_delivers(page: Page,
         expect(dialog.get_by_label("Server URL")).to_have_attribute("placeholder", "set")
         expect(dialog.get_by_label("Access token")).to_have_attribute("placeholder", "set")
         assert "tk_secret_1" not in page.content()
+        shoot(page, "notifications-edit")
         dialog.get_by_label("Topic").fill("second")
         dialog.get_by_role("button", name="Save").click()
         expect(dialog).to_be_hidden()
