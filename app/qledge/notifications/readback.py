@@ -121,5 +121,4 @@ def hidden_set(service_id: str, url: str) -> dict[str, bool]:
 def merged(service_id: str, url: str, given: dict[str, str]) -> dict[str, str]:
     """An edit's fields: those given, the rest as the current `url` holds them (when it
     is the same service's, readable); a field is cleared by giving it as ""."""
-    current = read_fields(service_id, url) if BY_ID.get(service_id) else None
-    return {**(current or {}), **given}
+    return {**(read_fields(service_id, url) or {}), **given}
