@@ -223,11 +223,17 @@ def drill_secrets(box: Box, tally: Tally) -> None:
 
 
 def drill_docker_restart(box: Box, tally: Tally) -> None:
+    # The short task ends only once the worker is stopped: a fixed sleep raced the
+    # stop under qemu (a `docker exec` of supervisorctl takes seconds there), and a
+    # receipt the worker consumed first left nothing for this drill to wait for.
+    gate = f"gate-{random.randrange(1 << 30)}"
     long_run = box.trigger(box.task("sleep 600"))
-    short_run = box.trigger(box.task("sleep 2; exit 7"))
+    short_run = box.trigger(box.task(f'while [ ! -e "$HOME/{gate}" ]; do sleep 0.2; done;'
+                                     " exit 7"))
     box.wait(long_run, "running")
     box.wait(short_run, "running")
     box.exec("supervisorctl", "stop", "http")  # nobody consumes now
+    box.exec("touch", f"/var/lib/qledge/work/{gate}")
     deadline = time.monotonic() + 60 * box.slow
     while not box.exec("sh", "-c", "ls /var/lib/qledge/receipts/*/*.json 2>/dev/null || true"):
         assert time.monotonic() < deadline, "the short task's receipt never appeared"
