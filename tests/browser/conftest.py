@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from _appliance import ADMIN, Appliance
 from support import ROOT, free_port
@@ -150,7 +151,18 @@ def signed_in(page: Page) -> None:
 def sign_in_at(page: Page, app: Appliance) -> None:
     """sign_in on an appliance of the test's own (not the shared one the context targets)."""
     page.goto(f"http://127.0.0.1:{app.port}/")
-    page.get_by_label("Admin token").fill(ADMIN)
+    try:
+        page.get_by_label("Admin token").fill(ADMIN)
+    except PlaywrightTimeout as exc:  # once in CI, not reproduced: say what was going on
+        began = time.monotonic()
+        try:
+            probe = f"{app.http.get('/api/v1/auth/state', timeout=10).status_code}"
+        except Exception as err:  # a report, whatever it is
+            probe = repr(err)
+        raise AssertionError(
+            f"no sign-in form at {page.url}; page text {page.inner_text('body')[:300]!r};"
+            f" GET /auth/state from here: {probe} in {time.monotonic() - began:.1f} s;"
+            f" appliance log:\n{app.log_tail()}") from exc
     page.get_by_role("button", name="Sign in").click()
     signed_in(page)
 
