@@ -150,9 +150,8 @@ def signed_in(page: Page) -> None:
 
 def sign_in_at(page: Page, app: Appliance) -> None:
     """sign_in on an appliance of the test's own (not the shared one the context targets)."""
-    page.goto(f"http://127.0.0.1:{app.port}/")
     try:
-        page.get_by_label("Admin token").fill(ADMIN)
+        sign_in(page, at=f"http://127.0.0.1:{app.port}/")
     except PlaywrightTimeout as exc:  # once in CI, not reproduced: say what was going on
         began = time.monotonic()
         try:
@@ -160,11 +159,9 @@ def sign_in_at(page: Page, app: Appliance) -> None:
         except Exception as err:  # a report, whatever it is
             probe = repr(err)
         raise AssertionError(
-            f"no sign-in form at {page.url}; page text {page.inner_text('body')[:300]!r};"
+            f"signing in timed out at {page.url}; page text {page.inner_text('body')[:300]!r};"
             f" GET /auth/state from here: {probe} in {time.monotonic() - began:.1f} s;"
             f" appliance log:\n{app.log_tail()}") from exc
-    page.get_by_role("button", name="Sign in").click()
-    signed_in(page)
 
 
 def wait_run(app: Appliance, run_id: str, want: set[str],
