@@ -361,7 +361,13 @@ async def test_startup_repairs_preparing_attempts_of_ended_runs(tmp_path: Path) 
     before = make_runtime(state, round_interval_s="600")
     await before.start()
     try:
-        exited, exited_id = await _legacy_state(before, "exit 3", spawn=True)
+        # `exit 3` waits for the cancel to be committed: a command that ended before it
+        # honestly stays `failed` (the receipt proves it finished first), which a
+        # loaded machine made happen now and then.
+        gate = tmp_path / "cancel-committed"
+        exited, exited_id = await _legacy_state(
+            before, f"while [ ! -e {gate} ]; do sleep 0.01; done; exit 3", spawn=True)
+        gate.touch()
         alive, alive_id = await _legacy_state(before, "sleep 30", spawn=True)
         never, never_id = await _legacy_state(before, "true", spawn=False)
         receipt = before.receipts.root / before.receipts.relative_path(exited_id)
