@@ -229,6 +229,61 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
         victim.wait()
 
 
+async def test_a_deadline_timer_that_fires_early_times_out_at_the_deadline(db: Database) -> None:
+    """The event loop's timers keep whole milliseconds of the monotonic clock, so one
+    may fire a millisecond before the wall-clock deadline it was set for: the check
+    then found nothing expired and the timeout waited for the next supervision round
+    (30 s; seen in CI). Here the timer "fires" 400 ms early, on purpose."""
+    from qledge.clock import now_ms
+    from qledge.launch import identity
+    from qledge.runtime.cancellation import Cancellation
+    from qledge.runtime.completion import CompletionService
+
+    node = ids.uuid7()
+    deadline = now_ms() + 400
+    async with db.write() as tx:
+        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(name="d", command="x",
+                                                         env={}, labels=[]), 1)
+        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
+        aid = ids.uuid7()
+        att = await attempts.prepare_attempt(
+            tx, run, attempt_id=aid, owner=node, executor_type="local_process",
+            token_hash=b"x", deadline_at_ms=deadline,
+            log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
+    import subprocess
+
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        ident = identity.capture(victim.pid, identity.Identity.__name__)
+        assert ident is not None
+        async with db.write() as tx:
+            run = await runs.get_run(tx, att.run_id)
+            tr = transitions.attempt_started(run, att, pid=victim.pid, start_time=ident.start_time,
+                                             boot_id="boot", now_ms=2)
+            await runs.apply(tx, run, tr, 2)
+        profile = msgspec.structs.replace(PROFILES["edge"], kill_grace_s=1)
+        canc = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
+                            profile=profile, completion=CompletionService(db, node))
+        canc._deadline_reached(aid, deadline)
+        import asyncio
+
+        for _ in range(100):  # 5 s: well before any supervision round
+            if victim.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert victim.returncode == -signal.SIGTERM
+        async with db.read() as tx:
+            run = await runs.get_run(tx, att.run_id)
+            evs = await events.list_events(tx, att.run_id)
+        assert run.cancel_reason is not None and run.cancel_reason.value == "timeout"
+        cancel = next(e for e in evs if e.type == "run.cancel_requested")
+        assert cancel.at_ms >= deadline  # not before the deadline either
+        await canc.stop()
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_shutdown_policy_leave_keeps_tasks_and_cancel_ends_them(tmp_path: Path) -> None:
     # Default "leave": SIGTERM to the worker stops it; the task runs on and the
     # next worker re-attaches it.

@@ -102,12 +102,23 @@ class Cancellation:
         """In-memory fast path for a deadline; the DB sweep is the authority after restarts."""
         if attempt.deadline_at_ms is None:
             return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (attempt.deadline_at_ms - now_ms()) / 1000)
-        self._timers[attempt.id] = loop.call_later(delay, self._deadline_reached, attempt.id)
+        self._arm(attempt.id, attempt.deadline_at_ms)
 
-    def _deadline_reached(self, attempt_id: str) -> None:
+    def _arm(self, attempt_id: str, deadline_at_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline_at_ms - now_ms()) / 1000)
+        self._timers[attempt_id] = loop.call_later(
+            delay, self._deadline_reached, attempt_id, deadline_at_ms)
+
+    def _deadline_reached(self, attempt_id: str, deadline_at_ms: int) -> None:
         self._timers.pop(attempt_id, None)
+        if now_ms() < deadline_at_ms:
+            # The loop's timers keep whole milliseconds of the monotonic clock, the
+            # deadline is in wall-clock milliseconds: a timer may fire a millisecond
+            # before it. The query would then find nothing expired, and the timeout
+            # would wait for the next supervision round (30 s later).
+            self._arm(attempt_id, deadline_at_ms)
+            return
         task = asyncio.create_task(self._check_deadlines(), name=f"deadline:{attempt_id}")
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
