@@ -23,6 +23,8 @@ PAIRS = {
     "docs/scripts.md": "docs/zh/scripts.md",
     "docs/notifications.md": "docs/zh/notifications.md",
     "docs/migrating-from-qinglong.md": "docs/zh/migrating-from-qinglong.md",
+    "docs/backup.md": "docs/zh/backup.md",
+    "docs/security.md": "docs/zh/security.md",
 }
 _FENCE = re.compile(r"^```[^\n]*\n.*?^```", re.MULTILINE | re.DOTALL)
 _INDENTED = re.compile(r"(?:^(?: {4}|\t)\S[^\n]*\n)+", re.MULTILINE)

@@ -267,7 +267,7 @@ def test_every_deletion_reason_and_isolation_mode_has_words() -> None:
     evicted log's reason (DISK_CRITICAL…) reads the same on the run page."""
     import typing
 
-    from qledge.runtime.retention import _by_reason
+    from qledge.runtime.retention.keeper import _by_reason
     from qledge.settings import Settings
 
     en = _i18n_keys()

@@ -1,41 +1,5 @@
-"""Bounded disk: retention rounds, log eviction, database upkeep (docs/retention.md).
-
-Policies (settings/profile, per-task overrides `keep_runs`/`keep_days`, 0 = no
-limit of that kind): a terminal run is deleted when it is not among its task's
-`keep_runs` newest terminal runs, or finished more than `keep_days` ago — but a
-task's newest terminal run is always kept. Deleting a run deletes its attempts,
-events, leases and log artifact rows in ONE transaction that also queues the
-log file in `file_deletions`; the file is unlinked after commit and its queue
-row dropped in a later transaction. A crash in between leaves a queue row, so
-the next round removes the orphan file without listing any directory.
-
-Policy deletions, measured sizes and `run.held` marks commit *deferred* (no fsync
-of their own): a power cut that loses them only brings back runs the next round
-deletes again. Their files wait for durability instead — a file is unlinked only
-once the commit that deleted its rows is on disk, or a reboot could find a kept
-run whose log is gone. Usually the next attempt's durable commit covers them; an
-idle appliance pays one `sync()` after a retention interval, and disk pressure
-pays it at once. Evictions commit durable: they free space now.
-
-The logs size cap and disk pressure evict logs instead: oldest terminal
-attempts' files first; the run and attempt rows stay and the artifact is marked
-evicted (`SIZE_CAP`/`DISK_PRESSURE`), which the log API answers with 410.
-Each task's newest finished log is kept unless the disk is critically full
-(below the critical mark, `DISK_CRITICAL`). Active attempts' logs are never
-touched, and nothing here reacts to receipts.
-
-Each round (a `PeriodicLoop`: explicit start/stop, no overlap, early under
-pressure) works within pages × page size: queued file deletions, policy
-deletions (task cursor resumes across rounds), measuring finished logs, the
-size cap, pressure relief, `run.held` events, then database upkeep (a WAL
-checkpoint when the WAL is over its threshold, `incremental_vacuum` in bounded
-steps once free pages are a large share of the file or the data volume is short
-of space; never a full VACUUM while serving).
-
-Fleet mode: the policy deletions walk every task of the shared database, so only
-the scheduler lease's holder runs them (runtime/leader.py); every node still
-drains queued file deletions, measures and evicts its own logs.
-"""
+"""One retention round: queued file deletions, policy deletions, log sizes, the size
+cap, disk pressure and database upkeep, each bounded (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -44,96 +8,36 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
 
-from .. import failpoints
-from ..clock import now_ms
-from ..db import errors
-from ..db import retention_queries as q
-from ..db.dialect import POSTGRESQL
-from ..db.interface import Database, Tx
-from ..launch import logs
-from ..settings import Profile, Settings
-from .diskwatch import MIB, REASON, DiskWatch
-from .leader import Leader
-from .loop import PeriodicLoop
+from ... import failpoints
+from ...clock import now_ms
+from ...db import errors
+from ...db import retention_queries as q
+from ...db.dialect import POSTGRESQL
+from ...db.interface import Database, Tx
+from ...launch import logs
+from ...settings import Profile
+from ..diskwatch import MIB, REASON, DiskWatch
+from ..leader import Leader
+from .policy import (
+    DISK_CRITICAL,
+    DISK_PRESSURE,
+    SIZE_CAP,
+    LogFacts,
+    bounds,
+    cap_excess,
+    evict_oldest,
+    policy_for,
+    verdict,
+)
 
 log = logging.getLogger("qledge.retention")
-DAY_MS = 86_400_000
-NO_LIMIT = 1 << 62
-CAP_TARGET = 0.9  # once over the cap, evict down to 90% of it (no eviction every round)
-PRESSURE_INTERVAL_S = 5.0  # retention rounds while under disk pressure
 VACUUM_SHARE = 4  # incremental_vacuum once free pages are >= 1/4 of the file (or pressure)
-# A round that stopped at its caps with work left is followed by another this soon,
-# not after the interval: each round stays bounded, the rate follows the load.
-CATCH_UP_S = 1.0
-SIZE_CAP = "SIZE_CAP"
-DISK_PRESSURE = "DISK_PRESSURE"
-DISK_CRITICAL = "DISK_CRITICAL"  # a task's newest finished log, only below the critical mark
 
-
-# -- policy maths (pure) ---------------------------------------------------------
-
-class Policy(msgspec.Struct, frozen=True, kw_only=True):
-    keep_runs: int  # 0 = no count limit
-    keep_days: int  # 0 = no age limit
-
-
-def policy_for(keep_runs: int | None, keep_days: int | None, profile: Profile) -> Policy:
-    """A task's own value wins over the settings'/profile's (None = not set)."""
-    return Policy(keep_runs=profile.keep_runs_per_task if keep_runs is None else keep_runs,
-                  keep_days=profile.keep_days if keep_days is None else keep_days)
-
-
-def bounds(policy: Policy, now: int) -> tuple[int, int]:
-    """(rank above which runs go, finish time before which runs go): the SQL pre-filter."""
-    keep_n = policy.keep_runs if policy.keep_runs > 0 else NO_LIMIT
-    cutoff = now - policy.keep_days * DAY_MS if policy.keep_days > 0 else -1
-    return keep_n, cutoff
-
-
-def verdict(rank: int, finished_at_ms: int, policy: Policy, now: int) -> str | None:
-    """Why a terminal run of this rank (1 = its task's newest terminal run) goes, or None."""
-    if rank <= 1:
-        return None
-    if policy.keep_runs > 0 and rank > policy.keep_runs:
-        return "KEEP_RUNS"
-    if policy.keep_days > 0 and finished_at_ms < now - policy.keep_days * DAY_MS:
-        return "KEEP_DAYS"
-    return None
-
-
-class LogFacts(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    size_bytes: int
-    active: bool = False
-
-
-def cap_excess(total_bytes: int, cap_bytes: int) -> int:
-    """Bytes to evict for the size cap: 0 under it, else down to CAP_TARGET of it."""
-    if cap_bytes <= 0 or total_bytes <= cap_bytes:
-        return 0
-    return total_bytes - int(cap_bytes * CAP_TARGET)
-
-
-def evict_oldest(logs_oldest_first: Sequence[LogFacts], excess_bytes: int) -> list[LogFacts]:
-    """The oldest logs whose sizes cover `excess_bytes`; active attempts' logs never."""
-    out: list[LogFacts] = []
-    left = excess_bytes
-    for item in logs_oldest_first:
-        if left <= 0:
-            break
-        if item.active:
-            continue
-        out.append(item)
-        left -= item.size_bytes
-    return out
-
-
-# -- the round -------------------------------------------------------------------
 
 def _disk_full(exc: BaseException) -> bool:
     return errors.is_full(exc) or "full" in str(exc)
@@ -501,114 +405,3 @@ class Retention:
             async with self.db.read() as tx:
                 stats = await q.db_stats(tx)
         self.stats = stats
-
-
-# -- wiring into the Runtime ------------------------------------------------------
-
-class DiskKeeper:
-    """DiskWatch + Retention + their PeriodicLoop, as the Runtime starts and stops them."""
-
-    def __init__(self, *, db: Database, settings: Settings, profile: Profile,
-                 wake_dispatcher: Callable[[], None], leader: Leader | None = None,
-                 owner: str | None = None,
-                 on_pressure: Callable[[bool, dict[str, object]], None] | None = None
-                 ) -> None:
-        """`on_pressure`: told when a hold is entered or left (the notifier)."""
-        self.on_pressure = on_pressure
-        self.db = db
-        self.profile = profile
-        self._wake_dispatcher = wake_dispatcher
-        self.disk = DiskWatch(
-            {"data": settings.data_path, "receipts": settings.receipts_path,
-             "logs": settings.logs_path},
-            low_water_mb=profile.low_water_mb, low_water_pct=profile.low_water_pct,
-            critical_water_mb=profile.critical_water_mb, on_change=self._pressure_changed,
-            guard_unknown=settings.disk_guard_unknown)
-        self.retention = Retention(db=db, logs_root=settings.logs_path,
-                                   db_path=settings.db_path, profile=profile, disk=self.disk,
-                                   leader=leader, owner=owner)
-        self.loop = PeriodicLoop("retention", profile.retention_interval_s, self._round)
-        self._last_poke = 0.0
-
-    def start(self) -> None:
-        self.loop.start()
-        self.loop.poke()  # a first round right after start-up (queued deletions, sizes)
-
-    async def stop(self) -> None:
-        await self.loop.stop()
-        self.disk.close()
-
-    async def may_spawn(self) -> str | None:
-        """The dispatcher's hook: a reason to hold queued runs, or None."""
-        reason = await self.disk.check()
-        if reason is not None and time.monotonic() - self._last_poke >= 1.0:
-            self._last_poke = time.monotonic()
-            self.loop.poke()  # evict now, and mark the held runs
-        return reason
-
-    def _pressure_changed(self, pressure: bool) -> None:
-        if self.on_pressure is not None:  # the notifier: a hold entered or left
-            self.on_pressure(pressure, self.disk.report())
-        if pressure:
-            self.loop.interval_s = min(self.profile.retention_interval_s, PRESSURE_INTERVAL_S)
-            self.loop.poke()
-        else:
-            self.loop.interval_s = self.profile.retention_interval_s
-            self._wake_dispatcher()
-
-    async def _round(self) -> float | None:
-        report = await self.retention.round()
-        return CATCH_UP_S if report.more else None
-
-    async def report(self) -> dict[str, object]:
-        await self.disk.check()
-        r = self.retention
-        async with self.db.read() as tx:
-            runs = await q.count_runs(tx)
-            pending = await q.count_pending_deletions(
-                tx, None if r.owner is None else r.vol)
-        next_at: int | None = None
-        if self.loop.next_round_at is not None:
-            wait = self.loop.next_round_at - asyncio.get_running_loop().time()
-            next_at = now_ms() + max(0, int(wait * 1000))
-        last = r.last
-        stats = r.stats
-        return {
-            "pressure": self.disk.report(),
-            "volumes": self.disk.volumes_report(),
-            "retention": {
-                "rounds": self.loop.rounds,
-                "next_round_at_ms": next_at,
-                "interval_s": self.loop.interval_s,
-                "runs_kept": runs,
-                "logs_total_bytes": r.logs_total_bytes,
-                "logs_cap_bytes": r.cap_bytes,
-                "logs_live": r.live_logs,
-                "logs_unmeasured": r.logs_unmeasured,
-                "pending_file_deletions": pending,
-                "policy": {"keep_runs_per_task": self.profile.keep_runs_per_task,
-                           "keep_days": self.profile.keep_days,
-                           "logs_cap_mb": self.profile.logs_cap_mb,
-                           "low_water_mb": self.profile.low_water_mb,
-                           "low_water_pct": self.profile.low_water_pct,
-                           "critical_water_mb": self.profile.critical_water_mb},
-                "last_round": None if last is None else {
-                    "started_at_ms": last.started_at_ms, "finished_at_ms": last.finished_at_ms,
-                    "counts": dict(last.counts), "deleted": _by_reason(last.deleted)},
-                "deleted_since_start": _by_reason(r.deleted_total),
-            },
-            "database": None if stats is None else {
-                "wal_bytes": r.wal_bytes, "page_size": stats.page_size,
-                "page_count": stats.page_count, "freelist_pages": stats.freelist_pages,
-                "auto_vacuum": {0: "none", 1: "full", 2: "incremental"}.get(
-                    stats.auto_vacuum, str(stats.auto_vacuum)),
-            },
-        }
-
-
-def _by_reason(deleted: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Every kind and reason, zeros included, so that a reader needs no defaults."""
-    kinds = {"runs": ("KEEP_RUNS", "KEEP_DAYS"),
-             "logs": (SIZE_CAP, DISK_PRESSURE, DISK_CRITICAL)}
-    return {kind: {why: deleted.get(kind, {}).get(why, 0) for why in reasons}
-            for kind, reasons in kinds.items()}
