@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -12,9 +16,12 @@ import msgspec
 import pytest
 
 from qledge import ids, transitions
+from qledge.clock import now_ms
 from qledge.db import attempts, events, leases, runs, tasks
 from qledge.db.sqlite import Database
-from qledge.model import Trigger
+from qledge.model import Attempt, Trigger
+from qledge.runtime.cancellation import Cancellation
+from qledge.runtime.completion import CompletionService
 from qledge.settings import PROFILES
 from qledge.tasks.writable import TaskFields
 
@@ -170,11 +177,13 @@ def test_deadline_expiring_while_the_worker_is_down(tmp_path: Path) -> None:
         app.stop()
 
 
-async def test_stale_epoch_cannot_signal(db: Database) -> None:
-    from qledge.runtime.cancellation import Cancellation
-    from qledge.runtime.completion import CompletionService
+@contextlib.asynccontextmanager
+async def _running_attempt(db: Database, node: str, deadline_at_ms: int | None = None
+                           ) -> AsyncIterator[tuple[Attempt, subprocess.Popen[bytes]]]:
+    """An attempt of `node` recorded as running a real process (`sleep 30`, in its own
+    group, so a wrongly sent signal would show), boot id "boot"; killed at the end."""
+    from qledge.launch import identity
 
-    node = ids.uuid7()
     async with db.write() as tx:
         task = await tasks.create_task(tx, ids.uuid7(), TaskFields(name="f", command="x",
                                                          env={}, labels=[]), 1)
@@ -182,15 +191,10 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
         aid = ids.uuid7()
         att = await attempts.prepare_attempt(
             tx, run, attempt_id=aid, owner=node, executor_type="local_process",
-            token_hash=b"x", deadline_at_ms=None,
+            token_hash=b"x", deadline_at_ms=deadline_at_ms,
             log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
-    # A real process to aim at, in its own group, so a wrongly sent signal would show.
-    import subprocess
-
     victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        from qledge.launch import identity
-
         ident = identity.capture(victim.pid, identity.Identity.__name__)
         assert ident is not None
         async with db.write() as tx:
@@ -199,12 +203,23 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
                                              boot_id="boot", now_ms=2)
             await runs.apply(tx, run, tr, 2)
             att = await attempts.get_attempt(tx, aid)
-        comp = CompletionService(db, node)
-        profile = msgspec.structs.replace(PROFILES["edge"], kill_grace_s=1)
-        old = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
-                           profile=profile, completion=comp)
-        new = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
-                           profile=profile, completion=comp)
+        yield att, victim
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def _cancellation(db: Database, node: str) -> Cancellation:
+    profile = msgspec.structs.replace(PROFILES["edge"], kill_grace_s=1)
+    return Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
+                        profile=profile, completion=CompletionService(db, node))
+
+
+async def test_stale_epoch_cannot_signal(db: Database) -> None:
+    node = ids.uuid7()
+    async with _running_attempt(db, node) as (att, victim):
+        old, new = _cancellation(db, node), _cancellation(db, node)
+        aid = att.id
         async with db.write() as tx:
             stale = await leases.acquire(tx, aid, old.incarnation, now_ms=10, ttl_ms=5)
         assert stale is not None and stale.epoch == 1
@@ -224,9 +239,6 @@ async def test_stale_epoch_cannot_signal(db: Database) -> None:
             evs = await events.list_events(tx, att.run_id)
         sent = [e for e in evs if e.type == "attempt.signal_sent"]
         assert [(e.data["signal"], e.data["epoch"]) for e in sent] == [("SIGTERM", 2)]
-    finally:
-        victim.kill()
-        victim.wait()
 
 
 async def test_a_deadline_timer_that_fires_early_times_out_at_the_deadline(db: Database) -> None:
@@ -234,39 +246,11 @@ async def test_a_deadline_timer_that_fires_early_times_out_at_the_deadline(db: D
     may fire a millisecond before the wall-clock deadline it was set for: the check
     then found nothing expired and the timeout waited for the next supervision round
     (30 s; seen in CI). Here the timer "fires" 400 ms early, on purpose."""
-    from qledge.clock import now_ms
-    from qledge.launch import identity
-    from qledge.runtime.cancellation import Cancellation
-    from qledge.runtime.completion import CompletionService
-
     node = ids.uuid7()
     deadline = now_ms() + 400
-    async with db.write() as tx:
-        task = await tasks.create_task(tx, ids.uuid7(), TaskFields(name="d", command="x",
-                                                         env={}, labels=[]), 1)
-        run = await runs.create_run(tx, ids.uuid7(), task.id, Trigger.MANUAL, 1)
-        aid = ids.uuid7()
-        att = await attempts.prepare_attempt(
-            tx, run, attempt_id=aid, owner=node, executor_type="local_process",
-            token_hash=b"x", deadline_at_ms=deadline,
-            log_path=f"{aid[-2:]}/{aid}.log", receipt_path=f"{aid[-2:]}/{aid}.json", now_ms=1)
-    import subprocess
-
-    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        ident = identity.capture(victim.pid, identity.Identity.__name__)
-        assert ident is not None
-        async with db.write() as tx:
-            run = await runs.get_run(tx, att.run_id)
-            tr = transitions.attempt_started(run, att, pid=victim.pid, start_time=ident.start_time,
-                                             boot_id="boot", now_ms=2)
-            await runs.apply(tx, run, tr, 2)
-        profile = msgspec.structs.replace(PROFILES["edge"], kill_grace_s=1)
-        canc = Cancellation(db=db, node_id=node, incarnation=ids.uuid7(), boot_id="boot",
-                            profile=profile, completion=CompletionService(db, node))
-        canc._deadline_reached(aid, deadline)
-        import asyncio
-
+    async with _running_attempt(db, node, deadline) as (att, victim):
+        canc = _cancellation(db, node)
+        canc._deadline_reached(att.id, deadline)
         for _ in range(100):  # 5 s: well before any supervision round
             if victim.poll() is not None:
                 break
@@ -279,9 +263,6 @@ async def test_a_deadline_timer_that_fires_early_times_out_at_the_deadline(db: D
         cancel = next(e for e in evs if e.type == "run.cancel_requested")
         assert cancel.at_ms >= deadline  # not before the deadline either
         await canc.stop()
-    finally:
-        victim.kill()
-        victim.wait()
 
 
 def test_shutdown_policy_leave_keeps_tasks_and_cancel_ends_them(tmp_path: Path) -> None:
