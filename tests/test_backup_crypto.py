@@ -167,6 +167,43 @@ def test_api_post_streams_an_encrypted_archive(conf: settings.Settings, client: 
     assert "qledge-backup/scripts/a.py" in {m.name for m in manifest.members}
 
 
+def test_the_panels_form_post_streams_the_same_encrypted_archive(
+        conf: settings.Settings, client: TestClient, tmp_path: Path) -> None:
+    """The panel's download form posts the JSON body's fields form-encoded: the same
+    strict judgement, and an archive that opens with the (UTF-8) passphrase."""
+    paths.prepare_roots(conf)
+    (conf.scripts_path / "a.py").write_bytes(b"SECRET-COOKIE " * 1000)
+    assert client.get("/api/v1/backup/estimate").json()["encryption"] is True
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+
+    def refused(body: str) -> dict[str, object]:
+        r = client.post("/api/v1/backup", content=body, headers=form)
+        assert 400 <= r.status_code < 500, (body, r.status_code)
+        answer: dict[str, object] = r.json()
+        return answer
+
+    assert refused("passphrase=short")["error"] == "BACKUP_PASSPHRASE_SHORT"
+    assert refused("passphrase=correct+horse&extra=1")["code"] == "UNKNOWN_FIELD"
+    assert refused("passphrase=correct+horse&passphrase=other+horse")["code"] == "DUPLICATE_KEY"
+    assert refused("passphrase=correct+horse&logs=on")["code"] == "WRONG_TYPE"
+    assert refused("logs=1")["code"] == "MISSING_FIELD"
+    assert refused("passphrase=%FF%FE")["code"] == "MALFORMED_FORM"
+    assert refused("just-words")["code"] == "MALFORMED_FORM"
+    pw = "口令 correct horse"
+    target = tmp_path / "form.enc"
+    body = "passphrase=%E5%8F%A3%E4%BB%A4+correct+horse&history=1"
+    with client.stream("POST", "/api/v1/backup", content=body, headers=form) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-disposition"].endswith('.tar.gz.enc"')
+        with target.open("wb") as out:
+            for chunk in resp.iter_bytes():
+                out.write(chunk)
+    assert b"SECRET-COOKIE" not in target.read_bytes()
+    with target.open("rb") as f:
+        manifest = backup.verify(crypto.opened(f, pw.encode()))
+    assert manifest.encrypted and manifest.with_history and not manifest.with_logs
+
+
 def test_without_the_cipher_encryption_fails_clearly_and_plain_backups_work(
         conf: settings.Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Python whose hashlib has no shared libcrypto with AES-256-GCM: simulated by a

@@ -14,7 +14,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    ViewportSize,
+    expect,
+    sync_playwright,
+)
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from _appliance import ADMIN, Appliance
@@ -27,11 +35,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # build/ by default, so a test run leaves the tree clean; refresh the docs' copies
 # with QLTEST_SCREENSHOTS_DIR=docs/screenshots.
 SHOTS = ROOT / os.environ.get("QLTEST_SCREENSHOTS_DIR", "build/screenshots")
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 375, "height": 812}
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 375, "height": 812}
 # What screenshots are taken at (shoot): the sizes issue 37 tried the panel at.
-SHOT_DESKTOP = {"width": 1366, "height": 900}
-SHOT_PHONE = {"width": 390, "height": 844}
+SHOT_DESKTOP: ViewportSize = {"width": 1366, "height": 900}
+SHOT_PHONE: ViewportSize = {"width": 390, "height": 844}
 # Fast supervision for tests, as in the drills.
 FAST = {"round_interval_s": "1", "publish_grace_ms": "100", "max_concurrent_attempts": "16"}
 TIMEOUT_MS = 30_000
@@ -175,17 +183,24 @@ def wait_run(app: Appliance, run_id: str, want: set[str],
         time.sleep(0.05)
 
 
-def shoot(page: Page, name: str, full_page: bool = True) -> None:
+def shoot(page: Page, name: str, full_page: bool = True, at: Locator | None = None) -> None:
     """Save `<name>-desktop.png` (1366×900) and `<name>-phone.png` (390×844), the sizes
     the panel was tried at (issue 37), and check the layout never scrolls sideways on the
-    narrowest phone the tests use (375 px). Ends at the tests' DESKTOP size."""
+    narrowest phone the tests use (375 px). Ends at the tests' DESKTOP size. `at`: the
+    part of a long page a viewport-sized shot shows (scrolled to at each size)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size(SHOT_DESKTOP)
-    settle(page)
+
+    def show(size: ViewportSize) -> None:
+        page.set_viewport_size(size)
+        if at is not None:
+            at.scroll_into_view_if_needed()
+            at.evaluate("e => e.scrollIntoView({block: 'start'})")
+        settle(page)
+
+    show(SHOT_DESKTOP)
     page.screenshot(path=str(SHOTS / f"{name}-desktop.png"), full_page=full_page)
     for size in (PHONE, SHOT_PHONE):
-        page.set_viewport_size(size)
-        settle(page)
+        show(size)
         overflow = page.evaluate("document.documentElement.scrollWidth")
         assert overflow <= size["width"], f"{name}: page is {overflow}px wide on a phone"
     page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=full_page)

@@ -11,6 +11,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from qledge import backup
+from qledge.backup import crypto
 
 from .conftest import api_task, shoot, sign_in
 from _appliance import Appliance
@@ -36,8 +37,7 @@ def test_the_download_starts_with_its_size_shown(page: Page, appliance: Applianc
     card.get_by_label("with the run history").check()
     link = card.locator("#bk-download")
     expect(link).to_have_attribute("href", "/api/v1/backup?history=1")
-    card.scroll_into_view_if_needed()
-    shoot(page, "backup-restore", full_page=False)  # and no sideways scroll on a phone
+    shoot(page, "backup-restore", full_page=False, at=card)  # and no sideways scroll on a phone
     with page.expect_download() as got:
         link.click()
     saved = tmp_path / "panel.tar.gz"
@@ -45,6 +45,42 @@ def test_the_download_starts_with_its_size_shown(page: Page, appliance: Applianc
     with saved.open("rb") as f:
         manifest = backup.verify(f)
     assert manifest.with_history is True
+
+
+def test_a_passphrase_makes_the_download_an_encrypted_one(page: Page, appliance: Appliance,
+                                                         tmp_path: Path) -> None:
+    """With a passphrase the download is the form's POST (never the URL): too short is
+    said in the page before anything is sent; a good one streams an archive that opens
+    with it (中文, and a passphrase that is not ASCII)."""
+    api_task(appliance, name="sealed", command="true", schedule=None)
+    sign_in(page)
+    page.goto("/#/system")
+    page.get_by_role("button", name="中文").click()
+    card = page.locator("#sys-backup")
+    expect(card.locator("#bk-enc-help")).to_contain_text("Cookie")
+    card.get_by_label("包含运行历史").check()
+    card.get_by_label("加密用的密码短语（可选）").fill("短口令 abc")
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    card.locator("#bk-download").click()
+    expect(card.locator("#bk-enc-error")).to_have_text("备份密码短语至少需要 8 个字符。")
+    assert card.locator("#bk-enc-pass").get_attribute("aria-invalid") == "true"
+    assert posts == []
+    card.locator("#bk-enc-pass").fill("口令 correct horse")
+    expect(card.locator("#bk-enc-error")).to_be_hidden()
+    shoot(page, "backup-encrypted-zh", full_page=False, at=card)
+    with page.expect_download() as got:
+        card.locator("#bk-download").click()
+    assert got.value.suggested_filename.endswith(".tar.gz.enc")
+    base = str(appliance.http.base_url).rstrip("/")
+    assert [u for u in posts if "/api/v1/backup" in u] == [base + "/api/v1/backup"]
+    saved = tmp_path / "panel.tar.gz.enc"
+    got.value.save_as(saved)
+    assert page.url.endswith("/#/system")  # the download left the page where it was
+    with saved.open("rb") as f:
+        manifest = backup.verify(crypto.opened(f, "口令 correct horse".encode()))
+    assert manifest.encrypted and manifest.with_history and not manifest.with_logs
+    assert "correct horse" not in appliance.log_tail(400)  # nor in an access log's URL
 
 
 def test_a_damaged_archive_is_refused_in_chinese(page: Page, appliance: Appliance,

@@ -113,8 +113,16 @@ async def estimate(request: Request) -> Response:
     from .. import backup as backups  # on use, as in download()
 
     conf = runtime_of(request).settings
+    from ..backup import crypto
+
     sizes = await asyncio.to_thread(backups.estimate, conf, with_logs=_flag(request, "logs"))
-    return json_response({"parts": sizes, "total": sum(sizes.values())})
+    try:  # the panel offers a passphrase only where the download can use it
+        crypto.require()
+        encryption = True
+    except crypto.EncryptionUnavailable:
+        encryption = False
+    return json_response({"parts": sizes, "total": sum(sizes.values()),
+                          "encryption": encryption})
 
 
 routes = [Route("/backup", download, methods=["GET"]),

@@ -71,6 +71,7 @@ CODES: dict[str, tuple[str, ...]] = {
     "TICKET_INVALID": (),
     # Bodies and query strings.
     "MALFORMED_JSON": (),
+    "MALFORMED_FORM": (),
     "DUPLICATE_KEY": (),
     "WRONG_TYPE": ("expected",),
     "MISSING_FIELD": (),

@@ -2,10 +2,23 @@
    (streamed by the browser, starts at once); a restore uploads the file as the body. */
 import { t, h, fill, btn, api, guarded, confirmDialog, notify, fmtBytes, ApiError } from './core.js';
 
+const MIN_PASSPHRASE = 8;  // backup/crypto.py's; the server refuses a shorter one too
+
 // A refusal's code (BACKUP_*, RESTORE_*) in the panel's words, else the server's.
 function said(e) {
   const key = 'bk.err.' + e.code;
   return t(key) === key ? e.message : t(key, (e.body && e.body.params) || {});
+}
+
+// With a passphrase the download is a form's POST (docs/backup.md, "Encryption"): the
+// passphrase stays out of the URL, and the browser still streams the answer to disk.
+function sealedDownload(pass, logs, hist) {
+  const hidden = (name, value) => h('input', { type: 'hidden', name, value });
+  const form = h('form', { method: 'post', action: '/api/v1/backup', hidden: true },
+    hidden('passphrase', pass), logs && hidden('logs', '1'), hist && hidden('history', '1'));
+  document.body.append(form);
+  form.submit();
+  setTimeout(() => form.remove(), 0);
 }
 
 function downloadPart() {
@@ -13,20 +26,46 @@ function downloadPart() {
   const hist = h('input', { type: 'checkbox', id: 'bk-history' });
   const size = h('p.small.muted', { id: 'bk-size' });
   const link = h('a', { class: 'btn primary', id: 'bk-download', download: '' }, t('bk.download'));
+  const pass = h('input', { type: 'password', id: 'bk-enc-pass', autocomplete: 'new-password',
+    'aria-describedby': 'bk-enc-help' });
+  const help = h('p.help', { id: 'bk-enc-help' }, t('bk.encHelp'));
+  const err = h('p.field-error', { id: 'bk-enc-error', role: 'alert', hidden: true });
   const update = () => {
     const p = new URLSearchParams();
     if (logs.checked) p.set('logs', '1');
     if (hist.checked) p.set('history', '1');
     link.href = '/api/v1/backup' + (p.toString() ? '?' + p : '');
-    api('GET', '/backup/estimate' + (logs.checked ? '?logs=1' : '')).then((r) => fill(size,
-      t('bk.size', { parts: Object.entries(r.parts).map(([k, v]) => `${t('bk.part.' + k)} `
-        + fmtBytes(v)).join(' · '), total: fmtBytes(r.total) })), (e) => fill(size, e.message));
+    api('GET', '/backup/estimate' + (logs.checked ? '?logs=1' : '')).then((r) => {
+      fill(size, t('bk.size', { parts: Object.entries(r.parts).map(([k, v]) =>
+        `${t('bk.part.' + k)} ` + fmtBytes(v)).join(' · '), total: fmtBytes(r.total) }));
+      if (r.encryption !== false) return;
+      pass.disabled = true;
+      fill(help, t('err.BACKUP_ENCRYPTION_UNAVAILABLE'));
+    }, (e) => fill(size, e.message));
   };
   logs.addEventListener('change', update);
   hist.addEventListener('change', update);
+  pass.addEventListener('input', () => {
+    err.hidden = true;
+    pass.removeAttribute('aria-invalid');
+  });
+  link.addEventListener('click', (e) => {
+    if (!pass.value) return;  // the plain link
+    e.preventDefault();
+    if ([...pass.value].length < MIN_PASSPHRASE) {
+      fill(err, t('err.BACKUP_PASSPHRASE_SHORT', { min: MIN_PASSPHRASE }));
+      err.hidden = false;
+      pass.setAttribute('aria-invalid', 'true');
+      pass.focus();
+      return;
+    }
+    sealedDownload(pass.value, logs.checked, hist.checked);
+  });
   update();
   return [h('div', h('label', logs, ' ', t('bk.withLogs'))),
-    h('div', h('label', hist, ' ', t('bk.withHistory'))), size, link];
+    h('div', h('label', hist, ' ', t('bk.withHistory'))),
+    h('div.field', h('label', { for: 'bk-enc-pass' }, t('bk.encPass')), pass, err, help),
+    size, link];
 }
 
 async function upload(file, pass) {
