@@ -21,6 +21,7 @@ from qledge import failpoints, ids, transitions
 from qledge.db import attempts, epochs, events, journal, migrate_pg, pg, runs, tasks
 from qledge.db.sqlite import Database
 from qledge.http.runs import attempt_view
+from qledge.launch.unrecorded import Unrecorded
 from qledge.model import Attempt, Reason, Trigger
 from qledge.receipts.codec import Receipt, encode, new_token, token_hash
 from qledge.receipts.store import ReceiptStore
@@ -42,8 +43,10 @@ class World:
         self.consumer = Consumer(db, receipts, self.completion,
                                  Reaper(db, receipts, window_s=60.0))
 
-    async def attempt(self, *, epoch: int | None) -> tuple[Attempt, str]:
-        """A running attempt of NODE; `epoch`: the one it was claimed under (fleet)."""
+    async def attempt(self, *, epoch: int | None, started: bool = True
+                      ) -> tuple[Attempt, str]:
+        """A running attempt of NODE (`started=False`: still `preparing`, its identity
+        not written); `epoch`: the one it was claimed under (fleet)."""
         token = new_token()
         async with self.db.write() as tx:
             task = await tasks.create_task(tx, ids.uuid7(), TaskFields(
@@ -57,8 +60,9 @@ class World:
                 log_path=f"{attempt_id[-2:]}/{attempt_id}.log",
                 receipt_path=self.receipts.relative_path(attempt_id), now_ms=3)
             run = await runs.get_run(tx, run.id)
-            await runs.apply(tx, run, transitions.attempt_started(
-                run, att, pid=1, start_time=1, boot_id="b", now_ms=4), 4)
+            if started:
+                await runs.apply(tx, run, transitions.attempt_started(
+                    run, att, pid=1, start_time=1, boot_id="b", now_ms=4), 4)
             if epoch is not None:
                 await tx.execute("UPDATE run_attempts SET node_epoch = ? WHERE id = ?",
                                  (epoch, attempt_id))
@@ -169,6 +173,35 @@ async def test_a_receipt_after_the_takeover_decided_is_late_not_already_terminal
     again = await pgworld.completion.complete(msgspec.structs.replace(receipt, exit_code=9))
     assert again.reason == Rejection.STALE_EPOCH.value
     assert await pgworld.read(att) == (run, a, evs)
+
+
+async def test_a_late_receipt_writes_the_identity_held_in_memory_in_its_commit(
+        pgworld: World) -> None:
+    """Spawned within the identity grace, decided `lost` by a takeover before the
+    identity was written: the late receipt's commit writes the identity the worker
+    still holds, whatever the grace timer does after (the fleet drill's frozen node)."""
+    await pgworld.register(epoch=3)
+    att, token = await pgworld.attempt(epoch=3, started=False)
+    assert (att.status.value, att.pid) == ("preparing", None)
+    await pgworld.take_over(att)  # the control side's decision: it has no identity
+    _, a, _ = await pgworld.read(att)
+    assert (a.status.value, a.pid) == ("lost", None)
+    pgworld.completion.identities.add(Unrecorded(
+        attempt_id=att.id, pid=4321, start_time=99, boot_id="boot-x", spawned_at_ms=3))
+    got = await pgworld.completion.complete(pgworld.receipt(att, token, exit_code=143))
+    assert got.reason == Rejection.STALE_EPOCH.value
+    run, a, evs = await pgworld.read(att)
+    assert (run.status.value, a.status.value, a.exit_code) == ("lost", "lost", None)
+    assert (a.late_exit_code, a.pid, a.proc_start_time, a.boot_id) == (143, 4321, 99,
+                                                                        "boot-x")
+    assert att.id not in pgworld.completion.identities  # written: memory lets it go
+    assert _late(evs) == [("attempt.late_receipt", {"exit_code": 143, "epoch": 3})]
+    # Without a held identity the late receipt records its facts alone.
+    other, token2 = await pgworld.attempt(epoch=4, started=False)
+    await pgworld.take_over(other)
+    await pgworld.completion.complete(pgworld.receipt(other, token2, exit_code=1))
+    _, b, _ = await pgworld.read(other)
+    assert (b.late_exit_code, b.pid) == (1, None)
 
 
 async def test_an_owner_without_a_nodes_row_is_stale(pgworld: World) -> None:
