@@ -111,10 +111,9 @@ async def download(request: Request) -> Response:
 
 async def estimate(request: Request) -> Response:
     from .. import backup as backups  # on use, as in download()
-
-    conf = runtime_of(request).settings
     from ..backup import crypto
 
+    conf = runtime_of(request).settings
     sizes = await asyncio.to_thread(backups.estimate, conf, with_logs=_flag(request, "logs"))
     try:  # the panel offers a passphrase only where the download can use it
         crypto.require()
