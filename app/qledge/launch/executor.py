@@ -27,7 +27,7 @@ import msgspec
 
 from .. import failpoints, ids, taskform, transitions
 from ..clock import now_ms
-from ..db import attempts, journal, nodes, runs, tasks
+from ..db import attempts, journal, runs, tasks
 from ..db.interface import Database, Tx
 from ..model import Attempt, AttemptStatus, Reason, Run, RunStatus, Task
 from ..node import Node
@@ -393,14 +393,9 @@ class LocalExecutor:
                 attempt = await attempts.get_attempt(tx, ident.attempt_id)
                 run = await runs.get_run(tx, attempt.run_id)
                 if attempt.status is not AttemptStatus.PREPARING:
-                    if (attempt.status is AttemptStatus.LOST and attempt.pid is None
-                            and attempt.node_epoch is not None):
-                        # Decided `lost` without it by another node's takeover while this
-                        # one was away (fleet mode): the launcher runs on all the same,
-                        # and a fenced node must still find it to stop it.
-                        await nodes.record_fenced_identity(
-                            tx, attempt.id, pid=ident.pid, start_time=ident.start_time,
-                            boot_id=ident.boot_id)
+                    # Decided without it: by another node's takeover while this one was
+                    # away (fleet mode), it is still written; else memory lets it go.
+                    await self.identities.record_fenced_in(tx, attempt)
                     self.identities.forget_on_commit(tx, attempt.id)
                     continue
                 run, attempt = await self.identities.record_in(tx, run, attempt)

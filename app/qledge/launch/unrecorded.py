@@ -20,7 +20,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import transitions
-from ..db import runs
+from ..db import nodes, runs
 from ..db.interface import Tx
 from ..model import TERMINAL_RUN, Attempt, AttemptStatus, Run
 
@@ -84,6 +84,23 @@ class Identities:
 
     def forget(self, attempt_id: str) -> None:
         self._pending.pop(attempt_id, None)
+
+    async def record_fenced_in(self, tx: Tx, attempt: Attempt) -> bool:
+        """The identity of an attempt another node's takeover decided `lost` before this
+        worker wrote it (fleet mode, spawned within the grace) written in the caller's
+        transaction: the launcher runs on all the same, and the fenced node, its
+        operator and a late receipt must find it. True: written (memory lets go on
+        commit)."""
+        ident = self._pending.get(attempt.id)
+        if (ident is None or attempt.status is not AttemptStatus.LOST or attempt.pid is not None
+                or attempt.node_epoch is None):
+            return False
+        if not await nodes.record_fenced_identity(tx, attempt.id, pid=ident.pid,
+                                                  start_time=ident.start_time,
+                                                  boot_id=ident.boot_id):
+            return False
+        self.forget_on_commit(tx, attempt.id)
+        return True
 
     async def record_in(self, tx: Tx, run: Run, attempt: Attempt) -> tuple[Run, Attempt]:
         """The attempt's identity written in the caller's transaction, if it is still

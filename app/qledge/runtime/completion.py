@@ -19,7 +19,7 @@ import msgspec
 
 from .. import failpoints, transitions
 from ..clock import now_ms
-from ..db import attempts, epochs, errors, journal, nodes, rows, runs
+from ..db import attempts, epochs, errors, journal, rows, runs
 from ..db.interface import Database, Tx
 from ..launch.executor import EXECUTOR_TYPE
 from ..launch.unrecorded import Identities
@@ -141,17 +141,12 @@ class CompletionService:
         rejection is a returned result, not an exception, so no savepoint rolls back.
         The consumer then quarantines the file like any deterministic rejection."""
         run = await runs.get_run(tx, attempt.run_id)
-        held = self.identities.get(attempt.id)
         # Spawned within the identity grace, then decided `lost` by a takeover before this
         # worker wrote the identity: written with the late facts, in this commit. Left to
         # the grace timer (launch/executor.py `record`), a launcher stopped at the fence
         # right after a thaw could report before the timer fires, and the late receipt
         # would stand without its process.
-        if (held is not None and attempt.status is AttemptStatus.LOST and attempt.pid is None
-                and await nodes.record_fenced_identity(
-                    tx, attempt.id, pid=held.pid, start_time=held.start_time,
-                    boot_id=held.boot_id)):
-            self.identities.forget_on_commit(tx, attempt.id)
+        await self.identities.record_fenced_in(tx, attempt)
         await attempts.record_late_receipt(
             tx, run, attempt, exit_code=receipt.exit_code,
             finished_at_ms=receipt.finished_at_ms, now_ms=now_ms())
