@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from qledge import backup, paths, settings
 from qledge.backup import crypto
 
-from support import migrate_for
+from support import ROOT, migrate_for
 
 PW = b"correct horse battery"
 
@@ -95,6 +95,13 @@ def test_passphrase_rules() -> None:
     with pytest.raises(backup.BackupInvalid) as err:
         crypto.opened(io.BufferedReader(io.BytesIO(b"plain tar")), PW)
     assert err.value.code == "BACKUP_NOT_ENCRYPTED"
+
+
+def test_the_panels_check_before_an_encrypted_download_uses_the_servers_minimum() -> None:
+    """panel/backup.js checks the length in the page (a refused form POST would leave
+    it for a JSON page): the same number as the server's."""
+    text = (ROOT / "app/qledge/panel/backup.js").read_text()
+    assert f"const MIN_PASSPHRASE = {crypto.MIN_PASSPHRASE};" in text
 
 
 def _cli(conf: settings.Settings, *words: str, **env: str) -> subprocess.CompletedProcess[bytes]:

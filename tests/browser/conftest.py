@@ -193,7 +193,6 @@ def shoot(page: Page, name: str, full_page: bool = True, at: Locator | None = No
     def show(size: ViewportSize) -> None:
         page.set_viewport_size(size)
         if at is not None:
-            at.scroll_into_view_if_needed()
             at.evaluate("e => e.scrollIntoView({block: 'start'})")
         settle(page)
 
