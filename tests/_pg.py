@@ -42,9 +42,10 @@ def pg_bindir(root: Path = Path("/usr/lib/postgresql")) -> Path:
 
 
 class Cluster:
-    def __init__(self, bindir: Path, port: int) -> None:
+    def __init__(self, bindir: Path, port: int, settings: dict[str, str] | None = None) -> None:
         self.bin = bindir
         self.port = port
+        self.settings = settings or {}
         self.dir = Path(tempfile.mkdtemp(prefix="qlpg-"))
         self.data = self.dir / "data"
         self.prefix: list[str] = []
@@ -83,7 +84,8 @@ class Cluster:
 
     def _start(self) -> None:
         opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir}"
-                " -c fsync=on -c synchronous_commit=on -c max_connections=200")
+                " -c fsync=on -c synchronous_commit=on -c max_connections=200"
+                + "".join(f" -c {k}={v}" for k, v in self.settings.items()))
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l",
                   str(self.dir / "server.log"), "-w", "-t", "60", "-o", opts, "start")
 

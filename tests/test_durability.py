@@ -11,17 +11,22 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from _pg import Cluster, pg_bindir
 from qledge import ids
-from qledge.db import attempts, tasks
+from qledge.db import attempts, errors, migrate_pg, pg, tasks
 from qledge.db.sqlite import Database
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
 from qledge.settings import Settings
 from qledge.tasks.writable import TaskFields
 
-from support import ROOT, unavailable
+from support import ROOT, free_port, unavailable
 
 _PROGRAM = textwrap.dedent("""
     import asyncio, os, sys
@@ -180,3 +185,79 @@ async def test_reaper_stop_syncs_then_deletes(db: Database, conf: Settings) -> N
     await reaper.stop()
     assert not path.exists() and db.durable_seq == db.commit_seq
 
+
+
+# -- a PostgreSQL server that crashes ------------------------------------------------------
+
+
+@pytest.fixture
+def crashing() -> Iterator[Cluster]:
+    """A server of this test's own (it is crashed), whose WAL writer waits 10 s: a
+    deferred commit is on disk only once a synchronous one flushes after it."""
+    cluster = Cluster(pg_bindir(), free_port(), settings={"wal_writer_delay": "10s"})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def crashdb(crashing: Cluster) -> AsyncIterator[pg.Database]:
+    await migrate_pg.apply(crashing.dsn)
+    database = pg.Database(crashing.dsn)
+    await database.open()
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def _retrying(step: Any) -> None:
+    """`step()` until the writer has reconnected to the restarted server."""
+    for _ in range(50):
+        try:
+            await step()
+            return
+        except errors.PgTransient:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the writer never reconnected")
+
+
+async def _task_names(db: pg.Database) -> int:
+    async with db.read() as tx:
+        row = await tx.one("SELECT count(*) FROM tasks")
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_receipt_consumed_by_a_commit_a_server_crash_lost_is_kept(
+        crashdb: pg.Database, crashing: Cluster, conf: Settings) -> None:
+    db = crashdb
+    receipts = ReceiptStore(conf.receipts_path)
+    reaper = Reaper(db, receipts, window_s=60.0)  # nothing forces a flush on its own
+    await _put(db, durable=True)
+    durable = db.commit_seq
+    before = ids.uuid7()
+    kept = _receipt(receipts, before)
+    await _put(db, durable=False)  # the consuming commit: acknowledged, not flushed
+    reaper.remove_after(db.commit_seq, [before], 0)
+    in_doubt = db.commit_seq
+    assert await _task_names(db) == 2
+    crashing.crash()
+    crashing.start_again()
+    # The server came back without the deferred commit; a flush now (drain's sync)
+    # covers nothing it lost, so the receipt stays: the proof of that result.
+    await _retrying(reaper.drain)
+    assert await _task_names(db) == 1
+    assert db.durable_seq >= in_doubt  # "durable" as far as a flush can say
+    assert db.proven(durable) and not db.proven(in_doubt)
+    assert kept.exists() and not reaper.holds(before) and reaper.removed == 0
+    # Commits on the restarted server are proven by a flush as before.
+    after = ids.uuid7()
+    gone = _receipt(receipts, after)
+    await _put(db, durable=False)
+    reaper.remove_after(db.commit_seq, [after], 0)
+    await reaper.stop()
+    assert db.proven(db.commit_seq) and not gone.exists() and kept.exists()
+    assert reaper.removed == 1

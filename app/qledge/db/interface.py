@@ -118,6 +118,10 @@ class Database(Protocol):
     async def wait_durable(self, seq: int) -> None:
         """Until commit number `seq` is durable."""
 
+    def proven(self, seq: int) -> bool:
+        """Commit number `seq` is durable and was not made on a server lost since
+        (PostgreSQL: a crash drops asynchronous commits not yet flushed)."""
+
     def listen(self, channel: str, callback: Callable[[], None]) -> None:
         """Call `callback()` after every committed transaction that notified `channel`
         (Tx.notify), until close(). It may also be called when nothing was notified

@@ -9,7 +9,10 @@ Durability (docs/storage.md, "Durability classes"): a durable write commits with
 `synchronous_commit = on` (the writer's session default), a deferred one with
 `SET LOCAL synchronous_commit = off`. PostgreSQL's WAL is one sequential log, so
 the flush of a later synchronous commit record covers every earlier asynchronous
-commit: `commit_seq` / `durable_seq` keep their meaning. A transaction that wrote
+commit: `commit_seq` / `durable_seq` keep their meaning — on the same server. A
+crash loses the asynchronous commits not yet flushed, and a flush after it covers
+none of them: when the writer's connection is lost, every commit not yet durable
+becomes doubtful (db/_durability.py), never `proven`. A transaction that wrote
 no row may write no commit record and flush nothing, so, as on SQLite, it does not
 advance `durable_seq`. `sync()` forces one: a transaction that takes a transaction
 id (`pg_current_xact_id()`) writes a commit record and, synchronous, flushes the WAL
@@ -300,6 +303,9 @@ class Database(Durability):
         if self._writer is None:
             raise RuntimeError("database is not open")
         if self._writer.is_closed():
+            # Whether the server restarted (losing asynchronous commits it had not
+            # flushed) or only the connection dropped cannot be told from here.
+            self._doubt()
             fresh = await _connect(self.dsn, readonly=False)
             self._all = [fresh if c is self._writer else c for c in self._all]
             self._writer = fresh

@@ -6,7 +6,9 @@ spawn step 1 — or, at the latest `window_s` later, one explicit fdatasync of
 the WAL makes them durable. Until then the receipt stays where it is and is
 the durable proof: a power cut that loses the committed result leaves the
 receipt, which recovery replays into the same result. A receipt is never
-deleted before a fsync that follows the commit it was consumed by.
+deleted before a fsync that follows the commit it was consumed by, nor when
+that commit is in doubt (`Database.proven`: a PostgreSQL server that crashed
+in between may have dropped it).
 """
 
 from __future__ import annotations
@@ -89,17 +91,27 @@ class Reaper:
         async with self._removing:
             durable = self.db.durable_seq
             ready = [p for p in self._pending if p[0] <= durable]
-            failed: list[str] = []
-            for _, ids, _ in ready:
-                failed += await asyncio.to_thread(self._remove_all, ids)
-            # Dropped from _pending only now: until their files are gone (or known left
-            # behind) these rows must not age out (oldest_since_ms).
+            kept: list[str] = []
+            # Consumed by a commit the database server may have lost in a crash
+            # (db/_durability.py): the receipt is still the proof of the result.
+            doubtful = [i for seq, ids, _ in ready if not self.db.proven(seq) for i in ids]
+            for seq, ids, _ in ready:
+                if self.db.proven(seq):
+                    kept += await asyncio.to_thread(self._remove_all, ids)
+            if doubtful:
+                log.warning("%d consumed receipts kept: their commit may have been lost "
+                            "with the database server", len(doubtful))
+                kept += doubtful
+            if kept:
+                # Left behind (a failed delete, a commit in doubt): the journal-driven
+                # scan replays each — into already_terminal if its commit survived, into
+                # its result if not — once its row is back with the rows that need file
+                # checks. Durable: a row left settled would age out beside its file.
+                async with self.db.write() as tx:
+                    await journal.journal_unsettle(tx, kept)
+            # Dropped from _pending only now: until their files are gone (or their rows
+            # are back with the file checks) these rows must not age out.
             self._pending = [p for p in self._pending if not any(p is r for r in ready)]
-        if failed:
-            # Left behind: the journal-driven scan replays it into already_terminal,
-            # once its row is back with the rows that need file checks.
-            async with self.db.write(durable=False) as tx:
-                await journal.journal_unsettle(tx, failed)
 
     def _remove_all(self, attempt_ids: list[str]) -> list[str]:
         """Delete these receipts; the ids whose file could not be deleted."""
