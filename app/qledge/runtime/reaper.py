@@ -92,12 +92,14 @@ class Reaper:
             durable = self.db.durable_seq
             ready = [p for p in self._pending if p[0] <= durable]
             kept: list[str] = []
-            # Consumed by a commit the database server may have lost in a crash
-            # (db/_durability.py): the receipt is still the proof of the result.
-            doubtful = [i for seq, ids, _ in ready if not self.db.proven(seq) for i in ids]
+            doubtful: list[str] = []
             for seq, ids, _ in ready:
                 if self.db.proven(seq):
                     kept += await asyncio.to_thread(self._remove_all, ids)
+                else:
+                    # Consumed by a commit the database server may have lost in a crash
+                    # (db/_durability.py): the receipt is still the proof of the result.
+                    doubtful += ids
             if doubtful:
                 log.warning("%d consumed receipts kept: their commit may have been lost "
                             "with the database server", len(doubtful))
