@@ -11,15 +11,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from _pg import Cluster, pg_bindir
 from qledge import ids
-from qledge.db import attempts, errors, migrate_pg, pg, tasks
+from qledge.db import attempts, errors, pg, tasks
 from qledge.db.sqlite import Database
 from qledge.receipts.store import ReceiptStore
 from qledge.runtime.reaper import Reaper
@@ -186,7 +185,6 @@ async def test_reaper_stop_syncs_then_deletes(db: Database, conf: Settings) -> N
     assert not path.exists() and db.durable_seq == db.commit_seq
 
 
-
 # -- a PostgreSQL server that crashes ------------------------------------------------------
 
 
@@ -203,17 +201,12 @@ def crashing() -> Iterator[Cluster]:
 
 
 @pytest.fixture
-async def crashdb(crashing: Cluster) -> AsyncIterator[pg.Database]:
-    await migrate_pg.apply(crashing.dsn)
-    database = pg.Database(crashing.dsn)
-    await database.open()
-    try:
-        yield database
-    finally:
-        await database.close()
+def pg_dsn(crashing: Cluster) -> str:
+    """In this module `pgdb` (tests/_pg.py) opens its database on that server."""
+    return crashing.dsn
 
 
-async def _retrying(step: Any) -> None:
+async def _retrying(step: Callable[[], Awaitable[None]]) -> None:
     """`step()` until the writer has reconnected to the restarted server."""
     for _ in range(50):
         try:
@@ -224,7 +217,7 @@ async def _retrying(step: Any) -> None:
     raise AssertionError("the writer never reconnected")
 
 
-async def _task_names(db: pg.Database) -> int:
+async def _task_count(db: pg.Database) -> int:
     async with db.read() as tx:
         row = await tx.one("SELECT count(*) FROM tasks")
     assert row is not None
@@ -232,8 +225,8 @@ async def _task_names(db: pg.Database) -> int:
 
 
 async def test_a_receipt_consumed_by_a_commit_a_server_crash_lost_is_kept(
-        crashdb: pg.Database, crashing: Cluster, conf: Settings) -> None:
-    db = crashdb
+        pgdb: pg.Database, crashing: Cluster, conf: Settings) -> None:
+    db = pgdb
     receipts = ReceiptStore(conf.receipts_path)
     reaper = Reaper(db, receipts, window_s=60.0)  # nothing forces a flush on its own
     await _put(db, durable=True)
@@ -243,13 +236,13 @@ async def test_a_receipt_consumed_by_a_commit_a_server_crash_lost_is_kept(
     await _put(db, durable=False)  # the consuming commit: acknowledged, not flushed
     reaper.remove_after(db.commit_seq, [before], 0)
     in_doubt = db.commit_seq
-    assert await _task_names(db) == 2
+    assert await _task_count(db) == 2
     crashing.crash()
     crashing.start_again()
     # The server came back without the deferred commit; a flush now (drain's sync)
     # covers nothing it lost, so the receipt stays: the proof of that result.
     await _retrying(reaper.drain)
-    assert await _task_names(db) == 1
+    assert await _task_count(db) == 1
     assert db.durable_seq >= in_doubt  # "durable" as far as a flush can say
     assert db.proven(durable) and not db.proven(in_doubt)
     assert kept.exists() and not reaper.holds(before) and reaper.removed == 0
